@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Installs every build, run and test dependency of baton on Debian 12 (bookworm).
+# Run as root. Idempotent: a second run installs nothing and returns quickly.
+set -euo pipefail
+
+die() { echo "bootstrap: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (it installs Debian packages)"
+[ -r /etc/os-release ] || die "cannot read /etc/os-release: unsupported system"
+. /etc/os-release
+[ "${ID:-}" = debian ] && [ "${VERSION_ID:-}" = 12 ] ||
+    die "supported system is Debian 12 (bookworm); this is ${PRETTY_NAME:-unknown}"
+
+export DEBIAN_FRONTEND=noninteractive
+
+packages=(
+    build-essential pkg-config meson ninja-build git
+    libpq-dev postgresql postgresql-client
+    slurmctld slurmd slurm-client libslurm-dev munge
+    nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+    libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev
+    pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn
+    valgrind procps
+)
+prometheus_runtime=(libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)
+prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc
+
+missing=()
+for p in "${packages[@]}" "${prometheus_runtime[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ] && [ -f "$prometheus_dev_marker" ]; then
+    echo "bootstrap: all dependencies present"
+    exit 0
+fi
+
+# prometheus-cpp is not in bookworm; its trixie binaries work. Add a trixie source built from the
+# Debian mirror this machine already uses, pinned low so that nothing else is upgraded from it.
+debian_mirror() {
+    local uri
+    uri=$(grep -hE '^\s*URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        awk '{print $2}' | grep -v -- '-security' | grep -m1 -E '/debian/?$' || true)
+    if [ -z "$uri" ]; then
+        uri=$(grep -hE '^\s*deb\s' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+            awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' |
+            grep -v -- '-security' | head -n1 || true)
+    fi
+    [ -n "$uri" ] || die "cannot find the Debian mirror in the apt sources"
+    echo "${uri%/}"
+}
+
+trixie_list=/etc/apt/sources.list.d/baton-trixie.list
+if [ ! -f "$trixie_list" ]; then
+    echo "deb $(debian_mirror) trixie main" > "$trixie_list"
+    cat > /etc/apt/preferences.d/baton-trixie <<PIN
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+fi
+
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${packages[@]}"
+apt-get install -y -q --no-install-recommends "${prometheus_runtime[@]/%//trixie}"
+
+# Headers and pkg-config files only: the whole -dev package needs trixie's libcurl for its push part.
+if [ ! -f "$prometheus_dev_marker" ]; then
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    (cd "$work" && apt-get download -q prometheus-cpp-dev/trixie)
+    dpkg-deb -x "$work"/prometheus-cpp-dev_*.deb "$work/root"
+    cp -r "$work/root/usr/include/prometheus" /usr/local/include/
+    mkdir -p /usr/local/lib/pkgconfig
+    multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+    libdir=/usr/lib/$multiarch
+    for part in core pull; do
+        ln -sf "$libdir/libprometheus-cpp-$part.so.1.0" "/usr/local/lib/libprometheus-cpp-$part.so"
+        sed -e "s|^libdir=.*|libdir=/usr/local/lib|" -e "s|^includedir=.*|includedir=/usr/local/include|" \
+            "$work/root/usr/lib/$multiarch/pkgconfig/prometheus-cpp-$part.pc" \
+            > "/usr/local/lib/pkgconfig/prometheus-cpp-$part.pc"
+    done
+    ldconfig
+fi
+echo "bootstrap: done"

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# A private single-node Slurm inside DIR: slurmctld + slurmd on loopback with free ports, state, logs
+# and pid files all in DIR, so that two instances can run side by side. Needs root (slurmd starts jobs
+# as their users) and munge (started here if it is not running).
+#
+#   slurm.sh start DIR [PLUGSTACK_LINE ...]
+#       write DIR/slurm.conf and DIR/plugstack.conf (one line per extra argument, e.g.
+#       "required /path/spank_baton.so key=value"), start the daemons and wait until the node is idle.
+#       Prints SLURM_CONF=DIR/slurm.conf; DIR/env can be sourced to export it.
+#   slurm.sh stop DIR      cancel this cluster's jobs and stop the daemons it started
+#   slurm.sh status DIR    exit 0 if the node of DIR is up
+set -euo pipefail
+
+usage() { echo "usage: $0 start DIR [PLUGSTACK_LINE ...] | stop DIR | status DIR" >&2; exit 2; }
+die() { echo "slurm.sh: $*" >&2; exit 1; }
+[ $# -ge 2 ] || usage
+action=$1
+dir=$(realpath -m -- "$2")
+shift 2
+
+conf=$dir/slurm.conf
+export SLURM_CONF=$conf
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+ensure_munge() {
+    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
+    [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (run deploy/bootstrap.sh)"
+    install -d -o munge -g munge -m 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged || die "munged did not start"
+    for _ in $(seq 50); do
+        munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return
+        sleep 0.1
+    done
+    die "munge does not answer"
+}
+
+node_state() { sinfo -h -n "$(cat "$dir/nodename")" -o %t 2>/dev/null || true; }
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+write_config() {
+    local node ctld_port slurmd_port hardware
+    node=baton$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+    ctld_port=$(free_port)
+    slurmd_port=$(free_port)
+    # The node's real shape, so that slurmd does not drain itself for "low resources".
+    hardware=$(slurmd -C | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
+    mkdir -p "$dir/state" "$dir/spool"
+    echo "$node" > "$dir/nodename"
+    cat > "$conf" <<CONF
+ClusterName=$node
+SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$dir/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SwitchType=switch/none
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+InactiveLimit=0
+NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 ${hardware}State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
+CONF
+    echo "export SLURM_CONF=$conf" > "$dir/env"
+}
+
+case $action in
+start)
+    [ "$(id -u)" -eq 0 ] || die "must run as root"
+    command -v slurmctld >/dev/null || die "Slurm not installed (run deploy/bootstrap.sh)"
+    mkdir -p "$dir"
+    [ -f "$conf" ] || write_config
+    : > "$dir/plugstack.conf"
+    for line in "$@"; do printf '%s\n' "$line" >> "$dir/plugstack.conf"; done
+    ensure_munge
+    if ! pid_alive "$dir/slurmctld.pid"; then
+        slurmctld -i || die "slurmctld did not start; see $dir/slurmctld.log"
+    fi
+    if ! pid_alive "$dir/slurmd.pid"; then
+        slurmd -N "$(cat "$dir/nodename")" || die "slurmd did not start; see $dir/slurmd.log"
+    fi
+    for _ in $(seq 120); do
+        case $(node_state) in idle|mix|alloc) echo "SLURM_CONF=$conf"; exit 0 ;; esac
+        sleep 0.5
+    done
+    die "node did not become idle within 60 s (state: '$(node_state)'); see $dir/slurmctld.log and $dir/slurmd.log"
+    ;;
+stop)
+    [ -f "$conf" ] || exit 0
+    if pid_alive "$dir/slurmctld.pid"; then
+        # Cancel this cluster's jobs while slurmd can still kill their steps.
+        timeout 10 scancel --partition=debug >/dev/null 2>&1 || true
+        for _ in $(seq 100); do
+            [ -z "$(timeout 5 squeue -h -t running,completing -o %i 2>/dev/null)" ] && break
+            sleep 0.1
+        done
+    fi
+    for daemon in slurmd slurmctld; do
+        pidfile=$dir/$daemon.pid
+        pid_alive "$pidfile" || continue
+        pid=$(cat "$pidfile")
+        kill -TERM "$pid"
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+    done
+    ;;
+status)
+    case $(node_state) in idle|mix|alloc) exit 0 ;; *) exit 1 ;; esac
+    ;;
+*) usage ;;
+esac

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test command: bootstrap the machine if needed, configure, build, and run every suite
+# (unit, pg, slurm, e2e) against real PostgreSQL and Slurm started in temporary directories.
+#   BATON_BUILD_DIR   build directory (default: build)
+#   extra arguments   passed to `meson test`, e.g. --suite unit
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -eq 0 ]; then
+    deploy/bootstrap.sh
+else
+    echo "test.sh: not root: skipping deploy/bootstrap.sh (the pg, slurm and e2e suites need root)" >&2
+fi
+
+# nvcc is not on PATH by default where the CUDA toolkit is installed; the build uses it when found.
+if [ -x /usr/local/cuda/bin/nvcc ]; then PATH=$PATH:/usr/local/cuda/bin; fi
+
+builddir=${BATON_BUILD_DIR:-build}
+if [ -f "$builddir/build.ninja" ]; then
+    meson setup --reconfigure "$builddir" >/dev/null
+else
+    meson setup "$builddir"
+fi
+meson compile -C "$builddir"
+meson test -C "$builddir" --print-errorlogs "$@"
