@@ -1,8 +1,11 @@
 #include "verify.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -14,7 +17,7 @@ namespace baton::ckpt {
 
 namespace {
 
-constexpr std::size_t kReadChunk = 32 << 20;
+constexpr std::size_t kReadChunk = 8 << 20;
 
 struct StateDeleter {
     void operator()(XXH3_state_t* state) const { XXH3_freeState(state); }
@@ -79,10 +82,102 @@ private:
     std::size_t next_ = 0;
 };
 
+std::size_t chunkLength(std::uint64_t position, std::uint64_t size)
+{
+    return std::min<std::uint64_t>(kReadChunk, io::roundUp(size - position, io::kDirectAlignment));
+}
+
+std::string checkThroughScratch(
+    io::FileReader& reader, Checker& checker, std::uint64_t size, const std::filesystem::path& path)
+{
+    io::AlignedBuffer scratch(std::min<std::uint64_t>(io::roundUp(size, io::kDirectAlignment), kReadChunk));
+    std::string reason;
+    for (std::uint64_t position = 0; position < size;) {
+        std::size_t got = std::min<std::uint64_t>(
+            reader.read(scratch.data(), chunkLength(position, size)), size - position);
+        if (got == 0)
+            return path.string() + " ended early at byte " + std::to_string(position);
+        if (!checker.feed(scratch.data(), position, got, reason))
+            return reason;
+        position += got;
+    }
+    return {};
+}
+
+// A reader thread fills `destination` sequentially while this thread checks what has arrived, so that
+// hashing (and the caller's copying) hides behind the device's read time.
+std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* destination,
+    std::uint64_t size, const std::filesystem::path& path, const ChunkSink& onChunk)
+{
+    std::mutex mutex;
+    std::condition_variable arrived;
+    std::uint64_t readUpTo = 0;
+    bool readerDone = false;
+    bool stop = false;
+    std::string readError;
+    std::thread readerThread([&] {
+        std::uint64_t position = 0;
+        try {
+            while (position < size) {
+                {
+                    std::lock_guard lock(mutex);
+                    if (stop)
+                        break;
+                }
+                std::size_t got = reader.read(destination + position, chunkLength(position, size));
+                if (got == 0) {
+                    std::lock_guard lock(mutex);
+                    readError = path.string() + " ended early at byte " + std::to_string(position);
+                    break;
+                }
+                position = std::min<std::uint64_t>(position + got, size);
+                std::lock_guard lock(mutex);
+                readUpTo = position;
+                arrived.notify_all();
+            }
+        } catch (const std::exception& e) {
+            std::lock_guard lock(mutex);
+            readError = e.what();
+        }
+        std::lock_guard lock(mutex);
+        readerDone = true;
+        arrived.notify_all();
+    });
+
+    std::string reason;
+    std::uint64_t checked = 0;
+    while (checked < size) {
+        std::uint64_t available;
+        {
+            std::unique_lock lock(mutex);
+            arrived.wait(lock, [&] { return readUpTo > checked || readerDone; });
+            available = readUpTo;
+            if (available <= checked) {
+                reason = readError.empty() ? path.string() + " could not be read" : readError;
+                break;
+            }
+        }
+        std::size_t length = available - checked;
+        if (!checker.feed(destination + checked, checked, length, reason))
+            break;
+        if (onChunk)
+            onChunk(destination + checked, checked, length);
+        checked = available;
+    }
+    {
+        std::lock_guard lock(mutex);
+        stop = true;
+    }
+    readerThread.join();
+    if (reason.empty() && !readError.empty())
+        reason = readError;
+    return reason;
+}
+
 } // namespace
 
 std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
-    std::byte* destination, bool directIo)
+    std::byte* destination, bool directIo, const ChunkSink& onChunk)
 {
     std::vector<const ManifestEntry*> sorted;
     for (const auto* list : { &manifest.regions, &manifest.blobs }) {
@@ -113,25 +208,12 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
             return path.string() + " has " + std::to_string(reader.size()) + " bytes, the manifest says "
                 + std::to_string(expectedSize);
         Checker checker(std::move(sorted));
-        io::AlignedBuffer scratch;
-        if (destination == nullptr)
-            scratch
-                = io::AlignedBuffer(std::min(io::roundUp(expectedSize, io::kDirectAlignment), kReadChunk));
         std::string reason;
-        std::uint64_t position = 0;
-        while (position < expectedSize) {
-            std::byte* target = destination != nullptr ? destination + position : scratch.data();
-            std::size_t want = std::min<std::uint64_t>(
-                kReadChunk, io::roundUp(expectedSize - position, io::kDirectAlignment));
-            std::size_t got = reader.read(target, want);
-            if (got == 0)
-                return path.string() + " ended early at byte " + std::to_string(position);
-            got = std::min<std::uint64_t>(got, expectedSize - position);
-            if (!checker.feed(target, position, got, reason))
-                return reason;
-            position += got;
-        }
-        return checker.mismatch();
+        if (destination != nullptr)
+            reason = checkPipelined(reader, checker, destination, expectedSize, path, onChunk);
+        else
+            reason = checkThroughScratch(reader, checker, expectedSize, path);
+        return reason.empty() ? checker.mismatch() : reason;
     } catch (const io::IoError& e) {
         return e.what();
     }
