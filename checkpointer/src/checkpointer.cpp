@@ -28,7 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kCopyChunk = 64 << 20; // a copy task's share of a large region
 constexpr std::size_t kPoolGranule = 2 << 20; // staging grows in these steps
 
 const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
@@ -57,13 +56,14 @@ struct Piece {
     std::size_t size;
 };
 
-// Splits copies into about `threads` * 4 tasks of similar size; small regions share a task.
+// Splits copies into one task per thread of about equal size (measured fastest: each thread streams one
+// long range); small regions share a task.
 std::vector<std::vector<Piece>> makeCopyTasks(const std::vector<Piece>& copies, unsigned threads)
 {
     std::size_t total = 0;
     for (const auto& c : copies)
         total += c.size;
-    std::size_t share = std::clamp<std::size_t>(total / (threads * 2) + 1, 1 << 20, kCopyChunk);
+    std::size_t share = std::max<std::size_t>(total / threads + 1, 1 << 20);
     std::vector<std::vector<Piece>> tasks;
     std::vector<Piece> current;
     std::size_t currentBytes = 0;
@@ -164,6 +164,7 @@ struct Checkpointer::Impl {
 
     bool inFlight = false;
     std::size_t copiesRemaining = 0;
+    Clock::time_point snapshotStartedAt;
     Clock::time_point snapshotDoneAt;
     bool deviceCopiesPending = false;
     std::vector<DeviceCopy> streamsToOrder;
@@ -233,6 +234,7 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration)
     auto tasks = makeCopyTasks(hostCopies, pool.size());
     copiesRemaining = tasks.size();
     snapshotDoneAt = job.requestedAt;
+    snapshotStartedAt = job.requestedAt;
     inFlight = true;
     ++counters.requested;
     stats = CheckpointStats {};
@@ -244,6 +246,8 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration)
             std::lock_guard lock(mutex);
             if (--copiesRemaining == 0) {
                 snapshotDoneAt = Clock::now();
+                // Known as soon as beforeUpdate() returns, not only after the persist.
+                stats.snapshotSeconds = seconds(snapshotDoneAt - snapshotStartedAt);
                 changed.notify_all();
             }
         });
@@ -327,10 +331,6 @@ void Checkpointer::Impl::persist(Job& job)
 
 void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
 {
-    for (auto* list : { &job.regions, &job.blobs }) {
-        for (auto& entry : *list)
-            entry.checksum = checksum(staging + entry.offset, entry.size);
-    }
 
     const fs::path& chain = options.chainDir;
     std::string name = checkpointDirName(job.iteration);
@@ -340,7 +340,26 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     if (!fs::create_directory(temporary, ec) || ec)
         throw io::IoError(ec ? ec.value() : EEXIST, "cannot create " + temporary.string());
 
-    io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+    {
+        // Checksums are computed on the (otherwise idle) copy threads while the data goes to the device.
+        std::vector<ManifestEntry*> small; // declared first: outlives the tasks that read it
+        TaskGroup hashing(pool);
+        for (auto* list : { &job.regions, &job.blobs }) {
+            for (auto& entry : *list) {
+                if (entry.size >= (1 << 20))
+                    hashing.post(
+                        [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
+                else
+                    small.push_back(&entry);
+            }
+        }
+        hashing.post([this, &small] {
+            for (auto* entry : small)
+                entry->checksum = checksum(staging + entry->offset, entry->size);
+        });
+        io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+        hashing.wait();
+    }
 
     nlohmann::json document = nlohmann::json::object();
     for (const auto& [key, value] : job.fields)
