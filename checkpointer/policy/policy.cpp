@@ -175,12 +175,17 @@ Decision Policy::onIteration(double iterationSeconds, double updateSeconds)
     }
     if (terminatePending_)
         return start(CheckpointReason::Terminate, true);
-    if (planner_.finalCheckpointDue(false))
+    // A checkpoint started now would still be in flight when the final one is due: make this one the
+    // final checkpoint if it was asked for, and skip it if it was only the interval's turn.
+    const bool finalNear = planner_.finalCheckpointDue(true);
+    if (planner_.finalCheckpointDue(false) || (finalNear && (signalPending_ || requested_)))
         return start(CheckpointReason::Deadline, true);
     if (signalPending_)
         return start(CheckpointReason::Signal, false);
     if (requested_)
         return start(CheckpointReason::Requested, requestedExit_);
+    if (finalNear)
+        return {};
 
     if (!adaptive_) {
         if (profileCheckpointStarted_ || cleanTimes_.size() < options_.profileIterations)
