@@ -74,8 +74,10 @@ IntervalChoice chooseInterval(const Profile& profile, double targetPercent, doub
     const double ti = profile.iterationSeconds;
     // (a) stall / (k · Ti) · 100 <= p   <=>   (100 · stall / Ti) / k <= p
     const std::uint64_t forOverhead = smallestIntervalWithin(100.0 * choice.stallSeconds / ti, targetPercent);
-    // (b) Ts <= k · Ti   <=>   (Ts / Ti) / k <= 1
-    const std::uint64_t forPersist = smallestIntervalWithin(profile.persistSeconds / ti, 1.0);
+    // (b) Tsnap + Ts <= k · Ti   <=>   ((Tsnap + Ts) / Ti) / k <= 1: the persist starts once the snapshot
+    // is done, and both must be over before the next checkpoint starts.
+    const double checkpoint = snapshotSeconds(profile, choice.target) + profile.persistSeconds;
+    const std::uint64_t forPersist = smallestIntervalWithin(checkpoint / ti, 1.0);
     if (forPersist > forOverhead) {
         choice.interval = forPersist;
         choice.reason = "persist must finish within k iterations";

@@ -247,7 +247,7 @@ void Policy::checkpointCommitted(const CheckpointTimings& timings)
     lastPersist_ = timings.persistSeconds;
     planner_.observeCheckpoint(timings.snapshotSeconds, timings.persistSeconds);
     if (adaptive_)
-        adaptive_->checkpointCommitted(timings.persistSeconds);
+        adaptive_->checkpointCommitted(timings.snapshotSeconds + timings.persistSeconds);
     if (current_ == CheckpointReason::Profile) {
         profileCommitted_ = true;
         if (snapshotTarget() == SnapshotTarget::Device)

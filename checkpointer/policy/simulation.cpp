@@ -50,12 +50,11 @@ double runSynthetic(Policy& policy, SyntheticJob& job, std::uint64_t iterations,
 {
     double actual = 0;
     double ideal = 0;
-    Decision decision;
     for (std::uint64_t i = 0; i < iterations; ++i) {
-        const SyntheticJob::Step step = job.step(decision.checkpoint);
+        const SyntheticJob::Step step = job.step(job.startAtNextStep);
         if (step.committed)
             policy.checkpointCommitted(step.timings);
-        decision = policy.onIteration(step.seconds);
+        job.startAtNextStep = policy.onIteration(step.seconds).checkpoint;
         if (i >= skip) {
             actual += step.seconds;
             ideal += step.idealSeconds;

@@ -79,7 +79,7 @@ TEST(AdaptiveInterval, PersistThatDoesNotFitRaisesK)
     adaptive.recordIteration(1.0, true);
     adaptive.checkpointStarted();
     EXPECT_EQ(adaptive.interval(), 7u);
-    EXPECT_NE(adaptive.changes().back().reason.find("persist"), std::string::npos);
+    EXPECT_NE(adaptive.changes().back().reason.find("did not finish"), std::string::npos);
 }
 
 namespace {

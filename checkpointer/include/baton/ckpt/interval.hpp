@@ -51,9 +51,9 @@ struct IntervalChoice {
     std::string reason; // which condition set k
 };
 
-// The smallest k >= 1 with (a) stall / (k · Ti) · 100 <= p and (b) Ts <= k · Ti (one persist ends
-// before the next checkpoint starts, so checkpoints never queue):
-//     k = max(1, ceil(100 · stall / (p · Ti)), ceil(Ts / Ti))
+// The smallest k >= 1 with (a) stall / (k · Ti) · 100 <= p and (b) Tsnap + Ts <= k · Ti (one checkpoint,
+// snapshot then persist, ends before the next one starts, so checkpoints never queue):
+//     k = max(1, ceil(100 · stall / (p · Ti)), ceil((Tsnap + Ts) / Ti))
 // Throws std::invalid_argument when Ti <= 0 or p <= 0 or a time is negative.
 IntervalChoice chooseInterval(
     const Profile& profile, double targetPercent, double safetyFraction = defaultDeviceSafetyFraction);

@@ -47,6 +47,8 @@ public:
     Step step(bool startCheckpoint);
 
     bool inFlight() const { return snapshotLeft_ > 0 || persistLeft_ > 0; }
+    // The policy's answer at the last boundary, carried from one runSynthetic() call to the next.
+    bool startAtNextStep = false;
     double now() const { return now_; }
     std::uint64_t refused() const { return refused_; }
 
