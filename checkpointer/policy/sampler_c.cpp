@@ -1,17 +1,12 @@
 #include "baton_sampler.h"
 
-#include "baton/ckpt/sampler.hpp"
+#include "sampler_handle.hpp"
 
 #include <cstring>
 #include <exception>
-#include <new>
 #include <string>
 
 #include <nlohmann/json.hpp>
-
-struct baton_sampler {
-    baton::ckpt::ResumableSampler sampler;
-};
 
 namespace {
 

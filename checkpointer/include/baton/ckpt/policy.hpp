@@ -64,6 +64,8 @@ public:
     SnapshotTarget snapshotTarget() const;
 
     void setDeadline(std::optional<double> deadline) { planner_.setDeadline(deadline); }
+    // The previous job's tuning (from the restored manifest); effective while the policy still profiles.
+    void setPrevious(const TuningState& previous) { options_.previous = previous; }
     // Opt-in SIGUSR1/SIGTERM handlers, restored when the policy goes away or disableSignals() is called.
     void enableSignals(bool usr1 = true, bool term = true);
     void disableSignals();
