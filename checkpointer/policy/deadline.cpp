@@ -67,6 +67,13 @@ void DeadlinePlanner::setSafetyFactor(double factor)
     safety_ = factor;
 }
 
+void DeadlinePlanner::setSlack(double seconds)
+{
+    if (!(seconds >= 0) || !std::isfinite(seconds))
+        throw std::invalid_argument("deadline slack must be zero or a positive number of seconds");
+    slack_ = seconds;
+}
+
 void DeadlinePlanner::observeIteration(double seconds)
 {
     // A slow iteration just before the deadline is what hurts: follow increases at once, decreases slowly.
@@ -93,7 +100,7 @@ bool DeadlinePlanner::finalCheckpointDue(bool checkpointInFlight) const
     if (!deadline_ || finalStarted_ || finalCommitted_)
         return false;
     const double checkpoints = checkpointInFlight ? 2.0 : 1.0;
-    return secondsToCommitBy() <= iteration_ + safety_ * checkpoint_ * checkpoints;
+    return secondsToCommitBy() <= iteration_ + safety_ * checkpoint_ * checkpoints + slack_;
 }
 
 } // namespace baton::ckpt

@@ -86,6 +86,7 @@ Policy::Policy(PolicyOptions options, Clock clock)
     planner_.setDeadline(options_.deadline);
     planner_.setMargin(options_.deadlineMargin);
     planner_.setSafetyFactor(options_.safetyFactor);
+    planner_.setSlack(options_.deadlineSlack);
 }
 
 Policy::~Policy() = default;

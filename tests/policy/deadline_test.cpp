@@ -62,6 +62,7 @@ TEST(DeadlinePlanner, DueWhenOneMoreIterationWouldBeTooLate)
     planner.setDeadline(1100);
     planner.setMargin(10);
     planner.setSafetyFactor(2);
+    planner.setSlack(0);
     planner.observeIteration(1.0);
     planner.observeCheckpoint(2.0, 3.0); // 5 s, 10 s with the safety factor
     // Must commit by 1090; waiting one more iteration then checkpointing ends at now + 1 + 10.
@@ -83,6 +84,23 @@ TEST(DeadlinePlanner, DueWhenOneMoreIterationWouldBeTooLate)
     planner.finalCheckpointCommitted();
     EXPECT_TRUE(planner.shouldExit());
     EXPECT_FALSE(planner.finalCheckpointDue(false));
+}
+
+TEST(DeadlinePlanner, SlackStartsTheFinalCheckpointEarlier)
+{
+    double now = 1000;
+    DeadlinePlanner planner([&] { return now; });
+    planner.setDeadline(1100);
+    planner.setMargin(10);
+    planner.setSafetyFactor(1);
+    planner.observeIteration(1.0);
+    planner.observeCheckpoint(1.0, 1.0);
+    planner.setSlack(5);
+    now = 1082.5; // 7.5 s left: within 1 + 2 + 5, not within 1 + 2
+    EXPECT_TRUE(planner.finalCheckpointDue(false));
+    planner.setSlack(0);
+    EXPECT_FALSE(planner.finalCheckpointDue(false));
+    EXPECT_THROW(planner.setSlack(-1), std::invalid_argument);
 }
 
 TEST(DeadlinePlanner, KeepsTheSlowestCheckpointAndFollowsSlowIterations)

@@ -13,6 +13,7 @@ Clock systemClock();
 
 inline constexpr double defaultDeadlineMargin = 60.0;
 inline constexpr double defaultCheckpointSafetyFactor = 1.5;
+inline constexpr double defaultDeadlineSlack = 1.0;
 
 // Parses BATON_DEADLINE (epoch seconds, > 0) and BATON_DEADLINE_MARGIN (seconds, >= 0). An empty or
 // absent value gives nullopt; a malformed one throws std::invalid_argument naming the variable.
@@ -22,8 +23,9 @@ std::optional<double> parseMargin(std::string_view name, const char* value);
 // Plans the final checkpoint (SCR_Should_exit model). At each iteration boundary the training loop
 // asks finalCheckpointDue(); the final checkpoint must start now if waiting one more iteration would
 // let it commit later than deadline − margin:
-//     now + Ti + f · (Tsnap + Ts) · (1 + in flight) >= deadline − margin
-// where f is the safety factor and a checkpoint already in flight must commit first.
+//     now + Ti + f · (Tsnap + Ts) · (1 + in flight) + slack >= deadline − margin
+// where f is the safety factor, a checkpoint already in flight must commit first, and the slack (1 s by
+// default) absorbs a stalled iteration or a slow fsync on a busy node.
 class DeadlinePlanner {
 public:
     explicit DeadlinePlanner(Clock clock = systemClock());
@@ -31,6 +33,7 @@ public:
     void setDeadline(std::optional<double> deadline) { deadline_ = deadline; }
     void setMargin(double seconds);
     void setSafetyFactor(double factor);
+    void setSlack(double seconds);
     std::optional<double> deadline() const { return deadline_; }
     double margin() const { return margin_; }
 
@@ -55,6 +58,7 @@ private:
     std::optional<double> deadline_;
     double margin_ = defaultDeadlineMargin;
     double safety_ = defaultCheckpointSafetyFactor;
+    double slack_ = defaultDeadlineSlack;
     double iteration_ = 0;
     double checkpoint_ = 0;
     bool finalStarted_ = false;

@@ -24,6 +24,7 @@ struct PolicyOptions {
     std::optional<double> deadline; // epoch seconds, BATON_DEADLINE
     double deadlineMargin = defaultDeadlineMargin; // BATON_DEADLINE_MARGIN
     double safetyFactor = defaultCheckpointSafetyFactor;
+    double deadlineSlack = defaultDeadlineSlack; // seconds of extra lead for the final checkpoint
     double deviceSafetyFraction = defaultDeviceSafetyFraction;
     std::optional<TuningState> previous; // the previous job's tuning, from the last manifest
     AdaptiveOptions adaptive; // its targetPercent is taken from targetPercent
