@@ -77,7 +77,8 @@ RestoreResult Session::restore()
         const nlohmann::json& manifest = result.manifest;
         if (const auto tuning = manifest.find("tuning"); tuning != manifest.end() && !tuning->empty()) {
             try {
-                policy_.setPrevious(tuning->get<TuningState>());
+                previousTuning_ = tuning->get<TuningState>();
+                policy_.setPrevious(*previousTuning_);
             } catch (const std::invalid_argument& error) {
                 log(std::string("ignoring the checkpoint's tuning state, profiling again: ") + error.what());
             }
@@ -121,7 +122,11 @@ void Session::publishState()
         checkpointer_->setManifestField("sampler", nlohmann::json(sampler_->state()));
         checkpointer_->setEpoch(sampler_->epoch());
     }
-    checkpointer_->setManifestField("tuning", nlohmann::json(policy_.tuning()));
+    // Before this job has its own k, carry the previous job's tuning on rather than a placeholder.
+    if (!policy_.profiling())
+        checkpointer_->setManifestField("tuning", nlohmann::json(policy_.tuning()));
+    else if (previousTuning_)
+        checkpointer_->setManifestField("tuning", nlohmann::json(*previousTuning_));
 }
 
 void Session::collect(bool wait)

@@ -34,6 +34,9 @@ SessionOptions sessionOptions(const std::filesystem::path& dir, std::vector<std:
     SessionOptions options;
     options.checkpointer.chainDir = dir;
     options.checkpointer.keep = 1000;
+    // A generous target keeps k small even when the checkpoint is slow next to short iterations
+    // (a loaded machine, valgrind).
+    options.policy.targetPercent = 50;
     options.checkpointer.log = [log](std::string_view line) {
         if (log != nullptr)
             log->emplace_back(line);
@@ -64,7 +67,7 @@ std::vector<std::uint64_t> train(Session& session, ResumableSampler& sampler,
 TEST(Session, CheckpointsWithSamplerAndTuningAndResumesFromThem)
 {
     TempDir dir("baton-session");
-    std::vector<std::uint64_t> state(1 << 17); // 1 MiB
+    std::vector<std::uint64_t> state(1 << 15); // 256 KiB
     std::vector<std::uint64_t> reference;
     {
         ResumableSampler sampler(1000, 7);
@@ -78,7 +81,7 @@ TEST(Session, CheckpointsWithSamplerAndTuningAndResumesFromThem)
         ResumableSampler sampler(1000, 7);
         session.attachSampler(&sampler);
         EXPECT_FALSE(session.restore().restored);
-        train(session, sampler, state, 0, 150, std::chrono::milliseconds(4));
+        train(session, sampler, state, 0, 100, std::chrono::milliseconds(20));
         EXPECT_FALSE(session.policy().profiling());
         interval = session.interval();
         EXPECT_GE(interval, 1u);
@@ -107,7 +110,7 @@ TEST(Session, CheckpointsWithSamplerAndTuningAndResumesFromThem)
     session.onCheckpoint(
         [&](const SessionCheckpoint& done) { profiles += done.reason == CheckpointReason::Profile; });
     const auto drawn
-        = train(session, sampler, state, restored.iteration + 1, 40, std::chrono::milliseconds(4));
+        = train(session, sampler, state, restored.iteration + 1, 30, std::chrono::milliseconds(20));
     EXPECT_TRUE(std::equal(
         drawn.begin(), drawn.end(), reference.begin() + static_cast<long>(restored.iteration + 1)));
     EXPECT_EQ(profiles, 0u);
@@ -132,7 +135,7 @@ TEST(SessionCApi, DrivesTheCheckpointerAndRestores)
     TempDir dir("baton-session-c");
     std::vector<std::uint64_t> state(1024);
     baton_sampler* sampler = baton_sampler_create(100, 3, 1, 0, 0);
-    baton_session* session = baton_session_create(dir.path().c_str(), 5.0, 0);
+    baton_session* session = baton_session_create(dir.path().c_str(), 50.0, 0);
     ASSERT_NE(session, nullptr) << baton_session_last_error();
     ASSERT_EQ(baton_session_register_region(session, "state", state.data(), state.size() * 8), 0);
     ASSERT_EQ(baton_session_set_blob(session, "step", "abc", 3), 0);

@@ -87,6 +87,7 @@ private:
     std::unique_ptr<Checkpointer> checkpointer_;
     Policy policy_;
     ResumableSampler* sampler_ = nullptr;
+    std::optional<TuningState> previousTuning_;
     std::function<void(const SessionCheckpoint&)> onCheckpoint_;
     using SteadyClock = std::chrono::steady_clock;
     std::optional<SteadyClock::time_point> lastBoundary_;
