@@ -275,8 +275,11 @@ void Policy::checkpointFailed(const std::string& why)
     log(format("%s checkpoint failed: %s", toString(current_), why.c_str()));
     switch (current_) {
     case CheckpointReason::Profile:
+        // Time a fresh set of iterations before trying again, rather than failing at every boundary.
         profileCheckpointStarted_ = false;
         profileStall_ = 0;
+        cleanTimes_.clear();
+        updateTimes_.clear();
         break;
     case CheckpointReason::Deadline:
         planner_.finalCheckpointFailed();

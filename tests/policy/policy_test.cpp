@@ -69,6 +69,7 @@ TEST(Policy, FailedFinalCheckpointIsRetried)
     policy.onIteration(1.0);
     policy.checkpointFailed("No space left on device");
     EXPECT_TRUE(policy.profiling());
+    EXPECT_FALSE(policy.onIteration(1.0).checkpoint); // the failed one's iteration is not clean
     EXPECT_EQ(policy.onIteration(1.0).reason, CheckpointReason::Profile);
     policy.checkpointCommitted({ 0.1, 0.1, 1 });
     policy.requestCheckpoint(true);
