@@ -43,6 +43,8 @@ int main(int argc, char** argv)
             return group.run(std::span<const std::string>(args).subspan(1));
         } catch (const UsageError& error) {
             std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            if (std::string_view(error.what()).find("usage:") == std::string_view::npos)
+                std::cerr << "(usage: batonctl " << group.name << " --help)\n";
             return exitUsage;
         } catch (const baton::db::DbError& error) {
             std::cerr << "batonctl " << group.name << ": database error: " << error.what() << "\n";
