@@ -27,13 +27,10 @@ int checkOptionsAtSubmission(uid_t uid)
     }
 }
 
-int allocatorPostOpt(spank_t sp)
+int allocatorPostOpt(spank_t)
 {
-    uid_t uid = ::getuid();
-    if (!spankOk(spank_get_item(sp, S_JOB_UID, &uid), "spank_get_item(S_JOB_UID)")) {
-        uid = ::getuid();
-    }
-    return checkOptionsAtSubmission(uid);
+    // S_JOB_UID is not available in the allocator context: the submitting user is the job's user.
+    return checkOptionsAtSubmission(::getuid());
 }
 
 } // namespace baton::spank

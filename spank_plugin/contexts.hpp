@@ -13,6 +13,7 @@ int localUserInit(spank_t sp);
 
 // remote.cpp: slurmstepd.
 int remoteUserInit(spank_t sp);
+int remoteTaskInit(spank_t sp);
 int remoteTaskExit(spank_t sp);
 
 // Shared by allocator and local: checks the combination of options for the job's user, so that a bad

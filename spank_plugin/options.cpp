@@ -14,7 +14,12 @@ enum OptionId { OptBaton = 1, OptDir, OptOverhead, OptMargin };
 int onOption(int id, const char* optarg, int remote)
 {
     BatonOptions& options = batonOptions();
-    const std::string value = optarg ? optarg : "";
+    std::string value = optarg ? optarg : "";
+    // Slurm forwards an absent optional argument through the environment as the text "(null)"
+    // (e.g. sbatch --baton, then srun inside the job); parentheses are not valid in a chain name.
+    if (id == OptBaton && value == "(null)") {
+        value.clear();
+    }
     const char* name = id == OptBaton ? "--baton"
         : id == OptDir                ? "--baton-dir"
         : id == OptOverhead           ? "--baton-overhead"
@@ -77,6 +82,12 @@ PluginConfig& pluginConfig()
 {
     static PluginConfig config;
     return config;
+}
+
+std::optional<std::string>& configError()
+{
+    static std::optional<std::string> error;
+    return error;
 }
 
 bool registerOptions(spank_t sp)

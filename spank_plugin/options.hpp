@@ -22,6 +22,8 @@ struct BatonOptions {
 // The process's plugin state: set up by slurm_spank_init, filled by the option callbacks.
 BatonOptions& batonOptions();
 PluginConfig& pluginConfig();
+// Set when plugstack.conf is invalid in slurmstepd: steps with --baton are then refused with it.
+std::optional<std::string>& configError();
 
 // Registers the option table; false (logged) on failure.
 bool registerOptions(spank_t sp);

@@ -54,7 +54,12 @@ int slurm_spank_init(spank_t sp, int ac, char** av)
             pluginConfig() = parseConfig(std::vector<std::string>(av, av + ac));
         } catch (const std::exception& e) {
             logError(e.what());
-            return -1;
+            if (spank_context() != S_CTX_REMOTE) {
+                return -1; // sbatch, salloc and srun stop with the message
+            }
+            // In slurmstepd a failed init would fail (and for batch jobs drain the node for) every
+            // job; only jobs that use --baton are refused.
+            configError() = e.what();
         }
         return registerOptions(sp) ? 0 : -1;
     });
@@ -74,6 +79,11 @@ int slurm_spank_local_user_init(spank_t sp, int, char**)
 int slurm_spank_user_init(spank_t sp, int, char**)
 {
     return guarded("user_init", [&] { return spank_remote(sp) ? remoteUserInit(sp) : 0; });
+}
+
+int slurm_spank_task_init(spank_t sp, int, char**)
+{
+    return guarded("task_init", [&] { return spank_remote(sp) ? remoteTaskInit(sp) : 0; });
 }
 
 int slurm_spank_task_exit(spank_t sp, int, char**)

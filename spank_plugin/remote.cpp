@@ -14,6 +14,7 @@ extern "C" {
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <stdexcept>
 #include <unistd.h>
 
 namespace baton::spank {
@@ -38,6 +39,14 @@ std::optional<StepState>& stepState()
 {
     static std::optional<StepState> state;
     return state;
+}
+
+// Set when user_init refused the step; task_init then fails every task with this message. (Failing
+// user_init itself makes Slurm 22.05 record the job as COMPLETED with exit code 0.)
+std::optional<std::string>& refusal()
+{
+    static std::optional<std::string> message;
+    return message;
 }
 
 std::string stepName(std::uint32_t stepId)
@@ -150,37 +159,37 @@ void report(const StepState& state, StepEvent event)
 
 } // namespace
 
-int remoteUserInit(spank_t sp)
+namespace {
+
+// Prepares the step; throws with the reason when the step must be refused.
+void prepareStep(spank_t sp)
 {
-    if (!batonOptions().enabled) {
-        return 0;
+    if (const auto& error = configError()) {
+        throw std::runtime_error(*error);
     }
     StepState state;
     std::uint32_t stepId = 0;
     if (!spankOk(spank_get_item(sp, S_JOB_ID, &state.jobId), "spank_get_item(S_JOB_ID)")
         || !spankOk(spank_get_item(sp, S_JOB_STEPID, &stepId), "spank_get_item(S_JOB_STEPID)")
         || !readIds(sp, state)) {
-        return -1;
+        throw std::runtime_error("the job's ids are not available");
     }
     if (stepId == SLURM_EXTERN_CONT) {
-        return 0;
+        return;
     }
     state.step = stepName(stepId);
     state.node = nodeName(sp);
     const PluginConfig& config = pluginConfig();
-    try {
-        const UserInfo user = lookupUser(state.uid);
-        state.location
-            = resolveChainLocation(batonOptions(), config, user, jobEnv(sp, "SLURM_JOB_NAME").value_or(""));
+    const UserInfo user = lookupUser(state.uid);
+    state.location
+        = resolveChainLocation(batonOptions(), config, user, jobEnv(sp, "SLURM_JOB_NAME").value_or(""));
+    {
         ThreadCredentials asUser(state.uid, state.gid, state.groups);
         const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
         state.restartCount = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
         if (dir.created) {
             logVerbose("created chain directory " + dir.path);
         }
-    } catch (const std::exception& e) {
-        logError("job " + std::to_string(state.jobId) + " refused: " + e.what());
-        return -1;
     }
     if (!config.url.empty()) {
         state.url = parseHttpUrl(config.url);
@@ -199,13 +208,43 @@ int remoteUserInit(spank_t sp)
         && setJobEnv(sp, "BATON_KEEP", std::to_string(config.keep))
         && (config.url.empty() || setJobEnv(sp, "BATON_PROVISIONER_URL", config.url));
     if (!set) {
-        return -1;
+        throw std::runtime_error("cannot set the BATON_* environment");
     }
     stepState() = state;
     StepEvent event;
     event.kind = "step_start";
     report(state, event);
+}
+
+} // namespace
+
+int remoteUserInit(spank_t sp)
+{
+    if (!batonOptions().enabled) {
+        return 0;
+    }
+    // Never fail here: a failed user_init of a batch step makes Slurm 22.05 drain the node and record
+    // the job as COMPLETED. The refusal fails every task in task_init instead.
+    try {
+        prepareStep(sp);
+    } catch (const std::exception& e) {
+        std::uint32_t jobId = 0;
+        spankOk(spank_get_item(sp, S_JOB_ID, &jobId), "spank_get_item(S_JOB_ID)");
+        refusal() = "job " + std::to_string(jobId) + " refused: " + e.what();
+        logError(*refusal());
+    }
     return 0;
+}
+
+int remoteTaskInit(spank_t)
+{
+    if (!refusal()) {
+        return 0;
+    }
+    // In the task's process, before exec: stderr is the task's, so the user sees why it failed.
+    const std::string line = "baton: " + *refusal() + "\n";
+    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
+    return -1;
 }
 
 int remoteTaskExit(spank_t sp)
