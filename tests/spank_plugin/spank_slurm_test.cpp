@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <map>
@@ -329,6 +330,62 @@ TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
         "--chdir=/", "--baton", "--baton-dir=" + (layout_->chains / "root" / "envchain").string(), "--time=1",
         "true" });
     EXPECT_NE(foreign.exitCode, 0);
+}
+
+// The end-to-end case: a job with a one-minute limit commits its final checkpoint before the
+// limit, and the next job of the chain restores it. The program finds everything through BATON_*.
+TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
+{
+    const fs::path first = layout_->base.path() / "chain1.out";
+    const auto submitted = slurm({ "sbatch", "--wait", "--baton=ckchain", "--baton-margin=15", "--time=1",
+        "--output=" + first.string(), "--wrap=exec " + std::string(CKPT_CHAIN_JOB_PATH) });
+    const std::string firstJob = jobIdOf(submitted);
+    ASSERT_FALSE(firstJob.empty()) << submitted.output;
+    const std::string firstText = readText(first);
+    EXPECT_THAT(firstText, HasSubstr("restart count 0\nfresh start\n"));
+    const auto state = slurm({ "scontrol", "-o", "show", "job", firstJob });
+    EXPECT_THAT(state.output, HasSubstr("JobState=TIMEOUT")) << state.output;
+
+    // "final checkpoint iteration N committed at T, deadline D"
+    unsigned long long iteration = 0;
+    long long at = 0;
+    long long deadline = 0;
+    const auto line = firstText.find("final checkpoint iteration ");
+    ASSERT_NE(line, std::string::npos) << firstText;
+    ASSERT_EQ(
+        std::sscanf(firstText.c_str() + line,
+            "final checkpoint iteration %llu committed at %lld, deadline %lld", &iteration, &at, &deadline),
+        3)
+        << firstText;
+    EXPECT_LE(at, deadline - 10) << firstText;
+    // Slurm enforces limits on a ~30 s cadence: the job ended at or somewhat after its deadline.
+    const long long ended = endTimeOf(state.output);
+    EXPECT_GE(ended, deadline - 2) << state.output;
+    EXPECT_LE(ended, deadline + 45) << state.output;
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%012llu", iteration);
+    EXPECT_TRUE(fs::exists(layout_->chains / "root" / "ckchain" / name / "manifest.json"));
+
+    // The task was killed at the limit; its report names the final checkpoint.
+    const auto events = server_->eventsOf(std::stoll(firstJob), 2);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[1]["kind"], "task_exit");
+    EXPECT_EQ(events[1]["checkpoint"]["iteration"], iteration);
+    EXPECT_EQ(events[1]["checkpoint"]["name"], name);
+
+    const fs::path second = layout_->base.path() / "chain2.out";
+    const auto next
+        = slurm({ "sbatch", "--wait", "--baton=ckchain", "--time=1", "--output=" + second.string(),
+            "--wrap=exec " + std::string(CKPT_CHAIN_JOB_PATH) + " --run-seconds=2" });
+    ASSERT_EQ(next.exitCode, 0) << next.output << readText(second);
+    const std::string secondText = readText(second);
+    EXPECT_THAT(secondText,
+        HasSubstr("restart count 1\nrestored iteration " + std::to_string(iteration) + " verified"));
+    const auto nextEvents = server_->eventsOf(std::stoll(jobIdOf(next)), 1);
+    ASSERT_FALSE(nextEvents.empty());
+    EXPECT_EQ(nextEvents[0]["kind"], "step_start");
+    EXPECT_EQ(nextEvents[0]["restart_count"], 1);
+    EXPECT_EQ(nextEvents[0]["checkpoint"]["iteration"], iteration);
 }
 
 TEST(SpankPluginAlone, EventsAreSpooledWhenBatondIsAbsent)
