@@ -1,5 +1,7 @@
 #include "comparison.hpp"
 
+#include "validation.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -24,6 +26,15 @@ std::vector<std::optional<std::int64_t>> column(const ProtocolResult& r, std::si
 
 } // namespace
 
+double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before)
+{
+    std::vector<double> p;
+    for (const auto& j : trace)
+        if (j.submit < before)
+            p.push_back(j.recordedPriority);
+    return quantile(std::move(p), 0.5);
+}
+
 bool isLearnedPolicy(const std::string& name)
 {
     return name == "predict" || name == "checkpoint-aware";
@@ -45,6 +56,7 @@ ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
     c.warmupEnd = first + 7 * 86400;
     c.split = c.warmupEnd + (last - c.warmupEnd) / 2;
     c.evaluationEnd = last - 2 * c.protocol.limit;
+    c.protocol.probePriority = medianRecordedPriority(trace, c.split);
     return c;
 }
 

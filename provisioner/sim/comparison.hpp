@@ -44,8 +44,12 @@ struct Comparison {
 
 bool isLearnedPolicy(const std::string& name);
 
+// The median recorded-priority input of the jobs submitted before `before`: what probe jobs get.
+double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);
+
 // Defaults derived from the trace itself: warm-up of a week after the first job, the split in the
-// middle when none is given, evaluation ending two limits before the last submission.
+// middle when none is given, evaluation ending two limits before the last submission, probes with
+// the median recorded priority of the jobs before the split.
 ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace);
 
 // `pretrained`: use this predictor instead of training one. `trained` receives the predictor used.

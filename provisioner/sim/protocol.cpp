@@ -14,9 +14,11 @@ namespace {
 constexpr std::int64_t predecessorId = -1;
 constexpr std::int64_t successorId = -2;
 
-Job probeJob(std::int64_t id, std::int64_t submit, int nodes, std::int64_t limit)
+Job probeJob(std::int64_t id, std::int64_t submit, int nodes, const ProtocolConfig& config)
 {
+    const std::int64_t limit = config.limit;
     Job j;
+    j.recordedPriority = config.probePriority;
     j.id = id;
     j.submit = submit;
     j.nodes = nodes;
@@ -31,7 +33,7 @@ std::optional<std::int64_t> successorWait(
 {
     ++forks;
     Simulator f = sim.fork();
-    f.submit(probeJob(successorId, f.now(), nodes, config.limit));
+    f.submit(probeJob(successorId, f.now(), nodes, config));
     const auto start = f.runUntilStarted(successorId, f.now() + config.horizon);
     if (!start)
         return std::nullopt;
@@ -42,7 +44,7 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
     std::span<const Policy* const> policies, ProtocolResult& result)
 {
     const std::int64_t insertedAt = probe.now();
-    probe.submit(probeJob(predecessorId, insertedAt, nodes, config.limit));
+    probe.submit(probeJob(predecessorId, insertedAt, nodes, config));
     const auto predStart = probe.runUntilStarted(predecessorId, insertedAt + config.horizon);
     if (!predStart) {
         ++result.skippedProbes;
@@ -179,16 +181,20 @@ double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, 
 {
     if (interruptions.empty())
         return 0;
-    double cost = 0;
+    double lost = 0, forfeited = 0;
     for (const auto& i : interruptions) {
         if (!i)
-            cost += unstartedSeconds;
+            lost += unstartedSeconds;
         else if (*i >= 0)
-            cost += static_cast<double>(*i);
-        else
-            cost += handoverSeconds + handoverSeconds / limitSeconds * static_cast<double>(-*i);
+            lost += static_cast<double>(*i);
+        else {
+            lost += handoverSeconds;
+            forfeited += std::min(static_cast<double>(-*i), limitSeconds);
+        }
     }
-    return cost / static_cast<double>(interruptions.size());
+    const auto n = static_cast<double>(interruptions.size());
+    const double useful = std::max(limitSeconds - forfeited / n, 1.0);
+    return limitSeconds * (lost / n) / useful;
 }
 
 } // namespace baton::sim

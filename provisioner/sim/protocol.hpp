@@ -27,6 +27,7 @@ struct ProtocolConfig {
     std::int64_t interval = 4 * 3600;
     std::vector<int> shapes { 1, 8 };
     std::int64_t limit = 48 * 3600; // predecessor and successor limit
+    double probePriority = 0; // their recorded-priority input (a typical job's, say)
     std::int64_t tick = 60; // how often the policies decide
     std::int64_t horizon = 7 * 86400; // give up on a job that has not started this long after submission
     // Training data: every `sampleEvery` seconds of a predecessor's run, submit a successor in a fork
@@ -79,12 +80,14 @@ struct InterruptionMetrics {
 InterruptionMetrics summarize(
     std::span<const std::optional<std::int64_t>> interruptions, double tolerance, double handoverSeconds);
 
-// Costs that choose a policy's quantile on training probes: mean per probe, in seconds (lower is
-// better); a successor that never started counts as a gap of `unstartedSeconds`.
-// Symmetric (Mirage): a gap and an overlap waste the same, cost = |interruption|.
-// Handover (baton): a gap is lost time; an early start costs one handover checkpoint plus the forfeited
-// allocation priced at handover/limit per second (each forfeited limit-length of allocation eventually
-// means one more handover in the chain).
+// Costs that choose a policy's quantile on training probes (lower is better); a successor that never
+// started counts as a gap of `unstartedSeconds`.
+// Symmetric (Mirage): a gap and an overlap waste the same: mean |interruption|, seconds per probe.
+// Handover (baton): a gap is lost time and an early start costs one handover checkpoint; the overlap is
+// not double allocation (the predecessor exits at the handover) but it shortens the predecessor's useful
+// run, so a chain needs more jobs, hence more boundaries, to make the same progress. The cost is
+// therefore a rate: lost seconds per boundary / useful seconds per job, scaled to one limit-length job:
+//   limit * mean(max(x, 0) + handover * [x < 0]) / (limit - mean(max(-x, 0))).
 double symmetricCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds);
 double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds,
     double handoverSeconds, double limitSeconds);

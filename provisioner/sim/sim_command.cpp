@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -29,9 +30,9 @@ constexpr const char* usage = R"(usage:
       evaluate policies with Mirage's protocol; print a table, write DIR/compare.csv,
       DIR/interruptions.csv and DIR/interruptions.svg
 options:
-  --nodes N                cluster size (default 76)
-  --age-weight W           priority weight of age (default 1000)
-  --size-weight W          priority weight of job size (default 100)
+  --nodes N                cluster size (default 74)
+  --age-weight W           priority weight of age (default 100)
+  --size-weight W          priority weight of job size (default 10)
   --priority-weight W      priority weight of the trace's recorded priority (default 1000)
   --max-age-days D         age at which the age factor saturates (default 7)
   --split YYYY-MM-DD       train before, evaluate after (default: the middle of the trace)
@@ -137,9 +138,9 @@ std::string formatDate(std::int64_t t)
 SchedulerConfig schedulerFrom(Options& o)
 {
     SchedulerConfig c;
-    c.nodes = static_cast<int>(o.number("nodes", 76));
-    c.ageWeight = o.number("age-weight", 1000);
-    c.sizeWeight = o.number("size-weight", 100);
+    c.nodes = static_cast<int>(o.number("nodes", 74));
+    c.ageWeight = o.number("age-weight", 100);
+    c.sizeWeight = o.number("size-weight", 10);
     c.recordedWeight = o.number("priority-weight", 1000);
     c.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
     if (c.nodes <= 0 || c.maxAge <= 0)
@@ -165,7 +166,8 @@ std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
 
 int fitCommand(Options& o)
 {
-    auto base = schedulerFrom(o);
+    SchedulerConfig base;
+    base.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
     auto nodeCounts = o.integers("nodes", { 68, 72, 76, 80, 84 });
     const auto path = o.text("trace");
     o.finish();
@@ -179,8 +181,12 @@ int fitCommand(Options& o)
         { 1000, 100, 1000 }, { 100, 10, 1000 } };
     std::printf("%6s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", "nodes", "age", "size", "prio", "jobs",
         "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean", "sec");
-    double bestScore = -2;
-    std::string best;
+    struct Row {
+        SchedulerConfig config;
+        FitReport fit;
+        std::string line;
+    };
+    std::vector<Row> rows;
     for (int n : nodeCounts) {
         auto jobs = raw;
         prepareTrace(jobs, n);
@@ -199,15 +205,27 @@ int fitCommand(Options& o)
                 w.recorded, r.jobs, r.medianAbsError, r.p90AbsError, r.correlation, r.logCorrelation,
                 r.recordedMeanWait, r.simulatedMeanWait, r.replaySeconds);
             std::puts(line);
-            // Best fit: the correlation of the waits, raw and on a log scale, equally weighted.
-            const double score = r.correlation + r.logCorrelation;
-            if (score > bestScore) {
-                bestScore = score;
-                best = line;
-            }
+            rows.push_back({ c, r, line });
         }
     }
-    std::printf("best (highest corr + logcorr):\n%s\n", best.c_str());
+    // Best fit: the smallest sum of ranks over the four figures (both errors low, both correlations high),
+    // so that no single figure decides.
+    std::vector<double> score(rows.size(), 0);
+    auto rankBy = [&](auto key) {
+        std::vector<std::size_t> idx(rows.size());
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(),
+            [&](std::size_t a, std::size_t b) { return key(rows[a]) < key(rows[b]); });
+        for (std::size_t r = 0; r < idx.size(); ++r)
+            score[idx[r]] += static_cast<double>(r);
+    };
+    rankBy([](const Row& r) { return r.fit.medianAbsError; });
+    rankBy([](const Row& r) { return r.fit.p90AbsError; });
+    rankBy([](const Row& r) { return -r.fit.correlation; });
+    rankBy([](const Row& r) { return -r.fit.logCorrelation; });
+    const auto best = std::min_element(score.begin(), score.end()) - score.begin();
+    std::printf(
+        "best fit (smallest rank sum of medAE, p90AE, -corr, -logcorr):\n%s\n", rows[best].line.c_str());
     return 0;
 }
 
@@ -215,8 +233,10 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
 {
     ComparisonConfig c = defaultComparisonConfig(trace);
     c.scheduler = scheduler;
-    if (const auto split = o.text("split"); !split.empty())
+    if (const auto split = o.text("split"); !split.empty()) {
         c.split = parseDate(split);
+        c.protocol.probePriority = medianRecordedPriority(trace, c.split);
+    }
     c.protocol.interval = static_cast<std::int64_t>(o.number("interval-hours", 4) * 3600);
     c.protocol.shapes = o.integers("shapes", { 1, 8 });
     c.tolerance = o.number("tolerance-seconds", 600);
@@ -309,8 +329,6 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
         pretrained = std::make_shared<const WaitPredictor>(WaitPredictor::load(modelIn));
     std::shared_ptr<const WaitPredictor> used;
     const auto r = runComparison(trace, config, pretrained, &used);
-    if (!modelOut.empty() && used)
-        used->save(modelOut);
 
     std::cout << "cluster " << scheduler.nodes << " nodes; warm-up until " << formatDate(config.warmupEnd)
               << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
@@ -332,6 +350,10 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     if (writeFiles) {
         writeOutputs(r, outDir, config);
         std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg\n";
+    }
+    if (!modelOut.empty() && used) {
+        used->save(modelOut);
+        std::cout << "saved the predictor to " << modelOut << '\n';
     }
     return 0;
 }
