@@ -96,11 +96,13 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
 
     // Choose the quantiles on the held-out end of the training period, under each policy's cost.
     double qPredict = 0.5, qCheckpoint = 0.5;
+    int persistPredict = 1, persistCheckpoint = 1;
     if (learned) {
         auto t0 = std::chrono::steady_clock::now();
         std::vector<QuantilePolicy> candidates;
         for (double q : config.quantileGrid)
-            candidates.emplace_back("q", predictor, q);
+            for (int persist : config.persistGrid)
+                candidates.emplace_back("q", predictor, q, 0.0, persist);
         std::vector<const Policy*> ptrs;
         for (const auto& c : candidates)
             ptrs.push_back(&c);
@@ -119,10 +121,12 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
             if (k == 0 || sym < bestSym) {
                 bestSym = sym;
                 qPredict = candidates[k].q();
+                persistPredict = candidates[k].persist();
             }
             if (k == 0 || hand < bestHand) {
                 bestHand = hand;
                 qCheckpoint = candidates[k].q();
+                persistCheckpoint = candidates[k].persist();
             }
         }
         out.calibrateSeconds = secondsSince(t0);
@@ -136,9 +140,11 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "avg")
             policies.push_back(std::make_unique<AveragePolicy>());
         else if (name == "predict")
-            policies.push_back(std::make_unique<QuantilePolicy>(name, predictor, qPredict));
+            policies.push_back(
+                std::make_unique<QuantilePolicy>(name, predictor, qPredict, 0.0, persistPredict));
         else if (name == "checkpoint-aware")
-            policies.push_back(std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint));
+            policies.push_back(
+                std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
         else
             throw std::invalid_argument(
                 "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware)");
@@ -155,10 +161,13 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     for (std::size_t k = 0; k < policies.size(); ++k) {
         PolicyRow row;
         row.name = config.policies[k];
-        if (row.name == "predict")
+        if (row.name == "predict") {
             row.q = qPredict;
-        else if (row.name == "checkpoint-aware")
+            row.persist = persistPredict;
+        } else if (row.name == "checkpoint-aware") {
             row.q = qCheckpoint;
+            row.persist = persistCheckpoint;
+        }
         row.interruptions = column(r, k);
         row.metrics = summarize(row.interruptions, config.tolerance, config.handoverSeconds);
         out.rows.push_back(std::move(row));

@@ -21,6 +21,7 @@ struct ComparisonConfig {
     std::int64_t sampleEvery = 3 * 3600;
     double calibrationFraction = 0.2; // the last part of the training period, held out
     std::vector<double> quantileGrid { 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98 };
+    std::vector<int> persistGrid { 1 }; // ticks a crossing must last ({1, 10, 30} chose 1 on ls6)
     double tolerance = 600;
     double handoverSeconds = 60;
     TrainOptions training;
@@ -30,6 +31,7 @@ struct ComparisonConfig {
 struct PolicyRow {
     std::string name;
     double q = std::nan(""); // chosen quantile, for learned policies
+    int persist = 0; // chosen persistence in ticks, for learned policies
     InterruptionMetrics metrics;
     std::vector<std::optional<std::int64_t>> interruptions;
 };

@@ -19,13 +19,16 @@ std::size_t AveragePolicy::firstSubmit(std::span<const DecisionPoint> points) co
     return points.size();
 }
 
-QuantilePolicy::QuantilePolicy(
-    std::string name, std::shared_ptr<const WaitPredictor> predictor, double q, double marginSeconds)
+QuantilePolicy::QuantilePolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor, double q,
+    double marginSeconds, int persist)
     : name_(std::move(name))
     , predictor_(std::move(predictor))
     , q_(q)
     , margin_(marginSeconds)
+    , persist_(persist)
 {
+    if (persist < 1)
+        throw std::invalid_argument("a crossing must persist for at least one tick");
     if (!predictor_)
         throw std::invalid_argument("a quantile policy needs a predictor");
     if (!(q > 0 && q < 1))
@@ -45,9 +48,14 @@ std::size_t QuantilePolicy::firstSubmit(std::span<const DecisionPoint> points) c
             rows.push_back(p.features);
         meanLog = predictor_->predictLog(rows);
     }
-    for (std::size_t i = 0; i < points.size(); ++i)
-        if (predictor_->quantileSeconds(meanLog[i], q_) >= static_cast<double>(points[i].remaining) - margin_)
+    int run = 0;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+        const bool crossed = predictor_->quantileSeconds(meanLog[i], q_)
+            >= static_cast<double>(points[i].remaining) - margin_;
+        run = crossed ? run + 1 : 0;
+        if (run >= persist_)
             return i;
+    }
     return points.size();
 }
 

@@ -48,22 +48,25 @@ public:
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
 };
 
-// Submit once the predicted q-quantile of the successor's wait reaches the predecessor's remaining
-// time minus a margin. `predict` and `checkpoint-aware` are this rule with a q chosen on the training
-// period under different cost models (see protocol.hpp).
+// Submit once the predicted q-quantile of the successor's wait has reached the predecessor's remaining
+// time minus a margin on `persist` consecutive ticks (1 = at the first crossing; more ignores a
+// momentary spike of the queue). `predict` and `checkpoint-aware` are this rule with a q chosen on the
+// training period under different cost models (see protocol.hpp).
 class QuantilePolicy final : public Policy {
 public:
-    QuantilePolicy(
-        std::string name, std::shared_ptr<const WaitPredictor> predictor, double q, double marginSeconds = 0);
+    QuantilePolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor, double q,
+        double marginSeconds = 0, int persist = 1);
     std::string name() const override { return name_; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
     double q() const { return q_; }
+    int persist() const { return persist_; }
 
 private:
     std::string name_;
     std::shared_ptr<const WaitPredictor> predictor_;
     double q_;
     double margin_;
+    int persist_;
 };
 
 } // namespace baton::sim

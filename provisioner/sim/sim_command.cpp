@@ -254,17 +254,18 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
 void printTable(const Comparison& r, std::ostream& out)
 {
     char line[256];
-    std::snprintf(line, sizeof line, "%-17s %5s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s\n", "policy", "q",
-        "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
+    std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s\n", "policy", "q",
+        "pers", "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
         "effOvl(m)");
     out << line;
     for (const auto& row : r.rows) {
         const auto& m = row.metrics;
         std::snprintf(line, sizeof line,
-            "%-17s %5s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f\n", row.name.c_str(),
-            std::isnan(row.q) ? "-" : std::to_string(row.q).substr(0, 4).c_str(), m.count, m.mean / 60,
-            m.median / 60, m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60,
-            m.meanGap / 60, 100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
+            "%-17s %5s %4s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f\n", row.name.c_str(),
+            std::isnan(row.q) ? "-" : std::to_string(row.q).substr(0, 4).c_str(),
+            row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
+            m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
+            100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
         out << line;
     }
 }
@@ -274,7 +275,8 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
     std::filesystem::create_directories(dir);
     {
         std::ofstream csv(dir / "compare.csv");
-        csv << "policy,q,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,mean_overlap_s,"
+        csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
+               "mean_overlap_s,"
                "mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,handover_s\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
