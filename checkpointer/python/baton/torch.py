@@ -36,6 +36,7 @@ import json
 import os
 import pickle
 import random
+import time
 import types
 from itertools import chain
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -218,8 +219,12 @@ class Checkpointer:
 
     chain_dir: the chain directory; default ``BATON_CHAIN_DIR`` (and ``BATON_KEEP``) from the
     environment, as the SPANK plugin sets it.
-    interval: checkpoint every `interval` iterations; ``None`` leaves the interval to the native policy
-    (profiled, adaptive, deadline- and signal-aware) when the module has one.
+    interval: checkpoint every `interval` iterations. ``None`` (the default) hands the decision to the
+    native policy: it profiles the first iterations, picks the interval that keeps the overhead under
+    ``BATON_OVERHEAD`` percent, adapts it, takes a final checkpoint before ``BATON_DEADLINE`` minus
+    ``BATON_DEADLINE_MARGIN`` and, with `signals`, on SIGUSR1 and SIGTERM; ``should_exit`` turns true
+    once a final checkpoint has committed. The tuned interval travels along the chain in the manifest.
+    signals: install the policy's SIGUSR1/SIGTERM handlers (only with the policy).
     state: a dict of plain data saved with every checkpoint and restored by ``restore()`` (for example
     the length of a log file that a resumed run truncates to).
     """
@@ -227,7 +232,8 @@ class Checkpointer:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
                  sampler: Optional[ResumableSampler] = None, *, chain_dir: Optional[str] = None,
                  interval: Optional[int] = None, keep: Optional[int] = None, strict: bool = True,
-                 options: Optional["_native.Options"] = None):
+                 signals: bool = True, options: Optional["_native.Options"] = None,
+                 policy_options: Optional["_native.PolicyOptions"] = None):
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
         if options is None:
@@ -246,6 +252,14 @@ class Checkpointer:
         self.state: Dict[str, Any] = {}
         self.restored_from: Optional[str] = None
         self._native = _native.Checkpointer(options)
+        self._signals = signals
+        self._policy_options = policy_options
+        self._policy: Optional["_native.Policy"] = None
+        self._outstanding: Optional[int] = None  # iteration of a started checkpoint not yet reported
+        self._last_boundary = time.perf_counter()
+        self._update_seconds = -1.0
+        if interval is None:
+            self._start_policy(None)
         self._pending = False
         self._closed = False
         self._regions: Dict[str, tuple] = {}
@@ -267,9 +281,15 @@ class Checkpointer:
         return self._native.options.chain_dir
 
     @property
+    def policy(self) -> Optional["_native.Policy"]:
+        return self._policy
+
+    @property
     def should_exit(self) -> bool:
-        """True once the final checkpoint before the deadline (or after SIGTERM) has committed."""
-        return self._native.should_exit if hasattr(self._native, "should_exit") else False
+        """True once the final checkpoint before the deadline (or after SIGTERM) has committed: the
+        training loop should end; the next job of the chain continues from that checkpoint."""
+        self._report_outcome()
+        return self._policy is not None and self._policy.should_exit
 
     def restore(self) -> bool:
         """Restores the newest verified checkpoint of the chain; False when there is none (fresh start).
@@ -296,6 +316,9 @@ class Checkpointer:
             raise RestoreError(f"{result.dir} has no {_STATE_BLOB} blob: it was not written by baton.torch")
         self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
         self.restored_from = result.dir
+        if self._policy is not None:
+            self._start_policy(result.manifest.get("tuning") or None)
+        self._last_boundary = time.perf_counter()
         return True
 
     def checkpoint_now(self) -> bool:
@@ -317,10 +340,16 @@ class Checkpointer:
             return True
         self._boundary()
         ok = self._native.wait()
+        self._report_outcome()
         last = self._native.last_checkpoint()
-        if final_checkpoint and self.iteration > 0 and not (last.committed and last.iteration == self.iteration):
+        # After a final checkpoint, later iterations are left to the next job: a synchronous checkpoint
+        # now could miss the deadline that the final one was planned for.
+        done = (last.committed and last.iteration == self.iteration) or self.should_exit
+        if final_checkpoint and self.iteration > 0 and not done:
             ok = self.checkpoint_now()
         self._unhook()
+        if self._policy is not None:
+            self._policy.disable_signals()
         self._closed = True
         return ok
 
@@ -339,7 +368,9 @@ class Checkpointer:
         def step(optimizer, *args, **kwargs):
             self._boundary()
             self._native.before_update()
+            begin = time.perf_counter()
             result = original(*args, **kwargs)
+            self._update_seconds = time.perf_counter() - begin
             self.iteration += 1
             self._pending = True
             return result
@@ -358,24 +389,66 @@ class Checkpointer:
             return
         self._pending = False
         iteration = self.iteration
-        if self._due(iteration):
-            if self._native.in_flight:
-                self._native.request_checkpoint(iteration)  # refused and counted as dropped
-            else:
-                self._prepare_checkpoint(iteration)
-                self._native.request_checkpoint(iteration)
+        now = time.perf_counter()
         self._native.after_update(iteration)
+        self._report_outcome()
+        if self._policy is None:
+            if iteration % self.interval == 0:
+                if self._native.in_flight:
+                    self._native.request_checkpoint(iteration)  # refused and counted as dropped
+                else:
+                    self._start_checkpoint(iteration)
+        else:
+            decision = self._policy.on_iteration(now - self._last_boundary, self._update_seconds)
+            if decision.checkpoint:
+                if self._native.in_flight:
+                    # Only a signal or the deadline asks while one is in flight: it must not be dropped.
+                    self._native.wait()
+                    self._report_outcome()
+                self._start_checkpoint(iteration)
+        self._last_boundary = now
 
-    def _due(self, iteration: int) -> bool:
-        if self.interval is not None:
-            return iteration % self.interval == 0
-        return self._native.checkpoint_due(iteration)
+    def _start_checkpoint(self, iteration: int) -> None:
+        self._prepare_checkpoint(iteration)
+        if self._native.request_checkpoint(iteration):
+            self._outstanding = iteration
+        elif self._policy is not None:
+            self._policy.checkpoint_failed("a checkpoint was still in flight")
+
+    def _report_outcome(self) -> None:
+        """Tells the policy how the started checkpoint ended, once it has."""
+        if self._outstanding is None or self._native.in_flight:
+            return
+        self._outstanding = None
+        stats = self._native.last_checkpoint()
+        if self._policy is None:
+            return
+        if stats.committed:
+            self._policy.checkpoint_committed(stats.snapshot_seconds, stats.persist_seconds, stats.bytes)
+        else:
+            self._policy.checkpoint_failed(stats.error or "the checkpoint did not commit")
+
+    def _start_policy(self, previous_tuning: Optional[Dict[str, Any]]) -> None:
+        if self._policy is not None:
+            self._policy.disable_signals()  # one set of handlers per process
+        options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        if previous_tuning:
+            try:
+                options.previous = previous_tuning
+            except ValueError as error:  # a chain written by another version: profile afresh
+                print(f"baton: ignoring the previous job's tuning ({error})", flush=True)
+        self._policy = _native.Policy(options)
+        self._policy.log_to_stderr()
+        if self._signals:
+            self._policy.enable_signals()
 
     # -- what goes into a checkpoint --
 
     def _prepare_checkpoint(self, iteration: int) -> None:
         self._sync_regions()
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
+        if self._policy is not None:
+            self._native.set_manifest_field("tuning", self._policy.tuning)
         if self.sampler is not None:
             self._native.set_epoch(self.sampler.epoch)
             self._native.set_manifest_field("sampler", self.sampler.state_dict())
@@ -427,6 +500,8 @@ class Checkpointer:
                 continue
             self._native.register_region(name, tensor)
             self._regions[name] = key
+        if self._policy is not None:
+            self._policy.set_checkpoint_bytes(sum(size for _, size, _ in self._regions.values()))
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout
