@@ -167,6 +167,8 @@ class ResumableSampler(torch.utils.data.Sampler):
                 num_replicas = torch.distributed.get_world_size() if distributed else 1
             if rank is None:
                 rank = torch.distributed.get_rank() if distributed else 0
+        if not hasattr(_native, "ResumableSampler"):
+            raise RuntimeError("this build of baton has no resumable sampler (built without the policy)")
         try:
             self._native = _native.ResumableSampler(size, seed, num_replicas, rank, drop_last)
         except ValueError as error:
@@ -236,6 +238,8 @@ class Checkpointer:
                  policy_options: Optional["_native.PolicyOptions"] = None):
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
+        if interval is None and not hasattr(_native, "Policy"):
+            raise ValueError("this build of baton has no checkpoint policy: pass interval=")
         if options is None:
             options = _native.Options.from_environment() if chain_dir is None else _native.Options()
         if chain_dir is not None:
@@ -263,6 +267,7 @@ class Checkpointer:
         self._pending = False
         self._closed = False
         self._regions: Dict[str, tuple] = {}
+        self._device_regions: List[str] = []
         self._layout: Dict[str, Any] = {}
         self._original_step = optimizer.step
         self._wrap_optimizer_step()
@@ -410,6 +415,8 @@ class Checkpointer:
 
     def _start_checkpoint(self, iteration: int) -> None:
         self._prepare_checkpoint(iteration)
+        if self._policy is not None and self._device_regions:
+            self._native.set_device_snapshot(self._policy.snapshot_target == "device")
         if self._native.request_checkpoint(iteration):
             self._outstanding = iteration
         elif self._policy is not None:
@@ -500,8 +507,13 @@ class Checkpointer:
                 continue
             self._native.register_region(name, tensor)
             self._regions[name] = key
+        self._device_regions = sorted({device for _, _, device in self._regions.values() if device != "cpu"})
         if self._policy is not None:
             self._policy.set_checkpoint_bytes(sum(size for _, size, _ in self._regions.values()))
+            if self._device_regions:
+                device = torch.device(self._device_regions[0])
+                self._policy.set_device_memory(torch.cuda.max_memory_allocated(device),
+                                               torch.cuda.get_device_properties(device).total_memory)
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout

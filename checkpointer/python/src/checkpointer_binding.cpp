@@ -197,6 +197,9 @@ void bindCheckpointer(py::module_& module)
             "iteration"_a, py::call_guard<py::gil_scoped_release>())
         .def(
             "wait", [](Self& self) { return self.impl().wait(); }, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "set_device_snapshot", [](Self& self, bool onDevice) { self.impl().setDeviceSnapshot(onDevice); },
+            "on_device"_a, "Snapshot device regions into spare device memory instead of pinned host memory.")
         .def_property_readonly("in_flight", [](Self& self) { return self.impl().inFlight(); })
         .def("restore",
             [](Self& self) {
