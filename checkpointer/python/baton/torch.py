@@ -255,6 +255,9 @@ class Checkpointer:
         self.iteration = 0
         self.state: Dict[str, Any] = {}
         self.restored_from: Optional[str] = None
+        # Seconds the training thread spent starting the last checkpoint (collecting the state and
+        # handing it over); the wait for its snapshot is native.last_checkpoint().stall_seconds.
+        self.last_start_seconds = 0.0
         self._native = _native.Checkpointer(options)
         self._signals = signals
         self._policy_options = policy_options
@@ -414,10 +417,13 @@ class Checkpointer:
         self._last_boundary = now
 
     def _start_checkpoint(self, iteration: int) -> None:
+        begin = time.perf_counter()
         self._prepare_checkpoint(iteration)
         if self._policy is not None and self._device_regions:
             self._native.set_device_snapshot(self._policy.snapshot_target == "device")
-        if self._native.request_checkpoint(iteration):
+        started = self._native.request_checkpoint(iteration)
+        self.last_start_seconds = time.perf_counter() - begin
+        if started:
             self._outstanding = iteration
         elif self._policy is not None:
             self._policy.checkpoint_failed("a checkpoint was still in flight")
