@@ -34,7 +34,8 @@ def parse_args(argv):
     parser.add_argument("--chain-dir", help="chain directory (default: BATON_CHAIN_DIR)")
     parser.add_argument("--checkpoint-every", type=int, metavar="K",
                         help="checkpoint every K steps (default: the interval the checkpointer's policy picks)")
-    parser.add_argument("--loss-log", help="append 'step loss' per step to this file (a resumed run continues it)")
+    parser.add_argument("--loss-log", help="append 'step loss' per step to this file; a resumed run continues it "
+                        "(default: loss.log in the chain directory)")
     parser.add_argument("--final-state", help="torch.save the final model, optimizer and scheduler state here")
     parser.add_argument("--no-checkpoint", action="store_true", help="train without checkpointing")
     return parser.parse_args(argv)
@@ -127,7 +128,8 @@ def train(args):
         if ckpt.restore():
             print(f"resumed from step {ckpt.iteration} ({ckpt.restored_from})", flush=True)
     step = ckpt.iteration if ckpt else 0
-    log = LossLog(args.loss_log, ckpt.state.get("loss_log_bytes", 0) if ckpt else 0)
+    loss_log = args.loss_log or (os.path.join(ckpt.chain_dir, "loss.log") if ckpt else None)
+    log = LossLog(loss_log, ckpt.state.get("loss_log_bytes", 0) if ckpt else 0)
 
     model.train()
     while step < args.steps and not (ckpt and ckpt.should_exit):

@@ -5,10 +5,13 @@ re-registration of optimizer state, strictness, the sampler).
 Exit status: 0 passed, 1 failed, 77 skipped (numpy or torch missing).
 """
 
+import json
 import os
 import pickle
+import signal
 import sys
 import tempfile
+import time
 import unittest
 
 try:
@@ -250,6 +253,58 @@ class SamplerTest(unittest.TestCase):
             baton.torch.ResumableSampler(50, seed=5).load_state_dict(state)
         with self.assertRaises(ValueError):
             baton.torch.ResumableSampler(3, seed=0, num_replicas=2, rank=2)
+
+
+@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
+class PolicyTest(TempChain):
+    def train_until_exit(self, ckpt, parts, seconds):
+        model, optimizer, scheduler = parts
+        generator = torch.Generator().manual_seed(1)
+        give_up = time.monotonic() + seconds
+        while not ckpt.should_exit and time.monotonic() < give_up:
+            train_steps(model, optimizer, scheduler, 1, generator)
+            time.sleep(0.002)
+
+    def test_final_checkpoint_commits_before_the_deadline(self):
+        parts = build()
+        policy = baton.PolicyOptions()
+        policy.deadline = time.time() + 6
+        policy.deadline_margin = 3
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False, policy_options=policy)
+        self.train_until_exit(ckpt, parts, 20)
+        self.assertTrue(ckpt.should_exit)
+        stats = ckpt.native.last_checkpoint()
+        self.assertTrue(stats.committed)
+        ckpt.close()
+        newest = sorted(n for n in os.listdir(self.chain) if n.startswith("ckpt-"))[-1]
+        with open(os.path.join(self.chain, newest, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        self.assertLessEqual(manifest["created_unix"], policy.deadline - policy.deadline_margin)
+        self.assertEqual(manifest["iteration"], stats.iteration)
+        self.assertGreaterEqual(manifest["tuning"]["interval"], 1)
+
+    def test_sigterm_checkpoints_and_asks_to_exit(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain)
+        train_steps(*parts, 3, torch.Generator().manual_seed(1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.train_until_exit(ckpt, parts, 20)
+        self.assertTrue(ckpt.should_exit)
+        self.assertTrue(ckpt.native.last_checkpoint().committed)
+        ckpt.close()
+
+    def test_tuning_travels_to_the_next_job(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        train_steps(*parts, 40, torch.Generator().manual_seed(1))
+        ckpt.close()
+        self.assertFalse(ckpt.policy.profiling)
+        tuning = ckpt.policy.tuning
+        parts = build()
+        again = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        self.assertTrue(again.restore())
+        self.assertEqual(again.previous_tuning, tuning)  # the new policy starts from it
+        again.close(final_checkpoint=False)
 
 
 if __name__ == "__main__":

@@ -255,6 +255,7 @@ class Checkpointer:
         self.iteration = 0
         self.state: Dict[str, Any] = {}
         self.restored_from: Optional[str] = None
+        self.previous_tuning: Optional[Dict[str, Any]] = None  # the restored checkpoint's policy tuning
         # Seconds the training thread spent starting the last checkpoint (collecting the state and
         # handing it over); the wait for its snapshot is native.last_checkpoint().stall_seconds.
         self.last_start_seconds = 0.0
@@ -324,8 +325,9 @@ class Checkpointer:
             raise RestoreError(f"{result.dir} has no {_STATE_BLOB} blob: it was not written by baton.torch")
         self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
         self.restored_from = result.dir
+        self.previous_tuning = result.manifest.get("tuning") or None
         if self._policy is not None:
-            self._start_policy(result.manifest.get("tuning") or None)
+            self._start_policy(self.previous_tuning)
         self._last_boundary = time.perf_counter()
         return True
 
