@@ -142,7 +142,9 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:
-    return (tensor.data_ptr(), tensor.element_size() * tensor.numel(), str(tensor.device))
+    device = tensor.device
+    return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
+            "cpu" if device.type == "cpu" else str(device))
 
 
 # --- the sampler --------------------------------------------------------------------------------------
@@ -490,7 +492,8 @@ class Checkpointer:
         }
 
     def _tensors(self) -> Dict[str, torch.Tensor]:
-        tensors = {f"model/{name}": t for name, t in self.model.state_dict().items()}
+        # keep_vars: the parameters themselves, not detached views made anew at every call
+        tensors = {f"model/{name}": t for name, t in self.model.state_dict(keep_vars=True).items()}
         for index, values in self.optimizer.state_dict()["state"].items():
             for key, value in values.items():
                 if isinstance(value, torch.Tensor):
