@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include <xxhash.h>
+#include "hash.hpp"
 
 #include "io.hpp"
 
@@ -59,7 +59,7 @@ public:
                 continue;
             }
             std::uint64_t segmentEnd = std::min(end, sorted_[next_]->offset + sorted_[next_]->size);
-            XXH3_64bits_update(states_[next_].get(), data + (at - start), segmentEnd - at);
+            xxh3Update(states_[next_].get(), data + (at - start), segmentEnd - at);
             at = segmentEnd;
         }
         return true;
@@ -115,24 +115,35 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
     bool readerDone = false;
     bool stop = false;
     std::string readError;
-    std::thread readerThread([&] {
-        std::uint64_t position = 0;
+    // Two readers keep two requests in flight (as kernel read-ahead does); chunks are published to the
+    // checker in file order.
+    constexpr unsigned kReaders = 2;
+    std::size_t chunks = static_cast<std::size_t>((size + kReadChunk - 1) / kReadChunk);
+    std::vector<bool> chunkDone(chunks, false);
+    std::size_t nextToPublish = 0;
+    unsigned readersLeft = kReaders;
+    auto readChunks = [&](unsigned first) {
         try {
-            while (position < size) {
+            for (std::size_t chunk = first; chunk < chunks; chunk += kReaders) {
                 {
                     std::lock_guard lock(mutex);
                     if (stop)
                         break;
                 }
-                std::size_t got = reader.read(destination + position, chunkLength(position, size));
-                if (got == 0) {
+                std::uint64_t offset = static_cast<std::uint64_t>(chunk) * kReadChunk;
+                std::size_t want = std::min<std::uint64_t>(kReadChunk, size - offset);
+                std::size_t got = reader.readAt(destination + offset, offset, chunkLength(offset, size));
+                if (got < want) {
                     std::lock_guard lock(mutex);
-                    readError = path.string() + " ended early at byte " + std::to_string(position);
+                    readError = path.string() + " ended early at byte " + std::to_string(offset + got);
                     break;
                 }
-                position = std::min<std::uint64_t>(position + got, size);
                 std::lock_guard lock(mutex);
-                readUpTo = position;
+                chunkDone[chunk] = true;
+                while (nextToPublish < chunks && chunkDone[nextToPublish])
+                    ++nextToPublish;
+                readUpTo
+                    = std::min<std::uint64_t>(static_cast<std::uint64_t>(nextToPublish) * kReadChunk, size);
                 arrived.notify_all();
             }
         } catch (const std::exception& e) {
@@ -140,9 +151,13 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
             readError = e.what();
         }
         std::lock_guard lock(mutex);
-        readerDone = true;
+        if (--readersLeft == 0)
+            readerDone = true;
         arrived.notify_all();
-    });
+    };
+    std::vector<std::thread> readers;
+    for (unsigned r = 0; r < kReaders; ++r)
+        readers.emplace_back(readChunks, r);
 
     std::string reason;
     std::uint64_t checked = 0;
@@ -168,7 +183,8 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
         std::lock_guard lock(mutex);
         stop = true;
     }
-    readerThread.join();
+    for (auto& r : readers)
+        r.join();
     if (reason.empty() && !readError.empty())
         reason = readError;
     return reason;
