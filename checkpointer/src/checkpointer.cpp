@@ -309,9 +309,8 @@ void Checkpointer::Impl::persist(Job& job)
         }
     } else {
         std::error_code ec;
-        fs::remove_all(options.chainDir
-                / ("." + checkpointDirName(job.iteration) + ".tmp-" + std::to_string(::getpid())),
-            ec);
+        fs::remove_all(
+            options.chainDir / ("." + checkpointDirName(job.iteration) + ".tmp-" + temporaryOwnerTag()), ec);
         log("checkpoint of iteration " + std::to_string(job.iteration)
             + " failed, training continues and the previous checkpoint stays valid: " + error);
     }
@@ -334,7 +333,7 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
 
     const fs::path& chain = options.chainDir;
     std::string name = checkpointDirName(job.iteration);
-    fs::path temporary = chain / ("." + name + ".tmp-" + std::to_string(::getpid()));
+    fs::path temporary = chain / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
     fs::remove_all(temporary, ec);
     if (!fs::create_directory(temporary, ec) || ec)
