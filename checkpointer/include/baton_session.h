@@ -38,6 +38,9 @@ int baton_session_restore(baton_session* session, uint64_t* iteration);
 /* Size of a restored blob, copying it into buffer when capacity suffices; -1 when there is none. */
 int64_t baton_session_blob(const baton_session* session, const char* name, void* buffer, size_t capacity);
 
+/* Checkpoint at the next step; exit_after != 0 makes it final (should_exit once it commits). */
+int baton_session_request_checkpoint(baton_session* session, int exit_after);
+
 int baton_session_before_update(baton_session* session);
 /* At the end of iteration `iteration`: 1 a checkpoint started, 0 none, -1 error. */
 int baton_session_step(baton_session* session, uint64_t iteration);

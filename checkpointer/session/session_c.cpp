@@ -141,6 +141,14 @@ int64_t baton_session_blob(const baton_session* session, const char* name, void*
     return static_cast<int64_t>(found->second.size());
 }
 
+int baton_session_request_checkpoint(baton_session* session, int exit_after)
+{
+    if (!present(session))
+        return -1;
+    session->session->requestCheckpoint(exit_after != 0);
+    return 0;
+}
+
 int baton_session_before_update(baton_session* session)
 {
     if (!present(session))

@@ -157,6 +157,14 @@ TEST(SessionCApi, DrivesTheCheckpointerAndRestores)
     EXPECT_GE(started, 2);
     EXPECT_GE(baton_session_interval(session), 1u);
     EXPECT_EQ(baton_session_should_exit(session), 0);
+    // A handover: checkpoint now and exit once it has committed.
+    ASSERT_EQ(baton_session_request_checkpoint(session, 1), 0);
+    std::uint64_t index = 0;
+    baton_sampler_next(sampler, &index);
+    state[0] = 60;
+    ASSERT_EQ(baton_session_before_update(session), 0);
+    EXPECT_EQ(baton_session_step(session, 60), 1);
+    EXPECT_EQ(baton_session_should_exit(session), 1);
     baton_session_destroy(session);
 
     session = baton_session_create(dir.path().c_str(), 0, 0);

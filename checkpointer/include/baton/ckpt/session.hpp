@@ -66,6 +66,10 @@ public:
     // (the policy then keeps its k unless this job's iteration time differs by more than 20 %).
     RestoreResult restore();
 
+    // Checkpoint at the next step() (a handover: the successor has started); `exitAfter` makes it the
+    // final one.
+    void requestCheckpoint(bool exitAfter) { policy_.requestCheckpoint(exitAfter); }
+
     void beforeUpdate();
     // At the end of iteration `iteration` (weights consistent): times it, asks the policy and starts a
     // checkpoint when it says so. A final checkpoint (deadline, SIGTERM) is waited for, so that
