@@ -47,6 +47,8 @@ struct SessionCheckpoint {
 class Session {
 public:
     explicit Session(SessionOptions options);
+    // Drives a checkpointer the caller owns (it must outlive the session); options.checkpointer unused.
+    Session(Checkpointer& checkpointer, SessionOptions options);
     ~Session();
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
@@ -88,7 +90,8 @@ private:
     void log(const std::string& message) const;
 
     std::function<void(std::string_view)> log_;
-    std::unique_ptr<Checkpointer> checkpointer_;
+    std::unique_ptr<Checkpointer> owned_;
+    Checkpointer* checkpointer_;
     Policy policy_;
     ResumableSampler* sampler_ = nullptr;
     std::optional<TuningState> previousTuning_;
