@@ -306,7 +306,10 @@ TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
         "--chdir=/", "--baton=userchain", "--time=1", "env" });
     ASSERT_EQ(result.exitCode, 0) << result.output;
     const fs::path dir = layout_->chains / "nobody" / "userchain";
-    EXPECT_EQ(variables(result.output)["BATON_CHAIN_DIR"], dir.string());
+    auto vars = variables(result.output);
+    EXPECT_EQ(vars["BATON_CHAIN_DIR"], dir.string());
+    EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
+    EXPECT_FALSE(vars["BATON_DEADLINE"].empty()) << result.output;
     for (const auto& path : { dir.parent_path(), dir }) {
         const auto info = statOf(path);
         EXPECT_EQ(info.st_uid, nobody) << path;
