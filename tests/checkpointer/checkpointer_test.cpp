@@ -311,6 +311,26 @@ TEST(Checkpointer, EmptyChainRestoresNothing)
     EXPECT_TRUE(std::filesystem::is_directory(dir.path() / "new" / "chain"));
 }
 
+// With CUDA built in but no usable device (or without CUDA), the host path runs and device regions are
+// refused with a clear error.
+TEST(Checkpointer, HostPathWithoutADevice)
+{
+    TempDir dir("ckpt-nodevice");
+    Checkpointer ckpt(quietOptions(dir.path()));
+    if (ckpt.deviceAvailable())
+        GTEST_SKIP() << "a CUDA device is usable here; ckpt_cuda_test covers it";
+    int fake = 0;
+    try {
+        ckpt.registerDeviceRegion("w", &fake, sizeof fake, 0);
+        FAIL() << "a device region was accepted without a device";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+    }
+    std::vector<std::byte> state(10000, std::byte { 1 });
+    ckpt.registerRegion("s", state.data(), state.size());
+    EXPECT_TRUE(ckpt.checkpointNow(1));
+}
+
 TEST(Options, FromEnvironment)
 {
     ::setenv("BATON_CHAIN_DIR", "/tmp/some-chain", 1);

@@ -1,0 +1,16 @@
+#include "command.hpp"
+
+namespace baton::ctl {
+
+std::span<const CommandGroup> commandGroups()
+{
+    // One line per group.
+    static const CommandGroup groups[] = {
+        { "version", "print the version", versionCommand },
+        { "db", "database schema: migrate, status", dbCommand },
+        { "trace", "job traces: import, list, stats", traceCommand },
+    };
+    return groups;
+}
+
+} // namespace baton::ctl

@@ -1,0 +1,63 @@
+// batonctl: the operator's command line. `batonctl GROUP ...` dispatches through the table of
+// command groups (commands.cpp).
+#include "command.hpp"
+
+#include "errors.hpp"
+#include "trace_reader.hpp"
+
+#include <iostream>
+#include <vector>
+
+namespace {
+
+void printUsage(std::ostream& out)
+{
+    out << "usage: batonctl COMMAND [ARGS...]\n\ncommands:\n";
+    for (const auto& group : baton::ctl::commandGroups())
+        out << "  " << group.name << std::string(10 - std::min<std::size_t>(group.name.size(), 9), ' ')
+            << group.summary << "\n";
+    out << "\n`batonctl COMMAND --help` for a command's usage.\n"
+           "The database is --database CONNINFO, else $BATON_DATABASE, else the PG* environment.\n";
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    using namespace baton::ctl;
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) {
+        printUsage(std::cerr);
+        return exitUsage;
+    }
+    if (args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+        printUsage(std::cout);
+        return exitOk;
+    }
+    if (args[0] == "--version")
+        args[0] = "version";
+    for (const auto& group : commandGroups()) {
+        if (group.name != args[0])
+            continue;
+        try {
+            return group.run(std::span<const std::string>(args).subspan(1));
+        } catch (const UsageError& error) {
+            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            if (std::string_view(error.what()).find("usage:") == std::string_view::npos)
+                std::cerr << "(usage: batonctl " << group.name << " --help)\n";
+            return exitUsage;
+        } catch (const baton::db::DbError& error) {
+            std::cerr << "batonctl " << group.name << ": database error: " << error.what() << "\n";
+            return exitFailure;
+        } catch (const baton::trace::TraceError& error) {
+            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            return exitFailure;
+        } catch (const std::exception& error) {
+            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            return exitFailure;
+        }
+    }
+    std::cerr << "batonctl: unknown command '" << args[0] << "'\n\n";
+    printUsage(std::cerr);
+    return exitUsage;
+}

@@ -1,0 +1,162 @@
+#include "command.hpp"
+
+#include "connection.hpp"
+#include "options.hpp"
+#include "trace_store.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+namespace baton::ctl {
+
+namespace {
+
+constexpr const char* traceUsage = "batonctl trace import FILE [--format "
+                                   "auto|sacct|sacct-text|sacct-parsable|sacct-json|swf] [--name NAME]"
+                                   " [--replace] [--max-rejected FRACTION]\n"
+                                   "       batonctl trace list\n"
+                                   "       batonctl trace stats NAME [--nodes N]\n"
+                                   "       (all take --database CONNINFO)";
+
+std::string utcText(std::int64_t epoch)
+{
+    const auto days = epoch >= 0 ? epoch / 86400 : (epoch - 86399) / 86400;
+    const std::chrono::sys_days day { std::chrono::days(days) };
+    const std::chrono::year_month_day date(day);
+    const auto seconds = epoch - days * 86400;
+    char text[64];
+    std::snprintf(text, sizeof text, "%04d-%02u-%02u %02lld:%02lld:%02lld", static_cast<int>(date.year()),
+        static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+        static_cast<long long>(seconds / 3600), static_cast<long long>(seconds / 60 % 60),
+        static_cast<long long>(seconds % 60));
+    return text;
+}
+
+std::string fixed(double value, int decimals = 1)
+{
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", decimals, value);
+    return text;
+}
+
+double parseFraction(const std::string& text)
+{
+    double value = -1;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > 1)
+        throw UsageError("--max-rejected needs a fraction between 0 and 1, got '" + text + "'");
+    return value;
+}
+
+int importCommand(const Options& options)
+{
+    options.expectPositional(2, 2, traceUsage);
+    db::ImportOptions import;
+    const std::string formatText = options.value("format").value_or("auto");
+    const auto format = trace::parseFormat(formatText);
+    if (!format)
+        throw UsageError("unknown --format '" + formatText + "'");
+    import.format = *format;
+    import.name = options.value("name").value_or("");
+    import.replace = options.flag("replace");
+    if (auto fraction = options.value("max-rejected"))
+        import.maxRejectedFraction = parseFraction(*fraction);
+    const std::filesystem::path file = options.positional()[1];
+
+    db::Connection connection(databaseConninfo(options));
+    const auto started = std::chrono::steady_clock::now();
+    const auto result = db::importTrace(connection, file, import);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::cout << "imported trace '" << result.name << "' (id " << result.traceId << ") from " << file.string()
+              << "\n"
+              << result.summary.toString() << "stored " << result.rowsStored << " jobs in "
+              << fixed(seconds, 2) << " s ("
+              << fixed(static_cast<double>(result.rowsStored) / std::max(seconds, 1e-9), 0) << " rows/s)\n";
+    return exitOk;
+}
+
+int listCommand(const Options& options)
+{
+    options.expectPositional(1, 1, traceUsage);
+    db::Connection connection(databaseConninfo(options));
+    const auto traces = db::listTraces(connection);
+    if (traces.empty()) {
+        std::cout << "no traces imported\n";
+        return exitOk;
+    }
+    std::printf("%-24s %-15s %10s %10s  %-19s  %s\n", "name", "format", "jobs", "rejected", "imported (UTC)",
+        "source");
+    for (const auto& t : traces)
+        std::printf("%-24s %-15s %10lld %10lld  %-19s  %s\n", t.name.c_str(), t.format.c_str(),
+            static_cast<long long>(t.rowsAccepted), static_cast<long long>(t.rowsRead - t.rowsAccepted),
+            t.importedAt.c_str(), t.source.c_str());
+    return exitOk;
+}
+
+int statsCommand(const Options& options)
+{
+    options.expectPositional(2, 2, traceUsage);
+    std::optional<long long> clusterNodes;
+    if (auto nodes = options.value("nodes")) {
+        long long value = 0;
+        auto [end, error] = std::from_chars(nodes->data(), nodes->data() + nodes->size(), value);
+        if (error != std::errc() || end != nodes->data() + nodes->size() || value <= 0)
+            throw UsageError("--nodes needs a positive integer");
+        clusterNodes = value;
+    }
+    db::Connection connection(databaseConninfo(options));
+    const auto stats = db::traceStats(connection, options.positional()[1]);
+    std::cout << "trace " << stats.name << ": " << stats.jobs << " jobs, " << stats.started << " started\n";
+    if (stats.firstSubmit && stats.lastEvent)
+        std::cout << "span: " << utcText(*stats.firstSubmit) << " .. " << utcText(*stats.lastEvent)
+                  << " UTC (" << fixed(static_cast<double>(stats.spanSeconds()) / 86400.0, 1) << " days)\n";
+    if (stats.waitP50)
+        std::cout << "wait (s): mean " << fixed(*stats.waitMean) << ", p50 " << fixed(*stats.waitP50)
+                  << ", p90 " << fixed(*stats.waitP90) << ", p99 " << fixed(*stats.waitP99) << "\n";
+    std::cout << "node-count mix:";
+    std::int64_t shown = 0;
+    std::size_t listed = 0;
+    for (const auto& [nodes, count] : stats.nodeMix) {
+        if (listed++ == 8)
+            break;
+        shown += count;
+        std::cout << (listed > 1 ? "," : "") << " " << nodes << "n " << count << " ("
+                  << fixed(100.0 * static_cast<double>(count) / static_cast<double>(stats.jobs)) << "%)";
+    }
+    if (shown < stats.jobs)
+        std::cout << ", other " << stats.jobs - shown;
+    std::cout << "\noffered load: " << fixed(stats.nodeSeconds / 3600.0, 0) << " node-hours, "
+              << fixed(stats.offeredNodes(), 2) << " nodes busy on average";
+    if (clusterNodes)
+        std::cout << " (" << fixed(100.0 * stats.offeredNodes() / static_cast<double>(*clusterNodes))
+                  << "% of " << *clusterNodes << " nodes)";
+    std::cout << "\n";
+    return exitOk;
+}
+
+} // namespace
+
+int traceCommand(std::span<const std::string> args)
+{
+    Options options(args,
+        { { "database", true }, { "format", true }, { "name", true }, { "replace", false },
+            { "max-rejected", true }, { "nodes", true }, { "help", false } });
+    if (options.flag("help")) {
+        std::cout << "usage: " << traceUsage << "\n";
+        return exitOk;
+    }
+    if (options.positional().empty())
+        throw UsageError(std::string("usage: ") + traceUsage);
+    const std::string& action = options.positional()[0];
+    if (action == "import")
+        return importCommand(options);
+    if (action == "list")
+        return listCommand(options);
+    if (action == "stats")
+        return statsCommand(options);
+    throw UsageError("unknown action '" + action + "'; usage: " + traceUsage);
+}
+
+} // namespace baton::ctl

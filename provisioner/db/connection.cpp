@@ -1,0 +1,245 @@
+#include "connection.hpp"
+
+#include "errors.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+#include <vector>
+
+namespace baton::db {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string trimmed(const char* message)
+{
+    std::string text(message ? message : "");
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' '))
+        text.pop_back();
+    return text;
+}
+
+} // namespace
+
+Connection::Connection(std::string conninfo, ConnectionOptions options)
+    : conninfo_(std::move(conninfo))
+    , options_(options)
+{
+    connectWithBackoff();
+}
+
+PgConnPtr Connection::connectOnce(std::string& error) const
+{
+    // connect_timeout first, so that one given in the connection string wins.
+    const std::string timeout = std::to_string(std::max<long long>(2, options_.connectTimeout.count()));
+    const char* keys[] = { "connect_timeout", "application_name", "dbname", nullptr };
+    const char* values[] = { timeout.c_str(), "baton", conninfo_.c_str(), nullptr };
+    PgConnPtr conn(PQconnectdbParams(keys, values, 1));
+    if (!conn) {
+        error = "out of memory";
+        return nullptr;
+    }
+    if (PQstatus(conn.get()) != CONNECTION_OK) {
+        error = trimmed(PQerrorMessage(conn.get()));
+        return nullptr;
+    }
+    // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
+    PQsetNoticeProcessor(
+        conn.get(), [](void*, const char*) {}, nullptr);
+    // The server-side limit on every statement, bound as a parameter like everything else.
+    const std::string limit = std::to_string(options_.statementTimeout.count());
+    const char* params[] = { limit.c_str() };
+    PgResultPtr set(PQexecParams(conn.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
+        params, nullptr, nullptr, 0));
+    if (PQresultStatus(set.get()) != PGRES_TUPLES_OK) {
+        error = trimmed(PQerrorMessage(conn.get()));
+        return nullptr;
+    }
+    return conn;
+}
+
+void Connection::connectWithBackoff()
+{
+    prepared_.clear();
+    conn_.reset();
+    poisoned_ = false;
+    const auto giveUp = Clock::now() + options_.reconnectFor;
+    auto backoff = options_.firstBackoff;
+    std::string error;
+    for (int attempt = 1;; ++attempt) {
+        if (auto conn = connectOnce(error)) {
+            conn_ = std::move(conn);
+            return;
+        }
+        if (Clock::now() + backoff > giveUp)
+            throw ConnectionLost(
+                "cannot connect to PostgreSQL after " + std::to_string(attempt) + " attempts: " + error);
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, options_.maxBackoff);
+    }
+}
+
+void Connection::reconnect()
+{
+    connectWithBackoff();
+}
+
+bool Connection::inTransaction() const
+{
+    const auto status = PQtransactionStatus(conn_.get());
+    return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE;
+}
+
+void Connection::cancel()
+{
+    PgCancelPtr handle(PQgetCancel(conn_.get()));
+    char error[256];
+    if (handle)
+        PQcancel(handle.get(), error, sizeof error);
+}
+
+PgResultPtr Connection::awaitResult(Clock::time_point deadline)
+{
+    PGconn* conn = conn_.get();
+    while (PQisBusy(conn)) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) {
+            cancel();
+            // Give the cancelled call a moment to end; if it does not, the session is unusable.
+            const auto grace = Clock::now() + std::chrono::seconds(5);
+            bool clean = false;
+            for (;;) {
+                while (PQisBusy(conn) && Clock::now() < grace) {
+                    pollfd fd { PQsocket(conn), POLLIN, 0 };
+                    if ((::poll(&fd, 1, 100) < 0 && errno != EINTR) || !PQconsumeInput(conn))
+                        break;
+                }
+                if (PQisBusy(conn))
+                    break;
+                PgResultPtr rest(PQgetResult(conn));
+                if (!rest) {
+                    clean = true;
+                    break;
+                }
+            }
+            if (!clean)
+                poisoned_ = true; // the next call reconnects
+            throw DbTimeout("the database call did not finish within "
+                + std::to_string(options_.callTimeout.count()) + " ms and was cancelled");
+        }
+        pollfd fd { PQsocket(conn), POLLIN, 0 };
+        const int ready = ::poll(&fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+        if (ready < 0 && errno != EINTR)
+            throw ConnectionLost("poll on the database socket failed");
+        if (!PQconsumeInput(conn))
+            throw ConnectionLost("lost the database connection: " + trimmed(PQerrorMessage(conn)));
+    }
+    return PgResultPtr(PQgetResult(conn));
+}
+
+Result Connection::finish(PgResultPtr first, const char* what)
+{
+    // Collect every result of the call; the last one (or the first error) is the answer.
+    PgResultPtr answer = std::move(first);
+    const auto deadline = callDeadline();
+    for (;;) {
+        PgResultPtr next = awaitResult(deadline);
+        if (!next)
+            break;
+        const auto status = PQresultStatus(next.get());
+        if (status == PGRES_COPY_IN || status == PGRES_COPY_OUT) {
+            answer = std::move(next);
+            break;
+        }
+        if (!answer || PQresultStatus(answer.get()) != PGRES_FATAL_ERROR)
+            answer = std::move(next);
+    }
+    if (!answer) {
+        if (broken())
+            throw ConnectionLost(std::string(what)
+                + ": lost the database connection: " + trimmed(PQerrorMessage(conn_.get())));
+        throw DbError(std::string(what) + ": no result");
+    }
+    const auto status = PQresultStatus(answer.get());
+    if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE || status == PGRES_NONFATAL_ERROR) {
+        const char* state = PQresultErrorField(answer.get(), PG_DIAG_SQLSTATE);
+        std::string message = std::string(what) + ": " + trimmed(PQresultErrorMessage(answer.get()));
+        if (broken() || !state)
+            throw ConnectionLost(message);
+        if (std::string_view(state) == "57014")
+            throw DbTimeout(message, state);
+        throw DbError(message, state);
+    }
+    return Result(std::move(answer));
+}
+
+void Connection::drain()
+{
+    const auto deadline = callDeadline();
+    while (awaitResult(deadline)) { }
+}
+
+void Connection::throwSendFailure(const char* what)
+{
+    const std::string message = std::string(what) + ": " + trimmed(PQerrorMessage(conn_.get()));
+    if (broken())
+        throw ConnectionLost(message);
+    throw DbError(message);
+}
+
+void Connection::prepare(const Statement& statement, Clock::time_point)
+{
+    if (prepared_.count(statement.name))
+        return;
+    if (!PQsendPrepare(conn_.get(), statement.name, statement.sql, 0, nullptr))
+        throwSendFailure(statement.name);
+    finish(nullptr, statement.name);
+    prepared_.insert(statement.name);
+}
+
+Result Connection::execOnce(const Statement& statement, const Params& params)
+{
+    if (broken())
+        throw ConnectionLost("not connected");
+    prepare(statement, callDeadline());
+    std::vector<const char*> values;
+    values.reserve(params.values().size());
+    for (const auto& value : params.values())
+        values.push_back(value ? value->c_str() : nullptr);
+    if (!PQsendQueryPrepared(
+            conn_.get(), statement.name, static_cast<int>(values.size()), values.data(), nullptr, nullptr, 0))
+        throwSendFailure(statement.name);
+    return finish(nullptr, statement.name);
+}
+
+Result Connection::exec(const Statement& statement, const Params& params)
+{
+    const bool mayRetry = statement.retryable && !inTransaction();
+    try {
+        return execOnce(statement, params);
+    } catch (const ConnectionLost&) {
+        if (inTransaction() && !broken())
+            throw;
+        // The session is gone: the next call must find a fresh one either way.
+        reconnect();
+        if (!mayRetry)
+            throw;
+        return execOnce(statement, params);
+    }
+}
+
+Result Connection::execScript(std::string_view sql)
+{
+    if (broken())
+        reconnect();
+    const std::string text(sql);
+    if (!PQsendQuery(conn_.get(), text.c_str()))
+        throwSendFailure("SQL script");
+    return finish(nullptr, "SQL script");
+}
+
+} // namespace baton::db

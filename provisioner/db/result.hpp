@@ -1,0 +1,43 @@
+// A query result: typed access to text-format fields.
+#pragma once
+
+#include "pg_handles.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace baton::db {
+
+class Result {
+public:
+    explicit Result(PgResultPtr result)
+        : result_(std::move(result))
+    { }
+
+    int rows() const { return PQntuples(result_.get()); }
+    int columns() const { return PQnfields(result_.get()); }
+    // Rows changed by INSERT/UPDATE/DELETE/COPY.
+    std::uint64_t affected() const;
+
+    bool isNull(int row, int column) const { return PQgetisnull(result_.get(), row, column) != 0; }
+    std::string_view text(int row, int column) const;
+    // These throw DbError for NULL or unparsable values; the opt* forms map NULL to nullopt.
+    std::int64_t int64(int row, int column) const;
+    double real(int row, int column) const;
+    bool boolean(int row, int column) const;
+    nlohmann::json json(int row, int column) const;
+    std::optional<std::string> optText(int row, int column) const;
+    std::optional<std::int64_t> optInt64(int row, int column) const;
+    std::optional<double> optReal(int row, int column) const;
+
+    PGresult* get() const { return result_.get(); }
+
+private:
+    PgResultPtr result_;
+};
+
+} // namespace baton::db

@@ -1,0 +1,168 @@
+#include "trace_store.hpp"
+
+#include "copy_in.hpp"
+#include "errors.hpp"
+#include "transaction.hpp"
+
+namespace baton::db {
+
+namespace {
+
+constexpr Statement deleteTraceByName { "delete_trace_by_name", "DELETE FROM traces WHERE name = $1" };
+constexpr Statement insertTrace { "insert_trace",
+    "INSERT INTO traces (name, format, source) VALUES ($1, $2, $3) RETURNING id" };
+constexpr Statement finishTrace { "finish_trace",
+    "UPDATE traces SET rows_read = $2, rows_accepted = $3, rejected = $4 WHERE id = $1" };
+constexpr const char* copyTraceJobs
+    = "COPY trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, start_time, end_time, "
+      "time_limit_s,"
+      " nodes, priority, exit_code, state, requested_procs, requested_time_s, run_time_s, wait_s)"
+      " FROM STDIN WITH (FORMAT binary)";
+constexpr std::int16_t traceJobColumns = 17;
+
+constexpr Statement selectTraces { "select_traces",
+    "SELECT id, name, format, source, to_char(imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
+    " rows_read, rows_accepted FROM traces ORDER BY id",
+    true };
+constexpr Statement selectTraceId { "select_trace_id", "SELECT id FROM traces WHERE name = $1", true };
+// Wait = start - submit over the jobs that started; quantiles are percentile_cont (interpolated).
+constexpr Statement selectTraceStats { "select_trace_stats",
+    "SELECT count(*), count(start_time),"
+    " extract(epoch FROM min(submit_time))::bigint,"
+    " extract(epoch FROM max(coalesce(end_time, start_time, submit_time)))::bigint,"
+    " percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
+    " percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
+    " percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
+    " avg(extract(epoch FROM start_time - submit_time))::double precision,"
+    " coalesce(sum(nodes * coalesce(extract(epoch FROM end_time - start_time), run_time_s)), 0)::double "
+    "precision"
+    " FROM trace_jobs WHERE trace_id = $1",
+    true };
+constexpr Statement selectNodeMix { "select_trace_node_mix",
+    "SELECT nodes, count(*) FROM trace_jobs WHERE trace_id = $1 GROUP BY nodes ORDER BY count(*) DESC, nodes",
+    true };
+
+template<typename T> void optionalInt(CopyIn& copy, T value)
+{
+    if (value < 0)
+        copy.null();
+    else if constexpr (sizeof(T) == 4)
+        copy.int32(value);
+    else
+        copy.int64(value);
+}
+
+void writeRow(CopyIn& copy, std::int64_t traceId, std::int32_t seq, const trace::TraceJob& job)
+{
+    copy.beginRow(traceJobColumns);
+    copy.int64(traceId);
+    copy.int32(seq);
+    copy.int64(job.jobId);
+    copy.text(job.name);
+    copy.text(job.user);
+    copy.timestamp(job.submit);
+    job.start ? copy.timestamp(*job.start) : copy.null();
+    job.end ? copy.timestamp(*job.end) : copy.null();
+    optionalInt(copy, job.timeLimit);
+    copy.int32(job.nodes);
+    optionalInt(copy, job.priority);
+    optionalInt(copy, job.exitCode);
+    job.state.empty() ? copy.null() : copy.text(job.state);
+    optionalInt(copy, job.requestedProcs);
+    optionalInt(copy, job.requestedTime);
+    optionalInt(copy, job.runTime);
+    optionalInt(copy, job.wait);
+}
+
+nlohmann::json rejectionsJson(const trace::TraceSummary& summary)
+{
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [reason, rejection] : summary.rejected)
+        out[reason] = { { "count", rejection.count }, { "first_line", rejection.firstLine } };
+    return out;
+}
+
+} // namespace
+
+ImportResult importTrace(
+    Connection& connection, const std::filesystem::path& path, const ImportOptions& options)
+{
+    ImportResult result;
+    result.name = options.name.empty() ? path.filename().string() : options.name;
+    // Reading starts before the database is touched: a file of unknown layout fails here.
+    auto reader = trace::openTrace(path, options.format);
+
+    Transaction transaction(connection);
+    if (options.replace)
+        connection.exec(deleteTraceByName, Params(result.name));
+    try {
+        result.traceId = connection
+                             .exec(insertTrace,
+                                 Params(result.name, trace::formatName(reader->summary().format),
+                                     std::filesystem::absolute(path).string()))
+                             .int64(0, 0);
+    } catch (const DbError& error) {
+        if (error.sqlState() == "23505")
+            throw DbError(
+                "a trace named '" + result.name + "' exists already (use --replace)", error.sqlState());
+        throw;
+    }
+    {
+        CopyIn copy(connection, copyTraceJobs);
+        trace::TraceJob job;
+        std::int32_t seq = 0;
+        while (reader->next(job))
+            writeRow(copy, result.traceId, ++seq, job);
+        result.rowsStored = copy.finish();
+    }
+    result.summary = reader->summary();
+    const auto& summary = result.summary;
+    if (summary.accepted == 0)
+        throw trace::TraceError(path.string() + ": no usable jobs\n" + summary.toString());
+    if (static_cast<double>(summary.rejectedTotal())
+        > options.maxRejectedFraction * static_cast<double>(summary.rowsRead))
+        throw trace::TraceError(path.string() + ": too many rejected rows ("
+            + std::to_string(summary.rejectedTotal()) + " of " + std::to_string(summary.rowsRead)
+            + "); nothing imported\n" + summary.toString());
+    connection.exec(
+        finishTrace, Params(result.traceId, summary.rowsRead, summary.accepted, rejectionsJson(summary)));
+    transaction.commit();
+    return result;
+}
+
+std::vector<TraceInfo> listTraces(Connection& connection)
+{
+    auto r = connection.exec(selectTraces);
+    std::vector<TraceInfo> traces;
+    for (int row = 0; row < r.rows(); ++row)
+        traces.push_back(
+            TraceInfo { r.int64(row, 0), std::string(r.text(row, 1)), std::string(r.text(row, 2)),
+                std::string(r.text(row, 3)), std::string(r.text(row, 4)), r.int64(row, 5), r.int64(row, 6) });
+    return traces;
+}
+
+TraceStats traceStats(Connection& connection, std::string_view name)
+{
+    auto id = connection.exec(selectTraceId, Params(name));
+    if (id.rows() == 0)
+        throw DbError("no trace named '" + std::string(name) + "'");
+    const std::int64_t traceId = id.int64(0, 0);
+    TraceStats stats;
+    stats.name = name;
+    auto r = connection.exec(selectTraceStats, Params(traceId));
+    stats.jobs = r.int64(0, 0);
+    stats.started = r.int64(0, 1);
+    stats.firstSubmit = r.optInt64(0, 2);
+    stats.lastEvent = r.optInt64(0, 3);
+    stats.waitP50 = r.optReal(0, 4);
+    stats.waitP90 = r.optReal(0, 5);
+    stats.waitP99 = r.optReal(0, 6);
+    stats.waitMean = r.optReal(0, 7);
+    stats.nodeSeconds = r.real(0, 8);
+    auto mix = connection.exec(selectNodeMix, Params(traceId));
+    for (int row = 0; row < mix.rows(); ++row)
+        stats.nodeMix.emplace_back(static_cast<std::int32_t>(mix.int64(row, 0)), mix.int64(row, 1));
+    return stats;
+}
+
+} // namespace baton::db

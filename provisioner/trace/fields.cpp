@@ -1,0 +1,187 @@
+#include "fields.hpp"
+
+#include <charconv>
+
+namespace baton::trace {
+
+std::string_view trim(std::string_view text)
+{
+    const auto first = text.find_first_not_of(" \t");
+    if (first == std::string_view::npos)
+        return {};
+    const auto last = text.find_last_not_of(" \t");
+    return text.substr(first, last - first + 1);
+}
+
+std::optional<std::int64_t> parseInteger(std::string_view text)
+{
+    text = trim(text);
+    if (!text.empty() && text.front() == '+')
+        text.remove_prefix(1);
+    std::int64_t value = 0;
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc() || end != text.data() + text.size())
+        return std::nullopt;
+    return value;
+}
+
+std::int64_t daysFromCivil(std::int64_t year, unsigned month, unsigned day)
+{
+    // Howard Hinnant's algorithm.
+    year -= month <= 2;
+    const std::int64_t era = (year >= 0 ? year : year - 399) / 400;
+    const auto yearOfEra = static_cast<unsigned>(year - era * 400);
+    const unsigned dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+    const unsigned dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear;
+    return era * 146097 + static_cast<std::int64_t>(dayOfEra) - 719468;
+}
+
+namespace {
+
+bool digits(std::string_view text, std::size_t pos, std::size_t count, unsigned& value)
+{
+    value = 0;
+    for (std::size_t i = pos; i < pos + count; ++i) {
+        if (i >= text.size() || text[i] < '0' || text[i] > '9')
+            return false;
+        value = value * 10 + static_cast<unsigned>(text[i] - '0');
+    }
+    return true;
+}
+
+bool isLeap(unsigned year)
+{
+    return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+}
+
+} // namespace
+
+std::optional<std::int64_t> parseTimestamp(std::string_view text)
+{
+    text = trim(text);
+    // YYYY-MM-DDTHH:MM:SS
+    if (text.size() != 19 || text[4] != '-' || text[7] != '-' || (text[10] != 'T' && text[10] != ' ')
+        || text[13] != ':' || text[16] != ':')
+        return std::nullopt;
+    unsigned year, month, day, hour, minute, second;
+    if (!digits(text, 0, 4, year) || !digits(text, 5, 2, month) || !digits(text, 8, 2, day)
+        || !digits(text, 11, 2, hour) || !digits(text, 14, 2, minute) || !digits(text, 17, 2, second))
+        return std::nullopt;
+    static constexpr unsigned monthDays[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    if (month < 1 || month > 12 || day < 1)
+        return std::nullopt;
+    const unsigned maxDay = monthDays[month - 1] + (month == 2 && isLeap(year) ? 1 : 0);
+    if (day > maxDay || hour > 23 || minute > 59 || second > 60)
+        return std::nullopt;
+    return daysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
+}
+
+bool isUnsetTime(std::string_view text)
+{
+    text = trim(text);
+    return text.empty() || text == "Unknown" || text == "None" || text == "N/A" || text == "unknown";
+}
+
+std::optional<std::int64_t> parseSlurmDuration(std::string_view text)
+{
+    text = trim(text);
+    std::int64_t days = 0;
+    if (auto dash = text.find('-'); dash != std::string_view::npos) {
+        auto d = parseInteger(text.substr(0, dash));
+        if (!d || *d < 0)
+            return std::nullopt;
+        days = *d;
+        text.remove_prefix(dash + 1);
+    }
+    std::int64_t parts[3] = { 0, 0, 0 };
+    int count = 0;
+    while (true) {
+        auto colon = text.find(':');
+        auto part = parseInteger(text.substr(0, colon));
+        if (!part || *part < 0 || count == 3)
+            return std::nullopt;
+        parts[count++] = *part;
+        if (colon == std::string_view::npos)
+            break;
+        text.remove_prefix(colon + 1);
+    }
+    std::int64_t seconds = 0;
+    if (count == 1)
+        seconds = days > 0 ? parts[0] * 3600 : parts[0] * 60; // "D-HH" or "MM"
+    else if (count == 2)
+        seconds
+            = days > 0 ? parts[0] * 3600 + parts[1] * 60 : parts[0] * 60 + parts[1]; // "D-HH:MM" / "MM:SS"
+    else
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2];
+    return days * 86400 + seconds;
+}
+
+bool isValidUtf8(std::string_view text)
+{
+    std::size_t i = 0;
+    while (i < text.size()) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        std::size_t extra;
+        std::uint32_t code;
+        if (c < 0x80) {
+            if (c < 0x20 && c != '\t')
+                return false; // control characters have no place in names
+            ++i;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            extra = 1;
+            code = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            extra = 2;
+            code = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            extra = 3;
+            code = c & 0x07;
+        } else {
+            return false;
+        }
+        if (i + extra >= text.size())
+            return false; // the sequence is cut off
+        for (std::size_t k = 1; k <= extra; ++k) {
+            const auto next = static_cast<unsigned char>(text[i + k]);
+            if ((next & 0xC0) != 0x80)
+                return false;
+            code = (code << 6) | (next & 0x3F);
+        }
+        static constexpr std::uint32_t minimum[] = { 0, 0x80, 0x800, 0x10000 };
+        if (code < minimum[extra] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
+            return false;
+        i += extra + 1;
+    }
+    return true;
+}
+
+void splitOn(std::string_view text, char separator, std::vector<std::string_view>& out)
+{
+    out.clear();
+    while (true) {
+        auto pos = text.find(separator);
+        out.push_back(text.substr(0, pos));
+        if (pos == std::string_view::npos)
+            return;
+        text.remove_prefix(pos + 1);
+    }
+}
+
+void splitWhitespace(std::string_view text, std::vector<std::string_view>& out)
+{
+    out.clear();
+    std::size_t i = 0;
+    while (i < text.size()) {
+        while (i < text.size() && (text[i] == ' ' || text[i] == '\t'))
+            ++i;
+        if (i == text.size())
+            break;
+        std::size_t start = i;
+        while (i < text.size() && text[i] != ' ' && text[i] != '\t')
+            ++i;
+        out.push_back(text.substr(start, i - start));
+    }
+}
+
+} // namespace baton::trace

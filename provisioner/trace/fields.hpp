@@ -1,0 +1,28 @@
+// Parsing of single fields shared by the readers. Every parser returns nullopt for text it does not
+// accept, so that the caller can reject the row with a reason.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace baton::trace {
+
+std::string_view trim(std::string_view text);
+std::optional<std::int64_t> parseInteger(std::string_view text);
+// "2022-11-01T15:34:14" (also with a space instead of 'T'), read as UTC. Not a time: nullopt.
+std::optional<std::int64_t> parseTimestamp(std::string_view text);
+// "Unknown", "None", "N/A" or empty: Slurm's ways of saying a time is not set.
+bool isUnsetTime(std::string_view text);
+// Slurm durations "[D-]HH:MM:SS", "MM:SS", "MM" (minutes) -> seconds. "UNLIMITED" etc.: nullopt.
+std::optional<std::int64_t> parseSlurmDuration(std::string_view text);
+// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+std::int64_t daysFromCivil(std::int64_t year, unsigned month, unsigned day);
+bool isValidUtf8(std::string_view text);
+// Splits on every occurrence of `separator` (empty fields kept).
+void splitOn(std::string_view text, char separator, std::vector<std::string_view>& out);
+// Splits on runs of spaces and tabs (no empty fields).
+void splitWhitespace(std::string_view text, std::vector<std::string_view>& out);
+
+} // namespace baton::trace

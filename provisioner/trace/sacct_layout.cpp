@@ -1,0 +1,212 @@
+#include "sacct_layout.hpp"
+
+#include "fields.hpp"
+#include "trace_reader.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+namespace baton::trace {
+
+namespace {
+
+using Column = SacctLayout::Column;
+
+struct Known {
+    const char* name; // lower case
+    Column column;
+};
+
+constexpr Known knownColumns[] = {
+    { "jobid", Column::JobId },
+    { "jobidraw", Column::JobIdRaw },
+    { "jobname", Column::JobName },
+    { "uid", Column::Uid },
+    { "user", Column::User },
+    { "submit", Column::Submit },
+    { "start", Column::Start },
+    { "end", Column::End },
+    { "priority", Column::Priority },
+    { "timelimitraw", Column::TimelimitRaw },
+    { "timelimit", Column::Timelimit },
+    { "exitcode", Column::ExitCode },
+    { "state", Column::State },
+    { "nnodes", Column::NNodes },
+    { "allocnodes", Column::AllocNodes },
+    { "reqnodes", Column::ReqNodes },
+    { "reqcpus", Column::ReqCpus },
+    { "elapsed", Column::Elapsed },
+};
+
+std::string lower(std::string_view text)
+{
+    std::string out(text);
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+    return out;
+}
+
+Column lookup(std::string_view header)
+{
+    const std::string name = lower(trim(header));
+    if (name.empty())
+        return Column::Ignored;
+    for (const auto& known : knownColumns)
+        if (name == known.name)
+            return known.column;
+    // A cut header (fixed-width output) matches the one known column it starts.
+    const Known* match = nullptr;
+    for (const auto& known : knownColumns) {
+        if (std::string_view(known.name).starts_with(name)) {
+            if (match)
+                return Column::Ignored;
+            match = &known;
+        }
+    }
+    return match && name.size() >= 4 ? match->column : Column::Ignored;
+}
+
+bool has(const std::vector<Column>& columns, Column column)
+{
+    return std::find(columns.begin(), columns.end(), column) != columns.end();
+}
+
+} // namespace
+
+SacctLayout::SacctLayout(const std::vector<std::string_view>& names)
+{
+    for (auto name : names)
+        columns_.push_back(lookup(name));
+    if (!has(columns_, Column::JobId) && !has(columns_, Column::JobIdRaw))
+        throw TraceError("the sacct header has no JobID column");
+    for (auto [column, label] :
+        { std::pair { Column::Submit, "Submit" }, { Column::Start, "Start" }, { Column::End, "End" } })
+        if (!has(columns_, column))
+            throw TraceError(std::string("the sacct header has no ") + label + " column");
+    if (!has(columns_, Column::NNodes) && !has(columns_, Column::AllocNodes)
+        && !has(columns_, Column::ReqNodes))
+        throw TraceError("the sacct header has no NNodes column");
+}
+
+const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, TraceJob& job) const
+{
+    if (fields.size() != columns_.size())
+        return "wrong field count";
+    job = TraceJob {};
+    bool haveRawId = false;
+    std::string_view startText, endText;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+        const std::string_view field = trim(fields[i]);
+        switch (columns_[i]) {
+        case Column::Ignored:
+        case Column::Elapsed:
+            break;
+        case Column::JobIdRaw:
+        case Column::JobId: {
+            if (columns_[i] == Column::JobId && haveRawId)
+                break;
+            if (field.find('.') != std::string_view::npos)
+                return "job step";
+            auto id = parseInteger(field);
+            if (!id || *id < 0)
+                return "bad job id";
+            job.jobId = *id;
+            haveRawId = columns_[i] == Column::JobIdRaw;
+            break;
+        }
+        case Column::JobName:
+            if (!isValidUtf8(field))
+                return "invalid characters in name";
+            job.name = field;
+            break;
+        case Column::Uid:
+        case Column::User:
+            if (!isValidUtf8(field))
+                return "invalid characters in user";
+            if (job.user.empty() || columns_[i] == Column::Uid)
+                job.user = field;
+            break;
+        case Column::Submit: {
+            auto submit = parseTimestamp(field);
+            if (!submit)
+                return "bad submit time";
+            job.submit = *submit;
+            break;
+        }
+        case Column::Start:
+            startText = field;
+            break;
+        case Column::End:
+            endText = field;
+            break;
+        case Column::Priority: {
+            auto priority = parseInteger(field);
+            if (!priority)
+                return "bad priority";
+            job.priority = *priority;
+            break;
+        }
+        case Column::TimelimitRaw:
+        case Column::Timelimit: {
+            if (field == "UNLIMITED" || field == "Partition_Limit" || field.empty())
+                break;
+            auto limit
+                = columns_[i] == Column::TimelimitRaw ? parseInteger(field) : parseSlurmDuration(field);
+            if (!limit || *limit < 0)
+                return "bad time limit";
+            job.timeLimit = columns_[i] == Column::TimelimitRaw ? *limit * 60 : *limit;
+            break;
+        }
+        case Column::ExitCode: {
+            auto code = parseInteger(field.substr(0, field.find(':')));
+            if (!code)
+                return "bad exit code";
+            job.exitCode = static_cast<std::int32_t>(*code);
+            break;
+        }
+        case Column::State:
+            job.state = field.substr(0, field.find(' ')); // "CANCELLED by 123"
+            break;
+        case Column::NNodes:
+        case Column::AllocNodes:
+        case Column::ReqNodes: {
+            auto nodes = parseInteger(field);
+            if (!nodes || *nodes < 1 || *nodes > 1'000'000)
+                return "bad node count";
+            if (job.nodes == 0 || columns_[i] != Column::ReqNodes)
+                job.nodes = static_cast<std::int32_t>(*nodes);
+            break;
+        }
+        case Column::ReqCpus: {
+            auto cpus = parseInteger(field);
+            if (!cpus || *cpus < 0)
+                return "bad cpu count";
+            job.requestedProcs = static_cast<std::int32_t>(*cpus);
+            break;
+        }
+        }
+    }
+    if (isUnsetTime(startText))
+        return "never started";
+    auto start = parseTimestamp(startText);
+    if (!start)
+        return "bad start time";
+    job.start = start;
+    if (!isUnsetTime(endText)) {
+        auto end = parseTimestamp(endText);
+        if (!end)
+            return "bad end time";
+        if (*end < *start)
+            return "end before start";
+        job.end = end;
+    }
+    if (*start < job.submit)
+        return "start before submit";
+    job.wait = *start - job.submit;
+    if (job.end)
+        job.runTime = *job.end - *start;
+    job.requestedTime = job.timeLimit;
+    return nullptr;
+}
+
+} // namespace baton::trace

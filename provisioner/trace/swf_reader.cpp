@@ -1,0 +1,125 @@
+#include "readers.hpp"
+
+#include "fields.hpp"
+
+namespace baton::trace {
+
+namespace {
+
+// SWF field numbers (1-based, as the format's documentation counts them).
+enum SwfField : std::size_t {
+    JobNumber = 1,
+    SubmitTime,
+    WaitTime,
+    RunTime,
+    AllocatedProcs,
+    AverageCpu,
+    UsedMemory,
+    RequestedProcs,
+    RequestedTime,
+    RequestedMemory,
+    Status,
+    UserId,
+    GroupId,
+    Executable,
+    Queue,
+    Partition,
+    Preceding,
+    ThinkTime,
+};
+constexpr std::size_t swfFieldCount = 18;
+
+const char* statusName(std::int64_t status)
+{
+    switch (status) {
+    case 0:
+        return "FAILED";
+    case 1:
+        return "COMPLETED";
+    case 2:
+    case 3:
+    case 4:
+        return "PARTIAL";
+    case 5:
+        return "CANCELLED";
+    default:
+        return "";
+    }
+}
+
+} // namespace
+
+SwfReader::SwfReader(const std::filesystem::path& path)
+    : LineReader(path, TraceFormat::Swf)
+{ }
+
+const char* SwfReader::toJob(TraceJob& job)
+{
+    if (fields_.size() != swfFieldCount)
+        return "wrong field count";
+    std::int64_t value[swfFieldCount + 1] = {};
+    for (std::size_t i = 1; i <= swfFieldCount; ++i) {
+        if (i == AverageCpu || i == UsedMemory || i == RequestedMemory)
+            continue; // may be fractional, and unused here
+        auto parsed = parseInteger(fields_[i - 1]);
+        if (!parsed)
+            return "bad number";
+        value[i] = *parsed;
+    }
+    job = TraceJob {};
+    if (value[JobNumber] < 0)
+        return "bad job id";
+    if (value[SubmitTime] < 0)
+        return "bad submit time";
+    job.jobId = value[JobNumber];
+    job.submit = unixStartTime_ + value[SubmitTime];
+    job.wait = value[WaitTime];
+    job.runTime = value[RunTime];
+    if (job.wait >= 0) {
+        job.start = job.submit + job.wait;
+        if (job.runTime >= 0)
+            job.end = *job.start + job.runTime;
+    }
+    job.requestedProcs = static_cast<std::int32_t>(value[RequestedProcs]);
+    const std::int64_t procs = value[AllocatedProcs] > 0 ? value[AllocatedProcs] : value[RequestedProcs];
+    if (procs < 1 || procs > 100'000'000)
+        return "bad processor count";
+    job.nodes = static_cast<std::int32_t>(procs);
+    job.requestedTime = value[RequestedTime];
+    job.timeLimit = value[RequestedTime] >= 0 ? value[RequestedTime] : -1;
+    if (value[UserId] >= 0)
+        job.user = std::to_string(value[UserId]);
+    job.state = statusName(value[Status]);
+    return nullptr;
+}
+
+bool SwfReader::next(TraceJob& job)
+{
+    std::string_view line;
+    while (source_.nextLine(line)) {
+        const std::string_view text = trim(line);
+        if (text.empty())
+            continue;
+        if (text.front() == ';') {
+            // "; UnixStartTime: 1234567890" anchors the relative times.
+            auto colon = text.find(':');
+            if (colon != std::string_view::npos && trim(text.substr(1, colon - 1)) == "UnixStartTime")
+                if (auto start = parseInteger(text.substr(colon + 1)))
+                    unixStartTime_ = *start;
+            continue;
+        }
+        ++summary_.rowsRead;
+        splitWhitespace(text, fields_);
+        if (const char* reason = toJob(job)) {
+            rejectRow(reason);
+            continue;
+        }
+        ++summary_.accepted;
+        return true;
+    }
+    if (summary_.rowsRead == 0)
+        throw TraceError(path_.string() + " holds no SWF job lines");
+    return false;
+}
+
+} // namespace baton::trace

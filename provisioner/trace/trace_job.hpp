@@ -1,0 +1,46 @@
+// One job of a scheduler trace, whatever format it came from.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace baton::trace {
+
+// Times are epoch seconds, UTC (traces without a zone are read as UTC). -1 means "unknown" for the
+// integer fields that a format may not carry.
+struct TraceJob {
+    std::int64_t jobId = 0;
+    std::string name;
+    std::string user; // user id or name, as the trace gives it
+    std::int64_t submit = 0;
+    std::optional<std::int64_t> start; // absent: never started, or unknown (SWF wait = -1)
+    std::optional<std::int64_t> end; // absent: still running, or unknown
+    std::int64_t timeLimit = -1; // seconds
+    std::int32_t nodes = 0;
+    std::int64_t priority = -1;
+    std::int32_t exitCode = -1;
+    std::string state; // e.g. COMPLETED, TIMEOUT; empty when the trace has none
+    // Standard Workload Format fields (-1 when unknown or not SWF).
+    std::int32_t requestedProcs = -1;
+    std::int64_t requestedTime = -1; // seconds
+    std::int64_t runTime = -1; // seconds
+    std::int64_t wait = -1; // seconds
+
+    // Queue wait, when the job started.
+    std::optional<std::int64_t> waitSeconds() const
+    {
+        if (!start)
+            return std::nullopt;
+        return *start - submit;
+    }
+    // Run time, when both ends are known.
+    std::optional<std::int64_t> runSeconds() const
+    {
+        if (!start || !end)
+            return std::nullopt;
+        return *end - *start;
+    }
+};
+
+} // namespace baton::trace

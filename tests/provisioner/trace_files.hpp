@@ -1,0 +1,30 @@
+// Where the tests find their input files.
+#pragma once
+
+#include "process.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+namespace baton::test {
+
+inline std::filesystem::path dataFile(const char* name)
+{
+    return sourceRoot() / "tests" / "data" / name;
+}
+
+// The shared job traces: $BATON_TRACE_DIR, else <source root>/../shared/traces; nullopt when absent.
+inline std::optional<std::filesystem::path> traceDir()
+{
+    std::filesystem::path dir;
+    if (const char* env = std::getenv("BATON_TRACE_DIR"); env && *env)
+        dir = env;
+    else
+        dir = sourceRoot().parent_path() / "shared" / "traces";
+    if (!std::filesystem::is_regular_file(dir / "ls6-a100.log"))
+        return std::nullopt;
+    return dir;
+}
+
+} // namespace baton::test

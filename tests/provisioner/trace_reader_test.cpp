@@ -1,0 +1,318 @@
+// The trace readers on small hand-written files, malformed inputs, and the shared real traces.
+#include "trace_reader.hpp"
+
+#include "fields.hpp"
+#include "trace_files.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
+
+namespace {
+
+using baton::test::dataFile;
+using namespace baton::trace;
+
+std::int64_t utc(const char* text)
+{
+    return *parseTimestamp(text);
+}
+
+std::uint64_t rejectedFor(const TraceSummary& summary, const std::string& reason)
+{
+    auto it = summary.rejected.find(reason);
+    return it == summary.rejected.end() ? 0 : it->second.count;
+}
+
+TEST(Fields, TimestampsAreUtc)
+{
+    EXPECT_EQ(parseTimestamp("1970-01-01T00:00:00"), 0);
+    EXPECT_EQ(parseTimestamp("2022-11-01T15:34:14"), 1667316854);
+    EXPECT_EQ(parseTimestamp("2024-02-29 12:00:00"), 1709208000);
+    EXPECT_FALSE(parseTimestamp("2023-02-29T00:00:00"));
+    EXPECT_FALSE(parseTimestamp("Unknown"));
+    EXPECT_FALSE(parseTimestamp("2022-11-01T15:34"));
+    EXPECT_TRUE(isUnsetTime("None"));
+}
+
+TEST(Fields, SlurmDurations)
+{
+    EXPECT_EQ(parseSlurmDuration("1-00:00:00"), 86400);
+    EXPECT_EQ(parseSlurmDuration("02:00:00"), 7200);
+    EXPECT_EQ(parseSlurmDuration("30:00"), 1800);
+    EXPECT_EQ(parseSlurmDuration("45"), 2700);
+    EXPECT_FALSE(parseSlurmDuration("UNLIMITED"));
+}
+
+TEST(Fields, Utf8Validation)
+{
+    EXPECT_TRUE(isValidUtf8("plain"));
+    EXPECT_TRUE(isValidUtf8("gr\xc3\xbc\xc3\x9f"));
+    EXPECT_FALSE(isValidUtf8("\xff\xfe"));
+    EXPECT_FALSE(isValidUtf8("cut \xc3"));
+    EXPECT_FALSE(isValidUtf8("\xc0\xaf")); // overlong
+}
+
+TEST(SacctText, ReadsTabSpaceAndAlignedRows)
+{
+    TraceSummary summary;
+    auto jobs = readAll(dataFile("sacct_good.log"), TraceFormat::Auto, &summary);
+    ASSERT_EQ(jobs.size(), 3u);
+    EXPECT_EQ(summary.format, TraceFormat::SacctText);
+    EXPECT_EQ(summary.rowsRead, 3u);
+    EXPECT_EQ(summary.rejectedTotal(), 0u);
+
+    EXPECT_EQ(jobs[0].jobId, 100);
+    EXPECT_EQ(jobs[0].name, "first");
+    EXPECT_EQ(jobs[0].user, "00001");
+    EXPECT_EQ(jobs[0].submit, utc("2022-11-01T09:00:00"));
+    EXPECT_EQ(jobs[0].start, utc("2022-11-01T10:00:00"));
+    EXPECT_EQ(jobs[0].end, utc("2022-11-01T12:00:00"));
+    EXPECT_EQ(jobs[0].timeLimit, 2880 * 60);
+    EXPECT_EQ(jobs[0].nodes, 2);
+    EXPECT_EQ(jobs[0].priority, 1234);
+    EXPECT_EQ(jobs[0].exitCode, 0);
+    EXPECT_EQ(jobs[0].waitSeconds(), 3600);
+    EXPECT_EQ(jobs[0].runSeconds(), 7200);
+
+    EXPECT_EQ(jobs[1].name, "second");
+    EXPECT_EQ(jobs[1].exitCode, 1);
+    EXPECT_EQ(jobs[1].waitSeconds(), 60);
+
+    EXPECT_EQ(jobs[2].jobId, 102);
+    EXPECT_EQ(jobs[2].name, "two words");
+    EXPECT_EQ(jobs[2].nodes, 4);
+    EXPECT_EQ(jobs[2].timeLimit, 7200);
+}
+
+TEST(SacctText, BadRowsAreCountedByReasonAndSkipped)
+{
+    TraceSummary summary;
+    auto jobs = readAll(dataFile("sacct_bad_rows.log"), TraceFormat::Sacct, &summary);
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_EQ(jobs[0].jobId, 200);
+    EXPECT_EQ(jobs[1].jobId, 210);
+    EXPECT_FALSE(jobs[1].end.has_value()); // still running when the trace was taken
+    EXPECT_EQ(summary.rowsRead, 11u);
+    EXPECT_EQ(summary.accepted, 2u);
+    EXPECT_EQ(rejectedFor(summary, "wrong field count"), 2u);
+    EXPECT_EQ(rejectedFor(summary, "never started"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "end before start"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad submit time"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "invalid characters in name"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "start before submit"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad node count"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "job step"), 1u);
+    EXPECT_EQ(summary.rejectedTotal(), 9u);
+    EXPECT_EQ(summary.rejected.at("wrong field count").firstLine, 4u);
+    const std::string text = summary.toString();
+    EXPECT_NE(text.find("rows read 11, accepted 2, rejected 9"), std::string::npos) << text;
+    EXPECT_NE(text.find("end before start"), std::string::npos) << text;
+}
+
+TEST(SacctText, TruncatedFileIsAnError)
+{
+    auto reader = openTrace(dataFile("sacct_truncated.log"));
+    TraceJob job;
+    ASSERT_TRUE(reader->next(job));
+    EXPECT_EQ(job.jobId, 300);
+    try {
+        reader->next(job);
+        FAIL() << "a cut-off last line must not pass";
+    } catch (const TraceError& error) {
+        EXPECT_NE(std::string(error.what()).find("truncated"), std::string::npos) << error.what();
+    }
+}
+
+TEST(SacctParsable, ReadsHeaderNamedColumns)
+{
+    TraceSummary summary;
+    auto jobs = readAll(dataFile("sacct_parsable.txt"), TraceFormat::Auto, &summary);
+    EXPECT_EQ(summary.format, TraceFormat::SacctParsable);
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_EQ(jobs[0].jobId, 400);
+    EXPECT_EQ(jobs[0].user, "alice");
+    EXPECT_EQ(jobs[0].timeLimit, 86400);
+    EXPECT_EQ(jobs[0].nodes, 8);
+    EXPECT_EQ(jobs[0].state, "TIMEOUT");
+    EXPECT_EQ(jobs[1].timeLimit, 7200);
+    EXPECT_EQ(jobs[1].waitSeconds(), 5);
+    EXPECT_EQ(rejectedFor(summary, "job step"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "never started"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "wrong field count"), 1u);
+}
+
+TEST(SacctJson, StreamsJobsOfOldAndNewSlurm)
+{
+    TraceSummary summary;
+    auto jobs = readAll(dataFile("sacct.json"), TraceFormat::Sacct, &summary);
+    EXPECT_EQ(summary.format, TraceFormat::SacctJson);
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_EQ(jobs[0].jobId, 500);
+    EXPECT_EQ(jobs[0].name, "old \"style\" {x}");
+    EXPECT_EQ(jobs[0].nodes, 2);
+    EXPECT_EQ(jobs[0].timeLimit, 7200);
+    EXPECT_EQ(jobs[0].state, "COMPLETED");
+    EXPECT_EQ(jobs[0].requestedProcs, 16);
+    EXPECT_EQ(jobs[0].waitSeconds(), 60);
+    EXPECT_EQ(jobs[1].nodes, 4);
+    EXPECT_EQ(jobs[1].priority, 77);
+    EXPECT_EQ(jobs[1].exitCode, 3);
+    EXPECT_EQ(jobs[1].state, "FAILED");
+    EXPECT_EQ(jobs[1].timeLimit, 1800);
+    EXPECT_EQ(summary.rowsRead, 5u);
+    EXPECT_EQ(rejectedFor(summary, "never started"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad job id"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "malformed job object"), 1u);
+}
+
+TEST(SacctJson, TruncatedJsonIsAnError)
+{
+    EXPECT_THROW(readAll(dataFile("sacct_truncated.json")), TraceError);
+}
+
+TEST(Swf, ReadsFieldsAndUnixStartTime)
+{
+    TraceSummary summary;
+    auto jobs = readAll(dataFile("small.swf"), TraceFormat::Auto, &summary);
+    EXPECT_EQ(summary.format, TraceFormat::Swf);
+    ASSERT_EQ(jobs.size(), 3u);
+    EXPECT_EQ(jobs[0].submit, 1672531200);
+    EXPECT_EQ(jobs[0].start, 1672531210);
+    EXPECT_EQ(jobs[0].end, 1672531310);
+    EXPECT_EQ(jobs[0].nodes, 4);
+    EXPECT_EQ(jobs[0].timeLimit, 200);
+    EXPECT_EQ(jobs[0].user, "7");
+    EXPECT_EQ(jobs[0].state, "COMPLETED");
+    EXPECT_FALSE(jobs[1].start.has_value()); // wait -1: unknown
+    EXPECT_EQ(jobs[1].runTime, 50);
+    EXPECT_EQ(jobs[1].state, "CANCELLED");
+    EXPECT_EQ(jobs[2].timeLimit, -1);
+    EXPECT_EQ(rejectedFor(summary, "wrong field count"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad processor count"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad number"), 1u);
+}
+
+TEST(Detection, FormatsByName)
+{
+    EXPECT_EQ(parseFormat("auto"), TraceFormat::Auto);
+    EXPECT_EQ(parseFormat("sacct"), TraceFormat::Sacct);
+    EXPECT_EQ(parseFormat("swf"), TraceFormat::Swf);
+    EXPECT_FALSE(parseFormat("csv"));
+    EXPECT_EQ(formatName(TraceFormat::SacctJson), "sacct-json");
+}
+
+TEST(Detection, SacctHintRefusesSwf)
+{
+    EXPECT_THROW(detectFormat(dataFile("small.swf"), TraceFormat::Sacct), TraceError);
+}
+
+void expectTraceError(
+    const std::filesystem::path& path, const char* fragment, TraceFormat format = TraceFormat::Auto)
+{
+    try {
+        readAll(path, format);
+        FAIL() << path << " must not read as a trace";
+    } catch (const TraceError& error) {
+        EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+    }
+}
+
+TEST(Malformed, EmptyAndUnknownFilesAreClearErrors)
+{
+    expectTraceError(dataFile("empty.txt"), "empty");
+    expectTraceError(dataFile("empty.txt"), "empty", TraceFormat::SacctText);
+    expectTraceError(dataFile("empty.txt"), "empty", TraceFormat::SacctJson);
+    expectTraceError(dataFile("not_a_trace.txt"), "unknown trace layout");
+    expectTraceError(dataFile("not_a_trace.txt"), "no JobID column", TraceFormat::SacctText);
+    expectTraceError(dataFile("does-not-exist.log"), "cannot open");
+}
+
+TEST(Malformed, BinaryGarbageIsAnError)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "garbage.bin";
+    {
+        std::ofstream out(path, std::ios::binary);
+        for (int i = 0; i < 5000; ++i)
+            out.put(static_cast<char>((i * 7919) & 0xff));
+    }
+    expectTraceError(path, "binary data");
+    expectTraceError(path, "binary data", TraceFormat::Swf);
+}
+
+// A 16 GiB file that is all hole after a valid header: read in constant memory, refused at the first
+// NUL byte, in well under a second.
+TEST(Malformed, HugeSparseFileIsRefusedQuickly)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "sparse.log";
+    {
+        std::ofstream out(path);
+        std::ifstream good(dataFile("sacct_good.log"));
+        out << good.rdbuf();
+    }
+    {
+        int fd = ::open(path.c_str(), O_WRONLY);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(::ftruncate(fd, off_t { 16 } << 30), 0);
+        ::close(fd);
+    }
+    rusage before {};
+    getrusage(RUSAGE_SELF, &before);
+    expectTraceError(path, "binary data");
+    expectTraceError(path, "binary data", TraceFormat::SacctText);
+    rusage after {};
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB grown while reading";
+}
+
+TEST(Malformed, OverlongLineIsAnError)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "long.swf";
+    {
+        std::ofstream out(path);
+        out << "; Version: 2\n" << std::string(3u << 20, '1') << "\n";
+    }
+    expectTraceError(path, "longer than 1 MiB");
+}
+
+TEST(RealTraces, Ls6A100)
+{
+    auto dir = baton::test::traceDir();
+    if (!dir)
+        GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
+    TraceSummary summary;
+    auto jobs = readAll(*dir / "ls6-a100.log", TraceFormat::Auto, &summary);
+    EXPECT_EQ(summary.format, TraceFormat::SacctText);
+    EXPECT_EQ(summary.rowsRead, 24777u);
+    EXPECT_EQ(summary.accepted, 24776u);
+    EXPECT_EQ(rejectedFor(summary, "wrong field count"), 1u);
+    ASSERT_EQ(jobs.size(), 24776u);
+    EXPECT_EQ(jobs.front().jobId, 478729);
+    EXPECT_EQ(jobs.back().jobId, 785116);
+    for (const auto& job : jobs) {
+        ASSERT_TRUE(job.start && job.end);
+        ASSERT_GE(*job.waitSeconds(), 0);
+        ASSERT_GE(job.nodes, 1);
+    }
+}
+
+TEST(RealTraces, Lublin256)
+{
+    auto dir = baton::test::traceDir();
+    if (!dir)
+        GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
+    TraceSummary summary;
+    auto jobs = readAll(*dir / "lublin_256.swf", TraceFormat::Auto, &summary);
+    EXPECT_EQ(summary.format, TraceFormat::Swf);
+    EXPECT_EQ(jobs.size(), 10000u);
+    EXPECT_EQ(summary.rejectedTotal(), 0u);
+}
+
+} // namespace
