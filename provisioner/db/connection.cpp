@@ -88,12 +88,6 @@ void Connection::reconnect()
     connectWithBackoff();
 }
 
-bool Connection::inTransaction() const
-{
-    const auto status = PQtransactionStatus(conn_.get());
-    return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE;
-}
-
 void Connection::cancel()
 {
     PgCancelPtr handle(PQgetCancel(conn_.get()));
@@ -216,17 +210,27 @@ Result Connection::execOnce(const Statement& statement, const Params& params)
     return finish(nullptr, statement.name);
 }
 
+void Connection::ensureSession()
+{
+    if (!broken())
+        return;
+    if (transactionOpen_)
+        throw ConnectionLost(
+            "the database connection was lost inside a transaction; the transaction is void");
+    reconnect(); // nothing has been sent yet, so this is safe for any statement
+}
+
 Result Connection::exec(const Statement& statement, const Params& params)
 {
-    const bool mayRetry = statement.retryable && !inTransaction();
+    ensureSession();
     try {
         return execOnce(statement, params);
     } catch (const ConnectionLost&) {
-        if (inTransaction() && !broken())
-            throw;
-        // The session is gone: the next call must find a fresh one either way.
+        if (transactionOpen_)
+            throw; // the transaction died with the session; the caller must start over
+        // The statement may or may not have run: only retryable ones are sent again.
         reconnect();
-        if (!mayRetry)
+        if (!statement.retryable)
             throw;
         return execOnce(statement, params);
     }
@@ -234,12 +238,46 @@ Result Connection::exec(const Statement& statement, const Params& params)
 
 Result Connection::execScript(std::string_view sql)
 {
-    if (broken())
-        reconnect();
+    ensureSession();
     const std::string text(sql);
     if (!PQsendQuery(conn_.get(), text.c_str()))
         throwSendFailure("SQL script");
     return finish(nullptr, "SQL script");
+}
+
+void Connection::beginTransaction()
+{
+    if (transactionOpen_)
+        throw DbError("a transaction is already open on this connection");
+    execScript("BEGIN");
+    transactionOpen_ = true;
+}
+
+void Connection::commitTransaction()
+{
+    if (!transactionOpen_)
+        throw DbError("no transaction is open");
+    try {
+        execScript("COMMIT");
+    } catch (...) {
+        transactionOpen_ = false;
+        throw;
+    }
+    transactionOpen_ = false;
+}
+
+void Connection::rollbackTransaction() noexcept
+{
+    if (!transactionOpen_)
+        return;
+    transactionOpen_ = false;
+    if (broken())
+        return; // a lost session rolled back on the server
+    try {
+        execScript("ROLLBACK");
+    } catch (const DbError&) {
+        poisoned_ = true; // unknown state: start afresh on the next call
+    }
 }
 
 } // namespace baton::db

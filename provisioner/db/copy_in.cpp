@@ -16,6 +16,7 @@ constexpr char signature[] = { 'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\xff', '\r',
 CopyIn::CopyIn(Connection& connection, std::string_view copySql)
     : connection_(connection)
 {
+    connection_.ensureSession();
     const std::string sql(copySql);
     if (!PQsendQuery(connection_.raw(), sql.c_str()))
         connection_.throwSendFailure("COPY");
