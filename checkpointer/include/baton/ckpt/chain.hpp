@@ -1,0 +1,48 @@
+// A chain directory: listing, verifying and pruning the checkpoints inside it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "baton/ckpt/manifest.hpp"
+
+namespace baton::ckpt {
+
+// "ckpt-000000001200" for iteration 1200.
+std::string checkpointDirName(std::uint64_t iteration);
+// The iteration a directory name stands for, if it is a checkpoint directory name.
+std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name);
+
+struct CheckpointInfo {
+    std::filesystem::path dir;
+    std::uint64_t iteration = 0;
+    bool committed = false; // its manifest.json exists
+};
+
+// Every ckpt-* directory of the chain, oldest iteration first.
+std::vector<CheckpointInfo> listCheckpoints(const std::filesystem::path& chainDir);
+
+struct VerifyResult {
+    bool ok = false;
+    std::string reason; // why not, when !ok
+    std::optional<Manifest> manifest;
+};
+
+// Reads the manifest and every data byte of one checkpoint and checks sizes, checksums and padding.
+// Throws FormatError for a newer format version; every other problem is a failed result.
+VerifyResult verifyCheckpoint(const std::filesystem::path& checkpointDir, bool directIo = true);
+
+// Removes all but the newest `keep` committed checkpoints, plus incomplete checkpoint directories
+// older than the newest committed one. Returns what it removed.
+std::vector<std::filesystem::path> pruneChain(const std::filesystem::path& chainDir, int keep);
+
+// Removes one checkpoint so that a crash at any moment leaves it either committed or gone.
+void removeCheckpoint(const std::filesystem::path& checkpointDir);
+
+// Removes temporary and half-deleted directories left in the chain by processes that no longer run.
+void removeStaleTemporaries(const std::filesystem::path& chainDir);
+
+} // namespace baton::ckpt

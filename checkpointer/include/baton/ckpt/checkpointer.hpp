@@ -1,0 +1,136 @@
+// The two-phase checkpointer: snapshot the registered state into a staging pool while training goes
+// on, persist it in the background, commit it atomically, restore the newest verified checkpoint.
+//
+// A training loop uses it like this:
+//
+//     Checkpointer ckpt(Options::fromEnvironment());
+//     ckpt.registerRegion("weights", weights, weightBytes);
+//     auto restored = ckpt.restore();                 // continue the chain, if there is one
+//     for (uint64_t it = restored.restored ? restored.iteration + 1 : 0;; ++it) {
+//         forwardBackward();                          // reads the weights: may overlap a snapshot
+//         ckpt.beforeUpdate();                        // waits only while a snapshot still reads them
+//         optimizerStep();
+//         ckpt.afterUpdate(it);                       // state of iteration `it` is consistent
+//         if (it % k == 0) ckpt.requestCheckpoint(it);
+//     }
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "baton/ckpt/error.hpp"
+#include "baton/ckpt/options.hpp"
+
+namespace baton::ckpt {
+
+// Measured figures of one checkpoint (the policy's inputs).
+struct CheckpointStats {
+    std::uint64_t iteration = 0;
+    std::uint64_t bytes = 0; // data bytes written
+    double snapshotSeconds = 0; // request until the staging copy was complete
+    double persistSeconds = 0; // snapshot complete until commit (or failure)
+    double stallSeconds = 0; // time beforeUpdate() blocked waiting for this snapshot
+    bool finished = false; // persist has ended (committed or failed)
+    bool committed = false;
+    std::string error; // why it failed, when finished && !committed
+};
+
+struct Counters {
+    std::uint64_t requested = 0; // checkpoints started
+    std::uint64_t committed = 0;
+    std::uint64_t failed = 0;
+    std::uint64_t droppedRequests = 0; // requests refused because a checkpoint was in flight
+};
+
+// A newer checkpoint that restore skipped, and why.
+struct Fallback {
+    std::filesystem::path dir;
+    std::string reason;
+};
+
+struct RestoreResult {
+    bool restored = false; // false: the chain holds no usable checkpoint (a fresh start)
+    std::uint64_t iteration = 0;
+    std::uint64_t epoch = 0;
+    std::filesystem::path dir;
+    std::map<std::string, std::vector<std::byte>> blobs;
+    nlohmann::json manifest; // the restored manifest, with sampler, tuning and extra fields
+    std::vector<Fallback> fallbacks;
+    std::vector<std::string> unclaimedRegions; // in the checkpoint but not registered: not restored
+};
+
+class Checkpointer {
+public:
+    explicit Checkpointer(Options options);
+    ~Checkpointer(); // waits for an in-flight checkpoint to commit or fail
+    Checkpointer(const Checkpointer&) = delete;
+    Checkpointer& operator=(const Checkpointer&) = delete;
+
+    // Registers (or re-registers, with a new address or size) a region of host memory. The memory must
+    // stay valid until it is unregistered or the Checkpointer is destroyed.
+    void registerRegion(const std::string& name, void* data, std::size_t size);
+    // A region in CUDA device memory; `stream` (a cudaStream_t, null = default stream) is the stream the
+    // application updates it on. Throws Error when no CUDA device is usable.
+    void registerDeviceRegion(
+        const std::string& name, void* devicePtr, std::size_t size, int device, void* stream = nullptr);
+    void unregisterRegion(const std::string& name);
+    // Snapshot device regions into spare device memory (GPU-side, fastest) instead of straight into the
+    // pinned host pool; the policy turns it on when the state fits in free device memory.
+    void setDeviceSnapshot(bool onDevice);
+
+    // Small serialized state (step counter, RNG state, ...). The bytes are copied now; the latest value
+    // goes into every following checkpoint.
+    void setBlob(const std::string& name, std::span<const std::byte> bytes);
+    void setBlob(const std::string& name, std::string_view bytes);
+    void removeBlob(const std::string& name);
+
+    void setEpoch(std::uint64_t epoch);
+    // A top-level field of every following manifest, e.g. "sampler" or "tuning". Fields the format
+    // itself defines (iteration, regions, ...) are refused.
+    void setManifestField(const std::string& key, nlohmann::json value);
+
+    // Hook: the weights of `iteration` are consistent. Starts a checkpoint if scheduleCheckpoint() asked.
+    void afterUpdate(std::uint64_t iteration);
+    // Hook: returns once no snapshot still reads the registered memory (for device regions: makes their
+    // streams wait instead of blocking the host).
+    void beforeUpdate();
+
+    // Non-blocking: snapshots the registered state as of `iteration` (the caller says it is consistent)
+    // and persists it in the background. Returns false, and counts the request as dropped, when a
+    // checkpoint is already in flight.
+    bool requestCheckpoint(std::uint64_t iteration);
+    // Thread-safe: the next afterUpdate() starts a checkpoint (for signal handlers' flags and policies).
+    void scheduleCheckpoint();
+    // Waits for any in-flight checkpoint, checkpoints `iteration` and waits for it to commit.
+    // Returns whether it committed; lastError() says why not.
+    bool checkpointNow(std::uint64_t iteration);
+    // Waits until no checkpoint is in flight. Returns whether the last checkpoint committed.
+    bool wait();
+    bool inFlight() const;
+
+    // Restores the newest committed checkpoint whose checksums all verify into the registered regions,
+    // falling back to older ones. Throws FormatError for a newer format, Error when a checkpoint's
+    // region has a different size than the registered one.
+    RestoreResult restore();
+
+    CheckpointStats lastCheckpoint() const;
+    Counters counters() const;
+    std::string lastError() const; // empty when the last checkpoint committed
+    const Options& options() const;
+    bool deviceAvailable() const; // a CUDA device is usable (the staging pool is pinned)
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace baton::ckpt

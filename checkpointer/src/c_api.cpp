@@ -1,0 +1,255 @@
+// The C ABI: exceptions stop here and become -1 plus a message.
+#include "baton_ckpt.h"
+
+#include <cstring>
+#include <string>
+
+#include "baton/ckpt/checkpointer.hpp"
+#include "baton_version.h"
+
+using baton::ckpt::Checkpointer;
+using baton::ckpt::Options;
+
+struct baton_ckpt {
+    std::unique_ptr<Checkpointer> checkpointer;
+    std::string error;
+    baton::ckpt::RestoreResult restored;
+    std::string manifestText = "null";
+    std::string fallbackText;
+};
+
+namespace {
+
+thread_local std::string createError;
+
+template<typename F> int guarded(baton_ckpt* h, F&& body)
+{
+    if (h == nullptr) {
+        createError = "null baton_ckpt handle";
+        return -1;
+    }
+    try {
+        h->error.clear();
+        return body();
+    } catch (const std::exception& e) {
+        h->error = e.what();
+        return -1;
+    }
+}
+
+std::string text(const char* s)
+{
+    if (s == nullptr)
+        throw baton::ckpt::Error("a required string argument is NULL");
+    return s;
+}
+
+} // namespace
+
+extern "C" {
+
+const char* baton_ckpt_version(void)
+{
+    return BATON_VERSION;
+}
+
+baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep)
+{
+    try {
+        Options options;
+        if (chain_dir == nullptr) {
+            options = Options::fromEnvironment();
+        } else {
+            options.chainDir = chain_dir;
+        }
+        if (keep > 0)
+            options.keep = keep;
+        auto handle = std::make_unique<baton_ckpt>();
+        handle->checkpointer = std::make_unique<Checkpointer>(std::move(options));
+        createError.clear();
+        return handle.release();
+    } catch (const std::exception& e) {
+        createError = e.what();
+        return nullptr;
+    }
+}
+
+void baton_ckpt_destroy(baton_ckpt* ckpt)
+{
+    delete ckpt;
+}
+
+int baton_ckpt_register_region(baton_ckpt* h, const char* name, void* data, uint64_t size)
+{
+    return guarded(h, [&] {
+        h->checkpointer->registerRegion(text(name), data, size);
+        return 0;
+    });
+}
+
+int baton_ckpt_register_device_region(
+    baton_ckpt* h, const char* name, void* device_ptr, uint64_t size, int device, void* stream)
+{
+    return guarded(h, [&] {
+        h->checkpointer->registerDeviceRegion(text(name), device_ptr, size, device, stream);
+        return 0;
+    });
+}
+
+int baton_ckpt_unregister_region(baton_ckpt* h, const char* name)
+{
+    return guarded(h, [&] {
+        h->checkpointer->unregisterRegion(text(name));
+        return 0;
+    });
+}
+
+int baton_ckpt_set_blob(baton_ckpt* h, const char* name, const void* data, uint64_t size)
+{
+    return guarded(h, [&] {
+        if (data == nullptr && size > 0)
+            throw baton::ckpt::Error("blob data is NULL");
+        h->checkpointer->setBlob(text(name), std::span(static_cast<const std::byte*>(data), size));
+        return 0;
+    });
+}
+
+int baton_ckpt_set_epoch(baton_ckpt* h, uint64_t epoch)
+{
+    return guarded(h, [&] {
+        h->checkpointer->setEpoch(epoch);
+        return 0;
+    });
+}
+
+int baton_ckpt_set_manifest_field(baton_ckpt* h, const char* key, const char* json_text)
+{
+    return guarded(h, [&] {
+        auto value = nlohmann::json::parse(text(json_text), nullptr, false);
+        if (value.is_discarded())
+            throw baton::ckpt::Error("manifest field '" + text(key) + "': not valid JSON");
+        h->checkpointer->setManifestField(text(key), std::move(value));
+        return 0;
+    });
+}
+
+int baton_ckpt_after_update(baton_ckpt* h, uint64_t iteration)
+{
+    return guarded(h, [&] {
+        h->checkpointer->afterUpdate(iteration);
+        return 0;
+    });
+}
+
+int baton_ckpt_before_update(baton_ckpt* h)
+{
+    return guarded(h, [&] {
+        h->checkpointer->beforeUpdate();
+        return 0;
+    });
+}
+
+int baton_ckpt_request(baton_ckpt* h, uint64_t iteration)
+{
+    return guarded(h, [&] {
+        auto before = h->checkpointer->counters().failed;
+        if (h->checkpointer->requestCheckpoint(iteration))
+            return 1;
+        if (h->checkpointer->counters().failed != before) {
+            h->error = h->checkpointer->lastError();
+            return -1;
+        }
+        return 0;
+    });
+}
+
+int baton_ckpt_schedule(baton_ckpt* h)
+{
+    return guarded(h, [&] {
+        h->checkpointer->scheduleCheckpoint();
+        return 0;
+    });
+}
+
+int baton_ckpt_checkpoint_now(baton_ckpt* h, uint64_t iteration)
+{
+    return guarded(h, [&] {
+        if (h->checkpointer->checkpointNow(iteration))
+            return 0;
+        h->error = h->checkpointer->lastError();
+        return -1;
+    });
+}
+
+int baton_ckpt_wait(baton_ckpt* h)
+{
+    return guarded(h, [&] {
+        if (h->checkpointer->wait())
+            return 0;
+        h->error = h->checkpointer->lastError();
+        return -1;
+    });
+}
+
+int baton_ckpt_restore(baton_ckpt* h, uint64_t* iteration)
+{
+    return guarded(h, [&] {
+        h->restored = h->checkpointer->restore();
+        h->manifestText = h->restored.restored ? h->restored.manifest.dump() : "null";
+        h->fallbackText.clear();
+        for (const auto& f : h->restored.fallbacks)
+            h->fallbackText += f.dir.string() + ": " + f.reason + "\n";
+        if (!h->restored.restored)
+            return 0;
+        if (iteration != nullptr)
+            *iteration = h->restored.iteration;
+        return 1;
+    });
+}
+
+int64_t baton_ckpt_blob_size(baton_ckpt* h, const char* name)
+{
+    return baton_ckpt_get_blob(h, name, nullptr, 0);
+}
+
+int64_t baton_ckpt_get_blob(baton_ckpt* h, const char* name, void* buffer, uint64_t capacity)
+{
+    if (h == nullptr || name == nullptr)
+        return -1;
+    auto it = h->restored.blobs.find(name);
+    if (it == h->restored.blobs.end())
+        return -1;
+    if (buffer != nullptr)
+        std::memcpy(buffer, it->second.data(), std::min<uint64_t>(capacity, it->second.size()));
+    return static_cast<int64_t>(it->second.size());
+}
+
+const char* baton_ckpt_restored_manifest(baton_ckpt* h)
+{
+    return h != nullptr ? h->manifestText.c_str() : "null";
+}
+
+const char* baton_ckpt_restore_fallbacks(baton_ckpt* h)
+{
+    return h != nullptr ? h->fallbackText.c_str() : "";
+}
+
+int baton_ckpt_get_stats(baton_ckpt* h, baton_ckpt_stats* out)
+{
+    return guarded(h, [&] {
+        if (out == nullptr)
+            throw baton::ckpt::Error("stats pointer is NULL");
+        auto s = h->checkpointer->lastCheckpoint();
+        auto c = h->checkpointer->counters();
+        *out = baton_ckpt_stats { s.iteration, s.bytes, s.snapshotSeconds, s.persistSeconds, s.stallSeconds,
+            s.finished, s.committed, c.requested, c.committed, c.failed, c.droppedRequests };
+        return 0;
+    });
+}
+
+const char* baton_ckpt_last_error(baton_ckpt* h)
+{
+    return h != nullptr ? h->error.c_str() : createError.c_str();
+}
+
+} // extern "C"

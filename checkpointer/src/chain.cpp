@@ -1,0 +1,143 @@
+#include "baton/ckpt/chain.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <system_error>
+
+#include "baton/ckpt/error.hpp"
+#include "io.hpp"
+#include "verify.hpp"
+
+namespace baton::ckpt {
+
+namespace fs = std::filesystem;
+
+std::string checkpointDirName(std::uint64_t iteration)
+{
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%012llu", static_cast<unsigned long long>(iteration));
+    return name;
+}
+
+std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name)
+{
+    constexpr std::string_view prefix = "ckpt-";
+    if (name.size() < prefix.size() + 12 || name.size() > prefix.size() + 20 || !name.starts_with(prefix))
+        return std::nullopt;
+    std::uint64_t value = 0;
+    for (char c : name.substr(prefix.size())) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        value = value * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return value;
+}
+
+std::vector<CheckpointInfo> listCheckpoints(const fs::path& chainDir)
+{
+    std::vector<CheckpointInfo> found;
+    std::error_code ec;
+    fs::directory_iterator it(chainDir, ec);
+    if (ec)
+        throw io::IoError(ec.value(), "cannot list chain directory " + chainDir.string());
+    for (const auto& entry : it) {
+        auto iteration = parseCheckpointDirName(entry.path().filename().string());
+        if (!iteration || !entry.is_directory(ec))
+            continue;
+        CheckpointInfo info;
+        info.dir = entry.path();
+        info.iteration = *iteration;
+        info.committed = fs::is_regular_file(entry.path() / kManifestName, ec);
+        found.push_back(std::move(info));
+    }
+    std::sort(found.begin(), found.end(),
+        [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.iteration < b.iteration; });
+    return found;
+}
+
+VerifyResult verifyCheckpoint(const fs::path& checkpointDir, bool directIo)
+{
+    VerifyResult result;
+    try {
+        result.manifest = parseManifest(io::readSmallFile(checkpointDir / kManifestName));
+    } catch (const FormatError&) {
+        throw;
+    } catch (const Error& e) {
+        result.reason = e.what();
+        return result;
+    }
+    result.reason = readAndVerify(checkpointDir, *result.manifest, nullptr, directIo);
+    result.ok = result.reason.empty();
+    return result;
+}
+
+void removeCheckpoint(const fs::path& checkpointDir)
+{
+    // Renaming first makes the removal atomic: a crash leaves a hidden directory, not a torn checkpoint.
+    fs::path doomed = checkpointDir.parent_path()
+        / ("." + checkpointDir.filename().string() + ".deleting-" + std::to_string(::getpid()));
+    io::renameDurably(checkpointDir, doomed);
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    if (ec)
+        throw io::IoError(ec.value(), "cannot remove " + doomed.string());
+}
+
+std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
+{
+    if (keep < 1)
+        throw ConfigError("keep must be >= 1");
+    auto all = listCheckpoints(chainDir);
+    std::vector<const CheckpointInfo*> committed;
+    for (const auto& info : all) {
+        if (info.committed)
+            committed.push_back(&info);
+    }
+    std::vector<fs::path> removed;
+    if (committed.empty())
+        return removed;
+    std::uint64_t newest = committed.back()->iteration;
+    std::size_t excess = committed.size() > static_cast<std::size_t>(keep)
+        ? committed.size() - static_cast<std::size_t>(keep)
+        : 0;
+    for (std::size_t i = 0; i < excess; ++i) {
+        removeCheckpoint(committed[i]->dir);
+        removed.push_back(committed[i]->dir);
+    }
+    for (const auto& info : all) {
+        if (!info.committed && info.iteration < newest) {
+            removeCheckpoint(info.dir);
+            removed.push_back(info.dir);
+        }
+    }
+    return removed;
+}
+
+void removeStaleTemporaries(const fs::path& chainDir)
+{
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(chainDir, ec)) {
+        std::string name = entry.path().filename().string();
+        if (!name.starts_with(".ckpt-"))
+            continue;
+        auto marker = name.find(".tmp-");
+        if (marker == std::string::npos)
+            marker = name.find(".deleting-");
+        if (marker == std::string::npos)
+            continue;
+        std::string pidText = name.substr(name.rfind('-') + 1);
+        if (pidText.empty() || pidText.find_first_not_of("0123456789") != std::string::npos
+            || pidText.size() > 9)
+            continue;
+        auto pid = static_cast<pid_t>(std::stol(pidText));
+        bool owned = pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH);
+        if (owned)
+            fs::remove_all(entry.path(), ec);
+    }
+}
+
+} // namespace baton::ckpt

@@ -1,0 +1,663 @@
+#include "baton/ckpt/checkpointer.hpp"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/manifest.hpp"
+#include "baton_version.h"
+#include "device_backend.hpp"
+#include "io.hpp"
+#include "thread_pool.hpp"
+#include "verify.hpp"
+
+namespace baton::ckpt {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t kCopyChunk = 16 << 20; // a copy task's share of a large region
+constexpr std::size_t kPoolGranule = 2 << 20; // staging grows in these steps
+
+const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
+    "total_bytes", "regions", "blobs", "timings", "files", "library_version", "manifest_checksum" };
+
+double seconds(Clock::duration d)
+{
+    return std::chrono::duration<double>(d).count();
+}
+
+double unixNow()
+{
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct RegionSpec {
+    void* data = nullptr;
+    std::size_t size = 0;
+    int device = -1;
+    void* stream = nullptr;
+};
+
+struct Piece {
+    std::byte* to;
+    const std::byte* from;
+    std::size_t size;
+};
+
+// Splits copies into about `threads` * 4 tasks of similar size; small regions share a task.
+std::vector<std::vector<Piece>> makeCopyTasks(const std::vector<Piece>& copies, unsigned threads)
+{
+    std::size_t total = 0;
+    for (const auto& c : copies)
+        total += c.size;
+    std::size_t share = std::clamp<std::size_t>(total / (threads * 4 + 1), 1 << 20, kCopyChunk);
+    std::vector<std::vector<Piece>> tasks;
+    std::vector<Piece> current;
+    std::size_t currentBytes = 0;
+    for (const auto& c : copies) {
+        for (std::size_t at = 0; at < c.size || (c.size == 0 && at == 0); at += share) {
+            std::size_t n = std::min(share, c.size - at);
+            current.push_back({ c.to + at, c.from + at, n });
+            currentBytes += n;
+            if (currentBytes >= share) {
+                tasks.push_back(std::move(current));
+                current.clear();
+                currentBytes = 0;
+            }
+            if (c.size == 0)
+                break;
+        }
+    }
+    if (!current.empty())
+        tasks.push_back(std::move(current));
+    return tasks;
+}
+
+void copyPieces(const std::vector<Piece>& pieces)
+{
+    for (const auto& p : pieces) {
+        if (p.size > 0)
+            std::memcpy(p.to, p.from, p.size);
+    }
+}
+
+struct Job {
+    std::uint64_t iteration = 0;
+    std::uint64_t epoch = 0;
+    std::vector<ManifestEntry> regions;
+    std::vector<ManifestEntry> blobs;
+    std::uint64_t totalBytes = 0;
+    std::map<std::string, nlohmann::json> fields;
+    Clock::time_point requestedAt;
+    bool hasDeviceCopies = false;
+};
+
+} // namespace
+
+struct Checkpointer::Impl {
+    explicit Impl(Options opts)
+        : options(std::move(opts))
+        , backend(makeDeviceBackend())
+        , pool(options.copyThreads != 0 ? options.copyThreads
+                                        : std::clamp(std::thread::hardware_concurrency(), 1u, 4u))
+    { }
+
+    void log(const std::string& message) const
+    {
+        if (options.log)
+            options.log(message);
+        else
+            std::cerr << "baton-ckpt: " << message << std::endl;
+    }
+
+    // Caller holds the mutex and no checkpoint is in flight.
+    void ensureStaging(std::size_t bytes)
+    {
+        bytes = io::roundUp(std::max<std::size_t>(bytes, 1), kPoolGranule);
+        if (bytes <= stagingCapacity)
+            return;
+        if (staging != nullptr)
+            backend->freeStaging(staging, stagingCapacity);
+        staging = nullptr;
+        stagingCapacity = 0;
+        staging = backend->allocateStaging(bytes);
+        stagingCapacity = bytes;
+    }
+
+    void waitSnapshotLocked(std::unique_lock<std::mutex>& lock)
+    {
+        changed.wait(lock, [this] { return copiesRemaining == 0 && !(deviceCopiesPending && inFlight); });
+    }
+
+    void startLocked(std::uint64_t iteration);
+    void persistLoop();
+    void persist(Job& job);
+    void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
+
+    Options options;
+    std::unique_ptr<DeviceBackend> backend;
+    ThreadPool pool;
+    std::byte* staging = nullptr;
+    std::size_t stagingCapacity = 0;
+
+    mutable std::mutex mutex;
+    std::condition_variable changed;
+    std::map<std::string, RegionSpec> regions;
+    std::map<std::string, std::vector<std::byte>> blobs;
+    std::map<std::string, nlohmann::json> fields;
+    std::uint64_t epoch = 0;
+    bool deviceSnapshot = false;
+    bool scheduled = false;
+
+    bool inFlight = false;
+    std::size_t copiesRemaining = 0;
+    Clock::time_point snapshotDoneAt;
+    bool deviceCopiesPending = false;
+    std::vector<DeviceCopy> streamsToOrder;
+    std::optional<Job> queued;
+    bool stopping = false;
+
+    CheckpointStats stats;
+    Counters counters;
+    std::string lastError;
+    bool lastCommitted = true;
+
+    std::thread persister;
+};
+
+void Checkpointer::Impl::startLocked(std::uint64_t iteration)
+{
+    Job job;
+    job.iteration = iteration;
+    job.epoch = epoch;
+    job.fields = fields;
+    job.requestedAt = Clock::now();
+
+    std::uint64_t offset = 0;
+    auto place = [&](const std::string& name, std::size_t size, int device) {
+        offset = io::roundUp(offset, kEntryAlignment);
+        ManifestEntry entry { name, kDataFileName, offset, size, 0, device };
+        offset += size;
+        return entry;
+    };
+    for (const auto& [name, spec] : regions)
+        job.regions.push_back(place(name, spec.size, spec.device));
+    for (const auto& [name, bytes] : blobs)
+        job.blobs.push_back(place(name, bytes.size(), -1));
+    job.totalBytes = offset;
+
+    ensureStaging(io::roundUp(job.totalBytes, io::kDirectAlignment));
+    // Padding must be zero on disk: the reader checks it, so that no byte of a data file goes unchecked.
+    std::uint64_t end = 0;
+    auto zeroGapBefore = [&](const ManifestEntry& e) {
+        std::memset(staging + end, 0, e.offset - end);
+        end = e.offset + e.size;
+    };
+    std::vector<Piece> hostCopies;
+    std::vector<DeviceCopy> deviceCopies;
+    for (const auto& entry : job.regions) {
+        zeroGapBefore(entry);
+        const auto& spec = regions.at(entry.name);
+        if (spec.device < 0)
+            hostCopies.push_back(
+                { staging + entry.offset, static_cast<const std::byte*>(spec.data), spec.size });
+        else
+            deviceCopies.push_back(
+                { staging + entry.offset, spec.data, spec.size, spec.device, spec.stream });
+    }
+    for (const auto& entry : job.blobs) {
+        zeroGapBefore(entry);
+        const auto& bytes = blobs.at(entry.name);
+        if (!bytes.empty())
+            std::memcpy(staging + entry.offset, bytes.data(), bytes.size());
+    }
+
+    backend->beginSnapshot(deviceCopies, deviceSnapshot);
+    job.hasDeviceCopies = !deviceCopies.empty();
+    deviceCopiesPending = job.hasDeviceCopies;
+    streamsToOrder = std::move(deviceCopies);
+
+    auto tasks = makeCopyTasks(hostCopies, pool.size());
+    copiesRemaining = tasks.size();
+    snapshotDoneAt = job.requestedAt;
+    inFlight = true;
+    ++counters.requested;
+    stats = CheckpointStats {};
+    stats.iteration = iteration;
+    stats.bytes = job.totalBytes;
+    for (auto& task : tasks) {
+        pool.post([this, task = std::move(task)] {
+            copyPieces(task);
+            std::lock_guard lock(mutex);
+            if (--copiesRemaining == 0) {
+                snapshotDoneAt = Clock::now();
+                changed.notify_all();
+            }
+        });
+    }
+    queued = std::move(job);
+    changed.notify_all();
+}
+
+void Checkpointer::Impl::persistLoop()
+{
+    for (;;) {
+        Job job;
+        {
+            std::unique_lock lock(mutex);
+            changed.wait(lock, [this] { return stopping || queued.has_value(); });
+            if (!queued)
+                return;
+            job = std::move(*queued);
+            queued.reset();
+        }
+        persist(job);
+    }
+}
+
+void Checkpointer::Impl::persist(Job& job)
+{
+    std::string error;
+    double snapshotSeconds = 0;
+    Clock::time_point persistStart = Clock::now();
+    try {
+        {
+            std::unique_lock lock(mutex);
+            changed.wait(lock, [this] { return copiesRemaining == 0; });
+        }
+        if (job.hasDeviceCopies)
+            backend->finishSnapshot();
+        {
+            std::lock_guard lock(mutex);
+            if (job.hasDeviceCopies) {
+                snapshotDoneAt = Clock::now();
+                deviceCopiesPending = false;
+            }
+            snapshotSeconds = seconds(snapshotDoneAt - job.requestedAt);
+            stats.snapshotSeconds = snapshotSeconds;
+        }
+        changed.notify_all();
+        persistStart = Clock::now();
+        commit(job, snapshotSeconds, persistStart);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    double persistSeconds = seconds(Clock::now() - persistStart);
+
+    if (error.empty()) {
+        try {
+            pruneChain(options.chainDir, options.keep);
+        } catch (const std::exception& e) {
+            log(std::string("warning: retention failed (the new checkpoint is committed): ") + e.what());
+        }
+    } else {
+        std::error_code ec;
+        fs::remove_all(options.chainDir
+                / ("." + checkpointDirName(job.iteration) + ".tmp-" + std::to_string(::getpid())),
+            ec);
+        log("checkpoint of iteration " + std::to_string(job.iteration)
+            + " failed, training continues and the previous checkpoint stays valid: " + error);
+    }
+
+    std::lock_guard lock(mutex);
+    stats.persistSeconds = persistSeconds;
+    stats.finished = true;
+    stats.committed = error.empty();
+    stats.error = error;
+    lastError = error;
+    lastCommitted = error.empty();
+    ++(error.empty() ? counters.committed : counters.failed);
+    deviceCopiesPending = false;
+    inFlight = false;
+    changed.notify_all();
+}
+
+void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
+{
+    for (auto* list : { &job.regions, &job.blobs }) {
+        for (auto& entry : *list)
+            entry.checksum = checksum(staging + entry.offset, entry.size);
+    }
+
+    const fs::path& chain = options.chainDir;
+    std::string name = checkpointDirName(job.iteration);
+    fs::path temporary = chain / ("." + name + ".tmp-" + std::to_string(::getpid()));
+    std::error_code ec;
+    fs::remove_all(temporary, ec);
+    if (!fs::create_directory(temporary, ec) || ec)
+        throw io::IoError(ec ? ec.value() : EEXIST, "cannot create " + temporary.string());
+
+    io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+
+    nlohmann::json document = nlohmann::json::object();
+    for (const auto& [key, value] : job.fields)
+        document[key] = value;
+    if (!document.contains("sampler"))
+        document["sampler"] = nullptr;
+    if (!document.contains("tuning"))
+        document["tuning"] = nlohmann::json::object();
+    document["format_version"] = kFormatVersion;
+    document["iteration"] = job.iteration;
+    document["epoch"] = job.epoch;
+    document["total_bytes"] = job.totalBytes;
+    document["regions"] = entriesToJson(job.regions);
+    document["blobs"] = entriesToJson(job.blobs);
+    document["files"] = nlohmann::json::array({ { { "name", kDataFileName }, { "size", job.totalBytes } } });
+    document["library_version"] = BATON_VERSION;
+    document["timings"] = { { "snapshot_seconds", snapshotSeconds },
+        { "persist_seconds", seconds(Clock::now() - persistStart) } };
+    document["created_unix"] = unixNow();
+
+    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document));
+    io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
+
+    // The commit point: the complete directory appears under its final name in one rename.
+    fs::path final = chain / name;
+    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) != 0) {
+        if (errno != EEXIST && errno != ENOTEMPTY)
+            io::throwErrno("cannot commit " + final.string());
+        // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
+        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) != 0)
+            io::throwErrno("cannot replace " + final.string());
+        io::fsyncDirectory(chain);
+        fs::remove_all(temporary, ec);
+        return;
+    }
+    io::fsyncDirectory(chain);
+}
+
+Checkpointer::Checkpointer(Options options)
+{
+    options.validate();
+    std::error_code ec;
+    fs::create_directories(options.chainDir, ec);
+    if (ec)
+        throw io::IoError(ec.value(), "cannot create chain directory " + options.chainDir.string());
+    if (!fs::is_directory(options.chainDir, ec))
+        throw Error("chain directory " + options.chainDir.string() + " is not a directory");
+    removeStaleTemporaries(options.chainDir);
+    impl_ = std::make_unique<Impl>(std::move(options));
+    if (impl_->options.stagingBytes > 0)
+        impl_->ensureStaging(impl_->options.stagingBytes);
+    impl_->persister = std::thread([impl = impl_.get()] { impl->persistLoop(); });
+}
+
+Checkpointer::~Checkpointer()
+{
+    {
+        std::unique_lock lock(impl_->mutex);
+        impl_->changed.wait(lock, [this] { return !impl_->inFlight; });
+        impl_->stopping = true;
+    }
+    impl_->changed.notify_all();
+    impl_->persister.join();
+    if (impl_->staging != nullptr)
+        impl_->backend->freeStaging(impl_->staging, impl_->stagingCapacity);
+}
+
+void Checkpointer::registerRegion(const std::string& name, void* data, std::size_t size)
+{
+    if (name.empty())
+        throw Error("a region needs a name");
+    if (data == nullptr && size > 0)
+        throw Error("region '" + name + "': null pointer with a non-zero size");
+    std::unique_lock lock(impl_->mutex);
+    impl_->waitSnapshotLocked(lock); // the in-flight snapshot may still read the old address
+    impl_->regions[name] = RegionSpec { data, size, -1, nullptr };
+}
+
+void Checkpointer::registerDeviceRegion(
+    const std::string& name, void* devicePtr, std::size_t size, int device, void* stream)
+{
+    if (name.empty())
+        throw Error("a region needs a name");
+    if (device < 0)
+        throw Error("region '" + name + "': device must be >= 0");
+    impl_->backend->checkDeviceRegion(devicePtr, size, device);
+    std::unique_lock lock(impl_->mutex);
+    impl_->waitSnapshotLocked(lock);
+    impl_->regions[name] = RegionSpec { devicePtr, size, device, stream };
+}
+
+void Checkpointer::unregisterRegion(const std::string& name)
+{
+    std::unique_lock lock(impl_->mutex);
+    impl_->waitSnapshotLocked(lock);
+    impl_->regions.erase(name);
+}
+
+void Checkpointer::setBlob(const std::string& name, std::span<const std::byte> bytes)
+{
+    if (name.empty())
+        throw Error("a blob needs a name");
+    std::lock_guard lock(impl_->mutex);
+    impl_->blobs[name].assign(bytes.begin(), bytes.end());
+}
+
+void Checkpointer::setBlob(const std::string& name, std::string_view bytes)
+{
+    setBlob(name, std::as_bytes(std::span(bytes.data(), bytes.size())));
+}
+
+void Checkpointer::removeBlob(const std::string& name)
+{
+    std::lock_guard lock(impl_->mutex);
+    impl_->blobs.erase(name);
+}
+
+void Checkpointer::setEpoch(std::uint64_t epoch)
+{
+    std::lock_guard lock(impl_->mutex);
+    impl_->epoch = epoch;
+}
+
+void Checkpointer::setManifestField(const std::string& key, nlohmann::json value)
+{
+    if (key.empty()
+        || std::find(kReservedFields.begin(), kReservedFields.end(), key) != kReservedFields.end())
+        throw Error("manifest field '" + key + "' is reserved by the format");
+    std::lock_guard lock(impl_->mutex);
+    impl_->fields[key] = std::move(value);
+}
+
+void Checkpointer::setDeviceSnapshot(bool onDevice)
+{
+    std::lock_guard lock(impl_->mutex);
+    impl_->deviceSnapshot = onDevice;
+}
+
+void Checkpointer::afterUpdate(std::uint64_t iteration)
+{
+    bool start = false;
+    {
+        std::lock_guard lock(impl_->mutex);
+        start = std::exchange(impl_->scheduled, false);
+    }
+    if (start)
+        requestCheckpoint(iteration);
+}
+
+void Checkpointer::beforeUpdate()
+{
+    auto begin = Clock::now();
+    std::unique_lock lock(impl_->mutex);
+    bool waited = impl_->copiesRemaining > 0;
+    impl_->changed.wait(lock, [this] { return impl_->copiesRemaining == 0; });
+    if (!impl_->streamsToOrder.empty()) {
+        impl_->backend->orderAfterSnapshot(impl_->streamsToOrder);
+        impl_->streamsToOrder.clear();
+    }
+    if (waited)
+        impl_->stats.stallSeconds += seconds(Clock::now() - begin);
+}
+
+bool Checkpointer::requestCheckpoint(std::uint64_t iteration)
+{
+    std::unique_lock lock(impl_->mutex);
+    if (impl_->inFlight) {
+        ++impl_->counters.droppedRequests;
+        lock.unlock();
+        impl_->log("checkpoint request for iteration " + std::to_string(iteration)
+            + " dropped: the previous checkpoint is still in flight");
+        return false;
+    }
+    try {
+        impl_->startLocked(iteration);
+    } catch (const std::exception& e) {
+        ++impl_->counters.failed;
+        impl_->lastError = e.what();
+        impl_->lastCommitted = false;
+        lock.unlock();
+        impl_->log("checkpoint of iteration " + std::to_string(iteration) + " could not start: " + e.what());
+        return false;
+    }
+    return true;
+}
+
+void Checkpointer::scheduleCheckpoint()
+{
+    std::lock_guard lock(impl_->mutex);
+    impl_->scheduled = true;
+}
+
+bool Checkpointer::checkpointNow(std::uint64_t iteration)
+{
+    wait();
+    if (!requestCheckpoint(iteration))
+        return false;
+    return wait();
+}
+
+bool Checkpointer::wait()
+{
+    std::unique_lock lock(impl_->mutex);
+    impl_->changed.wait(lock, [this] { return !impl_->inFlight; });
+    return impl_->lastCommitted;
+}
+
+bool Checkpointer::inFlight() const
+{
+    std::lock_guard lock(impl_->mutex);
+    return impl_->inFlight;
+}
+
+RestoreResult Checkpointer::restore()
+{
+    wait();
+    std::unique_lock lock(impl_->mutex);
+    RestoreResult result;
+    auto checkpoints = listCheckpoints(impl_->options.chainDir);
+    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+        auto skip = [&](const std::string& reason) {
+            impl_->log("skipping " + it->dir.string() + ": " + reason);
+            result.fallbacks.push_back({ it->dir, reason });
+        };
+        if (!it->committed) {
+            skip("not committed (no manifest.json): an interrupted checkpoint");
+            continue;
+        }
+        Manifest manifest;
+        try {
+            manifest = parseManifest(io::readSmallFile(it->dir / kManifestName));
+        } catch (const FormatError&) {
+            throw;
+        } catch (const Error& e) {
+            skip(e.what());
+            continue;
+        }
+        if (manifest.iteration != it->iteration) {
+            skip(
+                "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory");
+            continue;
+        }
+        for (const auto& entry : manifest.regions) {
+            auto found = impl_->regions.find(entry.name);
+            if (found != impl_->regions.end() && found->second.size != entry.size)
+                throw Error("region '" + entry.name + "' has " + std::to_string(entry.size) + " bytes in "
+                    + it->dir.string() + " but " + std::to_string(found->second.size)
+                    + " bytes are registered");
+        }
+        impl_->ensureStaging(io::roundUp(manifest.totalBytes, io::kDirectAlignment));
+        std::string reason = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo);
+        if (!reason.empty()) {
+            skip(reason);
+            continue;
+        }
+
+        std::vector<Piece> hostCopies;
+        for (const auto& entry : manifest.regions) {
+            auto found = impl_->regions.find(entry.name);
+            if (found == impl_->regions.end()) {
+                result.unclaimedRegions.push_back(entry.name);
+                continue;
+            }
+            const auto& spec = found->second;
+            if (spec.device < 0)
+                hostCopies.push_back(
+                    { static_cast<std::byte*>(spec.data), impl_->staging + entry.offset, entry.size });
+            else
+                impl_->backend->restoreToDevice(
+                    { impl_->staging + entry.offset, spec.data, entry.size, spec.device, spec.stream });
+        }
+        std::vector<std::function<void()>> tasks;
+        for (auto& task : makeCopyTasks(hostCopies, impl_->pool.size()))
+            tasks.emplace_back([task = std::move(task)] { copyPieces(task); });
+        impl_->pool.runAll(std::move(tasks));
+
+        for (const auto& entry : manifest.blobs) {
+            const std::byte* from = impl_->staging + entry.offset;
+            result.blobs[entry.name].assign(from, from + entry.size);
+        }
+        result.restored = true;
+        result.iteration = manifest.iteration;
+        result.epoch = manifest.epoch;
+        result.dir = it->dir;
+        result.manifest = std::move(manifest.document);
+        impl_->epoch = result.epoch;
+        return result;
+    }
+    return result;
+}
+
+CheckpointStats Checkpointer::lastCheckpoint() const
+{
+    std::lock_guard lock(impl_->mutex);
+    return impl_->stats;
+}
+
+Counters Checkpointer::counters() const
+{
+    std::lock_guard lock(impl_->mutex);
+    return impl_->counters;
+}
+
+std::string Checkpointer::lastError() const
+{
+    std::lock_guard lock(impl_->mutex);
+    return impl_->lastError;
+}
+
+const Options& Checkpointer::options() const
+{
+    return impl_->options;
+}
+
+bool Checkpointer::deviceAvailable() const
+{
+    return impl_->backend->usable();
+}
+
+} // namespace baton::ckpt

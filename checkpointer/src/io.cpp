@@ -1,0 +1,242 @@
+#include "io.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace baton::ckpt::io {
+
+namespace {
+
+constexpr std::size_t kWriteChunk = 64 << 20;
+
+Fd openOrThrow(const std::filesystem::path& path, int flags, mode_t mode = 0644)
+{
+    int fd;
+    do {
+        fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        throwErrno("cannot open " + path.string());
+    return Fd(fd);
+}
+
+void writeAll(int fd, const std::byte* data, std::size_t size, const std::filesystem::path& path)
+{
+    std::size_t done = 0;
+    while (done < size) {
+        std::size_t chunk = std::min(kWriteChunk, size - done);
+        ssize_t n = ::write(fd, data + done, chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throwErrno("cannot write " + path.string());
+        if (n == 0)
+            throw IoError(EIO, "cannot write " + path.string() + ": no progress");
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+void syncData(int fd, const std::filesystem::path& path)
+{
+    if (::fdatasync(fd) != 0)
+        throwErrno("cannot sync " + path.string());
+}
+
+} // namespace
+
+IoError::IoError(int code, const std::string& what)
+    : Error(what + ": " + std::strerror(code))
+    , code_(code)
+{ }
+
+void throwErrno(const std::string& what)
+{
+    throw IoError(errno, what);
+}
+
+Fd::~Fd()
+{
+    if (fd_ >= 0)
+        ::close(fd_);
+}
+
+Fd& Fd::operator=(Fd&& other) noexcept
+{
+    if (this != &other) {
+        if (fd_ >= 0)
+            ::close(fd_);
+        fd_ = other.release();
+    }
+    return *this;
+}
+
+int Fd::release()
+{
+    return std::exchange(fd_, -1);
+}
+
+void Fd::close(const std::string& what)
+{
+    int fd = release();
+    if (fd >= 0 && ::close(fd) != 0 && errno != EINTR)
+        throwErrno("cannot close " + what);
+}
+
+AlignedBuffer::AlignedBuffer(std::size_t size)
+    : size_(size)
+{
+    if (size == 0)
+        return;
+    void* p
+        = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED)
+        throwErrno("cannot allocate a staging buffer of " + std::to_string(size) + " bytes");
+    data_ = static_cast<std::byte*>(p);
+}
+
+AlignedBuffer::~AlignedBuffer()
+{
+    if (data_ != nullptr)
+        ::munmap(data_, size_);
+}
+
+AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr))
+    , size_(std::exchange(other.size_, 0))
+{ }
+
+AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept
+{
+    if (this != &other) {
+        if (data_ != nullptr)
+            ::munmap(data_, size_);
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+}
+
+void writeFileDurably(
+    const std::filesystem::path& path, const std::byte* data, std::size_t size, bool directIo)
+{
+    constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC;
+    Fd fd;
+    bool direct = false;
+    if (directIo && size >= kDirectAlignment) {
+        int raw = ::open(path.c_str(), kFlags | O_DIRECT | O_CLOEXEC, 0644);
+        if (raw >= 0) {
+            fd = Fd(raw);
+            direct = true;
+        } else if (errno != EINVAL) { // EINVAL: the file system does not do O_DIRECT
+            throwErrno("cannot open " + path.string());
+        }
+    }
+    if (!direct)
+        fd = openOrThrow(path, kFlags);
+
+    if (direct) {
+        // Whole aligned blocks go straight to the device; the file is then cut to its real size.
+        std::size_t padded = roundUp(size, kDirectAlignment);
+        writeAll(fd.get(), data, padded, path);
+        if (padded != size && ::ftruncate(fd.get(), static_cast<off_t>(size)) != 0)
+            throwErrno("cannot truncate " + path.string());
+    } else {
+        writeAll(fd.get(), data, size, path);
+    }
+    syncData(fd.get(), path);
+    fd.close(path.string());
+}
+
+void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text)
+{
+    Fd fd = openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC);
+    writeAll(fd.get(), reinterpret_cast<const std::byte*>(text.data()), text.size(), path);
+    if (::fsync(fd.get()) != 0)
+        throwErrno("cannot sync " + path.string());
+    fd.close(path.string());
+}
+
+std::string readSmallFile(const std::filesystem::path& path, std::size_t limit)
+{
+    Fd fd = openOrThrow(path, O_RDONLY);
+    std::string text;
+    char buffer[65536];
+    for (;;) {
+        ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throwErrno("cannot read " + path.string());
+        if (n == 0)
+            break;
+        text.append(buffer, static_cast<std::size_t>(n));
+        if (text.size() > limit)
+            throw Error(path.string() + " is larger than " + std::to_string(limit) + " bytes");
+    }
+    return text;
+}
+
+void fsyncDirectory(const std::filesystem::path& dir)
+{
+    Fd fd = openOrThrow(dir, O_RDONLY | O_DIRECTORY);
+    if (::fsync(fd.get()) != 0)
+        throwErrno("cannot sync directory " + dir.string());
+}
+
+void renameDurably(const std::filesystem::path& from, const std::filesystem::path& to)
+{
+    if (::rename(from.c_str(), to.c_str()) != 0)
+        throwErrno("cannot rename " + from.string() + " to " + to.string());
+    fsyncDirectory(to.parent_path());
+}
+
+FileReader::FileReader(const std::filesystem::path& path, bool directIo)
+    : path_(path)
+{
+    if (directIo) {
+        int raw = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+        if (raw >= 0) {
+            fd_ = Fd(raw);
+            direct_ = true;
+        } else if (errno != EINVAL) {
+            throwErrno("cannot open " + path.string());
+        }
+    }
+    if (!direct_)
+        fd_ = openOrThrow(path, O_RDONLY);
+    struct stat st { };
+    if (::fstat(fd_.get(), &st) != 0)
+        throwErrno("cannot stat " + path.string());
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    if (!direct_)
+        ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+}
+
+std::size_t FileReader::read(std::byte* destination, std::size_t length)
+{
+    std::size_t done = 0;
+    while (done < length) {
+        ssize_t n
+            = ::pread(fd_.get(), destination + done, length - done, static_cast<off_t>(position_ + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            throwErrno("cannot read " + path_.string());
+        if (n == 0)
+            break;
+        done += static_cast<std::size_t>(n);
+        if (direct_ && done % kDirectAlignment != 0)
+            break; // a short, unaligned read only happens at the end of the file
+    }
+    position_ += done;
+    return done;
+}
+
+} // namespace baton::ckpt::io

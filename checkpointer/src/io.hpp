@@ -1,0 +1,95 @@
+// Durable file I/O: O_DIRECT with a buffered fallback, fsync of files and directories, errno-carrying
+// errors so that callers can tell a full disk from a permission problem.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "baton/ckpt/error.hpp"
+
+namespace baton::ckpt::io {
+
+inline constexpr std::size_t kDirectAlignment = 4096;
+
+// An I/O failure with its errno (ENOSPC, EIO, EACCES, ...).
+class IoError : public Error {
+public:
+    IoError(int code, const std::string& what);
+    int code() const { return code_; }
+
+private:
+    int code_;
+};
+
+[[noreturn]] void throwErrno(const std::string& what);
+
+class Fd {
+public:
+    Fd() = default;
+    explicit Fd(int fd)
+        : fd_(fd)
+    { }
+    ~Fd();
+    Fd(Fd&& other) noexcept
+        : fd_(other.release())
+    { }
+    Fd& operator=(Fd&& other) noexcept;
+    int get() const { return fd_; }
+    int release();
+    // close(2) can report a delayed write error: callers that wrote must check it.
+    void close(const std::string& what);
+
+private:
+    int fd_ = -1;
+};
+
+// Page-aligned anonymous memory, pre-faulted so that the first copy into it does not pay page faults.
+class AlignedBuffer {
+public:
+    AlignedBuffer() = default;
+    explicit AlignedBuffer(std::size_t size);
+    ~AlignedBuffer();
+    AlignedBuffer(AlignedBuffer&& other) noexcept;
+    AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+    std::byte* data() const { return data_; }
+    std::size_t size() const { return size_; }
+
+private:
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+// Writes `size` bytes and makes them durable. With directIo, `data` must be page-aligned and readable
+// up to `size` rounded up to kDirectAlignment; falls back to buffered writes where O_DIRECT is refused.
+void writeFileDurably(
+    const std::filesystem::path& path, const std::byte* data, std::size_t size, bool directIo);
+void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text);
+std::string readSmallFile(const std::filesystem::path& path, std::size_t limit = 64 << 20);
+void fsyncDirectory(const std::filesystem::path& dir);
+void renameDurably(const std::filesystem::path& from, const std::filesystem::path& to);
+
+// Sequential reader; read() with directIo needs page-aligned destinations and lengths.
+class FileReader {
+public:
+    FileReader(const std::filesystem::path& path, bool directIo);
+    std::uint64_t size() const { return size_; }
+    bool direct() const { return direct_; }
+    // Reads up to `length` bytes at the current position; returns how many (fewer only at end of file).
+    std::size_t read(std::byte* destination, std::size_t length);
+
+private:
+    std::filesystem::path path_;
+    Fd fd_;
+    std::uint64_t size_ = 0;
+    std::uint64_t position_ = 0;
+    bool direct_ = false;
+};
+
+inline std::size_t roundUp(std::size_t value, std::size_t alignment)
+{
+    return (value + alignment - 1) / alignment * alignment;
+}
+
+} // namespace baton::ckpt::io

@@ -1,0 +1,156 @@
+#include "baton/ckpt/manifest.hpp"
+
+#include <cstdio>
+#include <limits>
+
+#include <xxhash.h>
+
+#include "baton/ckpt/error.hpp"
+
+namespace baton::ckpt {
+
+namespace {
+
+constexpr const char* kChecksumKey = "manifest_checksum";
+constexpr const char* kPlaceholder = "0000000000000000";
+
+// The top-level field as dump(2) writes it; the indentation tells it apart from a nested key of the
+// same name inside a user field.
+std::string checksumField(std::string_view value)
+{
+    return std::string("\n  \"") + kChecksumKey + "\": \"" + std::string(value) + "\"";
+}
+
+std::uint64_t parseHex(const std::string& text)
+{
+    if (text.size() != 16)
+        throw Error("checksum '" + text + "' is not 16 hex digits");
+    std::uint64_t value = 0;
+    for (char c : text) {
+        int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+        if (digit < 0)
+            throw Error("checksum '" + text + "' is not 16 lower-case hex digits");
+        value = (value << 4) | static_cast<std::uint64_t>(digit);
+    }
+    return value;
+}
+
+template<typename T> T field(const nlohmann::json& object, const char* key, const char* where)
+{
+    auto it = object.find(key);
+    if (it == object.end())
+        throw Error(std::string(where) + ": field '" + key + "' is missing");
+    try {
+        return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+        throw Error(std::string(where) + ": field '" + key + "' has the wrong type");
+    }
+}
+
+std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const char* key)
+{
+    auto array = document.find(key);
+    if (array == document.end() || !array->is_array())
+        throw Error(std::string("manifest: '") + key + "' is missing or not an array");
+    std::vector<ManifestEntry> entries;
+    for (const auto& item : *array) {
+        if (!item.is_object())
+            throw Error(std::string("manifest: an entry of '") + key + "' is not an object");
+        ManifestEntry entry;
+        entry.name = field<std::string>(item, "name", key);
+        entry.file = field<std::string>(item, "file", key);
+        entry.offset = field<std::uint64_t>(item, "offset", key);
+        entry.size = field<std::uint64_t>(item, "size", key);
+        entry.checksum = parseHex(field<std::string>(item, "checksum", key));
+        entry.device = field<int>(item, "device", key);
+        if (entry.file.empty() || entry.file.find('/') != std::string::npos || entry.file == "..")
+            throw Error("manifest: entry '" + entry.name + "' names an unsafe file '" + entry.file + "'");
+        if (entry.offset > std::numeric_limits<std::uint64_t>::max() - entry.size)
+            throw Error("manifest: entry '" + entry.name + "' has an impossible offset and size");
+        entries.push_back(std::move(entry));
+    }
+    return entries;
+}
+
+} // namespace
+
+std::string checksumHex(std::uint64_t value)
+{
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+    return text;
+}
+
+std::uint64_t checksum(const void* data, std::size_t size)
+{
+    return XXH3_64bits(data, size);
+}
+
+nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries)
+{
+    auto array = nlohmann::json::array();
+    for (const auto& e : entries) {
+        array.push_back({ { "name", e.name }, { "file", e.file }, { "offset", e.offset }, { "size", e.size },
+            { "checksum", checksumHex(e.checksum) }, { "device", e.device } });
+    }
+    return array;
+}
+
+// The checksum covers the exact text with the checksum's value replaced by zeros: any altered byte,
+// even in white space, changes it.
+std::string renderManifest(const nlohmann::json& document)
+{
+    nlohmann::json withField = document;
+    withField[kChecksumKey] = kPlaceholder;
+    std::string text = withField.dump(2) + "\n";
+    std::string placeholderField = checksumField(kPlaceholder);
+    auto at = text.find(placeholderField);
+    std::string sum = checksumHex(checksum(text.data(), text.size()));
+    text.replace(at, placeholderField.size(), checksumField(sum));
+    return text;
+}
+
+Manifest parseManifest(std::string_view text)
+{
+    nlohmann::json document = nlohmann::json::parse(text, nullptr, false);
+    if (document.is_discarded() || !document.is_object())
+        throw Error("manifest is not a JSON object");
+
+    // Check the format version before anything else: a newer writer may have changed everything else.
+    auto version = document.find("format_version");
+    if (version == document.end() || !version->is_number_integer())
+        throw Error("manifest: 'format_version' is missing or not an integer");
+    if (version->get<long long>() > kFormatVersion)
+        throw FormatError("checkpoint manifest has format_version "
+            + std::to_string(version->get<long long>()) + ", this library reads up to "
+            + std::to_string(kFormatVersion) + ": restore it with a newer baton");
+    if (version->get<long long>() < 1)
+        throw Error("manifest: format_version " + std::to_string(version->get<long long>()) + " is invalid");
+
+    auto stored = document.find(kChecksumKey);
+    if (stored == document.end() || !stored->is_string())
+        throw Error(std::string("manifest: '") + kChecksumKey + "' is missing");
+    std::string storedHex = stored->get<std::string>();
+    std::uint64_t expected = parseHex(storedHex);
+    std::string canonical(text);
+    auto at = canonical.find(checksumField(storedHex));
+    if (at == std::string::npos)
+        throw Error("manifest: its checksum field is not where the writer puts it");
+    canonical.replace(at, checksumField(storedHex).size(), checksumField(kPlaceholder));
+    if (checksum(canonical.data(), canonical.size()) != expected)
+        throw Error("manifest checksum mismatch: the file was altered or torn");
+
+    Manifest manifest;
+    manifest.formatVersion = version->get<int>();
+    manifest.iteration = field<std::uint64_t>(document, "iteration", "manifest");
+    manifest.epoch = field<std::uint64_t>(document, "epoch", "manifest");
+    manifest.createdUnix = field<double>(document, "created_unix", "manifest");
+    manifest.totalBytes = field<std::uint64_t>(document, "total_bytes", "manifest");
+    manifest.regions = parseEntries(document, "regions");
+    manifest.blobs = parseEntries(document, "blobs");
+    document.erase(kChecksumKey);
+    manifest.document = std::move(document);
+    return manifest;
+}
+
+} // namespace baton::ckpt

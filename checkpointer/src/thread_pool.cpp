@@ -1,0 +1,64 @@
+#include "thread_pool.hpp"
+
+namespace baton::ckpt {
+
+ThreadPool::ThreadPool(unsigned threads)
+{
+    for (unsigned i = 0; i < threads; ++i)
+        workers_.emplace_back([this] { work(); });
+}
+
+ThreadPool::~ThreadPool()
+{
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    ready_.notify_all();
+    for (auto& worker : workers_)
+        worker.join();
+}
+
+void ThreadPool::post(std::function<void()> task)
+{
+    {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+}
+
+void ThreadPool::runAll(std::vector<std::function<void()>> tasks)
+{
+    std::mutex doneMutex;
+    std::condition_variable doneCv;
+    std::size_t remaining = tasks.size();
+    for (auto& task : tasks) {
+        post([&, task = std::move(task)] {
+            task();
+            std::lock_guard lock(doneMutex);
+            if (--remaining == 0)
+                doneCv.notify_all();
+        });
+    }
+    std::unique_lock lock(doneMutex);
+    doneCv.wait(lock, [&] { return remaining == 0; });
+}
+
+void ThreadPool::work()
+{
+    for (;;) {
+        std::function<void()> task;
+        {
+            std::unique_lock lock(mutex_);
+            ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty())
+                return;
+            task = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        task();
+    }
+}
+
+} // namespace baton::ckpt

@@ -1,0 +1,35 @@
+// A fixed set of worker threads running queued tasks: the host side of snapshot and restore copies.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace baton::ckpt {
+
+class ThreadPool {
+public:
+    explicit ThreadPool(unsigned threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    unsigned size() const { return static_cast<unsigned>(workers_.size()); }
+    void post(std::function<void()> task);
+    // Runs tasks and returns once all of them have finished.
+    void runAll(std::vector<std::function<void()>> tasks);
+
+private:
+    void work();
+
+    std::mutex mutex_;
+    std::condition_variable ready_;
+    std::deque<std::function<void()>> queue_;
+    bool stopping_ = false;
+    std::vector<std::thread> workers_;
+};
+
+} // namespace baton::ckpt

@@ -1,0 +1,22 @@
+// Reads a checkpoint's data and checks it against its manifest in one streaming pass.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+#include "baton/ckpt/manifest.hpp"
+
+namespace baton::ckpt {
+
+// Reads the data file of `manifest` (in `checkpointDir`) into `destination` (at least
+// roundUp(totalBytes, 4096) bytes, page-aligned) or, if null, through a scratch buffer, and checks the
+// file size, every entry's checksum and that padding between entries is zero. Returns an empty string
+// when everything matches, else the reason.
+std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
+    std::byte* destination, bool directIo);
+
+// The layout rule shared by writer and reader: where each entry may start.
+inline constexpr std::size_t kEntryAlignment = 64;
+
+} // namespace baton::ckpt

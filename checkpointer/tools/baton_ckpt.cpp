@@ -1,0 +1,223 @@
+// baton-ckpt: look after the checkpoints of a chain directory (list, verify, inspect, prune).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "../src/io.hpp"
+#include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/error.hpp"
+#include "baton/ckpt/manifest.hpp"
+#include "baton_version.h"
+
+namespace fs = std::filesystem;
+using namespace baton::ckpt;
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+const char* kUsage = R"(usage: baton-ckpt COMMAND [ARGS]
+
+  ls CHAIN_DIR                 checkpoints of a chain: iteration, commit time, size, status
+  verify PATH                  read every byte and check all checksums; PATH is a chain directory
+                               (all committed checkpoints) or one checkpoint directory
+  inspect PATH                 print the manifest of a checkpoint (of a chain: the newest committed)
+  prune CHAIN_DIR [--keep N]   keep the newest N committed checkpoints (default: BATON_KEEP or 2)
+  --version                    print the version
+  --help                       print this help
+
+Exit status: 0 success, 1 a checkpoint failed verification or could not be read, 2 bad usage.
+)";
+
+int usage(const std::string& problem)
+{
+    std::cerr << "baton-ckpt: " << problem << "\n\n" << kUsage;
+    return kUsageError;
+}
+
+std::string formatTime(double unixSeconds)
+{
+    std::time_t t = static_cast<std::time_t>(unixSeconds);
+    std::tm tm {};
+    gmtime_r(&t, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return text;
+}
+
+std::string formatBytes(std::uint64_t bytes)
+{
+    const char* units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    while (value >= 1024 && unit < 4) {
+        value /= 1024;
+        ++unit;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+    return text;
+}
+
+bool isCheckpointDir(const fs::path& path)
+{
+    return parseCheckpointDirName(path.filename().string()).has_value() || fs::exists(path / kManifestName);
+}
+
+Manifest loadManifest(const fs::path& checkpointDir)
+{
+    return parseManifest(io::readSmallFile(checkpointDir / kManifestName));
+}
+
+int listChain(const fs::path& chain)
+{
+    std::printf("%-14s  %-20s  %10s  %s\n", "ITERATION", "CREATED", "SIZE", "STATUS");
+    for (const auto& info : listCheckpoints(chain)) {
+        std::string created = "-", size = "-", status;
+        if (!info.committed) {
+            status = "incomplete (no manifest)";
+        } else {
+            try {
+                auto manifest = loadManifest(info.dir);
+                created = formatTime(manifest.createdUnix);
+                size = formatBytes(manifest.totalBytes);
+                status = "committed";
+            } catch (const Error& e) {
+                status = std::string("unreadable: ") + e.what();
+            }
+        }
+        std::printf("%-14llu  %-20s  %10s  %s\n", static_cast<unsigned long long>(info.iteration),
+            created.c_str(), size.c_str(), status.c_str());
+    }
+    return 0;
+}
+
+int verify(const fs::path& path)
+{
+    std::vector<fs::path> targets;
+    if (isCheckpointDir(path)) {
+        targets.push_back(path);
+    } else {
+        for (const auto& info : listCheckpoints(path)) {
+            if (info.committed)
+                targets.push_back(info.dir);
+        }
+        if (targets.empty()) {
+            std::cerr << "baton-ckpt: no committed checkpoint in " << path.string() << "\n";
+            return 1;
+        }
+    }
+    int failures = 0;
+    for (const auto& dir : targets) {
+        VerifyResult result;
+        try {
+            result = verifyCheckpoint(dir);
+        } catch (const FormatError& e) {
+            result.reason = e.what();
+        }
+        if (result.ok) {
+            std::printf("%s: ok (%s, %zu regions, %zu blobs)\n", dir.string().c_str(),
+                formatBytes(result.manifest->totalBytes).c_str(), result.manifest->regions.size(),
+                result.manifest->blobs.size());
+        } else {
+            std::printf("%s: FAILED: %s\n", dir.string().c_str(), result.reason.c_str());
+            ++failures;
+        }
+    }
+    return failures == 0 ? 0 : 1;
+}
+
+int inspect(const fs::path& path)
+{
+    fs::path dir = path;
+    if (!isCheckpointDir(path)) {
+        auto list = listCheckpoints(path);
+        auto newest = std::find_if(list.rbegin(), list.rend(), [](const auto& i) { return i.committed; });
+        if (newest == list.rend()) {
+            std::cerr << "baton-ckpt: no committed checkpoint in " << path.string() << "\n";
+            return 1;
+        }
+        dir = newest->dir;
+    }
+    auto manifest = loadManifest(dir);
+    std::cout << manifest.document.dump(2) << "\n";
+    return 0;
+}
+
+int prune(const fs::path& chain, int keep)
+{
+    removeStaleTemporaries(chain);
+    auto removed = pruneChain(chain, keep);
+    for (const auto& path : removed)
+        std::printf("removed %s\n", path.string().c_str());
+    std::printf("%zu removed, newest %d committed kept\n", removed.size(), keep);
+    return 0;
+}
+
+int parseKeep(const std::string& text)
+{
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < 1 || value > 1000000)
+        throw ConfigError("--keep '" + text + "' is not a whole number >= 1");
+    return static_cast<int>(value);
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty())
+        return usage("no command given");
+    const std::string& command = args[0];
+    if (command == "--version") {
+        std::printf("baton-ckpt %s (manifest format %d)\n", BATON_VERSION, kFormatVersion);
+        return 0;
+    }
+    if (command == "--help" || command == "-h") {
+        std::cout << kUsage;
+        return 0;
+    }
+    try {
+        if (command == "ls" || command == "verify" || command == "inspect") {
+            if (args.size() != 2)
+                return usage(command + " takes exactly one path");
+            if (!fs::is_directory(args[1]))
+                return usage(args[1] + " is not a directory");
+            if (command == "ls")
+                return listChain(args[1]);
+            if (command == "verify")
+                return verify(args[1]);
+            return inspect(args[1]);
+        }
+        if (command == "prune") {
+            int keep = 2;
+            if (const char* env = std::getenv("BATON_KEEP"); env != nullptr)
+                keep = parseKeep(env);
+            std::string dir;
+            for (std::size_t i = 1; i < args.size(); ++i) {
+                if (args[i] == "--keep" && i + 1 < args.size())
+                    keep = parseKeep(args[++i]);
+                else if (dir.empty() && !args[i].starts_with("-"))
+                    dir = args[i];
+                else
+                    return usage("unexpected argument '" + args[i] + "'");
+            }
+            if (dir.empty() || !fs::is_directory(dir))
+                return usage("prune needs a chain directory");
+            return prune(dir, keep);
+        }
+        return usage("unknown command '" + command + "'");
+    } catch (const ConfigError& e) {
+        return usage(e.what());
+    } catch (const std::exception& e) {
+        std::cerr << "baton-ckpt: " << e.what() << "\n";
+        return 1;
+    }
+}
