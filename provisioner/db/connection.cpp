@@ -50,15 +50,6 @@ PgConnPtr Connection::connectOnce(std::string& error) const
     // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
     PQsetNoticeProcessor(
         conn.get(), [](void*, const char*) {}, nullptr);
-    // The server-side limit on every statement, bound as a parameter like everything else.
-    const std::string limit = std::to_string(options_.statementTimeout.count());
-    const char* params[] = { limit.c_str() };
-    PgResultPtr set(PQexecParams(conn.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
-        params, nullptr, nullptr, 0));
-    if (PQresultStatus(set.get()) != PGRES_TUPLES_OK) {
-        error = trimmed(PQerrorMessage(conn.get()));
-        return nullptr;
-    }
     return conn;
 }
 
@@ -73,7 +64,14 @@ void Connection::connectWithBackoff()
     for (int attempt = 1;; ++attempt) {
         if (auto conn = connectOnce(error)) {
             conn_ = std::move(conn);
-            return;
+            poisoned_ = false;
+            try {
+                configureSession();
+                return;
+            } catch (const DbError& failure) {
+                error = failure.what();
+                conn_.reset();
+            }
         }
         if (Clock::now() + backoff > giveUp)
             throw ConnectionLost(
@@ -81,6 +79,17 @@ void Connection::connectWithBackoff()
         std::this_thread::sleep_for(backoff);
         backoff = std::min(backoff * 2, options_.maxBackoff);
     }
+}
+
+void Connection::configureSession()
+{
+    // The server-side limit on every statement, bound as a parameter like everything else.
+    const std::string limit = std::to_string(options_.statementTimeout.count());
+    const char* params[] = { limit.c_str() };
+    if (!PQsendQueryParams(conn_.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
+            params, nullptr, nullptr, 0))
+        throwSendFailure("session setup");
+    finish(nullptr, "session setup");
 }
 
 void Connection::reconnect()
@@ -185,7 +194,7 @@ void Connection::throwSendFailure(const char* what)
     throw DbError(message);
 }
 
-void Connection::prepare(const Statement& statement, Clock::time_point)
+void Connection::prepare(const Statement& statement)
 {
     if (prepared_.count(statement.name))
         return;
@@ -199,7 +208,7 @@ Result Connection::execOnce(const Statement& statement, const Params& params)
 {
     if (broken())
         throw ConnectionLost("not connected");
-    prepare(statement, callDeadline());
+    prepare(statement);
     std::vector<const char*> values;
     values.reserve(params.values().size());
     for (const auto& value : params.values())

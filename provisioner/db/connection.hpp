@@ -69,7 +69,8 @@ public:
 private:
     PgConnPtr connectOnce(std::string& error) const;
     void connectWithBackoff();
-    void prepare(const Statement& statement, std::chrono::steady_clock::time_point deadline);
+    void configureSession();
+    void prepare(const Statement& statement);
     Result finish(PgResultPtr result, const char* what);
     Result execOnce(const Statement& statement, const Params& params);
     void cancel();
