@@ -44,7 +44,7 @@ options:
   --tolerance-seconds S    "within" tolerance (default 600)
   --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
   --model FILE             use this trained predictor instead of training one
-  --save-model FILE        write the trained predictor here
+  --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
   --db-model NAME          use the latest version of this predictor from the database's models table
   --db-save NAME           store the trained predictor, with its metrics, as the next version of NAME
   --database CONNINFO      for --db-*: else $BATON_DATABASE, else the PG* environment
@@ -333,7 +333,7 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     auto config = comparisonFrom(o, *trace, scheduler);
     config.policies = std::move(policies);
     const auto modelIn = o.text("model");
-    const auto modelOut = o.text("save-model");
+    auto modelOut = o.text("save-model");
     const auto dbModel = o.text("db-model");
     const auto dbSave = o.text("db-save");
     std::string conninfo = o.text("database");
@@ -343,6 +343,8 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     if (!modelIn.empty() && !dbModel.empty())
         throw std::invalid_argument("give --model or --db-model, not both");
     const auto outDir = writeFiles ? o.text("out", "sim-compare") : std::string();
+    if (writeFiles && modelOut.empty() && modelIn.empty() && dbModel.empty())
+        modelOut = (std::filesystem::path(outDir) / "wait-predictor.json").string();
     o.finish();
 
     std::shared_ptr<const WaitPredictor> pretrained;
