@@ -1,0 +1,598 @@
+"""PyTorch adapter for baton's checkpointer.
+
+    model, optimizer, scheduler = ...
+    sampler = ResumableSampler(len(dataset), seed=0)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler, generator=torch.Generator())
+    ckpt = Checkpointer(model, optimizer, scheduler, sampler, interval=50)
+    ckpt.restore()                        # continue the chain, if it has a checkpoint
+    while ckpt.iteration < steps and not ckpt.should_exit:
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()              # waits for an in-flight snapshot, then updates
+            scheduler.step()
+    ckpt.close()                          # final checkpoint, waits for it to commit
+
+Every tensor of ``model.state_dict()`` and ``optimizer.state_dict()`` is registered with the native
+checkpointer *in place*: a snapshot copies straight out of the parameters and a restore writes straight
+into them. Everything else that decides what the next iteration computes — the optimizer's
+hyperparameters, the scheduler, the sampler's position and the RNGs of torch, numpy and ``random`` —
+travels in one small blob.
+
+The iteration boundary. ``optimizer.step()`` is wrapped: before the update it waits until no snapshot
+still reads the weights; after it, the iteration counts as done, but the checkpoint of that iteration
+starts only when the next iteration begins — at the next index drawn from the ResumableSampler, the
+model's next forward pass or the next ``optimizer.step()``, whichever comes first — so that what a
+training loop does after the update (``scheduler.step()``, logging, the end of an epoch) belongs to the
+saved iteration. The snapshot then overlaps the next forward and backward pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import pickle
+import random
+import time
+import types
+from itertools import chain
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import torch
+import torch.utils.data
+
+try:
+    import numpy
+except ImportError:  # numpy is optional: its RNG is saved only when it is installed
+    numpy = None
+
+from . import _native
+
+__all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
+
+_STATE_BLOB = "baton.torch/state"
+_LAYOUT_FIELD = "torch_layout"
+_STATE_VERSION = 1
+
+
+class RestoreError(_native.Error):
+    """The checkpoint does not fit the model, optimizer, scheduler or sampler it is restored into."""
+
+
+# --- plain data in the state blob ---------------------------------------------------------------------
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    # The blob holds plain containers and numbers only, which need no class lookup: refusing every
+    # lookup means that loading a checkpoint never runs code from it.
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"checkpoint state refers to {module}.{name}; only plain data is allowed")
+
+
+def _plain(value: Any, where: str) -> Any:
+    """Converts numpy scalars and arrays to Python values; refuses anything that is not plain data."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if numpy is not None and isinstance(value, numpy.generic):
+        return value.item()
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return value.tolist()
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu":
+        return value.item()
+    raise TypeError(f"{where}: cannot checkpoint a value of type {type(value).__name__} (plain data only)")
+
+
+def _dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=4)
+
+
+def _loads(data: bytes) -> Any:
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
+# --- random number generators -------------------------------------------------------------------------
+
+
+def _rng_state() -> Dict[str, Any]:
+    state: Dict[str, Any] = {
+        "torch": bytes(torch.get_rng_state().numpy().tobytes()),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = [bytes(s.numpy().tobytes()) for s in torch.cuda.get_rng_state_all()]
+    if numpy is not None:
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        state["numpy"] = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
+    return state
+
+
+def _set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(torch.tensor(list(state["torch"]), dtype=torch.uint8))
+    random.setstate(state["python"])
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available():
+        if len(cuda) != torch.cuda.device_count():
+            raise RestoreError(f"the checkpoint has RNG states of {len(cuda)} CUDA devices, "
+                               f"this process sees {torch.cuda.device_count()}")
+        torch.cuda.set_rng_state_all([torch.tensor(list(s), dtype=torch.uint8) for s in cuda])
+    if numpy is not None and "numpy" in state:
+        name, keys, pos, has_gauss, cached = state["numpy"]
+        numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached))
+
+
+# --- tensors as regions -------------------------------------------------------------------------------
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).split(".", 1)[1]
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise RestoreError(f"the checkpoint names an unknown tensor type {name!r}")
+    return dtype
+
+
+def _tensor_key(tensor: torch.Tensor) -> tuple:
+    device = tensor.device
+    return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
+            "cpu" if device.type == "cpu" else str(device))
+
+
+# --- the sampler --------------------------------------------------------------------------------------
+
+
+class ResumableSampler(torch.utils.data.Sampler):
+    """A deterministic, sharded sample order that resumes from (epoch, position) without replay.
+
+    Epoch e visits the indices of ``[0, size)`` in the order of a bijection keyed by (seed, e), computed
+    by the native sampler. Rank r of R takes the positions r, r + R, ... (``num_replicas`` and ``rank``
+    default to torch.distributed's world when it is initialized). The position counts the indices this
+    sampler has handed out; with a DataLoader, use ``num_workers=0`` or accept that prefetched batches
+    count as taken.
+    """
+
+    def __init__(self, data_source_or_size, seed: int = 0, num_replicas: Optional[int] = None,
+                 rank: Optional[int] = None, drop_last: bool = False):
+        size = data_source_or_size if isinstance(data_source_or_size, int) else len(data_source_or_size)
+        if num_replicas is None or rank is None:
+            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+            if num_replicas is None:
+                num_replicas = torch.distributed.get_world_size() if distributed else 1
+            if rank is None:
+                rank = torch.distributed.get_rank() if distributed else 0
+        if not hasattr(_native, "ResumableSampler"):
+            raise RuntimeError("this build of baton has no resumable sampler (built without the policy)")
+        try:
+            self._native = _native.ResumableSampler(size, seed, num_replicas, rank, drop_last)
+        except ValueError as error:
+            raise ValueError(f"ResumableSampler: {error}") from None
+        self._boundary: Optional[Callable[[], None]] = None  # set by a Checkpointer
+
+    def __len__(self) -> int:
+        return self._native.samples_per_epoch
+
+    def __iter__(self) -> Iterator[int]:
+        # Lazy: the remaining count is taken when the first index is asked for, so that an iterator
+        # created before a restore still continues from the restored position.
+        native = self._native
+        if native.position >= native.samples_per_epoch:
+            native.seek(native.epoch + 1, 0)
+        remaining = native.samples_per_epoch - native.position
+        for _ in range(remaining):
+            if self._boundary is not None:
+                self._boundary()
+            yield native.next()
+
+    @property
+    def epoch(self) -> int:
+        return self._native.epoch
+
+    @property
+    def position(self) -> int:
+        return self._native.position
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts `epoch` from its beginning (DistributedSampler's method)."""
+        self._native.seek(epoch, 0)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return dict(self._native.state)
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        mine = self._native.state
+        for key in ("seed", "size", "ranks", "rank", "drop_last"):
+            if key in state and state[key] != mine[key]:
+                raise RestoreError(f"the checkpoint's sampler has {key} = {state[key]}, this one {mine[key]}")
+        self._native.seek(state["epoch"], state["position"])
+
+
+# --- the checkpointer ---------------------------------------------------------------------------------
+
+
+class Checkpointer:
+    """Checkpoints a model, its optimizer, scheduler, sampler and RNGs through baton's native checkpointer.
+
+    chain_dir: the chain directory; default ``BATON_CHAIN_DIR`` (and ``BATON_KEEP``) from the
+    environment, as the SPANK plugin sets it.
+    interval: checkpoint every `interval` iterations. ``None`` (the default) hands the decision to the
+    native policy: it profiles the first iterations, picks the interval that keeps the overhead under
+    ``BATON_OVERHEAD`` percent, adapts it, takes a final checkpoint before ``BATON_DEADLINE`` minus
+    ``BATON_DEADLINE_MARGIN`` and, with `signals`, on SIGUSR1 and SIGTERM; ``should_exit`` turns true
+    once a final checkpoint has committed. The tuned interval travels along the chain in the manifest.
+    signals: install the policy's SIGUSR1/SIGTERM handlers (only with the policy).
+    state: a dict of plain data saved with every checkpoint and restored by ``restore()`` (for example
+    the length of a log file that a resumed run truncates to).
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
+                 sampler: Optional[ResumableSampler] = None, *, chain_dir: Optional[str] = None,
+                 interval: Optional[int] = None, keep: Optional[int] = None, strict: bool = True,
+                 signals: bool = True, options: Optional["_native.Options"] = None,
+                 policy_options: Optional["_native.PolicyOptions"] = None):
+        if interval is not None and interval < 1:
+            raise ValueError(f"interval must be >= 1, not {interval}")
+        if interval is None and not hasattr(_native, "Policy"):
+            raise ValueError("this build of baton has no checkpoint policy: pass interval=")
+        if options is None:
+            options = _native.Options.from_environment() if chain_dir is None else _native.Options()
+        if chain_dir is not None:
+            options.chain_dir = os.fspath(chain_dir)
+        if keep is not None:
+            options.keep = keep
+        self.model = model
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self.sampler = sampler
+        self.interval = interval
+        self.strict = strict
+        self.iteration = 0
+        self.state: Dict[str, Any] = {}
+        self.restored_from: Optional[str] = None
+        self.previous_tuning: Optional[Dict[str, Any]] = None  # the restored checkpoint's policy tuning
+        # Seconds the training thread spent starting the last checkpoint (collecting the state and
+        # handing it over); the wait for its snapshot is native.last_checkpoint().stall_seconds.
+        self.last_start_seconds = 0.0
+        self._native = _native.Checkpointer(options)
+        self._signals = signals
+        self._policy_options = policy_options
+        self._policy: Optional["_native.Policy"] = None
+        self._outstanding: Optional[int] = None  # iteration of a started checkpoint not yet reported
+        self._last_boundary = time.perf_counter()
+        self._update_seconds = -1.0
+        if interval is None:
+            self._start_policy(None)
+        self._pending = False
+        self._closed = False
+        self._regions: Dict[str, tuple] = {}
+        self._device_regions: List[str] = []
+        self._layout: Dict[str, Any] = {}
+        self._original_step = optimizer.step
+        self._wrap_optimizer_step()
+        self._forward_hook = model.register_forward_pre_hook(lambda module, inputs: self._boundary())
+        if sampler is not None:
+            sampler._boundary = self._boundary
+
+    # -- the public API --
+
+    @property
+    def native(self) -> "_native.Checkpointer":
+        return self._native
+
+    @property
+    def chain_dir(self) -> str:
+        return self._native.options.chain_dir
+
+    @property
+    def policy(self) -> Optional["_native.Policy"]:
+        return self._policy
+
+    @property
+    def should_exit(self) -> bool:
+        """True once the final checkpoint before the deadline (or after SIGTERM) has committed: the
+        training loop should end; the next job of the chain continues from that checkpoint."""
+        self._report_outcome()
+        return self._policy is not None and self._policy.should_exit
+
+    def restore(self) -> bool:
+        """Restores the newest verified checkpoint of the chain; False when there is none (fresh start).
+
+        Call it once, after building model, optimizer, scheduler and sampler and before training.
+        """
+        layout = self._newest_layout()
+        for _ in range(3):
+            self._prepare_optimizer_state(layout)
+            self._sync_regions()
+            result = self._native.restore()
+            if not result.restored:
+                return False
+            restored_layout = result.manifest.get(_LAYOUT_FIELD, {})
+            if restored_layout == layout:
+                break
+            # Restore fell back to an older checkpoint, or another job committed a newer one: its
+            # optimizer state has another shape. Register that one and restore again.
+            layout = restored_layout
+        else:
+            raise RestoreError("the chain's newest checkpoint keeps changing while it is restored")
+        self._check_regions(result)
+        if _STATE_BLOB not in result.blobs:
+            raise RestoreError(f"{result.dir} has no {_STATE_BLOB} blob: it was not written by baton.torch")
+        self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
+        self.restored_from = result.dir
+        self.previous_tuning = result.manifest.get("tuning") or None
+        if self._policy is not None:
+            self._start_policy(self.previous_tuning)
+        self._last_boundary = time.perf_counter()
+        return True
+
+    def checkpoint_now(self) -> bool:
+        """Checkpoints the current iteration and waits for it to commit; returns whether it did."""
+        self._boundary()
+        self._native.wait()  # an in-flight checkpoint must end before the state blob is replaced
+        self._prepare_checkpoint(self.iteration)
+        return self._native.checkpoint_now(self.iteration)
+
+    def wait(self) -> bool:
+        """Waits for an in-flight checkpoint; returns whether the last checkpoint committed."""
+        return self._native.wait()
+
+    def close(self, final_checkpoint: bool = True) -> bool:
+        """Ends checkpointing: takes a final checkpoint of the current iteration unless the newest
+        committed one already holds it, waits for persist, removes the hooks. Returns whether the
+        last checkpoint committed."""
+        if self._closed:
+            return True
+        self._boundary()
+        ok = self._native.wait()
+        self._report_outcome()
+        last = self._native.last_checkpoint()
+        # After a final checkpoint, later iterations are left to the next job: a synchronous checkpoint
+        # now could miss the deadline that the final one was planned for.
+        done = (last.committed and last.iteration == self.iteration) or self.should_exit
+        if final_checkpoint and self.iteration > 0 and not done:
+            ok = self.checkpoint_now()
+        self._unhook()
+        if self._policy is not None:
+            self._policy.disable_signals()
+        self._closed = True
+        return ok
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self.close(final_checkpoint=kind is None)
+
+    # -- hooks --
+
+    def _wrap_optimizer_step(self) -> None:
+        original = self._original_step
+
+        @functools.wraps(original)
+        def step(optimizer, *args, **kwargs):
+            self._boundary()
+            self._native.before_update()
+            begin = time.perf_counter()
+            result = original(*args, **kwargs)
+            self._update_seconds = time.perf_counter() - begin
+            self.iteration += 1
+            self._pending = True
+            return result
+
+        # A bound method, so that LR schedulers can wrap it again (they look at __self__ and __func__).
+        self.optimizer.step = types.MethodType(step, self.optimizer)
+
+    def _unhook(self) -> None:
+        self.optimizer.step = self._original_step
+        self._forward_hook.remove()
+        if self.sampler is not None:
+            self.sampler._boundary = None
+
+    def _boundary(self) -> None:
+        if not self._pending:
+            return
+        self._pending = False
+        iteration = self.iteration
+        now = time.perf_counter()
+        self._native.after_update(iteration)
+        self._report_outcome()
+        if self._policy is None:
+            if iteration % self.interval == 0:
+                if self._native.in_flight:
+                    self._native.request_checkpoint(iteration)  # refused and counted as dropped
+                else:
+                    self._start_checkpoint(iteration)
+        else:
+            decision = self._policy.on_iteration(now - self._last_boundary, self._update_seconds)
+            if decision.checkpoint:
+                if self._native.in_flight:
+                    # Only a signal or the deadline asks while one is in flight: it must not be dropped.
+                    self._native.wait()
+                    self._report_outcome()
+                self._start_checkpoint(iteration)
+        self._last_boundary = now
+
+    def _start_checkpoint(self, iteration: int) -> None:
+        begin = time.perf_counter()
+        self._prepare_checkpoint(iteration)
+        if self._policy is not None and self._device_regions:
+            self._native.set_device_snapshot(self._policy.snapshot_target == "device")
+        started = self._native.request_checkpoint(iteration)
+        self.last_start_seconds = time.perf_counter() - begin
+        if started:
+            self._outstanding = iteration
+        elif self._policy is not None:
+            self._policy.checkpoint_failed("a checkpoint was still in flight")
+
+    def _report_outcome(self) -> None:
+        """Tells the policy how the started checkpoint ended, once it has."""
+        if self._outstanding is None or self._native.in_flight:
+            return
+        self._outstanding = None
+        stats = self._native.last_checkpoint()
+        if self._policy is None:
+            return
+        if stats.committed:
+            self._policy.checkpoint_committed(stats.snapshot_seconds, stats.persist_seconds, stats.bytes)
+        else:
+            self._policy.checkpoint_failed(stats.error or "the checkpoint did not commit")
+
+    def _start_policy(self, previous_tuning: Optional[Dict[str, Any]]) -> None:
+        if self._policy is not None:
+            self._policy.disable_signals()  # one set of handlers per process
+        options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        if previous_tuning:
+            try:
+                options.previous = previous_tuning
+            except ValueError as error:  # a chain written by another version: profile afresh
+                print(f"baton: ignoring the previous job's tuning ({error})", flush=True)
+        self._policy = _native.Policy(options)
+        self._policy.log_to_stderr()
+        if self._signals:
+            self._policy.enable_signals()
+
+    # -- what goes into a checkpoint --
+
+    def _prepare_checkpoint(self, iteration: int) -> None:
+        self._sync_regions()
+        self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
+        if self._policy is not None:
+            self._native.set_manifest_field("tuning", self._policy.tuning)
+        if self.sampler is not None:
+            self._native.set_epoch(self.sampler.epoch)
+            self._native.set_manifest_field("sampler", self.sampler.state_dict())
+
+    def _capture_state(self, iteration: int) -> Dict[str, Any]:
+        optimizer = self.optimizer.state_dict()
+        plain_state = {}
+        for index, values in optimizer["state"].items():
+            plain = {k: _plain(v, f"optimizer.state[{index}].{k}") for k, v in values.items()
+                     if not isinstance(v, torch.Tensor)}
+            if plain:
+                plain_state[index] = plain
+        return {
+            "version": _STATE_VERSION,
+            "iteration": iteration,
+            "rng": _rng_state(),
+            "optimizer": {
+                "param_groups": _plain(optimizer["param_groups"], "optimizer.param_groups"),
+                "state": plain_state,
+            },
+            "scheduler": None if self.scheduler is None else _plain(self.scheduler.state_dict(), "scheduler"),
+            "sampler": None if self.sampler is None else self.sampler.state_dict(),
+            "user": _plain(self.state, "state"),
+        }
+
+    def _tensors(self) -> Dict[str, torch.Tensor]:
+        # keep_vars: the parameters themselves, not detached views made anew at every call
+        tensors = {f"model/{name}": t for name, t in self.model.state_dict(keep_vars=True).items()}
+        for index, values in self.optimizer.state_dict()["state"].items():
+            for key, value in values.items():
+                if isinstance(value, torch.Tensor):
+                    tensors[f"optimizer/{index}/{key}"] = value
+        return tensors
+
+    def _sync_regions(self) -> None:
+        """Registers new or moved tensors and unregisters vanished ones (optimizer state appears after
+        the first step; a user may replace a parameter)."""
+        tensors = self._tensors()
+        for name in [n for n in self._regions if n not in tensors]:
+            self._native.unregister_region(name)
+            del self._regions[name]
+        layout: Dict[str, Any] = {}
+        for name, tensor in tensors.items():
+            if not tensor.is_contiguous():
+                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
+            if name.startswith("optimizer/"):
+                layout[name] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
+            key = _tensor_key(tensor)
+            if self._regions.get(name) == key:
+                continue
+            self._native.register_region(name, tensor)
+            self._regions[name] = key
+        self._device_regions = sorted({device for _, _, device in self._regions.values() if device != "cpu"})
+        if self._policy is not None:
+            self._policy.set_checkpoint_bytes(sum(size for _, size, _ in self._regions.values()))
+            if self._device_regions:
+                device = torch.device(self._device_regions[0])
+                self._policy.set_device_memory(torch.cuda.max_memory_allocated(device),
+                                               torch.cuda.get_device_properties(device).total_memory)
+        if layout != self._layout:
+            self._native.set_manifest_field(_LAYOUT_FIELD, layout)
+            self._layout = layout
+
+    # -- restore --
+
+    def _newest_layout(self) -> Dict[str, Any]:
+        """The optimizer layout of the newest committed checkpoint, read from its manifest (a hint: the
+        checkpoint that restore picks is checked again)."""
+        try:
+            names = sorted((n for n in os.listdir(self.chain_dir) if n.startswith("ckpt-")), reverse=True)
+        except OSError:
+            return {}
+        for name in names:
+            try:
+                with open(os.path.join(self.chain_dir, name, "manifest.json"), encoding="utf-8") as f:
+                    return json.load(f).get(_LAYOUT_FIELD, {})
+            except (OSError, ValueError):
+                continue
+        return {}
+
+    def _prepare_optimizer_state(self, layout: Dict[str, Any]) -> None:
+        """Creates optimizer state tensors of the checkpoint's shapes, for restore to write into."""
+        state: Dict[int, Dict[str, torch.Tensor]] = {}
+        for name, spec in layout.items():
+            _, index, key = name.split("/", 2)
+            state.setdefault(int(index), {})[key] = torch.zeros(spec["shape"], dtype=_dtype(spec["dtype"]))
+        current = self.optimizer.state_dict()
+        if not state and not current["state"]:
+            return
+        self.optimizer.load_state_dict({"state": state, "param_groups": current["param_groups"]})
+
+    def _check_regions(self, result: Any) -> None:
+        if not self.strict:
+            return
+        if result.unclaimed_regions:
+            raise RestoreError(f"{result.dir} holds regions this model does not have: "
+                               f"{', '.join(sorted(result.unclaimed_regions))}")
+        saved = {entry["name"] for entry in result.manifest.get("regions", [])}
+        missing = sorted(n for n in self._regions if n not in saved and n.startswith("model/"))
+        if missing:
+            raise RestoreError(f"{result.dir} lacks state of this model: {', '.join(missing)}")
+
+    def _apply_state(self, state: Dict[str, Any], iteration: int) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise RestoreError(f"unknown baton.torch state version {state.get('version')}")
+        if state["iteration"] != iteration:
+            raise RestoreError(f"state blob of iteration {state['iteration']} in checkpoint {iteration}")
+        groups = self.optimizer.param_groups
+        saved_groups = state["optimizer"]["param_groups"]
+        if len(groups) != len(saved_groups):
+            raise RestoreError(f"the checkpoint's optimizer has {len(saved_groups)} parameter groups, "
+                               f"this one {len(groups)}")
+        for group, saved in zip(groups, saved_groups):
+            if len(group["params"]) != len(saved["params"]):
+                raise RestoreError("a parameter group of the checkpoint's optimizer has another size")
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        params: List[torch.nn.Parameter] = list(chain.from_iterable(g["params"] for g in groups))
+        for index, values in state["optimizer"]["state"].items():
+            self.optimizer.state[params[int(index)]].update(values)
+        if self.scheduler is not None:
+            if state["scheduler"] is None:
+                raise RestoreError("the checkpoint has no scheduler state")
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.sampler is not None:
+            if state["sampler"] is None:
+                raise RestoreError("the checkpoint has no sampler state")
+            self.sampler.load_state_dict(state["sampler"])
+        _set_rng_state(state["rng"])
+        self.state = state["user"]
+        self.iteration = iteration

@@ -1,0 +1,221 @@
+// baton._native.Checkpointer and its Options, results and statistics.
+#include "bindings.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <pybind11/stl.h>
+
+#include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/error.hpp"
+#include "baton/ckpt/options.hpp"
+#include "convert.hpp"
+
+namespace py = pybind11;
+using namespace pybind11::literals;
+
+namespace baton::python {
+
+namespace {
+
+using ckpt::Checkpointer;
+
+// Holds a reference to every registered object so that its memory outlives the registration: the
+// native checkpointer reads it during snapshots and writes it on restore.
+class PyCheckpointer {
+public:
+    explicit PyCheckpointer(ckpt::Options options)
+        : impl_(std::make_unique<Checkpointer>(std::move(options)))
+    { }
+
+    ~PyCheckpointer() { close(); }
+
+    Checkpointer& impl()
+    {
+        if (!impl_) {
+            throw ckpt::Error("the checkpointer is closed");
+        }
+        return *impl_;
+    }
+
+    void registerRegion(const std::string& name, py::object object)
+    {
+        Memory memory = memoryOf(object, name);
+        if (memory.device >= 0) {
+            py::object stream = py::none();
+            py::module_ torch = py::module_::import("torch");
+            stream = torch.attr("cuda").attr("current_stream")(memory.device).attr("cuda_stream");
+            auto streamHandle = reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
+            py::gil_scoped_release release;
+            impl().registerDeviceRegion(name, memory.data, memory.size, memory.device, streamHandle);
+        } else {
+            py::gil_scoped_release release;
+            impl().registerRegion(name, memory.data, memory.size);
+        }
+        objects_[name] = std::move(object);
+    }
+
+    void unregisterRegion(const std::string& name)
+    {
+        {
+            py::gil_scoped_release release;
+            impl().unregisterRegion(name);
+        }
+        objects_.erase(name);
+    }
+
+    // Waits for an in-flight checkpoint, then lets go of the registered objects.
+    void close()
+    {
+        if (impl_) {
+            py::gil_scoped_release release;
+            impl_.reset();
+        }
+        objects_.clear();
+    }
+
+private:
+    std::map<std::string, py::object> objects_;
+    std::unique_ptr<Checkpointer> impl_;
+};
+
+py::object restoreResultToPython(const ckpt::RestoreResult& result)
+{
+    py::dict blobs;
+    for (const auto& [name, bytes] : result.blobs) {
+        blobs[py::str(name)] = py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    }
+    py::list fallbacks;
+    for (const auto& fallback : result.fallbacks) {
+        fallbacks.append(py::make_tuple(fallback.dir.string(), fallback.reason));
+    }
+    py::object record = py::module_::import("types").attr("SimpleNamespace");
+    return record("restored"_a = result.restored, "iteration"_a = result.iteration, "epoch"_a = result.epoch,
+        "dir"_a = result.dir.string(), "blobs"_a = blobs,
+        "manifest"_a = result.restored ? fromJson(result.manifest) : py::dict(), "fallbacks"_a = fallbacks,
+        "unclaimed_regions"_a = py::cast(result.unclaimedRegions));
+}
+
+void bindOptions(py::module_& module)
+{
+    py::class_<ckpt::Options>(module, "Options", "Settings of a Checkpointer (BATON_CHAIN_DIR, BATON_KEEP).")
+        .def(py::init<>())
+        .def_static("from_environment", &ckpt::Options::fromEnvironment,
+            "Reads BATON_CHAIN_DIR and BATON_KEEP; raises ConfigError when unusable.")
+        .def_property(
+            "chain_dir", [](const ckpt::Options& o) { return o.chainDir.string(); },
+            [](ckpt::Options& o, const std::string& dir) { o.chainDir = dir; })
+        .def_readwrite("keep", &ckpt::Options::keep)
+        .def_readwrite("staging_bytes", &ckpt::Options::stagingBytes)
+        .def_readwrite("copy_threads", &ckpt::Options::copyThreads)
+        .def_readwrite("direct_io", &ckpt::Options::directIo)
+        .def("validate", &ckpt::Options::validate);
+}
+
+void bindStats(py::module_& module)
+{
+    py::class_<ckpt::CheckpointStats>(module, "CheckpointStats")
+        .def_readonly("iteration", &ckpt::CheckpointStats::iteration)
+        .def_readonly("bytes", &ckpt::CheckpointStats::bytes)
+        .def_readonly("snapshot_seconds", &ckpt::CheckpointStats::snapshotSeconds)
+        .def_readonly("persist_seconds", &ckpt::CheckpointStats::persistSeconds)
+        .def_readonly("stall_seconds", &ckpt::CheckpointStats::stallSeconds)
+        .def_readonly("finished", &ckpt::CheckpointStats::finished)
+        .def_readonly("committed", &ckpt::CheckpointStats::committed)
+        .def_readonly("error", &ckpt::CheckpointStats::error);
+    py::class_<ckpt::Counters>(module, "Counters")
+        .def_readonly("requested", &ckpt::Counters::requested)
+        .def_readonly("committed", &ckpt::Counters::committed)
+        .def_readonly("failed", &ckpt::Counters::failed)
+        .def_readonly("dropped_requests", &ckpt::Counters::droppedRequests);
+}
+
+} // namespace
+
+void bindErrors(py::module_& module)
+{
+    // Translators run newest first: the base class is registered before its subclasses.
+    static py::exception<ckpt::Error> error(module, "Error", PyExc_RuntimeError);
+    static py::exception<ckpt::ConfigError> configError(module, "ConfigError", error.ptr());
+    static py::exception<ckpt::FormatError> formatError(module, "FormatError", error.ptr());
+    py::register_exception_translator([](std::exception_ptr pointer) {
+        try {
+            if (pointer) {
+                std::rethrow_exception(pointer);
+            }
+        } catch (const ckpt::ConfigError& e) {
+            configError(e.what());
+        } catch (const ckpt::FormatError& e) {
+            formatError(e.what());
+        } catch (const ckpt::Error& e) {
+            error(e.what());
+        }
+    });
+}
+
+void bindCheckpointer(py::module_& module)
+{
+    bindOptions(module);
+    bindStats(module);
+    using Self = PyCheckpointer;
+    py::class_<Self>(module, "Checkpointer",
+        "Two-phase checkpointer: snapshot registered memory, persist it in the background, "
+        "commit atomically, restore the newest verified checkpoint.")
+        .def(py::init<ckpt::Options>(), "options"_a)
+        .def("register_region", &Self::registerRegion, "name"_a, "memory"_a,
+            "Registers (or re-registers) a numpy array, writable buffer or contiguous tensor, in place.")
+        .def("unregister_region", &Self::unregisterRegion, "name"_a)
+        .def(
+            "set_blob",
+            [](Self& self, const std::string& name, const py::bytes& bytes) {
+                self.impl().setBlob(name, std::string_view(bytes));
+            },
+            "name"_a, "data"_a)
+        .def("remove_blob", [](Self& self, const std::string& name) { self.impl().removeBlob(name); })
+        .def("set_epoch", [](Self& self, std::uint64_t epoch) { self.impl().setEpoch(epoch); })
+        .def(
+            "set_manifest_field",
+            [](Self& self, const std::string& key, py::handle value) {
+                self.impl().setManifestField(key, toJson(value));
+            },
+            "key"_a, "value"_a)
+        .def(
+            "after_update", [](Self& self, std::uint64_t iteration) { self.impl().afterUpdate(iteration); },
+            "iteration"_a, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "before_update", [](Self& self) { self.impl().beforeUpdate(); },
+            py::call_guard<py::gil_scoped_release>())
+        .def(
+            "request_checkpoint",
+            [](Self& self, std::uint64_t iteration) { return self.impl().requestCheckpoint(iteration); },
+            "iteration"_a, py::call_guard<py::gil_scoped_release>())
+        .def("schedule_checkpoint", [](Self& self) { self.impl().scheduleCheckpoint(); })
+        .def(
+            "checkpoint_now",
+            [](Self& self, std::uint64_t iteration) { return self.impl().checkpointNow(iteration); },
+            "iteration"_a, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "wait", [](Self& self) { return self.impl().wait(); }, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "set_device_snapshot", [](Self& self, bool onDevice) { self.impl().setDeviceSnapshot(onDevice); },
+            "on_device"_a, "Snapshot device regions into spare device memory instead of pinned host memory.")
+        .def_property_readonly("in_flight", [](Self& self) { return self.impl().inFlight(); })
+        .def("restore",
+            [](Self& self) {
+                ckpt::RestoreResult result;
+                {
+                    py::gil_scoped_release release;
+                    result = self.impl().restore();
+                }
+                return restoreResultToPython(result);
+            })
+        .def("last_checkpoint", [](Self& self) { return self.impl().lastCheckpoint(); })
+        .def("counters", [](Self& self) { return self.impl().counters(); })
+        .def_property_readonly("last_error", [](Self& self) { return self.impl().lastError(); })
+        .def_property_readonly("options", [](Self& self) { return self.impl().options(); })
+        .def_property_readonly("device_available", [](Self& self) { return self.impl().deviceAvailable(); })
+        .def("close", &Self::close, "Waits for an in-flight checkpoint and releases the registered memory.");
+}
+
+} // namespace baton::python

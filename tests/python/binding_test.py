@@ -1,0 +1,311 @@
+#!/usr/bin/python3
+"""Tests of the Python module `baton` and of `baton.torch` (regions in place, blobs, restore, errors,
+re-registration of optimizer state, strictness, the sampler).
+
+Exit status: 0 passed, 1 failed, 77 skipped (numpy or torch missing).
+"""
+
+import json
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+try:
+    import numpy
+    import torch
+except ImportError as missing:
+    print(f"skipped: {missing}", file=sys.stderr)
+    sys.exit(77)
+
+import baton
+import baton.torch
+
+
+def options(chain_dir):
+    result = baton.Options()
+    result.chain_dir = chain_dir
+    return result
+
+
+class TempChain(unittest.TestCase):
+    def setUp(self):
+        self._dir = tempfile.TemporaryDirectory(prefix="baton-binding-")
+        self.chain = os.path.join(self._dir.name, "chain")
+
+    def tearDown(self):
+        self._dir.cleanup()
+
+
+class NativeTest(TempChain):
+    def test_numpy_regions_and_blobs_round_trip(self):
+        weights = numpy.arange(100_003, dtype=numpy.float32)
+        counter = numpy.array([7], dtype=numpy.int64)
+        ckpt = baton.Checkpointer(options(self.chain))
+        ckpt.register_region("weights", weights)
+        ckpt.register_region("counter", counter)
+        ckpt.set_blob("note", b"\x00binary\xff")
+        ckpt.set_manifest_field("user", {"lr": 0.5, "tags": ["a", "b"]})
+        ckpt.after_update(3)
+        self.assertTrue(ckpt.request_checkpoint(3))
+        self.assertTrue(ckpt.wait())
+        stats = ckpt.last_checkpoint()
+        self.assertTrue(stats.committed)
+        self.assertEqual(stats.iteration, 3)
+        self.assertGreaterEqual(stats.bytes, weights.nbytes + counter.nbytes)
+        ckpt.close()
+
+        fresh_weights = numpy.zeros_like(weights)
+        fresh_counter = numpy.zeros_like(counter)
+        again = baton.Checkpointer(options(self.chain))
+        again.register_region("weights", fresh_weights)
+        again.register_region("counter", fresh_counter)
+        result = again.restore()
+        self.assertTrue(result.restored)
+        self.assertEqual(result.iteration, 3)
+        self.assertEqual(result.blobs, {"note": b"\x00binary\xff"})
+        self.assertEqual(result.manifest["user"], {"lr": 0.5, "tags": ["a", "b"]})
+        self.assertEqual(result.unclaimed_regions, [])
+        self.assertTrue(numpy.array_equal(fresh_weights, weights))
+        self.assertEqual(fresh_counter[0], 7)
+
+    def test_empty_chain_restores_nothing(self):
+        result = baton.Checkpointer(options(self.chain)).restore()
+        self.assertFalse(result.restored)
+
+    def test_torch_tensor_is_restored_in_place(self):
+        tensor = torch.arange(1000, dtype=torch.float64)
+        ckpt = baton.Checkpointer(options(self.chain))
+        ckpt.register_region("t", tensor)
+        self.assertTrue(ckpt.checkpoint_now(1))
+        pointer = tensor.data_ptr()
+        tensor.zero_()
+        result = ckpt.restore()
+        self.assertEqual(result.iteration, 1)
+        self.assertEqual(tensor.data_ptr(), pointer)
+        self.assertTrue(torch.equal(tensor, torch.arange(1000, dtype=torch.float64)))
+
+    def test_unusable_memory_is_refused(self):
+        ckpt = baton.Checkpointer(options(self.chain))
+        with self.assertRaisesRegex(ValueError, "strided: the buffer is read-only or not C-contiguous"):
+            ckpt.register_region("strided", numpy.zeros(10)[::2])
+        readonly = numpy.zeros(4)
+        readonly.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            ckpt.register_region("readonly", readonly)
+        with self.assertRaisesRegex(ValueError, "transposed: the tensor is not contiguous"):
+            ckpt.register_region("transposed", torch.zeros(3, 4).t())
+        with self.assertRaisesRegex(ValueError, "expected a writable buffer"):
+            ckpt.register_region("text", "not memory")
+
+    def test_size_mismatch_on_restore_is_an_error(self):
+        ckpt = baton.Checkpointer(options(self.chain))
+        ckpt.register_region("r", numpy.zeros(16, dtype=numpy.uint8))
+        self.assertTrue(ckpt.checkpoint_now(1))
+        other = baton.Checkpointer(options(self.chain))
+        other.register_region("r", numpy.zeros(17, dtype=numpy.uint8))
+        with self.assertRaises(baton.Error):
+            other.restore()
+
+    def test_environment(self):
+        saved = {k: os.environ.get(k) for k in ("BATON_CHAIN_DIR", "BATON_KEEP")}
+        try:
+            os.environ["BATON_CHAIN_DIR"] = self.chain
+            os.environ["BATON_KEEP"] = "3"
+            opts = baton.Options.from_environment()
+            self.assertEqual(opts.chain_dir, self.chain)
+            self.assertEqual(opts.keep, 3)
+            os.environ["BATON_KEEP"] = "many"
+            with self.assertRaises(baton.ConfigError):
+                baton.Options.from_environment()
+            del os.environ["BATON_CHAIN_DIR"]
+            del os.environ["BATON_KEEP"]
+            with self.assertRaises(baton.ConfigError):
+                baton.Options.from_environment()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def test_reserved_manifest_field_is_refused(self):
+        with self.assertRaises(baton.Error):
+            baton.Checkpointer(options(self.chain)).set_manifest_field("iteration", 5)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, extra=False):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.b = torch.nn.Linear(8, 2)
+        if extra:
+            self.c = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.norm(self.a(x))))
+
+
+def train_steps(model, optimizer, scheduler, steps, generator):
+    for _ in range(steps):
+        x = torch.randn(16, 4, generator=generator)
+        loss = model(x).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+
+
+def build(extra=False):
+    torch.manual_seed(0)
+    model = Net(extra)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+class TorchAdapterTest(TempChain):
+    def test_optimizer_state_is_registered_after_the_first_step_and_restored(self):
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=3)
+        self.assertFalse(ckpt.restore())
+        ckpt.state["note"] = "seven"
+        train_steps(model, optimizer, scheduler, 7, torch.Generator().manual_seed(1))
+        self.assertTrue(ckpt.close())  # a final checkpoint of iteration 7
+        expected_rng = torch.get_rng_state()
+
+        torch.manual_seed(123)  # a restore must bring the RNG back
+        model2, optimizer2, scheduler2 = build()
+        ckpt2 = baton.torch.Checkpointer(model2, optimizer2, scheduler2, chain_dir=self.chain, interval=3)
+        self.assertTrue(ckpt2.restore())
+        self.assertEqual(ckpt2.iteration, 7)
+        self.assertEqual(ckpt2.state, {"note": "seven"})
+        self.assertTrue(torch.equal(torch.get_rng_state(), expected_rng))
+        for (name, a), (_, b) in zip(model.state_dict().items(), model2.state_dict().items()):
+            self.assertTrue(torch.equal(a, b), name)
+        state, state2 = optimizer.state_dict(), optimizer2.state_dict()
+        self.assertEqual(state["param_groups"], state2["param_groups"])
+        for index in state["state"]:
+            for key, value in state["state"][index].items():
+                self.assertTrue(torch.equal(value, state2["state"][index][key]), f"{index}/{key}")
+        self.assertEqual(scheduler.state_dict(), scheduler2.state_dict())
+        ckpt2.close(final_checkpoint=False)
+
+    def test_checkpoints_follow_the_interval(self):
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=2, keep=10)
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(5):
+            train_steps(model, optimizer, scheduler, 1, generator)
+            ckpt.wait()  # a request while one is in flight would be dropped (and counted)
+        ckpt.close(final_checkpoint=False)
+        self.assertEqual(ckpt.native.counters().dropped_requests, 0)
+        self.assertEqual(sorted(n for n in os.listdir(self.chain) if n.startswith("ckpt-")),
+                         ["ckpt-000000000002", "ckpt-000000000004"])
+
+    def test_restore_into_another_model_is_refused(self):
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=1)
+        train_steps(model, optimizer, scheduler, 1, torch.Generator().manual_seed(1))
+        ckpt.close()
+        model2, optimizer2, scheduler2 = build(extra=True)
+        ckpt2 = baton.torch.Checkpointer(model2, optimizer2, scheduler2, chain_dir=self.chain, interval=1)
+        with self.assertRaisesRegex(baton.torch.RestoreError, "model/c.weight"):
+            ckpt2.restore()
+
+    def test_state_blob_holds_plain_data_only(self):
+        with self.assertRaisesRegex(TypeError, "state.bad"):
+            baton.torch._plain({"bad": object()}, "state")
+        payload = pickle.dumps(numpy.float64(1.5))  # needs a class lookup to load
+        with self.assertRaises(pickle.UnpicklingError):
+            baton.torch._loads(payload)
+        self.assertEqual(baton.torch._loads(baton.torch._dumps({"a": (1, 2.5, None)})), {"a": (1, 2.5, None)})
+
+
+@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
+class SamplerTest(unittest.TestCase):
+    def test_resumes_with_the_remaining_order(self):
+        whole = baton.torch.ResumableSampler(50, seed=4)
+        first, second = list(whole), list(whole)
+        self.assertEqual(sorted(first), list(range(50)))
+        self.assertNotEqual(first, second)  # a new order each epoch
+        for cut in (0, 1, 17, 49):
+            sampler = baton.torch.ResumableSampler(50, seed=4)
+            taken = [index for _, index in zip(range(cut), iter(sampler))]
+            state = sampler.state_dict()
+            resumed = baton.torch.ResumableSampler(50, seed=4)
+            resumed.load_state_dict(state)
+            self.assertEqual(taken + list(resumed), first)
+            self.assertEqual(list(resumed), second)
+
+    def test_shards(self):
+        shards = [list(baton.torch.ResumableSampler(10, seed=1, num_replicas=3, rank=r)) for r in range(3)]
+        self.assertTrue(all(len(s) == 4 for s in shards))
+        self.assertEqual(set().union(*shards), set(range(10)))
+
+    def test_a_different_sampler_is_refused(self):
+        state = baton.torch.ResumableSampler(50, seed=4).state_dict()
+        with self.assertRaisesRegex(baton.torch.RestoreError, "seed"):
+            baton.torch.ResumableSampler(50, seed=5).load_state_dict(state)
+        with self.assertRaises(ValueError):
+            baton.torch.ResumableSampler(3, seed=0, num_replicas=2, rank=2)
+
+
+@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
+class PolicyTest(TempChain):
+    def train_until_exit(self, ckpt, parts, seconds):
+        model, optimizer, scheduler = parts
+        generator = torch.Generator().manual_seed(1)
+        give_up = time.monotonic() + seconds
+        while not ckpt.should_exit and time.monotonic() < give_up:
+            train_steps(model, optimizer, scheduler, 1, generator)
+            time.sleep(0.002)
+
+    def test_final_checkpoint_commits_before_the_deadline(self):
+        parts = build()
+        policy = baton.PolicyOptions()
+        policy.deadline = time.time() + 6
+        policy.deadline_margin = 3
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False, policy_options=policy)
+        self.train_until_exit(ckpt, parts, 20)
+        self.assertTrue(ckpt.should_exit)
+        stats = ckpt.native.last_checkpoint()
+        self.assertTrue(stats.committed)
+        ckpt.close()
+        newest = sorted(n for n in os.listdir(self.chain) if n.startswith("ckpt-"))[-1]
+        with open(os.path.join(self.chain, newest, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        self.assertLessEqual(manifest["created_unix"], policy.deadline - policy.deadline_margin)
+        self.assertEqual(manifest["iteration"], stats.iteration)
+        self.assertGreaterEqual(manifest["tuning"]["interval"], 1)
+
+    def test_sigterm_checkpoints_and_asks_to_exit(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain)
+        train_steps(*parts, 3, torch.Generator().manual_seed(1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.train_until_exit(ckpt, parts, 20)
+        self.assertTrue(ckpt.should_exit)
+        self.assertTrue(ckpt.native.last_checkpoint().committed)
+        ckpt.close()
+
+    def test_tuning_travels_to_the_next_job(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        train_steps(*parts, 40, torch.Generator().manual_seed(1))
+        ckpt.close()
+        self.assertFalse(ckpt.policy.profiling)
+        tuning = ckpt.policy.tuning
+        parts = build()
+        again = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        self.assertTrue(again.restore())
+        self.assertEqual(again.previous_tuning, tuning)  # the new policy starts from it
+        again.close(final_checkpoint=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
