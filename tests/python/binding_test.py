@@ -207,6 +207,25 @@ class TorchAdapterTest(TempChain):
         self.assertEqual(sorted(n for n in os.listdir(self.chain) if n.startswith("ckpt-")),
                          ["ckpt-000000000002", "ckpt-000000000004"])
 
+    def test_buffers_are_saved_as_of_the_boundary(self):
+        # The forward pass that overlaps the snapshot updates batch-norm statistics in place: the
+        # checkpoint must hold them as they were when the iteration ended.
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=4)
+        generator = torch.Generator().manual_seed(1)
+        train_steps(model, optimizer, scheduler, 4, generator)
+        expected = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("norm.")}
+        train_steps(model, optimizer, scheduler, 1, generator)  # its forward starts checkpoint 4
+        ckpt.close(final_checkpoint=False)
+        self.assertFalse(torch.equal(model.norm.running_mean, expected["norm.running_mean"]))
+        model2, optimizer2, scheduler2 = build()
+        ckpt2 = baton.torch.Checkpointer(model2, optimizer2, scheduler2, chain_dir=self.chain, interval=4)
+        self.assertTrue(ckpt2.restore())
+        self.assertEqual(ckpt2.iteration, 4)
+        for key, value in expected.items():
+            self.assertTrue(torch.equal(model2.state_dict()[key], value), key)
+        ckpt2.close(final_checkpoint=False)
+
     def test_restore_into_another_model_is_refused(self):
         model, optimizer, scheduler = build()
         ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=1)

@@ -13,6 +13,7 @@ from ._native import (  # noqa: F401
     Options,
     __version__,
     have_cuda,
+    have_policy,
 )
 
 try:  # the policy and the sampler are part of the native module when it was built with them

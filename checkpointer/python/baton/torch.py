@@ -14,9 +14,10 @@
             scheduler.step()
     ckpt.close()                          # final checkpoint, waits for it to commit
 
-Every tensor of ``model.state_dict()`` and ``optimizer.state_dict()`` is registered with the native
-checkpointer *in place*: a snapshot copies straight out of the parameters and a restore writes straight
-into them. Everything else that decides what the next iteration computes — the optimizer's
+Every parameter of ``model.state_dict()`` and every tensor of ``optimizer.state_dict()`` is registered
+with the native checkpointer *in place*: a snapshot copies straight out of the parameters and a restore
+writes straight into them. The model's buffers (batch-norm statistics) change during the forward pass
+that the snapshot overlaps, so they are copied at the iteration boundary instead. Everything else that decides what the next iteration computes — the optimizer's
 hyperparameters, the scheduler, the sampler's position and the RNGs of torch, numpy and ``random`` —
 travels in one small blob.
 
@@ -273,6 +274,7 @@ class Checkpointer:
         self._pending = False
         self._closed = False
         self._regions: Dict[str, tuple] = {}
+        self._buffer_names: set = set()
         self._device_regions: List[str] = []
         self._layout: Dict[str, Any] = {}
         self._original_step = optimizer.step
@@ -325,6 +327,7 @@ class Checkpointer:
         self._check_regions(result)
         if _STATE_BLOB not in result.blobs:
             raise RestoreError(f"{result.dir} has no {_STATE_BLOB} blob: it was not written by baton.torch")
+        self._restore_buffers(result)
         self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
         self.restored_from = result.dir
         self.previous_tuning = result.manifest.get("tuning") or None
@@ -463,6 +466,7 @@ class Checkpointer:
 
     def _prepare_checkpoint(self, iteration: int) -> None:
         self._sync_regions()
+        self._save_buffers()
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
         if self._policy is not None:
             self._native.set_manifest_field("tuning", self._policy.tuning)
@@ -491,9 +495,45 @@ class Checkpointer:
             "user": _plain(self.state, "state"),
         }
 
+    def _model_state(self) -> tuple:
+        """(parameters, buffers) of the model's state_dict, by region or blob name. keep_vars: the
+        parameters themselves, not detached views made anew at every call."""
+        parameters, buffers = {}, {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            (parameters if isinstance(tensor, torch.nn.Parameter) else buffers)[f"model/{name}"] = tensor
+        return parameters, buffers
+
+    def _save_buffers(self) -> None:
+        """Buffers (batch-norm statistics, counters) change during the forward pass, which overlaps
+        the snapshot: they are copied now, at the boundary, as blobs. They are small."""
+        _, buffers = self._model_state()
+        for name in self._buffer_names - buffers.keys():
+            self._native.remove_blob(name)
+        for name, tensor in buffers.items():
+            data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
+            self._native.set_blob(name, data)
+        self._buffer_names = set(buffers)
+
+    def _restore_buffers(self, result: Any) -> None:
+        _, buffers = self._model_state()
+        saved = {name for name in result.blobs if name.startswith("model/")}
+        if self.strict and saved - buffers.keys():
+            raise RestoreError(f"{result.dir} holds buffers this model does not have: "
+                               f"{', '.join(sorted(saved - buffers.keys()))}")
+        if self.strict and buffers.keys() - saved:
+            raise RestoreError(f"{result.dir} lacks buffers of this model: {', '.join(sorted(buffers.keys() - saved))}")
+        with torch.no_grad():
+            for name, tensor in buffers.items():
+                if name not in saved:
+                    continue
+                data = torch.frombuffer(bytearray(result.blobs[name]), dtype=torch.uint8)
+                if data.numel() != tensor.numel() * tensor.element_size():
+                    raise RestoreError(f"{name}: {data.numel()} bytes in {result.dir}, "
+                                       f"{tensor.numel() * tensor.element_size()} in the model")
+                tensor.copy_(data.view(tensor.dtype).reshape(tensor.shape))
+
     def _tensors(self) -> Dict[str, torch.Tensor]:
-        # keep_vars: the parameters themselves, not detached views made anew at every call
-        tensors = {f"model/{name}": t for name, t in self.model.state_dict(keep_vars=True).items()}
+        tensors, _ = self._model_state()
         for index, values in self.optimizer.state_dict()["state"].items():
             for key, value in values.items():
                 if isinstance(value, torch.Tensor):
