@@ -1,0 +1,100 @@
+// The per-iteration driver that joins the checkpointer and its policy: it profiles the first
+// iterations with the checkpointer's measured timings, checkpoints every k iterations, adapts k, plans
+// the final checkpoint before the deadline, reacts to SIGUSR1/SIGTERM, and writes the sampler and
+// tuning state into every manifest. A training loop:
+//
+//     Session session(SessionOptions::fromEnvironment());
+//     session.checkpointer().registerRegion("weights", weights, bytes);
+//     session.attachSampler(&sampler);
+//     auto restored = session.restore();
+//     for (uint64_t it = restored.restored ? restored.iteration + 1 : 0; !session.shouldExit(); ++it) {
+//         forwardBackward(sampler);
+//         session.beforeUpdate();
+//         optimizerStep();
+//         session.step(it); // may start a checkpoint of iteration `it`
+//     }
+#pragma once
+
+#include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/policy.hpp"
+#include "baton/ckpt/sampler.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace baton::ckpt {
+
+struct SessionOptions {
+    Options checkpointer;
+    PolicyOptions policy;
+    bool handleSignals = false; // opt-in SIGUSR1/SIGTERM handlers (signals.hpp)
+
+    // BATON_CHAIN_DIR, BATON_KEEP (Options::fromEnvironment), BATON_OVERHEAD, BATON_DEADLINE and
+    // BATON_DEADLINE_MARGIN. Throws ConfigError naming the variable.
+    static SessionOptions fromEnvironment();
+};
+
+// One committed or failed checkpoint, as the session saw it.
+struct SessionCheckpoint {
+    CheckpointStats stats;
+    CheckpointReason reason = CheckpointReason::None;
+    bool final = false;
+};
+
+class Session {
+public:
+    explicit Session(SessionOptions options);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    Checkpointer& checkpointer() { return *checkpointer_; }
+    Policy& policy() { return policy_; }
+
+    // The sampler's state goes into every manifest's `sampler` field and is restored by restore().
+    // The sampler must outlive the session (or be detached with nullptr).
+    void attachSampler(ResumableSampler* sampler) { sampler_ = sampler; }
+    void onCheckpoint(std::function<void(const SessionCheckpoint&)> callback)
+    {
+        onCheckpoint_ = std::move(callback);
+    }
+
+    // Restores the newest verified checkpoint, the sampler position and the previous job's tuning
+    // (the policy then keeps its k unless this job's iteration time differs by more than 20 %).
+    RestoreResult restore();
+
+    void beforeUpdate();
+    // At the end of iteration `iteration` (weights consistent): times it, asks the policy and starts a
+    // checkpoint when it says so. A final checkpoint (deadline, SIGTERM) is waited for, so that
+    // shouldExit() is true as soon as it has committed.
+    Decision step(std::uint64_t iteration);
+    // Waits for an in-flight checkpoint and reports it to the policy.
+    void finish();
+
+    bool shouldExit() const { return policy_.shouldExit(); }
+    std::uint64_t interval() const { return policy_.interval(); }
+    double measuredOverheadPercent() const { return policy_.measuredOverheadPercent(); }
+
+private:
+    void collect(bool wait);
+    void publishState();
+    void log(const std::string& message) const;
+
+    std::function<void(std::string_view)> log_;
+    std::unique_ptr<Checkpointer> checkpointer_;
+    Policy policy_;
+    ResumableSampler* sampler_ = nullptr;
+    std::optional<TuningState> previousTuning_;
+    std::function<void(const SessionCheckpoint&)> onCheckpoint_;
+    using SteadyClock = std::chrono::steady_clock;
+    std::optional<SteadyClock::time_point> lastBoundary_;
+    std::optional<SteadyClock::time_point> updateStart_;
+    bool started_ = false; // a checkpoint the policy knows of is in flight
+    CheckpointReason reason_ = CheckpointReason::None;
+    bool final_ = false;
+};
+
+} // namespace baton::ckpt

@@ -1,0 +1,187 @@
+#include "baton/ckpt/session.hpp"
+
+#include "baton/ckpt/error.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+namespace baton::ckpt {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::duration duration)
+{
+    return std::chrono::duration<double>(duration).count();
+}
+
+// Bad policy settings are configuration errors, like the checkpointer's own.
+PolicyOptions checked(PolicyOptions options)
+{
+    if (!(options.targetPercent > 0 && options.targetPercent <= 100))
+        throw ConfigError(
+            "overhead target must be a percentage in (0, 100], got " + std::to_string(options.targetPercent));
+    if (!(options.deadlineMargin >= 0) || !std::isfinite(options.deadlineMargin))
+        throw ConfigError("deadline margin must be zero or a positive number of seconds");
+    if (!(options.safetyFactor >= 1) || !std::isfinite(options.safetyFactor))
+        throw ConfigError("checkpoint safety factor must be at least 1");
+    return options;
+}
+
+} // namespace
+
+SessionOptions SessionOptions::fromEnvironment()
+{
+    SessionOptions options;
+    options.checkpointer = Options::fromEnvironment();
+    try {
+        options.policy = applyEnvironment(options.policy);
+    } catch (const std::invalid_argument& error) {
+        throw ConfigError(error.what());
+    }
+    return options;
+}
+
+Session::Session(SessionOptions options)
+    : log_(options.checkpointer.log)
+    , checkpointer_(std::make_unique<Checkpointer>(options.checkpointer))
+    , policy_(checked(options.policy))
+{
+    policy_.onLog([this](const std::string& message) { log(message); });
+    lastBoundary_ = SteadyClock::now();
+    if (options.handleSignals)
+        policy_.enableSignals();
+}
+
+Session::~Session()
+{
+    try {
+        finish();
+    } catch (const std::exception& error) {
+        log(std::string("while finishing: ") + error.what());
+    }
+}
+
+void Session::log(const std::string& message) const
+{
+    if (log_)
+        log_(message);
+    else
+        std::fprintf(stderr, "baton: %s\n", message.c_str());
+}
+
+RestoreResult Session::restore()
+{
+    RestoreResult result = checkpointer_->restore();
+    if (result.restored) {
+        const nlohmann::json& manifest = result.manifest;
+        if (const auto tuning = manifest.find("tuning"); tuning != manifest.end() && !tuning->empty()) {
+            try {
+                previousTuning_ = tuning->get<TuningState>();
+                policy_.setPrevious(*previousTuning_);
+            } catch (const std::invalid_argument& error) {
+                log(std::string("ignoring the checkpoint's tuning state, profiling again: ") + error.what());
+            }
+        }
+        const auto sampler = manifest.find("sampler");
+        if (sampler_ != nullptr && sampler != manifest.end() && !sampler->is_null()) {
+            SamplerState saved;
+            try {
+                saved = sampler->get<SamplerState>();
+            } catch (const std::invalid_argument& error) {
+                throw Error(std::string("the checkpoint's sampler state is unusable: ") + error.what());
+            }
+            const SamplerState& mine = sampler_->state();
+            if (saved.size != mine.size || saved.seed != mine.seed)
+                throw Error("the checkpoint's sampler has size " + std::to_string(saved.size) + " and seed "
+                    + std::to_string(saved.seed) + ", the attached one size " + std::to_string(mine.size)
+                    + " and seed " + std::to_string(mine.seed));
+            std::uint64_t position = saved.position;
+            if (saved.ranks != mine.ranks || saved.dropLast != mine.dropLast) {
+                // Keep the number of samples the whole job has consumed, in whole steps of the new layout.
+                position = saved.position * saved.ranks / mine.ranks;
+                log("sampler: " + std::to_string(saved.ranks) + " ranks before, " + std::to_string(mine.ranks)
+                    + " now: resuming at position " + std::to_string(position));
+            }
+            sampler_->seek(saved.epoch, std::min(position, sampler_->samplesPerEpoch()));
+        }
+    }
+    lastBoundary_ = SteadyClock::now();
+    return result;
+}
+
+void Session::beforeUpdate()
+{
+    checkpointer_->beforeUpdate();
+    updateStart_ = SteadyClock::now();
+}
+
+void Session::publishState()
+{
+    if (sampler_ != nullptr) {
+        checkpointer_->setManifestField("sampler", nlohmann::json(sampler_->state()));
+        checkpointer_->setEpoch(sampler_->epoch());
+    }
+    // Before this job has its own k, carry the previous job's tuning on rather than a placeholder.
+    if (!policy_.profiling())
+        checkpointer_->setManifestField("tuning", nlohmann::json(policy_.tuning()));
+    else if (previousTuning_)
+        checkpointer_->setManifestField("tuning", nlohmann::json(*previousTuning_));
+}
+
+void Session::collect(bool wait)
+{
+    if (!started_)
+        return;
+    if (wait)
+        checkpointer_->wait();
+    else if (checkpointer_->inFlight())
+        return;
+    started_ = false;
+    SessionCheckpoint done { checkpointer_->lastCheckpoint(), reason_, final_ };
+    if (done.stats.committed)
+        policy_.checkpointCommitted(
+            { done.stats.snapshotSeconds, done.stats.persistSeconds, done.stats.bytes });
+    else
+        policy_.checkpointFailed(done.stats.error.empty() ? checkpointer_->lastError() : done.stats.error);
+    if (onCheckpoint_)
+        onCheckpoint_(done);
+}
+
+Decision Session::step(std::uint64_t iteration)
+{
+    const auto now = SteadyClock::now();
+    const double iterationSeconds = lastBoundary_ ? seconds(now - *lastBoundary_) : -1;
+    const double updateSeconds = updateStart_ ? seconds(now - *updateStart_) : -1;
+    lastBoundary_ = now;
+    updateStart_.reset();
+
+    checkpointer_->afterUpdate(iteration);
+    collect(false);
+    if (iterationSeconds < 0)
+        return {};
+    const Decision decision = policy_.onIteration(iterationSeconds, updateSeconds);
+    if (!decision.checkpoint)
+        return decision;
+    publishState();
+    checkpointer_->setDeviceSnapshot(
+        policy_.snapshotTarget() == SnapshotTarget::Device && checkpointer_->deviceAvailable());
+    if (!checkpointer_->requestCheckpoint(iteration)) {
+        policy_.checkpointFailed(checkpointer_->lastError().empty() ? "a checkpoint is already in flight"
+                                                                    : checkpointer_->lastError());
+        return {};
+    }
+    started_ = true;
+    reason_ = decision.reason;
+    final_ = decision.final;
+    if (decision.final)
+        collect(true);
+    return decision;
+}
+
+void Session::finish()
+{
+    collect(true);
+}
+
+} // namespace baton::ckpt

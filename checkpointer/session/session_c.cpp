@@ -1,0 +1,191 @@
+#include "baton_session.h"
+
+#include "../policy/sampler_handle.hpp"
+#include "baton/ckpt/error.hpp"
+#include "baton/ckpt/session.hpp"
+
+#include <cstring>
+#include <exception>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+struct baton_session {
+    std::unique_ptr<baton::ckpt::Session> session;
+    std::map<std::string, std::vector<std::byte>> blobs;
+};
+
+namespace {
+
+thread_local std::string lastError;
+
+template<typename Body> int guarded(Body&& body)
+{
+    try {
+        return body();
+    } catch (const std::exception& error) {
+        lastError = error.what();
+    } catch (...) {
+        lastError = "unknown error";
+    }
+    return -1;
+}
+
+bool present(const void* pointer)
+{
+    if (pointer == nullptr)
+        lastError = "null argument";
+    return pointer != nullptr;
+}
+
+} // namespace
+
+extern "C" {
+
+baton_session* baton_session_create(const char* chain_dir, double overhead_percent, int handle_signals)
+{
+    baton_session* created = nullptr;
+    guarded([&] {
+        baton::ckpt::SessionOptions options;
+        if (chain_dir == nullptr) {
+            options = baton::ckpt::SessionOptions::fromEnvironment();
+        } else {
+            options.checkpointer.chainDir = chain_dir;
+            try {
+                options.policy = baton::ckpt::applyEnvironment(options.policy);
+            } catch (const std::invalid_argument& error) {
+                throw baton::ckpt::ConfigError(error.what());
+            }
+        }
+        if (overhead_percent > 0)
+            options.policy.targetPercent = overhead_percent;
+        options.handleSignals = handle_signals != 0;
+        auto session = std::make_unique<baton::ckpt::Session>(std::move(options));
+        created = new baton_session { std::move(session), {} };
+        return 0;
+    });
+    return created;
+}
+
+void baton_session_destroy(baton_session* session)
+{
+    delete session;
+}
+
+int baton_session_register_region(baton_session* session, const char* name, void* data, size_t size)
+{
+    if (!present(session) || !present(name))
+        return -1;
+    return guarded([&] {
+        session->session->checkpointer().registerRegion(name, data, size);
+        return 0;
+    });
+}
+
+int baton_session_set_blob(baton_session* session, const char* name, const void* data, size_t size)
+{
+    if (!present(session) || !present(name) || (size > 0 && !present(data)))
+        return -1;
+    return guarded([&] {
+        session->session->checkpointer().setBlob(name, std::span(static_cast<const std::byte*>(data), size));
+        return 0;
+    });
+}
+
+int baton_session_attach_sampler(baton_session* session, baton_sampler* sampler)
+{
+    if (!present(session))
+        return -1;
+    session->session->attachSampler(sampler != nullptr ? &sampler->sampler : nullptr);
+    return 0;
+}
+
+int baton_session_set_deadline(baton_session* session, double epoch_seconds)
+{
+    if (!present(session))
+        return -1;
+    if (epoch_seconds > 0)
+        session->session->policy().setDeadline(epoch_seconds);
+    else
+        session->session->policy().setDeadline(std::nullopt);
+    return 0;
+}
+
+int baton_session_restore(baton_session* session, uint64_t* iteration)
+{
+    if (!present(session))
+        return -1;
+    return guarded([&] {
+        auto result = session->session->restore();
+        if (!result.restored)
+            return 0;
+        session->blobs = std::move(result.blobs);
+        if (iteration != nullptr)
+            *iteration = result.iteration;
+        return 1;
+    });
+}
+
+int64_t baton_session_blob(const baton_session* session, const char* name, void* buffer, size_t capacity)
+{
+    if (!present(session) || !present(name))
+        return -1;
+    const auto found = session->blobs.find(name);
+    if (found == session->blobs.end()) {
+        lastError = std::string("no restored blob named '") + name + "'";
+        return -1;
+    }
+    if (buffer != nullptr && found->second.size() <= capacity)
+        std::memcpy(buffer, found->second.data(), found->second.size());
+    return static_cast<int64_t>(found->second.size());
+}
+
+int baton_session_before_update(baton_session* session)
+{
+    if (!present(session))
+        return -1;
+    return guarded([&] {
+        session->session->beforeUpdate();
+        return 0;
+    });
+}
+
+int baton_session_step(baton_session* session, uint64_t iteration)
+{
+    if (!present(session))
+        return -1;
+    return guarded([&] { return session->session->step(iteration).checkpoint ? 1 : 0; });
+}
+
+int baton_session_finish(baton_session* session)
+{
+    if (!present(session))
+        return -1;
+    return guarded([&] {
+        session->session->finish();
+        return 0;
+    });
+}
+
+int baton_session_should_exit(const baton_session* session)
+{
+    return session != nullptr && session->session->shouldExit() ? 1 : 0;
+}
+
+uint64_t baton_session_interval(const baton_session* session)
+{
+    return session != nullptr ? session->session->interval() : 0;
+}
+
+double baton_session_overhead_percent(const baton_session* session)
+{
+    return session != nullptr ? session->session->measuredOverheadPercent() : 0.0;
+}
+
+const char* baton_session_last_error(void)
+{
+    return lastError.c_str();
+}
+
+} // extern "C"

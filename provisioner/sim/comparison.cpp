@@ -1,0 +1,179 @@
+#include "comparison.hpp"
+
+#include "validation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace baton::sim {
+
+namespace {
+
+double secondsSince(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<std::optional<std::int64_t>> column(const ProtocolResult& r, std::size_t k)
+{
+    std::vector<std::optional<std::int64_t>> x;
+    x.reserve(r.probes.size());
+    for (const auto& p : r.probes)
+        x.push_back(p.outcomes[k].interruption);
+    return x;
+}
+
+} // namespace
+
+double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before)
+{
+    std::vector<double> p;
+    for (const auto& j : trace)
+        if (j.submit < before)
+            p.push_back(j.recordedPriority);
+    return quantile(std::move(p), 0.5);
+}
+
+bool isLearnedPolicy(const std::string& name)
+{
+    return name == "predict" || name == "checkpoint-aware";
+}
+
+ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
+{
+    if (trace.empty())
+        throw std::invalid_argument("the trace has no jobs");
+    ComparisonConfig c;
+    std::int64_t first = trace.front().submit;
+    std::int64_t firstStart = -1;
+    for (const auto& j : trace)
+        if (j.recordedStart >= 0 && (firstStart < 0 || j.recordedStart < firstStart))
+            firstStart = j.recordedStart;
+    // Jobs submitted before the cluster ran anything tell nothing about its queue.
+    first = std::max(first, firstStart);
+    const std::int64_t last = trace.back().submit;
+    c.warmupEnd = first + 7 * 86400;
+    c.split = c.warmupEnd + (last - c.warmupEnd) / 2;
+    c.evaluationEnd = last - 2 * c.protocol.limit;
+    c.protocol.probePriority = medianRecordedPriority(trace, c.split);
+    return c;
+}
+
+Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const ComparisonConfig& config,
+    std::shared_ptr<const WaitPredictor> pretrained, std::shared_ptr<const WaitPredictor>* trained)
+{
+    if (!(config.warmupEnd < config.split && config.split < config.evaluationEnd))
+        throw std::invalid_argument("need warm-up end < split < evaluation end");
+    Comparison out;
+    const bool learned = std::any_of(config.policies.begin(), config.policies.end(), isLearnedPolicy);
+    // Training probes stop early enough that their counterfactuals stay (mostly) before the split.
+    const std::int64_t trainEnd = config.split - config.protocol.limit - 86400;
+    const std::int64_t calibrationFrom = trainEnd
+        - static_cast<std::int64_t>(
+            config.calibrationFraction * static_cast<double>(trainEnd - config.warmupEnd));
+
+    std::shared_ptr<const WaitPredictor> predictor = pretrained;
+    if (learned && !predictor) {
+        auto t0 = std::chrono::steady_clock::now();
+        ProtocolConfig pc = config.protocol;
+        pc.from = config.warmupEnd;
+        pc.to = trainEnd;
+        pc.sampleEvery = config.sampleEvery;
+        const auto samples = runProtocol(trace, config.scheduler, pc, {}).samples;
+        out.trainingSamples = samples.size();
+        out.sampleSeconds = secondsSince(t0);
+        t0 = std::chrono::steady_clock::now();
+        TrainOptions opts = config.training;
+        opts.heldOutFraction = config.calibrationFraction;
+        predictor = std::make_shared<const WaitPredictor>(WaitPredictor::train(samples, opts));
+        out.trainSeconds = secondsSince(t0);
+    }
+    if (predictor)
+        out.predictor = predictor->metrics();
+    if (trained)
+        *trained = predictor;
+
+    // Choose the quantiles on the held-out end of the training period, under each policy's cost.
+    double qPredict = 0.5, qCheckpoint = 0.5;
+    int persistPredict = 1, persistCheckpoint = 1;
+    if (learned) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<QuantilePolicy> candidates;
+        for (double q : config.quantileGrid)
+            for (int persist : config.persistGrid)
+                candidates.emplace_back("q", predictor, q, 0.0, persist);
+        std::vector<const Policy*> ptrs;
+        for (const auto& c : candidates)
+            ptrs.push_back(&c);
+        ProtocolConfig pc = config.protocol;
+        pc.from = calibrationFrom;
+        pc.to = trainEnd;
+        pc.annotate = predictor;
+        const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
+        const auto unstarted = static_cast<double>(config.protocol.horizon);
+        double bestSym = 0, bestHand = 0;
+        for (std::size_t k = 0; k < candidates.size(); ++k) {
+            const auto x = column(r, k);
+            const double sym = symmetricCost(x, unstarted);
+            const double hand = handoverCost(
+                x, unstarted, config.handoverSeconds, static_cast<double>(config.protocol.limit));
+            if (k == 0 || sym < bestSym) {
+                bestSym = sym;
+                qPredict = candidates[k].q();
+                persistPredict = candidates[k].persist();
+            }
+            if (k == 0 || hand < bestHand) {
+                bestHand = hand;
+                qCheckpoint = candidates[k].q();
+                persistCheckpoint = candidates[k].persist();
+            }
+        }
+        out.calibrateSeconds = secondsSince(t0);
+    }
+
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<Policy>> policies;
+    for (const auto& name : config.policies) {
+        if (name == "reactive")
+            policies.push_back(std::make_unique<ReactivePolicy>());
+        else if (name == "avg")
+            policies.push_back(std::make_unique<AveragePolicy>());
+        else if (name == "predict")
+            policies.push_back(
+                std::make_unique<QuantilePolicy>(name, predictor, qPredict, 0.0, persistPredict));
+        else if (name == "checkpoint-aware")
+            policies.push_back(
+                std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
+        else
+            throw std::invalid_argument(
+                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware)");
+    }
+    std::vector<const Policy*> ptrs;
+    for (const auto& p : policies)
+        ptrs.push_back(p.get());
+    ProtocolConfig pc = config.protocol;
+    pc.from = config.split;
+    pc.to = config.evaluationEnd;
+    pc.annotate = learned ? predictor : nullptr;
+    const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
+    out.evaluationProbes = r.probes.size();
+    for (std::size_t k = 0; k < policies.size(); ++k) {
+        PolicyRow row;
+        row.name = config.policies[k];
+        if (row.name == "predict") {
+            row.q = qPredict;
+            row.persist = persistPredict;
+        } else if (row.name == "checkpoint-aware") {
+            row.q = qCheckpoint;
+            row.persist = persistCheckpoint;
+        }
+        row.interruptions = column(r, k);
+        row.metrics = summarize(row.interruptions, config.tolerance, config.handoverSeconds);
+        out.rows.push_back(std::move(row));
+    }
+    out.evaluateSeconds = secondsSince(t0);
+    return out;
+}
+
+} // namespace baton::sim

@@ -1,0 +1,61 @@
+// The whole evaluation: train a wait predictor on probe submissions before the split, choose each
+// learned policy's quantile on the last part of the training period, then run every policy on the
+// probes after the split.
+#pragma once
+
+#include "protocol.hpp"
+
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace baton::sim {
+
+struct ComparisonConfig {
+    SchedulerConfig scheduler;
+    ProtocolConfig protocol; // interval, shapes, limit, tick, horizon (from/to set per phase)
+    std::int64_t warmupEnd = 0; // first training probe
+    std::int64_t split = 0; // train before, evaluate after
+    std::int64_t evaluationEnd = 0; // no evaluation probe at or after this moment
+    std::int64_t sampleEvery = 3 * 3600;
+    double calibrationFraction = 0.2; // the last part of the training period, held out
+    std::vector<double> quantileGrid { 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98 };
+    std::vector<int> persistGrid { 1 }; // ticks a crossing must last ({1, 10, 30} chose 1 on ls6)
+    double tolerance = 600;
+    double handoverSeconds = 60;
+    TrainOptions training;
+    std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+};
+
+struct PolicyRow {
+    std::string name;
+    double q = std::nan(""); // chosen quantile, for learned policies
+    int persist = 0; // chosen persistence in ticks, for learned policies
+    InterruptionMetrics metrics;
+    std::vector<std::optional<std::int64_t>> interruptions;
+};
+
+struct Comparison {
+    std::vector<PolicyRow> rows;
+    std::optional<PredictorMetrics> predictor;
+    std::size_t trainingSamples = 0;
+    std::size_t evaluationProbes = 0;
+    double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0;
+};
+
+bool isLearnedPolicy(const std::string& name);
+
+// The median recorded-priority input of the jobs submitted before `before`: what probe jobs get.
+double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);
+
+// Defaults derived from the trace itself: warm-up of a week after the first job, the split in the
+// middle when none is given, evaluation ending two limits before the last submission, probes with
+// the median recorded priority of the jobs before the split.
+ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace);
+
+// `pretrained`: use this predictor instead of training one. `trained` receives the predictor used.
+Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const ComparisonConfig& config,
+    std::shared_ptr<const WaitPredictor> pretrained, std::shared_ptr<const WaitPredictor>* trained = nullptr);
+
+} // namespace baton::sim

@@ -1,0 +1,25 @@
+// The simulator's own input: one batch job, independent of any trace file format.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace baton::sim {
+
+// Times are seconds since the Unix epoch (UTC); durations are seconds.
+struct Job {
+    std::int64_t id = 0;
+    std::int64_t submit = 0;
+    std::int64_t runTime = 0; // what the job ran for; it ends at min(runTime, limit)
+    std::int64_t limit = 0; // requested wall-clock limit, used for backfill reservations
+    std::int32_t nodes = 1;
+    double recordedPriority = 0; // an extra priority input (e.g. the trace's priority), normalised to [0, 1]
+    std::int64_t recordedStart = -1; // when the real scheduler started it; -1 when unknown
+};
+
+// Sorts by submit time (then id), the order the simulator needs, and drops jobs that can never run.
+// Returns the number of jobs dropped.
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes);
+
+} // namespace baton::sim

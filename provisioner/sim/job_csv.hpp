@@ -1,0 +1,16 @@
+// The simulator's own job list as CSV (header `id,submit,run_time,limit,nodes,priority,recorded_start`,
+// times in epoch seconds): small hand-written inputs for tests and experiments. Real traces come
+// through the trace readers instead.
+#pragma once
+
+#include "job.hpp"
+
+#include <filesystem>
+#include <vector>
+
+namespace baton::sim {
+
+// Throws std::runtime_error naming the file and line on malformed input.
+std::vector<Job> readJobCsv(const std::filesystem::path& path);
+
+} // namespace baton::sim

@@ -1,0 +1,72 @@
+// Provisioning policies: when to submit a chain's successor while its predecessor runs.
+#pragma once
+
+#include "features.hpp"
+#include "predictor.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace baton::sim {
+
+// What a policy sees on one tick while the predecessor runs.
+struct DecisionPoint {
+    std::int64_t now = 0;
+    std::int64_t remaining = 0; // seconds until the predecessor reaches its limit
+    Features features {}; // queue state as seen by the successor's shape
+    double recentMeanWait = 0; // mean queue wait of the last 100 jobs that started
+    // The predictor's mean log-wait for this tick when the caller has already computed it for a batch
+    // (NaN otherwise): spares each quantile policy the same inference.
+    double meanLogWait = std::numeric_limits<double>::quiet_NaN();
+};
+
+class Policy {
+public:
+    virtual ~Policy() = default;
+    virtual std::string name() const = 0;
+    // Index of the first tick at which the policy submits the successor; points.size() means it waits
+    // for the predecessor's end. Taking all ticks at once lets learned policies predict in one batch;
+    // a live provisioner passes one tick at a time through submitNow().
+    virtual std::size_t firstSubmit(std::span<const DecisionPoint> points) const = 0;
+    bool submitNow(const DecisionPoint& point) const { return firstSubmit({ &point, 1 }) == 0; }
+};
+
+// Mirage's baseline: submit when the predecessor ends.
+class ReactivePolicy final : public Policy {
+public:
+    std::string name() const override { return "reactive"; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+};
+
+// Mirage's baseline: submit one recent average queue wait before the predecessor's end.
+class AveragePolicy final : public Policy {
+public:
+    std::string name() const override { return "avg"; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+};
+
+// Submit once the predicted q-quantile of the successor's wait has reached the predecessor's remaining
+// time minus a margin on `persist` consecutive ticks (1 = at the first crossing; more ignores a
+// momentary spike of the queue). `predict` and `checkpoint-aware` are this rule with a q chosen on the
+// training period under different cost models (see protocol.hpp).
+class QuantilePolicy final : public Policy {
+public:
+    QuantilePolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor, double q,
+        double marginSeconds = 0, int persist = 1);
+    std::string name() const override { return name_; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    double q() const { return q_; }
+    int persist() const { return persist_; }
+
+private:
+    std::string name_;
+    std::shared_ptr<const WaitPredictor> predictor_;
+    double q_;
+    double margin_;
+    int persist_;
+};
+
+} // namespace baton::sim

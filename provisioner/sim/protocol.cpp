@@ -1,0 +1,200 @@
+#include "protocol.hpp"
+
+#include "validation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+namespace baton::sim {
+
+namespace {
+
+constexpr std::int64_t predecessorId = -1;
+constexpr std::int64_t successorId = -2;
+
+Job probeJob(std::int64_t id, std::int64_t submit, int nodes, const ProtocolConfig& config)
+{
+    const std::int64_t limit = config.limit;
+    Job j;
+    j.recordedPriority = config.probePriority;
+    j.id = id;
+    j.submit = submit;
+    j.nodes = nodes;
+    j.limit = limit;
+    j.runTime = limit; // a chain member always runs into its limit
+    return j;
+}
+
+// Submits a successor into a fork of `sim` (at sim.now()) and returns its wait, if it started.
+std::optional<std::int64_t> successorWait(
+    const Simulator& sim, int nodes, const ProtocolConfig& config, std::size_t& forks)
+{
+    ++forks;
+    Simulator f = sim.fork();
+    f.submit(probeJob(successorId, f.now(), nodes, config));
+    const auto start = f.runUntilStarted(successorId, f.now() + config.horizon);
+    if (!start)
+        return std::nullopt;
+    return *start - sim.now();
+}
+
+void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
+    std::span<const Policy* const> policies, ProtocolResult& result)
+{
+    const std::int64_t insertedAt = probe.now();
+    probe.submit(probeJob(predecessorId, insertedAt, nodes, config));
+    const auto predStart = probe.runUntilStarted(predecessorId, insertedAt + config.horizon);
+    if (!predStart) {
+        ++result.skippedProbes;
+        return;
+    }
+    probe.advanceTo(*predStart);
+    const std::int64_t predEnd = *predStart + config.limit;
+    const Simulator atStart = probe.fork();
+    const JobShape shape { nodes, config.limit };
+
+    // Pass 1: what the policies see on every tick of the predecessor's run.
+    std::vector<DecisionPoint> points;
+    points.reserve(static_cast<std::size_t>(config.limit / config.tick) + 1);
+    for (std::int64_t t = *predStart; t < predEnd; t += config.tick) {
+        const bool sampleHere = config.sampleEvery > 0 && (t - *predStart) % config.sampleEvery == 0;
+        if (policies.empty() && !sampleHere)
+            continue; // collecting training data only: no need to look at every tick
+        probe.advanceTo(t);
+        DecisionPoint p;
+        p.now = t;
+        p.remaining = predEnd - t;
+        p.features = queueFeatures(probe, shape);
+        p.recentMeanWait = probe.recentMeanWait();
+        points.push_back(p);
+        if (sampleHere) {
+            if (auto wait = successorWait(probe, nodes, config, result.forks))
+                result.samples.push_back({ p.features, static_cast<double>(*wait) });
+        }
+    }
+    if (config.annotate) {
+        std::vector<Features> rows;
+        rows.reserve(points.size());
+        for (const auto& p : points)
+            rows.push_back(p.features);
+        const auto meanLog = config.annotate->predictLog(rows);
+        for (std::size_t i = 0; i < points.size(); ++i)
+            points[i].meanLogWait = meanLog[i];
+    }
+
+    if (policies.empty())
+        return;
+    // Pass 2: one fork per distinct submission time, in time order from the predecessor's start.
+    ProbeResult r;
+    r.insertedAt = insertedAt;
+    r.nodes = nodes;
+    r.predecessorEnd = predEnd;
+    std::map<std::int64_t, std::optional<std::int64_t>> startBySubmit;
+    for (const Policy* policy : policies) {
+        const std::size_t i = policy->firstSubmit(points);
+        const std::int64_t submitted = i < points.size() ? points[i].now : predEnd;
+        r.outcomes.push_back({ submitted, std::nullopt });
+        startBySubmit.emplace(submitted, std::nullopt);
+    }
+    Simulator walker = atStart.fork();
+    for (auto& [submitted, interruption] : startBySubmit) {
+        walker.advanceTo(submitted);
+        if (auto wait = successorWait(walker, nodes, config, result.forks))
+            interruption = submitted + *wait - predEnd;
+    }
+    for (auto& o : r.outcomes)
+        o.interruption = startBySubmit.at(o.submitted);
+    result.probes.push_back(std::move(r));
+}
+
+} // namespace
+
+ProtocolResult runProtocol(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& scheduler,
+    const ProtocolConfig& config, std::span<const Policy* const> policies)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    ProtocolResult result;
+    for (const Policy* p : policies)
+        result.policyNames.push_back(p->name());
+    Simulator base(std::move(trace), scheduler);
+    for (std::int64_t at = config.from; at < config.to; at += config.interval) {
+        base.advanceTo(at);
+        for (int nodes : config.shapes)
+            runProbe(base.fork(), nodes, config, policies, result);
+    }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
+InterruptionMetrics summarize(
+    std::span<const std::optional<std::int64_t>> interruptions, double tolerance, double handoverSeconds)
+{
+    InterruptionMetrics m;
+    std::vector<double> x;
+    for (const auto& i : interruptions) {
+        if (i)
+            x.push_back(static_cast<double>(*i));
+        else
+            ++m.unstarted;
+    }
+    m.count = x.size();
+    if (x.empty())
+        return m;
+    const auto n = static_cast<double>(x.size());
+    double sum = 0, overlap = 0, gap = 0, effOverlap = 0;
+    std::size_t zero = 0, within = 0, effWithin = 0;
+    for (double v : x) {
+        sum += v;
+        overlap += std::max(-v, 0.0);
+        gap += std::max(v, 0.0);
+        effOverlap += std::min(std::max(-v, 0.0), handoverSeconds);
+        zero += v == 0 ? 1 : 0;
+        within += std::abs(v) <= tolerance ? 1 : 0;
+        effWithin += v <= tolerance ? 1 : 0;
+    }
+    m.mean = sum / n;
+    m.median = quantile(x, 0.5);
+    m.p90 = quantile(x, 0.9);
+    m.fractionZero = static_cast<double>(zero) / n;
+    m.fractionWithin = static_cast<double>(within) / n;
+    m.meanOverlap = overlap / n;
+    m.meanGap = gap / n;
+    m.effectiveWithin = static_cast<double>(effWithin) / n;
+    m.effectiveMeanOverlap = effOverlap / n;
+    return m;
+}
+
+double symmetricCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds)
+{
+    if (interruptions.empty())
+        return 0;
+    double cost = 0;
+    for (const auto& i : interruptions)
+        cost += i ? std::abs(static_cast<double>(*i)) : unstartedSeconds;
+    return cost / static_cast<double>(interruptions.size());
+}
+
+double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds,
+    double handoverSeconds, double limitSeconds)
+{
+    if (interruptions.empty())
+        return 0;
+    double lost = 0, forfeited = 0;
+    for (const auto& i : interruptions) {
+        if (!i)
+            lost += unstartedSeconds;
+        else if (*i >= 0)
+            lost += static_cast<double>(*i);
+        else {
+            lost += handoverSeconds;
+            forfeited += std::min(static_cast<double>(-*i), limitSeconds);
+        }
+    }
+    const auto n = static_cast<double>(interruptions.size());
+    const double useful = std::max(limitSeconds - forfeited / n, 1.0);
+    return limitSeconds * (lost / n) / useful;
+}
+
+} // namespace baton::sim

@@ -1,0 +1,95 @@
+// Mirage's evaluation protocol on a simulated queue. At regularly spaced moments a predecessor job
+// (runs to its limit) is inserted; while it runs, each policy decides every tick whether to submit a
+// successor of the same shape; interruption = successor start - predecessor end (negative = overlap).
+//
+// Cost: every probe is a counterfactual. The base replay (without probes) is advanced once through the
+// trace; at each probe moment its state is copied, the predecessor inserted and the copy stepped tick by
+// tick through the predecessor's run to record what the policies see (pass 1). Each distinct
+// submission time the policies choose then costs one more fork from the predecessor's start, run only
+// until the successor starts or a horizon passes (pass 2).
+#pragma once
+
+#include "policy.hpp"
+#include "simulator.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace baton::sim {
+
+struct ProtocolConfig {
+    std::int64_t from = 0; // first probe moment (after the queue's warm-up)
+    std::int64_t to = 0; // no probe at or after this moment
+    std::int64_t interval = 4 * 3600;
+    std::vector<int> shapes { 1, 8 };
+    std::int64_t limit = 48 * 3600; // predecessor and successor limit
+    double probePriority = 0; // their recorded-priority input (a typical job's, say)
+    std::int64_t tick = 60; // how often the policies decide
+    std::int64_t horizon = 7 * 86400; // give up on a job that has not started this long after submission
+    // Training data: every `sampleEvery` seconds of a predecessor's run, submit a successor in a fork
+    // and record (features, wait). 0 = collect none.
+    std::int64_t sampleEvery = 0;
+    // If set, each tick is annotated with this predictor's mean log-wait (one batch per probe).
+    std::shared_ptr<const WaitPredictor> annotate;
+};
+
+struct PolicyOutcome {
+    std::int64_t submitted = 0;
+    std::optional<std::int64_t> interruption; // none: the successor did not start within the horizon
+};
+
+struct ProbeResult {
+    std::int64_t insertedAt = 0;
+    int nodes = 0;
+    std::int64_t predecessorEnd = 0;
+    std::vector<PolicyOutcome> outcomes; // one per policy, in the order given
+};
+
+struct ProtocolResult {
+    std::vector<std::string> policyNames;
+    std::vector<ProbeResult> probes;
+    std::vector<WaitSample> samples; // in chronological order of submission
+    std::size_t skippedProbes = 0; // predecessor never started within the horizon
+    std::size_t forks = 0;
+    double seconds = 0;
+};
+
+ProtocolResult runProtocol(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& scheduler,
+    const ProtocolConfig& config, std::span<const Policy* const> policies);
+
+// Mirage's metrics over a set of interruptions (seconds).
+struct InterruptionMetrics {
+    std::size_t count = 0;
+    std::size_t unstarted = 0; // successors that never started within the horizon (excluded below)
+    double mean = 0, median = 0, p90 = 0;
+    double fractionZero = 0; // exactly 0
+    double fractionWithin = 0; // |interruption| <= tolerance
+    double meanOverlap = 0; // mean over all probes of max(-interruption, 0)
+    double meanGap = 0; // mean over all probes of max(interruption, 0)
+    // With baton's handover an early successor makes the predecessor checkpoint and exit: the chain
+    // loses no time and the two jobs overlap only for the handover. Effective interruption =
+    // max(interruption, 0); effective overlap = min(overlap, handover).
+    double effectiveWithin = 0; // interruption <= tolerance (early starts count as handed over)
+    double effectiveMeanOverlap = 0;
+};
+
+InterruptionMetrics summarize(
+    std::span<const std::optional<std::int64_t>> interruptions, double tolerance, double handoverSeconds);
+
+// Costs that choose a policy's quantile on training probes (lower is better); a successor that never
+// started counts as a gap of `unstartedSeconds`.
+// Symmetric (Mirage): a gap and an overlap waste the same: mean |interruption|, seconds per probe.
+// Handover (baton): a gap is lost time and an early start costs one handover checkpoint; the overlap is
+// not double allocation (the predecessor exits at the handover) but it shortens the predecessor's useful
+// run, so a chain needs more jobs, hence more boundaries, to make the same progress. The cost is
+// therefore a rate: lost seconds per boundary / useful seconds per job, scaled to one limit-length job:
+//   limit * mean(max(x, 0) + handover * [x < 0]) / (limit - mean(max(-x, 0))).
+double symmetricCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds);
+double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds,
+    double handoverSeconds, double limitSeconds);
+
+} // namespace baton::sim

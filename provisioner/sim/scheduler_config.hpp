@@ -1,0 +1,19 @@
+// Slurm-like scheduling parameters: multifactor priority weights and the cluster size.
+#pragma once
+
+#include <cstdint>
+
+namespace baton::sim {
+
+struct SchedulerConfig {
+    int nodes = 84;
+    // priority = ageWeight * min(age / maxAge, 1) + sizeWeight * nodes / clusterNodes
+    //          + recordedWeight * recordedPriority   (as Slurm's priority/multifactor plugin)
+    double ageWeight = 1000;
+    double sizeWeight = 100;
+    double recordedWeight = 0;
+    std::int64_t maxAge = 7 * 24 * 3600; // PriorityMaxAge
+    bool backfill = true; // EASY backfill behind the first blocked job
+};
+
+} // namespace baton::sim

@@ -1,0 +1,394 @@
+#include "sim_command.hpp"
+
+#include "comparison.hpp"
+#include "svg_plot.hpp"
+#include "trace_input.hpp"
+#include "validation.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace baton::sim {
+
+namespace {
+
+constexpr const char* usage = R"(usage:
+  sim fit --trace FILE [--nodes N,N,...]
+      replay the trace for each node count and priority weighting; compare with the recorded starts
+  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware [options]
+  sim compare --trace FILE [--out DIR] [options]
+      evaluate policies with Mirage's protocol; print a table, write DIR/compare.csv,
+      DIR/interruptions.csv and DIR/interruptions.svg
+options:
+  --nodes N                cluster size (default 74)
+  --age-weight W           priority weight of age (default 100)
+  --size-weight W          priority weight of job size (default 10)
+  --priority-weight W      priority weight of the trace's recorded priority (default 1000)
+  --max-age-days D         age at which the age factor saturates (default 7)
+  --split YYYY-MM-DD       train before, evaluate after (default: the middle of the trace)
+  --interval-hours H       spacing of probes (default 4)
+  --shapes N,N             node counts of probe chains (default 1,8)
+  --tolerance-seconds S    "within" tolerance (default 600)
+  --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
+  --model FILE             use this trained predictor instead of training one
+  --save-model FILE        write the trained predictor here
+  --seed N                 training seed (default 0)
+)";
+
+class Options {
+public:
+    Options(std::span<const std::string> args)
+    {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            if (args[i].rfind("--", 0) != 0)
+                throw std::invalid_argument("unexpected argument '" + args[i] + "'");
+            if (i + 1 >= args.size())
+                throw std::invalid_argument("option " + args[i] + " needs a value");
+            values_[args[i].substr(2)] = args[i + 1];
+            ++i;
+        }
+    }
+    std::string text(const std::string& key, const std::string& fallback = "")
+    {
+        used_.insert(key);
+        auto it = values_.find(key);
+        return it == values_.end() ? fallback : it->second;
+    }
+    bool has(const std::string& key) const { return values_.count(key) != 0; }
+    double number(const std::string& key, double fallback)
+    {
+        const auto s = text(key);
+        if (s.empty())
+            return fallback;
+        std::size_t used = 0;
+        double v = 0;
+        try {
+            v = std::stod(s, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used != s.size())
+            throw std::invalid_argument("--" + key + ": not a number: '" + s + "'");
+        return v;
+    }
+    std::vector<int> integers(const std::string& key, std::vector<int> fallback)
+    {
+        const auto s = text(key);
+        if (s.empty())
+            return fallback;
+        std::vector<int> out;
+        std::stringstream ss(s);
+        for (std::string item; std::getline(ss, item, ',');) {
+            std::size_t used = 0;
+            int v = 0;
+            try {
+                v = std::stoi(item, &used);
+            } catch (const std::exception&) {
+                used = 0;
+            }
+            if (used != item.size() || v <= 0)
+                throw std::invalid_argument("--" + key + ": expected positive integers, got '" + s + "'");
+            out.push_back(v);
+        }
+        return out;
+    }
+    // Rejects options that the command did not ask for: a typo must not be silently ignored.
+    void finish() const
+    {
+        for (const auto& [k, v] : values_)
+            if (!used_.count(k))
+                throw std::invalid_argument("unknown option --" + k);
+    }
+
+private:
+    std::map<std::string, std::string> values_;
+    std::set<std::string> used_;
+};
+
+std::int64_t parseDate(const std::string& s)
+{
+    std::tm tm {};
+    std::istringstream in(s);
+    in >> std::get_time(&tm, "%Y-%m-%d");
+    if (in.fail() || in.peek() != std::char_traits<char>::eof())
+        throw std::invalid_argument("expected a date YYYY-MM-DD, got '" + s + "'");
+    return static_cast<std::int64_t>(timegm(&tm));
+}
+
+std::string formatDate(std::int64_t t)
+{
+    const auto tt = static_cast<std::time_t>(t);
+    std::tm tm {};
+    gmtime_r(&tt, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", &tm);
+    return buf;
+}
+
+SchedulerConfig schedulerFrom(Options& o)
+{
+    SchedulerConfig c;
+    c.nodes = static_cast<int>(o.number("nodes", 74));
+    c.ageWeight = o.number("age-weight", 100);
+    c.sizeWeight = o.number("size-weight", 10);
+    c.recordedWeight = o.number("priority-weight", 1000);
+    c.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
+    if (c.nodes <= 0 || c.maxAge <= 0)
+        throw std::invalid_argument("--nodes and --max-age-days must be positive");
+    return c;
+}
+
+std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
+{
+    const auto path = o.text("trace");
+    if (path.empty())
+        throw std::invalid_argument("--trace FILE is required");
+    auto jobs = loadJobs(path);
+    const auto dropped = prepareTrace(jobs, nodes);
+    if (jobs.empty())
+        throw std::runtime_error(path + ": no job fits a cluster of " + std::to_string(nodes) + " nodes");
+    std::cerr << "trace " << path << ": " << jobs.size() << " jobs";
+    if (dropped)
+        std::cerr << " (" << dropped << " dropped: larger than the cluster or without a limit)";
+    std::cerr << ", " << formatDate(jobs.front().submit) << " .. " << formatDate(jobs.back().submit) << '\n';
+    return std::make_shared<const std::vector<Job>>(std::move(jobs));
+}
+
+int fitCommand(Options& o)
+{
+    SchedulerConfig base;
+    base.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
+    auto nodeCounts = o.integers("nodes", { 68, 72, 76, 80, 84 });
+    const auto path = o.text("trace");
+    o.finish();
+    if (path.empty())
+        throw std::invalid_argument("--trace FILE is required");
+    const auto raw = loadJobs(path);
+    struct Weights {
+        double age, size, recorded;
+    };
+    const Weights grid[] = { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
+        { 1000, 100, 1000 }, { 100, 10, 1000 } };
+    std::printf("%6s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", "nodes", "age", "size", "prio", "jobs",
+        "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean", "sec");
+    struct Row {
+        SchedulerConfig config;
+        FitReport fit;
+        std::string line;
+    };
+    std::vector<Row> rows;
+    for (int n : nodeCounts) {
+        auto jobs = raw;
+        prepareTrace(jobs, n);
+        auto trace = std::make_shared<const std::vector<Job>>(std::move(jobs));
+        const auto from = defaultComparisonConfig(*trace).warmupEnd;
+        for (const auto& w : grid) {
+            SchedulerConfig c = base;
+            c.nodes = n;
+            c.ageWeight = w.age;
+            c.sizeWeight = w.size;
+            c.recordedWeight = w.recorded;
+            const auto r = validateReplay(trace, c, from);
+            char line[256];
+            std::snprintf(line, sizeof line,
+                "%6d %6.0f %6.0f %6.0f %7zu %10.0f %10.0f %7.3f %8.3f %9.0f %9.0f %7.2f", n, w.age, w.size,
+                w.recorded, r.jobs, r.medianAbsError, r.p90AbsError, r.correlation, r.logCorrelation,
+                r.recordedMeanWait, r.simulatedMeanWait, r.replaySeconds);
+            std::puts(line);
+            rows.push_back({ c, r, line });
+        }
+    }
+    // Best fit: the smallest sum of ranks over the four figures (both errors low, both correlations high),
+    // so that no single figure decides.
+    std::vector<double> score(rows.size(), 0);
+    auto rankBy = [&](auto key) {
+        std::vector<std::size_t> idx(rows.size());
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(),
+            [&](std::size_t a, std::size_t b) { return key(rows[a]) < key(rows[b]); });
+        for (std::size_t r = 0; r < idx.size(); ++r)
+            score[idx[r]] += static_cast<double>(r);
+    };
+    rankBy([](const Row& r) { return r.fit.medianAbsError; });
+    rankBy([](const Row& r) { return r.fit.p90AbsError; });
+    rankBy([](const Row& r) { return -r.fit.correlation; });
+    rankBy([](const Row& r) { return -r.fit.logCorrelation; });
+    const auto best = std::min_element(score.begin(), score.end()) - score.begin();
+    std::printf(
+        "best fit (smallest rank sum of medAE, p90AE, -corr, -logcorr):\n%s\n", rows[best].line.c_str());
+    return 0;
+}
+
+ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const SchedulerConfig& scheduler)
+{
+    ComparisonConfig c = defaultComparisonConfig(trace);
+    c.scheduler = scheduler;
+    if (const auto split = o.text("split"); !split.empty()) {
+        c.split = parseDate(split);
+        c.protocol.probePriority = medianRecordedPriority(trace, c.split);
+    }
+    c.protocol.interval = static_cast<std::int64_t>(o.number("interval-hours", 4) * 3600);
+    c.protocol.shapes = o.integers("shapes", { 1, 8 });
+    c.tolerance = o.number("tolerance-seconds", 600);
+    c.handoverSeconds = o.number("handover-seconds", 60);
+    c.training.seed = static_cast<unsigned>(o.number("seed", 0));
+    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0)
+        throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
+    for (int n : c.protocol.shapes)
+        if (n > scheduler.nodes)
+            throw std::invalid_argument(
+                "a probe of " + std::to_string(n) + " nodes does not fit the cluster");
+    return c;
+}
+
+void printTable(const Comparison& r, std::ostream& out)
+{
+    char line[256];
+    std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s\n", "policy", "q",
+        "pers", "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
+        "effOvl(m)");
+    out << line;
+    for (const auto& row : r.rows) {
+        const auto& m = row.metrics;
+        std::snprintf(line, sizeof line,
+            "%-17s %5s %4s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f\n", row.name.c_str(),
+            std::isnan(row.q) ? "-" : std::to_string(row.q).substr(0, 4).c_str(),
+            row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
+            m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
+            100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
+        out << line;
+    }
+}
+
+void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const ComparisonConfig& config)
+{
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream csv(dir / "compare.csv");
+        csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
+               "mean_overlap_s,"
+               "mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,handover_s\n";
+        for (const auto& row : r.rows) {
+            const auto& m = row.metrics;
+            csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
+                << m.count << ',' << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ','
+                << m.fractionZero << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap
+                << ',' << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
+                << config.handoverSeconds << '\n';
+        }
+        if (!csv)
+            throw std::runtime_error("cannot write " + (dir / "compare.csv").string());
+    }
+    {
+        std::ofstream csv(dir / "interruptions.csv");
+        csv << "policy,probe,interruption_s\n";
+        for (const auto& row : r.rows)
+            for (std::size_t i = 0; i < row.interruptions.size(); ++i)
+                csv << row.name << ',' << i << ','
+                    << (row.interruptions[i] ? std::to_string(*row.interruptions[i]) : std::string()) << '\n';
+        if (!csv)
+            throw std::runtime_error("cannot write " + (dir / "interruptions.csv").string());
+    }
+    std::vector<CdfSeries> series;
+    for (const auto& row : r.rows) {
+        CdfSeries s { row.name, {} };
+        for (const auto& x : row.interruptions)
+            if (x)
+                s.values.push_back(static_cast<double>(*x) / 3600.0);
+        series.push_back(std::move(s));
+    }
+    std::ofstream svg(dir / "interruptions.svg");
+    svg << cdfSvg(
+        series, "Interruption = successor start - predecessor end", "interruption (hours)", -12, 24);
+    if (!svg)
+        throw std::runtime_error("cannot write " + (dir / "interruptions.svg").string());
+}
+
+int compareCommand(Options& o, std::vector<std::string> policies, bool writeFiles)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto scheduler = schedulerFrom(o);
+    const auto trace = loadTrace(o, scheduler.nodes);
+    auto config = comparisonFrom(o, *trace, scheduler);
+    config.policies = std::move(policies);
+    const auto modelIn = o.text("model");
+    const auto modelOut = o.text("save-model");
+    const auto outDir = writeFiles ? o.text("out", "sim-compare") : std::string();
+    o.finish();
+
+    std::shared_ptr<const WaitPredictor> pretrained;
+    if (!modelIn.empty())
+        pretrained = std::make_shared<const WaitPredictor>(WaitPredictor::load(modelIn));
+    std::shared_ptr<const WaitPredictor> used;
+    const auto r = runComparison(trace, config, pretrained, &used);
+
+    std::cout << "cluster " << scheduler.nodes << " nodes; warm-up until " << formatDate(config.warmupEnd)
+              << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
+              << " .. " << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
+              << config.protocol.interval / 3600.0 << " h; tolerance " << config.tolerance << " s; handover "
+              << config.handoverSeconds << " s\n";
+    if (r.predictor) {
+        const auto& m = *r.predictor;
+        std::cout << "predictor: " << m.trainRows << " training rows, " << m.heldOutRows
+                  << " held out; held-out MAE(log) " << m.heldOutMaeLog << ", median abs error "
+                  << m.heldOutMedianAbsErrorSeconds / 60 << " min, q0.9 coverage " << m.heldOutCoverage90
+                  << '\n';
+    }
+    printTable(r, std::cout);
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf(
+        "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, total %.1f s\n",
+        r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, total);
+    if (writeFiles) {
+        writeOutputs(r, outDir, config);
+        std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg\n";
+    }
+    if (!modelOut.empty() && used) {
+        used->save(modelOut);
+        std::cout << "saved the predictor to " << modelOut << '\n';
+    }
+    return 0;
+}
+
+} // namespace
+
+int runSimCommand(std::span<const std::string> args)
+{
+    try {
+        if (args.empty() || args[0] == "help" || args[0] == "--help") {
+            std::cout << usage;
+            return args.empty() ? 2 : 0;
+        }
+        Options o(args.subspan(1));
+        if (args[0] == "fit")
+            return fitCommand(o);
+        if (args[0] == "run") {
+            const auto policy = o.text("policy");
+            if (policy.empty())
+                throw std::invalid_argument("--policy is required");
+            return compareCommand(o, { policy }, false);
+        }
+        if (args[0] == "compare")
+            return compareCommand(o, { "reactive", "avg", "predict", "checkpoint-aware" }, true);
+        std::cerr << "sim: unknown command '" << args[0] << "'\n" << usage;
+        return 2;
+    } catch (const std::invalid_argument& e) {
+        std::cerr << "sim: " << e.what() << '\n';
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "sim: " << e.what() << '\n';
+        return 1;
+    }
+}
+
+} // namespace baton::sim

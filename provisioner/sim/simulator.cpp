@@ -1,0 +1,227 @@
+#include "simulator.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace baton::sim {
+
+namespace {
+constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
+}
+
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes)
+{
+    const auto before = jobs.size();
+    std::erase_if(jobs, [&](const Job& j) { return j.nodes <= 0 || j.nodes > clusterNodes || j.limit <= 0; });
+    for (auto& j : jobs)
+        j.runTime = std::clamp<std::int64_t>(j.runTime, 0, j.limit);
+    std::stable_sort(jobs.begin(), jobs.end(),
+        [](const Job& a, const Job& b) { return a.submit != b.submit ? a.submit < b.submit : a.id < b.id; });
+    return before - jobs.size();
+}
+
+Simulator::Simulator(std::shared_ptr<const std::vector<Job>> trace, SchedulerConfig config)
+    : trace_(std::move(trace))
+    , config_(config)
+    , freeNodes_(config.nodes)
+{
+    if (config_.nodes <= 0)
+        throw std::invalid_argument("the cluster needs at least one node");
+    if (!trace_)
+        throw std::invalid_argument("no trace given");
+    now_ = trace_->empty() ? 0 : trace_->front().submit;
+}
+
+Simulator Simulator::fork() const
+{
+    Simulator copy(*this);
+    copy.startLog_ = nullptr;
+    return copy;
+}
+
+double Simulator::priorityOf(const Job& job, std::int64_t at) const
+{
+    const double age = static_cast<double>(std::max<std::int64_t>(at - job.submit, 0));
+    const double ageFactor = std::min(age / static_cast<double>(config_.maxAge), 1.0);
+    return config_.ageWeight * ageFactor + config_.sizeWeight * job.nodes / config_.nodes
+        + config_.recordedWeight * job.recordedPriority;
+}
+
+double Simulator::recentMeanWait() const
+{
+    return recentCount_ == 0 ? 0.0 : recentSum_ / static_cast<double>(std::min(recentCount_, waitWindow));
+}
+
+std::int64_t Simulator::nextEventTime() const
+{
+    std::int64_t t = never;
+    if (nextArrival_ < trace_->size())
+        t = (*trace_)[nextArrival_].submit;
+    if (!extraArrivals_.empty())
+        t = std::min(t, extraArrivals_.front().submit);
+    for (const auto& r : running_)
+        t = std::min(t, r.end);
+    return t;
+}
+
+bool Simulator::finished() const
+{
+    return nextEventTime() == never && pending_.empty();
+}
+
+void Simulator::submit(const Job& job)
+{
+    if (job.nodes <= 0 || job.nodes > config_.nodes || job.limit <= 0)
+        throw std::invalid_argument("job does not fit the simulated cluster");
+    Job j = job;
+    j.runTime = std::clamp<std::int64_t>(j.runTime, 0, j.limit);
+    if (j.submit <= now_) {
+        // Slurm tries to schedule a job when it is submitted, not only at the next event.
+        j.submit = now_;
+        pending_.push_back({ j, -1 });
+        schedule();
+        return;
+    }
+    auto pos = std::upper_bound(extraArrivals_.begin(), extraArrivals_.end(), j,
+        [](const Job& a, const Job& b) { return a.submit < b.submit; });
+    extraArrivals_.insert(pos, j);
+}
+
+void Simulator::advanceTo(std::int64_t t)
+{
+    for (std::int64_t e = nextEventTime(); e <= t; e = nextEventTime())
+        processEventsAt(e);
+    now_ = std::max(now_, t);
+}
+
+std::optional<std::int64_t> Simulator::runUntilStarted(std::int64_t id, std::int64_t horizon)
+{
+    for (;;) {
+        if (auto s = startOf(id))
+            return s;
+        const std::int64_t e = nextEventTime();
+        if (e > horizon)
+            return std::nullopt;
+        processEventsAt(e);
+    }
+}
+
+void Simulator::runToEnd()
+{
+    for (std::int64_t e = nextEventTime(); e != never; e = nextEventTime())
+        processEventsAt(e);
+}
+
+std::optional<std::int64_t> Simulator::startOf(std::int64_t id) const
+{
+    for (const auto& [jobId, startTime] : insertedStarts_)
+        if (jobId == id)
+            return startTime;
+    return std::nullopt;
+}
+
+void Simulator::processEventsAt(std::int64_t t)
+{
+    now_ = t;
+    std::erase_if(running_, [&](const RunningJob& r) {
+        if (r.end > t)
+            return false;
+        freeNodes_ += r.nodes;
+        return true;
+    });
+    for (; nextArrival_ < trace_->size() && (*trace_)[nextArrival_].submit <= t; ++nextArrival_)
+        pending_.push_back({ (*trace_)[nextArrival_], static_cast<std::int64_t>(nextArrival_) });
+    std::size_t due = 0;
+    while (due < extraArrivals_.size() && extraArrivals_[due].submit <= t)
+        pending_.push_back({ extraArrivals_[due++], -1 });
+    extraArrivals_.erase(extraArrivals_.begin(), extraArrivals_.begin() + static_cast<std::ptrdiff_t>(due));
+    schedule();
+}
+
+void Simulator::start(const PendingJob& p)
+{
+    const Job& j = p.job;
+    running_.push_back({ j.id, now_, now_ + j.runTime, now_ + j.limit, j.nodes });
+    freeNodes_ -= j.nodes;
+    if (p.traceIndex >= 0) {
+        if (startLog_)
+            (*startLog_)[static_cast<std::size_t>(p.traceIndex)] = now_;
+    } else {
+        insertedStarts_.emplace_back(j.id, now_);
+    }
+    const double wait = static_cast<double>(now_ - j.submit);
+    auto& slot = recentWaits_[recentCount_ % waitWindow];
+    if (recentCount_ >= waitWindow)
+        recentSum_ -= slot;
+    slot = wait;
+    recentSum_ += wait;
+    ++recentCount_;
+}
+
+void Simulator::schedule()
+{
+    if (pending_.empty() || freeNodes_ == 0)
+        return;
+    order_.clear();
+    for (std::uint32_t i = 0; i < pending_.size(); ++i)
+        order_.emplace_back(priorityOf(pending_[i].job, now_), i);
+    // Highest priority first; ties go to the earlier submission, then the lower id.
+    std::sort(order_.begin(), order_.end(), [&](const auto& a, const auto& b) {
+        if (a.first != b.first)
+            return a.first > b.first;
+        const Job& ja = pending_[a.second].job;
+        const Job& jb = pending_[b.second].job;
+        return ja.submit != jb.submit ? ja.submit < jb.submit : ja.id < jb.id;
+    });
+    started_.assign(pending_.size(), 0);
+
+    bool reserved = false;
+    std::int64_t shadow = 0; // when the first blocked job is guaranteed its nodes (by limits)
+    int extra = 0; // nodes free at the shadow time beyond what that job needs
+    for (const auto& [prio, i] : order_) {
+        if (freeNodes_ == 0)
+            break;
+        const Job& j = pending_[i].job;
+        if (!reserved) {
+            if (j.nodes <= freeNodes_) {
+                start(pending_[i]);
+                started_[i] = 1;
+                continue;
+            }
+            if (!config_.backfill)
+                break;
+            std::vector<std::pair<std::int64_t, int>> ends;
+            ends.reserve(running_.size());
+            for (const auto& r : running_)
+                ends.emplace_back(r.limitEnd, r.nodes);
+            std::sort(ends.begin(), ends.end());
+            int avail = freeNodes_;
+            for (const auto& [t, n] : ends) {
+                if (avail >= j.nodes)
+                    break;
+                avail += n;
+                shadow = t;
+            }
+            extra = avail - j.nodes;
+            reserved = true;
+            continue;
+        }
+        if (j.nodes > freeNodes_)
+            continue;
+        const bool endsBeforeShadow = now_ + j.limit <= shadow;
+        if (endsBeforeShadow || j.nodes <= extra) {
+            if (!endsBeforeShadow)
+                extra -= j.nodes;
+            start(pending_[i]);
+            started_[i] = 1;
+        }
+    }
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i)
+        if (!started_[i])
+            pending_[k++] = std::move(pending_[i]);
+    pending_.resize(k);
+}
+
+} // namespace baton::sim

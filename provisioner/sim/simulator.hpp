@@ -1,0 +1,90 @@
+// Event-driven replay of a job trace on a cluster of identical nodes with Slurm-like scheduling:
+// multifactor priority (age, size, an optional recorded factor), FCFS plus EASY backfill on the
+// requested limits. The whole state is a plain value, so a simulation forks by copying it: the
+// evaluation protocol snapshots the base replay and runs one counterfactual per probe from there.
+#pragma once
+
+#include "job.hpp"
+#include "scheduler_config.hpp"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace baton::sim {
+
+struct PendingJob {
+    Job job;
+    std::int64_t traceIndex = -1; // -1 for jobs inserted with submit()
+};
+
+struct RunningJob {
+    std::int64_t id = 0;
+    std::int64_t start = 0;
+    std::int64_t end = 0; // when it really ends
+    std::int64_t limitEnd = 0; // start + limit: what the scheduler plans with
+    std::int32_t nodes = 0;
+};
+
+class Simulator {
+public:
+    // `trace` must be prepared (sorted by submit, every job fits the cluster); it is shared, not copied.
+    Simulator(std::shared_ptr<const std::vector<Job>> trace, SchedulerConfig config);
+
+    // A copy that does not write to the start log: the way to run a counterfactual.
+    Simulator fork() const;
+
+    // Records every trace job's start time into `starts` (indexed like the trace; -1 = not started).
+    void recordStartsInto(std::vector<std::int64_t>* starts) { startLog_ = starts; }
+
+    // Adds a job submitted at job.submit (>= now()); its start is remembered for startOf().
+    void submit(const Job& job);
+
+    // Processes every event up to and including time t, then sets the clock to t.
+    void advanceTo(std::int64_t t);
+    // Advances event by event until the job with this id has started or the clock passes `horizon`.
+    // Returns its start time, if it started.
+    std::optional<std::int64_t> runUntilStarted(std::int64_t id, std::int64_t horizon);
+    // Runs until no events remain.
+    void runToEnd();
+
+    std::optional<std::int64_t> startOf(std::int64_t id) const;
+    std::int64_t now() const { return now_; }
+    int freeNodes() const { return freeNodes_; }
+    const SchedulerConfig& config() const { return config_; }
+    std::span<const PendingJob> pending() const { return pending_; }
+    std::span<const RunningJob> running() const { return running_; }
+    double priorityOf(const Job& job, std::int64_t at) const;
+    // Mean queue wait of the most recent (up to 100) jobs that started; 0 before any started.
+    double recentMeanWait() const;
+    std::int64_t nextEventTime() const;
+    bool finished() const;
+
+private:
+    void processEventsAt(std::int64_t t);
+    void schedule();
+    void start(const PendingJob& job);
+
+    std::shared_ptr<const std::vector<Job>> trace_;
+    SchedulerConfig config_;
+    std::int64_t now_ = 0;
+    std::size_t nextArrival_ = 0;
+    std::vector<Job> extraArrivals_; // inserted jobs not yet submitted, sorted by submit time
+    std::vector<PendingJob> pending_; // in submit order
+    std::vector<RunningJob> running_;
+    int freeNodes_ = 0;
+    std::vector<std::int64_t>* startLog_ = nullptr;
+    std::vector<std::pair<std::int64_t, std::int64_t>> insertedStarts_; // (id, start)
+    static constexpr std::size_t waitWindow = 100;
+    std::array<double, waitWindow> recentWaits_ {};
+    std::size_t recentCount_ = 0;
+    double recentSum_ = 0;
+    // Scratch space reused across scheduling passes (contents are meaningless between calls).
+    std::vector<std::pair<double, std::uint32_t>> order_;
+    std::vector<std::uint8_t> started_;
+};
+
+} // namespace baton::sim

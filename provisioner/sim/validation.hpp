@@ -1,0 +1,31 @@
+// How well a replay reproduces the recorded schedule: wait-time errors and correlation.
+#pragma once
+
+#include "job.hpp"
+#include "scheduler_config.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace baton::sim {
+
+struct FitReport {
+    std::size_t jobs = 0; // jobs compared (recorded start known, submitted after warm-up)
+    double medianAbsError = 0; // seconds, |simulated wait - recorded wait|
+    double p90AbsError = 0;
+    double correlation = 0; // Pearson, of the waits
+    double logCorrelation = 0; // Pearson, of log(1 + wait): less dominated by a few long waits
+    double recordedMeanWait = 0;
+    double simulatedMeanWait = 0;
+    double replaySeconds = 0; // wall-clock time of the replay
+};
+
+// Replays the whole trace and compares jobs submitted at or after `from` (to skip the warm-up).
+FitReport validateReplay(
+    std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config, std::int64_t from);
+
+double quantile(std::vector<double> values, double q);
+double pearson(const std::vector<double>& x, const std::vector<double>& y);
+
+} // namespace baton::sim

@@ -1,0 +1,26 @@
+// Small files the plugin keeps in a chain directory: the job registry that yields the restart count,
+// and the event spool. Both are opened without following symbolic links, locked with flock while in
+// use, and written with the caller's credentials (call them as the job user).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace baton::spank {
+
+// Name of the registry: one Slurm job id per line, in the order the chain's jobs first started.
+inline constexpr const char* jobRegistryName = ".baton-jobs";
+inline constexpr const char* spoolDirName = ".baton-spool";
+inline constexpr const char* spoolFileName = "events.jsonl";
+
+// Records `jobId` in the registry if it is not there yet and returns how many distinct jobs of the
+// chain started before it (the restart count). Every step of a job gets the same answer.
+// Throws std::runtime_error.
+int registerJob(int chainDirFd, std::string_view jobId, std::chrono::milliseconds lockTimeout);
+
+// Appends one line (a newline is added) to <chain dir>/.baton-spool/events.jsonl, creating the spool
+// directory (0700) and file (0600) if needed, and fsyncs it. Throws std::runtime_error.
+void appendToSpool(int chainDirFd, std::string_view line, std::chrono::milliseconds lockTimeout);
+
+} // namespace baton::spank

@@ -1,0 +1,140 @@
+#include "config.hpp"
+
+#include "http_client.hpp"
+#include "values.hpp"
+
+#include <pwd.h>
+#include <set>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace baton::spank {
+
+namespace {
+
+std::vector<std::string> splitColons(std::string_view text)
+{
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t end = std::min(text.find(':', start), text.size());
+        if (end > start) {
+            parts.emplace_back(text.substr(start, end - start));
+        }
+        start = end + 1;
+    }
+    return parts;
+}
+
+void requirePattern(std::string_view key, std::string_view pattern)
+{
+    if (pattern.empty() || (pattern.front() != '/' && pattern.substr(0, 2) != "%h")) {
+        throw std::invalid_argument(std::string(key) + " must be an absolute path (or start with %h), got '"
+            + std::string(pattern) + "'");
+    }
+    expandUserPattern(pattern, UserInfo { "user", 1, 1, "/home/user" }); // rejects unknown % sequences
+}
+
+void applyKey(PluginConfig& config, std::string_view key, std::string_view value)
+{
+    if (key == "chain_root") {
+        requirePattern(key, value);
+        config.chainRoot = value;
+    } else if (key == "url") {
+        if (!value.empty()) {
+            parseHttpUrl(value);
+        }
+        config.url = value;
+    } else if (key == "overhead") {
+        config.overheadPercent = parseOverheadPercent(value);
+    } else if (key == "margin") {
+        config.marginSeconds = parseMarginSeconds(value);
+    } else if (key == "keep") {
+        config.keep = parseKeepCount(value);
+    } else if (key == "report_timeout") {
+        config.reportTimeout = parseTimeoutSeconds(value);
+    } else if (key == "allowed_prefixes") {
+        config.allowedPrefixes = splitColons(value);
+        for (const auto& prefix : config.allowedPrefixes) {
+            requirePattern(key, prefix);
+        }
+    } else {
+        throw std::invalid_argument("unknown key '" + std::string(key)
+            + "' (known: chain_root, url, overhead, margin, keep, report_timeout, "
+              "allowed_prefixes)");
+    }
+}
+
+} // namespace
+
+PluginConfig parseConfig(const std::vector<std::string>& args)
+{
+    PluginConfig config;
+    std::set<std::string, std::less<>> seen;
+    for (const auto& arg : args) {
+        const auto equals = arg.find('=');
+        if (equals == std::string::npos || equals == 0) {
+            throw std::invalid_argument("plugstack.conf: argument '" + arg + "' is not key=value");
+        }
+        const std::string key = arg.substr(0, equals);
+        if (!seen.insert(key).second) {
+            throw std::invalid_argument("plugstack.conf: key '" + key + "' given twice");
+        }
+        try {
+            applyKey(config, key, std::string_view(arg).substr(equals + 1));
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("plugstack.conf: " + std::string(e.what()));
+        }
+    }
+    return config;
+}
+
+UserInfo lookupUser(uid_t uid)
+{
+    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buffer(size > 0 ? static_cast<std::size_t>(size) : 16384);
+    passwd entry {};
+    passwd* found = nullptr;
+    int rc = 0;
+    while ((rc = getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE
+        && buffer.size() < (1u << 20)) {
+        buffer.resize(buffer.size() * 2);
+    }
+    if (rc != 0 || found == nullptr) {
+        throw std::runtime_error("no password database entry for uid " + std::to_string(uid));
+    }
+    return UserInfo { entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir ? entry.pw_dir : "" };
+}
+
+std::string expandUserPattern(std::string_view pattern, const UserInfo& user)
+{
+    std::string out;
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+        if (pattern[i] != '%') {
+            out += pattern[i];
+            continue;
+        }
+        const char code = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+        ++i;
+        switch (code) {
+        case 'u':
+            out += user.name;
+            break;
+        case 'U':
+            out += std::to_string(user.uid);
+            break;
+        case 'h':
+            out += user.home;
+            break;
+        case '%':
+            out += '%';
+            break;
+        default:
+            throw std::invalid_argument(
+                "unknown placeholder in '" + std::string(pattern) + "' (known: %u, %U, %h, %%)");
+        }
+    }
+    return out;
+}
+
+} // namespace baton::spank

@@ -1,0 +1,33 @@
+// Runs a block of code with the job user's identity. Only the calling thread changes identity (raw
+// setresuid/setresgid/setgroups system calls; glibc's wrappers would change every thread of
+// slurmstepd), and the saved uid stays 0 so that the destructor can switch back.
+#pragma once
+
+#include <sys/types.h>
+#include <vector>
+
+namespace baton::spank {
+
+class ThreadCredentials {
+public:
+    // If the thread already runs as uid/gid, nothing changes. If it runs as root, it switches its
+    // effective ids and supplementary groups. Otherwise throws std::runtime_error.
+    ThreadCredentials(uid_t uid, gid_t gid, const std::vector<gid_t>& groups);
+    ~ThreadCredentials();
+    ThreadCredentials(const ThreadCredentials&) = delete;
+    ThreadCredentials& operator=(const ThreadCredentials&) = delete;
+
+    bool switched() const { return switched_; }
+
+private:
+    void restore() noexcept;
+
+    bool switched_ = false;
+    gid_t savedEgid_ = 0;
+    std::vector<gid_t> savedGroups_;
+};
+
+// The user's supplementary groups from the group database (getgrouplist), including `gid`.
+std::vector<gid_t> groupsOfUser(const char* name, gid_t gid);
+
+} // namespace baton::spank

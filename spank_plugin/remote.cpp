@@ -1,0 +1,270 @@
+// slurmstepd: sets the BATON_* environment for the step's tasks and reports step start and task exit.
+// Everything that touches the chain directory runs with the job user's credentials.
+#include "chain_files.hpp"
+#include "contexts.hpp"
+#include "credentials.hpp"
+#include "event.hpp"
+#include "options.hpp"
+#include "paths.hpp"
+
+extern "C" {
+#include <slurm/slurm.h>
+}
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <stdexcept>
+#include <unistd.h>
+
+namespace baton::spank {
+
+namespace {
+
+// What user_init learned, for the task-exit reports of the same step.
+struct StepState {
+    std::uint32_t jobId = 0;
+    std::string step;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
+    ChainLocation location;
+    int restartCount = 0;
+    std::optional<std::int64_t> deadline;
+    std::optional<HttpUrl> url;
+    std::string node;
+};
+
+std::optional<StepState>& stepState()
+{
+    static std::optional<StepState> state;
+    return state;
+}
+
+// Set when user_init refused the step; task_init then fails every task with this message. (Failing
+// user_init itself makes Slurm 22.05 record the job as COMPLETED with exit code 0.)
+std::optional<std::string>& refusal()
+{
+    static std::optional<std::string> message;
+    return message;
+}
+
+std::string stepName(std::uint32_t stepId)
+{
+    switch (stepId) {
+    case SLURM_BATCH_SCRIPT:
+        return "batch";
+    case SLURM_INTERACTIVE_STEP:
+        return "interactive";
+    default:
+        return std::to_string(stepId);
+    }
+}
+
+std::optional<std::string> jobEnv(spank_t sp, const char* name)
+{
+    char buffer[4096];
+    if (spank_getenv(sp, name, buffer, sizeof buffer) != ESPANK_SUCCESS) {
+        return std::nullopt;
+    }
+    return std::string(buffer);
+}
+
+bool setJobEnv(spank_t sp, const char* name, const std::string& value)
+{
+    return spankOk(spank_setenv(sp, name, value.c_str(), 1), "spank_setenv");
+}
+
+std::string formatNumber(double value)
+{
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", value);
+    return text;
+}
+
+// The job's end time: SLURM_JOB_END_TIME where Slurm provides it (23.02 and later), else asked from
+// slurmctld (slurm_get_end_time is part of the library slurmstepd runs with).
+std::optional<std::int64_t> jobEndTime(spank_t sp, std::uint32_t jobId)
+{
+    if (const auto fromEnv = jobEnv(sp, "SLURM_JOB_END_TIME")) {
+        try {
+            return std::stoll(*fromEnv);
+        } catch (const std::exception&) {
+            logVerbose("ignoring malformed SLURM_JOB_END_TIME '" + *fromEnv + "'");
+        }
+    }
+    time_t end = 0;
+    if (slurm_get_end_time(jobId, &end) != 0) {
+        logError("cannot get the end time of job " + std::to_string(jobId)
+            + " from slurmctld: " + slurm_strerror(slurm_get_errno()) + "; BATON_DEADLINE is not set");
+        return std::nullopt;
+    }
+    // A job without a time limit has no deadline.
+    if (end <= 0 || end >= static_cast<time_t>(INFINITE)) {
+        return std::nullopt;
+    }
+    return static_cast<std::int64_t>(end);
+}
+
+std::string nodeName(spank_t sp)
+{
+    if (const auto name = jobEnv(sp, "SLURMD_NODENAME")) {
+        return *name;
+    }
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    return host;
+}
+
+bool readIds(spank_t sp, StepState& state)
+{
+    gid_t* groups = nullptr;
+    int groupCount = 0;
+    if (!spankOk(spank_get_item(sp, S_JOB_UID, &state.uid), "spank_get_item(S_JOB_UID)")
+        || !spankOk(spank_get_item(sp, S_JOB_GID, &state.gid), "spank_get_item(S_JOB_GID)")
+        || !spankOk(spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &groups, &groupCount),
+            "spank_get_item(S_JOB_SUPPLEMENTARY_GIDS)")) {
+        return false;
+    }
+    state.groups.assign(groups, groups + (groups ? groupCount : 0));
+    return true;
+}
+
+// Builds the event with the newest checkpoint and delivers it; runs as the job user. Never fails the
+// step: a report that can neither be posted nor spooled is logged.
+void report(const StepState& state, StepEvent event)
+{
+    try {
+        ThreadCredentials asUser(state.uid, state.gid, state.groups);
+        const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
+        event.jobId = state.jobId;
+        event.step = state.step;
+        event.chain = state.location.chain;
+        event.chainDir = state.location.dir;
+        event.node = state.node;
+        event.restartCount = state.restartCount;
+        event.deadlineUnix = state.deadline;
+        event.checkpoint = newestCheckpoint(dir.fd.get());
+        event.timeUnix
+            = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        const auto delivered
+            = deliverEvent(eventJson(event), state.url, dir.fd.get(), pluginConfig().reportTimeout);
+        if (delivered.how == Delivery::Spooled && !delivered.postError.empty()) {
+            logVerbose("batond unreachable (" + delivered.postError + "), " + event.kind + " event spooled");
+        }
+    } catch (const std::exception& e) {
+        logError(event.kind + " report of job " + std::to_string(state.jobId) + ": " + e.what());
+    }
+}
+
+} // namespace
+
+namespace {
+
+// Prepares the step; throws with the reason when the step must be refused.
+void prepareStep(spank_t sp)
+{
+    if (const auto& error = configError()) {
+        throw std::runtime_error(*error);
+    }
+    StepState state;
+    std::uint32_t stepId = 0;
+    if (!spankOk(spank_get_item(sp, S_JOB_ID, &state.jobId), "spank_get_item(S_JOB_ID)")
+        || !spankOk(spank_get_item(sp, S_JOB_STEPID, &stepId), "spank_get_item(S_JOB_STEPID)")
+        || !readIds(sp, state)) {
+        throw std::runtime_error("the job's ids are not available");
+    }
+    if (stepId == SLURM_EXTERN_CONT) {
+        return;
+    }
+    state.step = stepName(stepId);
+    state.node = nodeName(sp);
+    const PluginConfig& config = pluginConfig();
+    const UserInfo user = lookupUser(state.uid);
+    state.location
+        = resolveChainLocation(batonOptions(), config, user, jobEnv(sp, "SLURM_JOB_NAME").value_or(""));
+    {
+        ThreadCredentials asUser(state.uid, state.gid, state.groups);
+        const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
+        state.restartCount = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
+        if (dir.created) {
+            logVerbose("created chain directory " + dir.path);
+        }
+    }
+    if (!config.url.empty()) {
+        state.url = parseHttpUrl(config.url);
+    }
+    state.deadline = jobEndTime(sp, state.jobId);
+    const BatonOptions& options = batonOptions();
+    const bool set = setJobEnv(sp, "BATON_CHAIN", state.location.chain)
+        && setJobEnv(sp, "BATON_CHAIN_DIR", state.location.dir)
+        && setJobEnv(sp, "BATON_JOB_ID", std::to_string(state.jobId))
+        && setJobEnv(sp, "BATON_RESTART_COUNT", std::to_string(state.restartCount))
+        && (!state.deadline || setJobEnv(sp, "BATON_DEADLINE", std::to_string(*state.deadline)))
+        && setJobEnv(
+            sp, "BATON_DEADLINE_MARGIN", std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
+        && setJobEnv(
+            sp, "BATON_OVERHEAD", formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
+        && setJobEnv(sp, "BATON_KEEP", std::to_string(config.keep))
+        && (config.url.empty() || setJobEnv(sp, "BATON_PROVISIONER_URL", config.url));
+    if (!set) {
+        throw std::runtime_error("cannot set the BATON_* environment");
+    }
+    stepState() = state;
+    StepEvent event;
+    event.kind = "step_start";
+    report(state, event);
+}
+
+} // namespace
+
+int remoteUserInit(spank_t sp)
+{
+    if (!batonOptions().enabled) {
+        return 0;
+    }
+    // Never fail here: a failed user_init of a batch step makes Slurm 22.05 drain the node and record
+    // the job as COMPLETED. The refusal fails every task in task_init instead.
+    try {
+        prepareStep(sp);
+    } catch (const std::exception& e) {
+        std::uint32_t jobId = 0;
+        spankOk(spank_get_item(sp, S_JOB_ID, &jobId), "spank_get_item(S_JOB_ID)");
+        refusal() = "job " + std::to_string(jobId) + " refused: " + e.what();
+        logError(*refusal());
+    }
+    return 0;
+}
+
+int remoteTaskInit(spank_t)
+{
+    if (!refusal()) {
+        return 0;
+    }
+    // In the task's process, before exec: stderr is the task's, so the user sees why it failed.
+    const std::string line = "baton: " + *refusal() + "\n";
+    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, line.data(), line.size());
+    return -1;
+}
+
+int remoteTaskExit(spank_t sp)
+{
+    const auto& state = stepState();
+    if (!state) {
+        return 0;
+    }
+    StepEvent event;
+    event.kind = "task_exit";
+    std::uint32_t task = 0;
+    int status = 0;
+    if (spankOk(spank_get_item(sp, S_TASK_GLOBAL_ID, &task), "spank_get_item(S_TASK_GLOBAL_ID)")) {
+        event.task = task;
+    }
+    if (spankOk(spank_get_item(sp, S_TASK_EXIT_STATUS, &status), "spank_get_item(S_TASK_EXIT_STATUS)")) {
+        event.waitStatus = status;
+    }
+    report(*state, event);
+    return 0;
+}
+
+} // namespace baton::spank

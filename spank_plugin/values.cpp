@@ -1,0 +1,113 @@
+#include "values.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <stdexcept>
+
+namespace baton::spank {
+
+namespace {
+
+std::string quoted(std::string_view text)
+{
+    return "'" + std::string(text) + "'";
+}
+
+double parseNumber(std::string_view text, const std::string& what)
+{
+    double value = 0;
+    const auto* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(value)) {
+        throw std::invalid_argument(what + ", got " + quoted(text));
+    }
+    return value;
+}
+
+long long parseInteger(std::string_view text, long long low, long long high, const std::string& what)
+{
+    long long value = 0;
+    const auto* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end || value < low || value > high) {
+        throw std::invalid_argument(what + ", got " + quoted(text));
+    }
+    return value;
+}
+
+bool isChainCharacter(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_'
+        || c == '-';
+}
+
+constexpr std::size_t maxChainNameLength = 128;
+
+} // namespace
+
+double parseOverheadPercent(std::string_view text)
+{
+    const std::string what = "overhead must be a percentage greater than 0 and less than 100";
+    const double value = parseNumber(text, what);
+    if (value <= 0 || value >= 100) {
+        throw std::invalid_argument(what + ", got " + quoted(text));
+    }
+    return value;
+}
+
+int parseMarginSeconds(std::string_view text)
+{
+    return static_cast<int>(
+        parseInteger(text, 0, 86400, "margin must be a whole number of seconds from 0 to 86400"));
+}
+
+std::chrono::milliseconds parseTimeoutSeconds(std::string_view text)
+{
+    const std::string what = "timeout must be a number of seconds from 0.01 to 60";
+    const double value = parseNumber(text, what);
+    if (value < 0.01 || value > 60) {
+        throw std::invalid_argument(what + ", got " + quoted(text));
+    }
+    return std::chrono::milliseconds(static_cast<long long>(std::llround(value * 1000)));
+}
+
+int parseKeepCount(std::string_view text)
+{
+    return static_cast<int>(parseInteger(text, 1, 1000, "keep must be a whole number from 1 to 1000"));
+}
+
+bool isValidChainName(std::string_view name)
+{
+    if (name.empty() || name.size() > maxChainNameLength || name.front() == '.' || name.front() == '-') {
+        return false;
+    }
+    for (char c : name) {
+        if (!isChainCharacter(c)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+void validateChainName(std::string_view name)
+{
+    if (!isValidChainName(name)) {
+        throw std::invalid_argument("chain name must be 1 to 128 characters of letters, digits, '.', '_' and "
+                                    "'-', not starting with '.' or '-', got "
+            + quoted(name));
+    }
+}
+
+std::string chainNameFromJobName(std::string_view jobName)
+{
+    std::string name;
+    for (char c : jobName.substr(0, maxChainNameLength)) {
+        name += isChainCharacter(c) ? c : '_';
+    }
+    if (!name.empty() && (name.front() == '.' || name.front() == '-')) {
+        name.front() = '_';
+    }
+    return name.empty() ? "job" : name;
+}
+
+} // namespace baton::spank

@@ -1,0 +1,25 @@
+// Parsing and validation of the values users and administrators give the plugin: chain names,
+// overhead percentages, margins, timeouts. Shared by the option callbacks and the plugstack parser.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace baton::spank {
+
+// Each parser throws std::invalid_argument with a message that names the value's meaning.
+double parseOverheadPercent(std::string_view text); // > 0 and < 100
+int parseMarginSeconds(std::string_view text); // integer, 0 .. 86400
+std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 .. 60, fractions allowed
+int parseKeepCount(std::string_view text); // integer, 1 .. 1000
+
+// A chain name is 1..128 characters of [A-Za-z0-9._-], not starting with '.' or '-', so that it is
+// always a single, harmless path component.
+bool isValidChainName(std::string_view name);
+void validateChainName(std::string_view name); // throws std::invalid_argument
+
+// Turns a job name into a valid chain name: invalid characters become '_'; empty becomes "job".
+std::string chainNameFromJobName(std::string_view jobName);
+
+} // namespace baton::spank

@@ -1,0 +1,112 @@
+// Training a wait predictor and its round trip through a model file.
+#include "predictor.hpp"
+
+#include "process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+
+using namespace baton::sim;
+
+namespace {
+
+// Waits that depend on the queue ahead, with multiplicative noise: learnable, but not exactly.
+std::vector<WaitSample> syntheticSamples(std::size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> ahead(0, 200);
+    std::normal_distribution<double> noise(0, 0.3);
+    std::vector<WaitSample> samples;
+    for (std::size_t i = 0; i < n; ++i) {
+        WaitSample s;
+        s.x[0] = static_cast<float>(1 + rng() % 8);
+        s.x[5] = ahead(rng);
+        s.x[13] = static_cast<float>(rng() % 24);
+        s.waitSeconds = std::expm1(std::log1p(60.0 * s.x[5] * s.x[0]) + noise(rng));
+        samples.push_back(s);
+    }
+    return samples;
+}
+
+TrainOptions quick()
+{
+    TrainOptions o;
+    o.rounds = 60;
+    o.maxDepth = 4;
+    o.learningRate = 0.2;
+    return o;
+}
+
+} // namespace
+
+TEST(Predictor, LearnsAndCalibratesQuantiles)
+{
+    const auto samples = syntheticSamples(3000, 1);
+    const auto p = WaitPredictor::train(samples, quick());
+    EXPECT_EQ(p.metrics().trainRows, 2400u);
+    EXPECT_EQ(p.metrics().heldOutRows, 600u);
+    EXPECT_LT(p.metrics().heldOutMaeLog, 0.5); // noise alone is ~0.24
+    EXPECT_NEAR(p.metrics().heldOutCoverage90, 0.9, 0.05); // calibrated on these rows
+
+    Features small {}, large {};
+    small[0] = 1;
+    small[5] = 10;
+    large[0] = 8;
+    large[5] = 190;
+    const std::vector<Features> rows { small, large };
+    const auto mu = p.predictLog(rows);
+    EXPECT_LT(p.quantileSeconds(mu[0], 0.5), p.quantileSeconds(mu[1], 0.5));
+    EXPECT_LT(p.quantileSeconds(mu[1], 0.1), p.quantileSeconds(mu[1], 0.5));
+    EXPECT_LT(p.quantileSeconds(mu[1], 0.5), p.quantileSeconds(mu[1], 0.9));
+}
+
+TEST(Predictor, RoundTripThroughAFile)
+{
+    baton::test::TempDir dir("baton-sim-model");
+    const auto samples = syntheticSamples(1000, 2);
+    const auto trained = WaitPredictor::train(samples, quick());
+    const auto file = dir.path() / "model.json";
+    trained.save(file);
+    const auto loaded = WaitPredictor::load(file);
+
+    std::vector<Features> rows;
+    for (std::size_t i = 0; i < 200; ++i)
+        rows.push_back(samples[i].x);
+    const auto a = trained.predictLog(rows);
+    const auto b = loaded.predictLog(rows);
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_FLOAT_EQ(static_cast<float>(a[i]), static_cast<float>(b[i]));
+        for (double q : { 0.1, 0.5, 0.9 })
+            EXPECT_NEAR(trained.quantileSeconds(a[i], q), loaded.quantileSeconds(b[i], q),
+                1e-4 * (1 + trained.quantileSeconds(a[i], q)));
+    }
+    EXPECT_EQ(loaded.metrics().trainRows, trained.metrics().trainRows);
+    EXPECT_DOUBLE_EQ(loaded.metrics().heldOutMaeLog, trained.metrics().heldOutMaeLog);
+}
+
+TEST(Predictor, SameSeedSameModel)
+{
+    const auto samples = syntheticSamples(800, 3);
+    const auto a = WaitPredictor::train(samples, quick());
+    const auto b = WaitPredictor::train(samples, quick());
+    // Everything but the measured training time is identical.
+    EXPECT_EQ(a.toJson()["booster"].dump(), b.toJson()["booster"].dump());
+    EXPECT_EQ(a.toJson()["residual_quantiles"].dump(), b.toJson()["residual_quantiles"].dump());
+}
+
+TEST(Predictor, RejectsBadFilesClearly)
+{
+    baton::test::TempDir dir("baton-sim-model");
+    EXPECT_THROW(WaitPredictor::load(dir.path() / "absent.json"), std::runtime_error);
+    const auto garbage = dir.path() / "garbage.json";
+    std::ofstream(garbage) << "\x01\x02 not json";
+    EXPECT_THROW(WaitPredictor::load(garbage), std::runtime_error);
+    const auto other = dir.path() / "other.json";
+    std::ofstream(other) << R"({"format": "something else"})";
+    EXPECT_THROW(WaitPredictor::load(other), std::runtime_error);
+    EXPECT_THROW(WaitPredictor::train(syntheticSamples(5, 4), quick()), std::invalid_argument);
+}

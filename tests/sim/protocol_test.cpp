@@ -1,0 +1,145 @@
+// Mirage's protocol and metrics on a tiny trace whose answer is worked out by hand, and determinism.
+#include "protocol.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace baton::sim;
+
+namespace {
+
+Job job(std::int64_t id, std::int64_t submit, int nodes, std::int64_t runTime, std::int64_t limit)
+{
+    Job j;
+    j.id = id;
+    j.submit = submit;
+    j.nodes = nodes;
+    j.runTime = runTime;
+    j.limit = limit;
+    return j;
+}
+
+// A simple rule, real not mocked: submit when the predecessor has at most `lead` seconds left.
+class FixedLeadPolicy final : public Policy {
+public:
+    explicit FixedLeadPolicy(std::int64_t lead)
+        : lead_(lead)
+    { }
+    std::string name() const override { return "lead-" + std::to_string(lead_); }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override
+    {
+        for (std::size_t i = 0; i < points.size(); ++i)
+            if (points[i].remaining <= lead_)
+                return i;
+        return points.size();
+    }
+
+private:
+    std::int64_t lead_;
+};
+
+} // namespace
+
+// Two nodes. X holds one until 600; the predecessor takes the other from 0 to 1000.
+// Y (900, long) takes the node X frees; Z (950, short) then waits for the predecessor's node.
+//  - reactive: at 1000 Z (older) beats the fresh successor, which starts when Z ends: +100.
+//  - lead 200: submitted at 800 onto X's free node: -200.
+//  - lead 75: submitted at 930 (first tick with <= 75 s left), older than Z, starts at 1000: 0.
+//  - avg: every recent wait is 0, so it never submits early: like reactive, +100.
+TEST(Protocol, HandComputedInterruptions)
+{
+    auto trace = std::make_shared<const std::vector<Job>>(
+        std::vector<Job> { job(1, 0, 1, 600, 600), job(2, 900, 1, 2000, 2000), job(3, 950, 1, 100, 100) });
+    SchedulerConfig sc;
+    sc.nodes = 2;
+    sc.ageWeight = 1000;
+    sc.sizeWeight = 0;
+    ProtocolConfig pc;
+    pc.from = 0;
+    pc.to = 1;
+    pc.shapes = { 1 };
+    pc.limit = 1000;
+    pc.tick = 10;
+    pc.horizon = 10000;
+    ReactivePolicy reactive;
+    AveragePolicy avg;
+    FixedLeadPolicy lead200(200), lead75(75);
+    const Policy* policies[] = { &reactive, &lead200, &lead75, &avg };
+    const auto r = runProtocol(trace, sc, pc, policies);
+    ASSERT_EQ(r.probes.size(), 1u);
+    const auto& p = r.probes[0];
+    EXPECT_EQ(p.predecessorEnd, 1000);
+    EXPECT_EQ(p.outcomes[0].submitted, 1000);
+    EXPECT_EQ(p.outcomes[0].interruption, std::optional<std::int64_t>(100));
+    EXPECT_EQ(p.outcomes[1].submitted, 800);
+    EXPECT_EQ(p.outcomes[1].interruption, std::optional<std::int64_t>(-200));
+    EXPECT_EQ(p.outcomes[2].submitted, 930);
+    EXPECT_EQ(p.outcomes[2].interruption, std::optional<std::int64_t>(0));
+    EXPECT_EQ(p.outcomes[3].interruption, std::optional<std::int64_t>(100));
+}
+
+TEST(Protocol, MetricsOfKnownInterruptions)
+{
+    const std::vector<std::optional<std::int64_t>> x { 100, -200, 0, std::nullopt };
+    const auto m = summarize(x, 100, 60);
+    EXPECT_EQ(m.count, 3u);
+    EXPECT_EQ(m.unstarted, 1u);
+    EXPECT_NEAR(m.mean, -100.0 / 3, 1e-9);
+    EXPECT_DOUBLE_EQ(m.median, 0);
+    EXPECT_NEAR(m.p90, 80, 1e-9); // linear interpolation between 0 and 100
+    EXPECT_NEAR(m.fractionZero, 1.0 / 3, 1e-12);
+    EXPECT_NEAR(m.fractionWithin, 2.0 / 3, 1e-12);
+    EXPECT_NEAR(m.meanOverlap, 200.0 / 3, 1e-9);
+    EXPECT_NEAR(m.meanGap, 100.0 / 3, 1e-9);
+    EXPECT_DOUBLE_EQ(m.effectiveWithin, 1.0);
+    EXPECT_NEAR(m.effectiveMeanOverlap, 20, 1e-9);
+
+    EXPECT_NEAR(symmetricCost(x, 1000), (100 + 200 + 0 + 1000) / 4.0, 1e-9);
+    // lost: 100 + 60 (handover) + 0 + 1000; forfeited 200 over 4 probes; limit 1000.
+    EXPECT_NEAR(handoverCost(x, 1000, 60, 1000), 1000 * (1160 / 4.0) / (1000 - 50.0), 1e-9);
+}
+
+TEST(Protocol, SameInputsGiveTheSameOutput)
+{
+    std::mt19937_64 rng(42);
+    std::vector<Job> jobs;
+    std::int64_t t = 0;
+    for (int i = 0; i < 1200; ++i) {
+        t += static_cast<std::int64_t>(rng() % 2400);
+        const std::int64_t limit = 600 + static_cast<std::int64_t>(rng() % 20000);
+        jobs.push_back(
+            job(i, t, 1 + static_cast<int>(rng() % 6), static_cast<std::int64_t>(rng() % limit), limit));
+    }
+    auto trace = std::make_shared<const std::vector<Job>>(jobs);
+    SchedulerConfig sc;
+    sc.nodes = 16;
+    ProtocolConfig pc;
+    pc.from = 86400;
+    pc.to = 4 * 86400;
+    pc.limit = 6 * 3600;
+    pc.shapes = { 1, 4 };
+    pc.sampleEvery = 3600;
+    ReactivePolicy reactive;
+    AveragePolicy avg;
+    const Policy* policies[] = { &reactive, &avg };
+    const auto a = runProtocol(trace, sc, pc, policies);
+    const auto b = runProtocol(trace, sc, pc, policies);
+    ASSERT_GT(a.probes.size(), 20u);
+    ASSERT_EQ(a.probes.size(), b.probes.size());
+    bool someWait = false;
+    for (std::size_t i = 0; i < a.probes.size(); ++i) {
+        EXPECT_EQ(a.probes[i].predecessorEnd, b.probes[i].predecessorEnd);
+        for (std::size_t k = 0; k < 2; ++k) {
+            EXPECT_EQ(a.probes[i].outcomes[k].submitted, b.probes[i].outcomes[k].submitted);
+            EXPECT_EQ(a.probes[i].outcomes[k].interruption, b.probes[i].outcomes[k].interruption);
+            someWait = someWait || a.probes[i].outcomes[k].interruption.value_or(0) != 0;
+        }
+    }
+    EXPECT_TRUE(someWait) << "the synthetic queue should make some successors wait";
+    ASSERT_EQ(a.samples.size(), b.samples.size());
+    for (std::size_t i = 0; i < a.samples.size(); ++i) {
+        EXPECT_EQ(a.samples[i].x, b.samples[i].x);
+        EXPECT_EQ(a.samples[i].waitSeconds, b.samples[i].waitSeconds);
+    }
+}

@@ -1,0 +1,96 @@
+// The `sim` command group end to end on a small synthetic trace, and its answers to bad input.
+#include "process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+using baton::test::run;
+using baton::test::sourceRoot;
+using baton::test::TempDir;
+
+namespace {
+
+std::string simExe()
+{
+    const char* exe = std::getenv("BATON_SIM");
+    return exe ? exe : "baton-sim";
+}
+
+std::string trace()
+{
+    return (sourceRoot() / "tests/data/sim/synthetic_jobs.csv").string();
+}
+
+std::string slurp(const std::filesystem::path& p)
+{
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+std::size_t count(const std::string& text, const std::string& what)
+{
+    std::size_t n = 0;
+    for (auto pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1))
+        ++n;
+    return n;
+}
+
+} // namespace
+
+TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
+{
+    TempDir dir("baton-sim-cli");
+    const auto out = (dir.path() / "out").string();
+    const auto model = (dir.path() / "model.json").string();
+    const auto r = run({ simExe(), "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+        "--interval-hours", "6", "--out", out, "--save-model", model });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    for (const char* policy : { "reactive", "avg", "predict", "checkpoint-aware" })
+        EXPECT_NE(r.output.find(policy), std::string::npos) << r.output;
+    const auto csv = slurp(dir.path() / "out/compare.csv");
+    EXPECT_EQ(count(csv, "\n"), 5u) << csv; // header + 4 policies
+    const auto svg = slurp(dir.path() / "out/interruptions.svg");
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+    EXPECT_EQ(count(svg, "<polyline"), 4u);
+    EXPECT_NE(svg.find("</svg>"), std::string::npos);
+    EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
+
+    const auto again = run({ simExe(), "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+        "--interval-hours", "6", "--policy", "predict", "--model", model });
+    ASSERT_EQ(again.exitCode, 0) << again.output;
+    EXPECT_NE(again.output.find("predict"), std::string::npos);
+}
+
+TEST(SimCommand, FitPrintsTheBestConfiguration)
+{
+    const auto r = run({ simExe(), "fit", "--trace", trace(), "--nodes", "12,16" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("best fit"), std::string::npos);
+}
+
+TEST(SimCommand, BadInputGivesClearErrors)
+{
+    TempDir dir("baton-sim-cli");
+    auto expectFailure = [](const std::vector<std::string>& argv, int code, const std::string& message) {
+        const auto r = run(argv);
+        EXPECT_EQ(r.exitCode, code) << r.output;
+        EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    };
+    expectFailure({ simExe(), "run", "--trace", trace(), "--policy", "clairvoyant" }, 2, "unknown policy");
+    expectFailure(
+        { simExe(), "compare", "--trace", trace(), "--colour", "red" }, 2, "unknown option --colour");
+    expectFailure({ simExe(), "compare", "--trace", trace(), "--nodes", "many" }, 2, "not a number");
+    expectFailure({ simExe(), "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
+    expectFailure({ simExe(), "frobnicate" }, 2, "unknown command");
+
+    const auto bad = dir.path() / "bad.csv";
+    std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
+    expectFailure({ simExe(), "compare", "--trace", bad.string() }, 1, "bad.csv:3");
+    expectFailure(
+        { simExe(), "compare", "--trace", trace(), "--model", bad.string() }, 1, "not a model file");
+}

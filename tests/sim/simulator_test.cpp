@@ -1,0 +1,147 @@
+// The simulator against schedules computed by hand: priority order, ties, EASY backfill.
+#include "simulator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace baton::sim;
+
+namespace {
+
+Job job(std::int64_t id, std::int64_t submit, int nodes, std::int64_t runTime, std::int64_t limit)
+{
+    Job j;
+    j.id = id;
+    j.submit = submit;
+    j.nodes = nodes;
+    j.runTime = runTime;
+    j.limit = limit;
+    return j;
+}
+
+SchedulerConfig cluster(int nodes, double ageWeight = 0, double sizeWeight = 0)
+{
+    SchedulerConfig c;
+    c.nodes = nodes;
+    c.ageWeight = ageWeight;
+    c.sizeWeight = sizeWeight;
+    c.maxAge = 100;
+    return c;
+}
+
+// Start time of every job, by id.
+std::map<std::int64_t, std::int64_t> replay(std::vector<Job> jobs, const SchedulerConfig& config)
+{
+    prepareTrace(jobs, config.nodes);
+    auto trace = std::make_shared<const std::vector<Job>>(jobs);
+    Simulator sim(trace, config);
+    std::vector<std::int64_t> starts(trace->size(), -1);
+    sim.recordStartsInto(&starts);
+    sim.runToEnd();
+    EXPECT_TRUE(sim.finished());
+    std::map<std::int64_t, std::int64_t> byId;
+    for (std::size_t i = 0; i < trace->size(); ++i)
+        byId[(*trace)[i].id] = starts[i];
+    return byId;
+}
+
+} // namespace
+
+TEST(Simulator, FirstComeFirstServedWhenPrioritiesAreEqual)
+{
+    const auto s
+        = replay({ job(1, 0, 4, 100, 200), job(2, 10, 2, 50, 100), job(3, 10, 2, 50, 100) }, cluster(4));
+    EXPECT_EQ(s.at(1), 0);
+    EXPECT_EQ(s.at(2), 100); // ends at its run time, not its limit
+    EXPECT_EQ(s.at(3), 100);
+}
+
+TEST(Simulator, TiesGoToTheLowerIdAmongEqualSubmissions)
+{
+    const auto s
+        = replay({ job(1, 0, 2, 100, 100), job(5, 10, 2, 100, 100), job(3, 10, 2, 100, 100) }, cluster(2));
+    EXPECT_EQ(s.at(3), 100);
+    EXPECT_EQ(s.at(5), 200);
+}
+
+TEST(Simulator, BackfillsOnlyJobsThatEndBeforeTheReservation)
+{
+    // A holds 3 of 4 nodes until 100; B needs all 4, so it is reserved at 100 with no spare node.
+    // C (limit 50) ends before 100 and backfills; E (limit 200) would delay B and must wait.
+    const auto s = replay({ job(1, 0, 3, 100, 100), job(2, 1, 4, 100, 100), job(3, 2, 1, 50, 50),
+                              job(4, 3, 1, 10, 200), job(5, 60, 1, 10, 200) },
+        cluster(4));
+    EXPECT_EQ(s.at(1), 0);
+    EXPECT_EQ(s.at(3), 2);
+    EXPECT_EQ(s.at(2), 100);
+    EXPECT_EQ(s.at(4), 200);
+    EXPECT_EQ(s.at(5), 200);
+}
+
+TEST(Simulator, BackfillsLongJobsOnNodesTheReservationDoesNotNeed)
+{
+    // B needs 3 nodes at 100, when 4 are free: one spare node takes C (which outlives the
+    // reservation); D finds no spare node left and waits for B to end.
+    const auto s = replay(
+        { job(1, 0, 2, 100, 100), job(2, 1, 3, 100, 100), job(3, 2, 1, 500, 500), job(4, 3, 1, 10, 500) },
+        cluster(4));
+    EXPECT_EQ(s.at(1), 0);
+    EXPECT_EQ(s.at(3), 2);
+    EXPECT_EQ(s.at(2), 100);
+    EXPECT_EQ(s.at(4), 200);
+}
+
+TEST(Simulator, ReservationsUseLimitsButJobsEndAtTheirRunTime)
+{
+    // A's limit says 1000 but it ends at 10; B starts then, not at 1000.
+    const auto s = replay({ job(1, 0, 4, 10, 1000), job(2, 1, 4, 10, 10) }, cluster(4));
+    EXPECT_EQ(s.at(2), 10);
+}
+
+TEST(Simulator, SizeWeightPutsLargerJobsFirst)
+{
+    const std::vector<Job> jobs { job(1, 0, 4, 100, 100), job(2, 1, 2, 100, 100), job(3, 2, 3, 100, 100) };
+    const auto bySize = replay(jobs, cluster(4, 0, 100));
+    EXPECT_EQ(bySize.at(3), 100);
+    EXPECT_EQ(bySize.at(2), 200);
+    const auto byOrder = replay(jobs, cluster(4, 0, 0));
+    EXPECT_EQ(byOrder.at(2), 100);
+    EXPECT_EQ(byOrder.at(3), 200);
+}
+
+TEST(Simulator, AgeWeightAgainstSizeWeight)
+{
+    // At 200: B (2 nodes, age 199) against C (3 nodes, age 10), maxAge 100, size weight 100.
+    const std::vector<Job> jobs { job(1, 0, 4, 200, 200), job(2, 1, 2, 100, 100), job(3, 190, 3, 100, 100) };
+    const auto ageWins = replay(jobs, cluster(4, 1000, 100)); // B: 1000 + 50, C: 100 + 75
+    EXPECT_EQ(ageWins.at(2), 200);
+    EXPECT_EQ(ageWins.at(3), 300);
+    const auto sizeWins = replay(jobs, cluster(4, 10, 100)); // B: 10 + 50, C: 1 + 75
+    EXPECT_EQ(sizeWins.at(3), 200);
+    EXPECT_EQ(sizeWins.at(2), 300);
+}
+
+TEST(Simulator, InsertedJobsAndForksAreIndependent)
+{
+    auto trace = std::make_shared<const std::vector<Job>>(std::vector<Job> { job(1, 0, 2, 100, 100) });
+    Simulator sim(trace, cluster(2));
+    sim.advanceTo(0);
+    Simulator fork = sim.fork();
+    fork.submit(job(-1, 0, 1, 50, 50));
+    EXPECT_EQ(fork.runUntilStarted(-1, 1000), std::optional<std::int64_t>(100));
+    EXPECT_FALSE(sim.startOf(-1));
+    EXPECT_EQ(sim.pending().size(), 0u);
+    EXPECT_THROW(sim.submit(job(-2, 0, 3, 10, 10)), std::invalid_argument); // larger than the cluster
+}
+
+TEST(Simulator, PrepareTraceDropsJobsThatCanNeverRun)
+{
+    std::vector<Job> jobs { job(2, 5, 1, 10, 10), job(1, 5, 9, 10, 10), job(3, 1, 1, 10, 0),
+        job(4, 0, 1, 50, 10) };
+    EXPECT_EQ(prepareTrace(jobs, 4), 2u);
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_EQ(jobs[0].id, 4);
+    EXPECT_EQ(jobs[0].runTime, 10); // clamped to its limit
+    EXPECT_EQ(jobs[1].id, 2);
+}

@@ -1,0 +1,548 @@
+// The plugin's Slurm-independent parts: values, plugstack configuration, paths, credentials, chain
+// files, events and the HTTP client, against real files, a real HTTP server and real sockets.
+#include "chain_files.hpp"
+#include "checkpoint_scan.hpp"
+#include "config.hpp"
+#include "credentials.hpp"
+#include "event.hpp"
+#include "http_client.hpp"
+#include "paths.hpp"
+#include "values.hpp"
+
+#include "process.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <fcntl.h>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <netinet/in.h>
+#include <sstream>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+
+namespace {
+
+using namespace baton::spank;
+using baton::test::TempDir;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string readText(const fs::path& path)
+{
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+void writeText(const fs::path& path, const std::string& text)
+{
+    std::ofstream(path) << text;
+}
+
+std::string messageOf(const std::function<void()>& body)
+{
+    try {
+        body();
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+mode_t modeOf(const fs::path& path)
+{
+    struct stat info { };
+    EXPECT_EQ(::lstat(path.c_str(), &info), 0) << path;
+    return info.st_mode & 07777;
+}
+
+uid_t ownerOf(const fs::path& path)
+{
+    struct stat info { };
+    EXPECT_EQ(::lstat(path.c_str(), &info), 0) << path;
+    return info.st_uid;
+}
+
+UniqueFd openDir(const fs::path& path)
+{
+    return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+constexpr uid_t nobodyUid = 65534;
+constexpr gid_t nobodyGid = 65534;
+
+TEST(Values, ParseOptionValuesAndRejectBadOnes)
+{
+    EXPECT_DOUBLE_EQ(parseOverheadPercent("7.5"), 7.5);
+    for (const char* bad : { "", "abc", "0", "100", "-1", "5%", "nan", "inf" }) {
+        EXPECT_THAT(messageOf([&] { parseOverheadPercent(bad); }), HasSubstr("overhead must be")) << bad;
+    }
+    EXPECT_EQ(parseMarginSeconds("90"), 90);
+    for (const char* bad : { "", "-5", "1.5", "86401", "x" }) {
+        EXPECT_THAT(messageOf([&] { parseMarginSeconds(bad); }), HasSubstr("margin must be")) << bad;
+    }
+    EXPECT_EQ(parseTimeoutSeconds("0.25"), std::chrono::milliseconds(250));
+    EXPECT_THROW(parseTimeoutSeconds("0"), std::invalid_argument);
+    EXPECT_EQ(parseKeepCount("3"), 3);
+    EXPECT_THROW(parseKeepCount("0"), std::invalid_argument);
+}
+
+TEST(Values, ChainNamesAreSinglePathComponents)
+{
+    EXPECT_TRUE(isValidChainName("resnet-50_v1.2"));
+    for (const char* bad : { "", ".", "..", "../x", "a/b", ".hidden", "-x", "a b", "(null)" }) {
+        EXPECT_FALSE(isValidChainName(bad)) << bad;
+    }
+    EXPECT_FALSE(isValidChainName(std::string(129, 'a')));
+    EXPECT_EQ(chainNameFromJobName("my job/1"), "my_job_1");
+    EXPECT_EQ(chainNameFromJobName("..x"), "_.x");
+    EXPECT_EQ(chainNameFromJobName(""), "job");
+    EXPECT_TRUE(isValidChainName(chainNameFromJobName(std::string(300, '/'))));
+}
+
+TEST(Config, DefaultsFirstThenKeys)
+{
+    const PluginConfig defaults = parseConfig({});
+    EXPECT_EQ(defaults.chainRoot, "%h/.baton/chains");
+    EXPECT_EQ(defaults.url, "");
+    EXPECT_DOUBLE_EQ(defaults.overheadPercent, 5);
+    EXPECT_EQ(defaults.marginSeconds, 60);
+    EXPECT_EQ(defaults.keep, 2);
+    EXPECT_EQ(defaults.reportTimeout, std::chrono::milliseconds(2000));
+    EXPECT_EQ(defaults.allowedPrefixes, std::vector<std::string> { "%h" });
+
+    const PluginConfig config = parseConfig({ "chain_root=/scratch/baton/%u", "url=http://head:8760",
+        "overhead=3", "margin=120", "keep=4", "report_timeout=0.5", "allowed_prefixes=/scratch:%h/ckpt" });
+    EXPECT_EQ(config.chainRoot, "/scratch/baton/%u");
+    EXPECT_EQ(config.url, "http://head:8760");
+    EXPECT_DOUBLE_EQ(config.overheadPercent, 3);
+    EXPECT_EQ(config.marginSeconds, 120);
+    EXPECT_EQ(config.keep, 4);
+    EXPECT_EQ(config.reportTimeout, std::chrono::milliseconds(500));
+    EXPECT_EQ(config.allowedPrefixes, (std::vector<std::string> { "/scratch", "%h/ckpt" }));
+}
+
+TEST(Config, UnknownRepeatedOrBadKeysAreClearErrors)
+{
+    EXPECT_THAT(messageOf([] { parseConfig({ "bogus=1" }); }),
+        HasSubstr("plugstack.conf: unknown key 'bogus' (known: chain_root"));
+    EXPECT_THAT(messageOf([] {
+        parseConfig({ "margin=1", "margin=2" });
+    }),
+        HasSubstr("key 'margin' given twice"));
+    EXPECT_THAT(messageOf([] { parseConfig({ "margin" }); }), HasSubstr("'margin' is not key=value"));
+    EXPECT_THAT(
+        messageOf([] { parseConfig({ "overhead=0" }); }), HasSubstr("plugstack.conf: overhead must be"));
+    EXPECT_THAT(messageOf([] { parseConfig({ "url=https://x" }); }), HasSubstr("must start with http://"));
+    EXPECT_THAT(
+        messageOf([] { parseConfig({ "chain_root=relative" }); }), HasSubstr("must be an absolute path"));
+    EXPECT_THAT(
+        messageOf([] { parseConfig({ "allowed_prefixes=/a:/b/%x" }); }), HasSubstr("unknown placeholder"));
+}
+
+TEST(Config, PatternsExpandForTheUser)
+{
+    const UserInfo user { "alice", 1234, 100, "/home/alice" };
+    EXPECT_EQ(expandUserPattern("/s/%u/%U/%%/x", user), "/s/alice/1234/%/x");
+    EXPECT_EQ(expandUserPattern("%h/.baton", user), "/home/alice/.baton");
+    EXPECT_THROW(expandUserPattern("/s/%", user), std::invalid_argument);
+    EXPECT_EQ(lookupUser(0).name, "root");
+}
+
+TEST(Paths, NormalizeRefusesTraversalAndRelativePaths)
+{
+    EXPECT_EQ(normalizeAbsolutePath("/a//b/./c/"), "/a/b/c");
+    EXPECT_EQ(normalizeAbsolutePath("/"), "/");
+    EXPECT_THAT(messageOf([] { normalizeAbsolutePath("/a/../etc"); }), HasSubstr("path traversal"));
+    EXPECT_THAT(messageOf([] { normalizeAbsolutePath("/a/.."); }), HasSubstr("path traversal"));
+    EXPECT_THAT(messageOf([] { normalizeAbsolutePath("a/b"); }), HasSubstr("not absolute"));
+    EXPECT_THROW(normalizeAbsolutePath("/a\nb"), std::invalid_argument);
+    EXPECT_EQ(normalizeAbsolutePath("/a/..b/c.."), "/a/..b/c..");
+}
+
+TEST(Paths, PrefixesCompareWholeComponents)
+{
+    EXPECT_TRUE(isWithin("/a/b", "/a/b"));
+    EXPECT_TRUE(isWithin("/a/b/c", "/a/b"));
+    EXPECT_FALSE(isWithin("/a/bc", "/a/b"));
+    EXPECT_TRUE(isWithin("/x", "/"));
+    EXPECT_EQ(findAllowedPrefix("/s/u/c", { "/s", "/s/u/", "/t" }), "/s/u");
+    EXPECT_THAT(messageOf([] {
+        findAllowedPrefix("/etc/x", { "/s", "/t" });
+    }),
+        HasSubstr("'/etc/x' is outside the allowed prefixes (/s, /t)"));
+}
+
+TEST(Paths, ChainDirIsCreatedMode0700BelowThePrefix)
+{
+    TempDir temp;
+    const std::string prefix = temp.path() / "root";
+    fs::create_directory(prefix);
+    const std::string path = prefix + "/user/chain";
+    ChainDir dir = openChainDir(path, prefix, ::geteuid());
+    EXPECT_TRUE(dir.created);
+    EXPECT_TRUE(dir.fd.valid());
+    EXPECT_EQ(dir.path, path);
+    EXPECT_EQ(modeOf(prefix + "/user"), 0700u);
+    EXPECT_EQ(modeOf(path), 0700u);
+    EXPECT_FALSE(openChainDir(path, prefix, ::geteuid()).created);
+}
+
+TEST(Paths, SymbolicLinksBelowThePrefixAreRefused)
+{
+    TempDir temp;
+    const fs::path prefix = temp.path() / "allowed";
+    const fs::path target = temp.path() / "target";
+    fs::create_directories(prefix);
+    fs::create_directories(target);
+    fs::create_directory_symlink(target, prefix / "link");
+    EXPECT_THAT(messageOf([&] { openChainDir(prefix / "link" / "sub", prefix, ::geteuid()); }),
+        HasSubstr("is a symbolic link or not a directory"));
+    EXPECT_THAT(messageOf([&] { openChainDir(prefix / "link", prefix, ::geteuid()); }),
+        HasSubstr("is a symbolic link"));
+    EXPECT_FALSE(fs::exists(target / "sub"));
+    // The administrator's prefix itself may be a link.
+    const fs::path linkedPrefix = temp.path() / "linked";
+    fs::create_directory_symlink(prefix, linkedPrefix);
+    EXPECT_NO_THROW(openChainDir(linkedPrefix / "chain", linkedPrefix, ::geteuid()));
+    EXPECT_TRUE(fs::is_directory(prefix / "chain"));
+    EXPECT_THAT(messageOf([&] { openChainDir("/etc/x", prefix, ::geteuid()); }), HasSubstr("outside"));
+}
+
+TEST(Paths, ChainDirOfAnotherUserIsRefused)
+{
+    TempDir temp;
+    EXPECT_THAT(messageOf([&] { openChainDir(temp.path() / "c", temp.path(), ::geteuid() + 1); }),
+        HasSubstr("not by the job user"));
+}
+
+TEST(Credentials, OnlyTheCallingThreadBecomesTheUser)
+{
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "switching users needs root";
+    }
+    TempDir temp;
+    ::chmod(temp.path().c_str(), 0755);
+    const fs::path shared = temp.path() / "shared";
+    const fs::path rootOnly = temp.path() / "root-only";
+    fs::create_directory(shared);
+    fs::create_directory(rootOnly);
+    ::chmod(shared.c_str(), 01777);
+    ::chmod(rootOnly.c_str(), 0700);
+    // A thread that exists already (like slurmstepd's) keeps its identity.
+    std::promise<void> switched;
+    std::promise<uid_t> otherThreadUid;
+    std::thread other([&] {
+        switched.get_future().wait();
+        otherThreadUid.set_value(::geteuid());
+    });
+    {
+        ThreadCredentials asNobody(nobodyUid, nobodyGid, { nobodyGid });
+        EXPECT_TRUE(asNobody.switched());
+        EXPECT_EQ(::geteuid(), nobodyUid);
+        switched.set_value();
+        EXPECT_EQ(otherThreadUid.get_future().get(), 0u);
+        other.join();
+        ChainDir dir = openChainDir(shared / "nobody" / "chain", shared, nobodyUid);
+        EXPECT_THAT(messageOf([&] { openChainDir(rootOnly / "chain", rootOnly, nobodyUid); }),
+            HasSubstr("Permission denied"));
+    }
+    EXPECT_EQ(::geteuid(), 0u);
+    EXPECT_EQ(::getegid(), 0u);
+    EXPECT_EQ(ownerOf(shared / "nobody" / "chain"), nobodyUid);
+    EXPECT_EQ(modeOf(shared / "nobody" / "chain"), 0700u);
+    EXPECT_FALSE(fs::exists(rootOnly / "chain"));
+    EXPECT_FALSE(groupsOfUser("root", 0).empty());
+}
+
+std::string manifest(long long iteration, int version = 1)
+{
+    return nlohmann::json {
+        { "format_version", version }, { "iteration", iteration }, { "epoch", 1 },
+        { "created_unix", 1700000000.5 }, { "total_bytes", iteration * 10 },
+        { "regions", nlohmann::json::array() }, { "blobs", nlohmann::json::array() }, { "sampler", nullptr },
+        { "tuning", { { "interval", 7 }, { "overhead_percent", 4.5 } } },
+        { "timings", { { "snapshot_seconds", 0.1 }, { "persist_seconds", 0.2 } } }
+    }.dump();
+}
+
+TEST(CheckpointScan, NewestUsableCommittedCheckpointWins)
+{
+    TempDir temp;
+    const fs::path chain = temp.path();
+    auto commit = [&](const std::string& name, const std::string& text) {
+        fs::create_directory(chain / name);
+        writeText(chain / name / "manifest.json", text);
+    };
+    EXPECT_FALSE(newestCheckpoint(openDir(chain).get()).has_value());
+    commit("ckpt-000000000100", manifest(100));
+    commit("ckpt-000000000200", manifest(200));
+    commit("ckpt-000000000300", "{\"format_version\": 1, \"iteration\": "); // torn
+    commit("ckpt-000000000400", manifest(400, 2)); // from a newer format
+    fs::create_directory(chain / "ckpt-000000000500"); // not committed
+    fs::create_directory(chain / "ckpt-000000000600");
+    fs::create_symlink(
+        chain / "ckpt-000000000100" / "manifest.json", chain / "ckpt-000000000600" / "manifest.json");
+    ASSERT_EQ(::mkfifo((chain / "ckpt-000000000700").c_str(), 0600), 0);
+    fs::create_directory(chain / "ckpt-000000000800");
+    ASSERT_EQ(::mkfifo((chain / "ckpt-000000000800" / "manifest.json").c_str(), 0600), 0);
+    commit("ckpt-tmp-000000000900", manifest(900));
+
+    const auto newest = newestCheckpoint(openDir(chain).get());
+    ASSERT_TRUE(newest.has_value());
+    EXPECT_EQ(newest->name, "ckpt-000000000200");
+    EXPECT_EQ(newest->iteration, 200);
+    EXPECT_DOUBLE_EQ(newest->createdUnix, 1700000000.5);
+    EXPECT_EQ(newest->totalBytes, 2000);
+    EXPECT_EQ(newest->tuning["interval"], 7);
+}
+
+TEST(ChainFiles, RegistryCountsEarlierJobsOnce)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    const auto timeout = std::chrono::milliseconds(500);
+    EXPECT_EQ(registerJob(dir.get(), "10", timeout), 0);
+    EXPECT_EQ(registerJob(dir.get(), "10", timeout), 0); // another step of the same job
+    EXPECT_EQ(registerJob(dir.get(), "11", timeout), 1);
+    EXPECT_EQ(registerJob(dir.get(), "12", timeout), 2);
+    EXPECT_EQ(registerJob(dir.get(), "11", timeout), 1);
+    EXPECT_EQ(readText(temp.path() / ".baton-jobs"), "10\n11\n12\n");
+    EXPECT_EQ(modeOf(temp.path() / ".baton-jobs"), 0600u);
+    // A line torn by a full disk still counts, and the next entry starts on its own line.
+    writeText(temp.path() / ".baton-jobs", "10\n1");
+    EXPECT_EQ(registerJob(dir.get(), "13", timeout), 2);
+    EXPECT_EQ(readText(temp.path() / ".baton-jobs"), "10\n1\n13\n");
+}
+
+TEST(ChainFiles, RegistryLockTimesOutInsteadOfHanging)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    registerJob(dir.get(), "1", std::chrono::milliseconds(100));
+    UniqueFd holder(::open((temp.path() / ".baton-jobs").c_str(), O_RDONLY | O_CLOEXEC));
+    ASSERT_EQ(::flock(holder.get(), LOCK_EX), 0);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THAT(messageOf([&] { registerJob(dir.get(), "2", std::chrono::milliseconds(200)); }),
+        HasSubstr("timed out"));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(ChainFiles, SpoolAppendsWholeLinesAndRefusesLinks)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    const auto timeout = std::chrono::milliseconds(500);
+    appendToSpool(dir.get(), "{\"a\":1}", timeout);
+    appendToSpool(dir.get(), "{\"b\":2}", timeout);
+    const fs::path spool = temp.path() / ".baton-spool" / "events.jsonl";
+    EXPECT_EQ(readText(spool), "{\"a\":1}\n{\"b\":2}\n");
+    EXPECT_EQ(modeOf(temp.path() / ".baton-spool"), 0700u);
+    EXPECT_EQ(modeOf(spool), 0600u);
+    writeText(spool, "{\"torn\":");
+    appendToSpool(dir.get(), "{\"c\":3}", timeout);
+    EXPECT_EQ(readText(spool), "{\"torn\":\n{\"c\":3}\n");
+
+    TempDir other;
+    const fs::path victim = temp.path() / "victim";
+    writeText(victim, "keep");
+    fs::create_directory(other.path() / ".baton-spool");
+    fs::create_symlink(victim, other.path() / ".baton-spool" / "events.jsonl");
+    EXPECT_THROW(appendToSpool(openDir(other.path()).get(), "x", timeout), std::runtime_error);
+    EXPECT_EQ(readText(victim), "keep");
+}
+
+TEST(Event, CarriesTheDocumentedFields)
+{
+    StepEvent event;
+    event.kind = "task_exit";
+    event.jobId = 42;
+    event.step = "batch";
+    event.chain = "c";
+    event.chainDir = "/s/c";
+    event.node = "n1";
+    event.restartCount = 3;
+    event.deadlineUnix = 1700003600;
+    event.task = 0;
+    event.waitStatus = 7 << 8; // exited with 7
+    event.checkpoint = summarizeManifest("ckpt-000000000200", manifest(200));
+    event.timeUnix = 1700000001;
+    const auto json = eventJson(event);
+    EXPECT_EQ(json["version"], 1);
+    EXPECT_EQ(json["idempotency_key"], "42.batch.task_exit.0");
+    EXPECT_EQ(json["job_id"], 42);
+    EXPECT_EQ(json["chain"], "c");
+    EXPECT_EQ(json["step"], "batch");
+    EXPECT_EQ(json["exit_status"], 7);
+    EXPECT_TRUE(json["signal"].is_null());
+    EXPECT_EQ(json["restart_count"], 3);
+    EXPECT_EQ(json["deadline_unix"], 1700003600);
+    EXPECT_EQ(json["checkpoint"]["iteration"], 200);
+    EXPECT_EQ(json["checkpoint"]["total_bytes"], 2000);
+    EXPECT_EQ(json["tuning"]["overhead_percent"], 4.5);
+
+    event.waitStatus = SIGKILL; // killed
+    event.checkpoint.reset();
+    const auto killed = eventJson(event);
+    EXPECT_TRUE(killed["exit_status"].is_null());
+    EXPECT_EQ(killed["signal"], SIGKILL);
+    EXPECT_TRUE(killed["checkpoint"].is_null());
+}
+
+TEST(HttpUrl, ParsesHostsPortsAndPaths)
+{
+    const auto plain = parseHttpUrl("http://head");
+    EXPECT_EQ(plain.host, "head");
+    EXPECT_EQ(plain.port, "80");
+    EXPECT_EQ(plain.basePath, "");
+    const auto full = parseHttpUrl("http://10.0.0.1:8760/baton/");
+    EXPECT_EQ(full.host, "10.0.0.1");
+    EXPECT_EQ(full.port, "8760");
+    EXPECT_EQ(full.basePath, "/baton");
+    const auto v6 = parseHttpUrl("http://[::1]:99");
+    EXPECT_EQ(v6.host, "::1");
+    EXPECT_EQ(v6.port, "99");
+    for (const char* bad : { "https://h", "http://", "http://h:", "http://h:0", "http://h:70000",
+             "http://h:x", "http://[::1", "http://u@h" }) {
+        EXPECT_THROW(parseHttpUrl(bad), std::invalid_argument) << bad;
+    }
+}
+
+// A real HTTP server on a free loopback port, recording what it receives.
+class EventServer {
+public:
+    explicit EventServer(int status = 204)
+    {
+        server_.Post(
+            "/base/v1/events", [this, status](const httplib::Request& request, httplib::Response& response) {
+                std::lock_guard lock(mutex_);
+                bodies_.push_back(request.body);
+                response.status = status;
+            });
+        port_ = server_.bind_to_any_port("127.0.0.1");
+        thread_ = std::thread([this] { server_.listen_after_bind(); });
+        while (!server_.is_running()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    ~EventServer()
+    {
+        server_.stop();
+        thread_.join();
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/base"; }
+    std::vector<std::string> bodies()
+    {
+        std::lock_guard lock(mutex_);
+        return bodies_;
+    }
+
+private:
+    httplib::Server server_;
+    int port_ = 0;
+    std::thread thread_;
+    std::mutex mutex_;
+    std::vector<std::string> bodies_;
+};
+
+TEST(HttpClient, PostsToARealServer)
+{
+    EventServer server;
+    const auto result
+        = postJson(parseHttpUrl(server.url()), "/v1/events", "{\"x\":1}", std::chrono::seconds(5));
+    EXPECT_TRUE(result.ok) << result.error;
+    EXPECT_EQ(result.status, 204);
+    EXPECT_EQ(server.bodies(), std::vector<std::string> { "{\"x\":1}" });
+}
+
+TEST(HttpClient, ErrorStatusIsAFailure)
+{
+    EventServer server(500);
+    const auto result = postJson(parseHttpUrl(server.url()), "/v1/events", "{}", std::chrono::seconds(5));
+    EXPECT_FALSE(result.ok);
+    EXPECT_EQ(result.status, 500);
+    EXPECT_THAT(result.error, HasSubstr("500"));
+}
+
+// A listening socket that never accepts: connect succeeds, no answer ever comes.
+class SilentListener {
+public:
+    SilentListener()
+        : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0))
+    {
+        sockaddr_in address {};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t length = sizeof address;
+        EXPECT_EQ(::bind(fd_.get(), reinterpret_cast<sockaddr*>(&address), length), 0);
+        EXPECT_EQ(::listen(fd_.get(), 4), 0);
+        EXPECT_EQ(::getsockname(fd_.get(), reinterpret_cast<sockaddr*>(&address), &length), 0);
+        port_ = ntohs(address.sin_port);
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+    void close() { fd_.reset(); }
+
+private:
+    UniqueFd fd_;
+    int port_ = 0;
+};
+
+TEST(HttpClient, SilentServerTimesOut)
+{
+    SilentListener listener;
+    const auto start = std::chrono::steady_clock::now();
+    const auto result
+        = postJson(parseHttpUrl(listener.url()), "/v1/events", "{}", std::chrono::milliseconds(300));
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    EXPECT_FALSE(result.ok);
+    EXPECT_THAT(result.error, HasSubstr("timed out"));
+    EXPECT_GE(elapsed, std::chrono::milliseconds(250));
+    EXPECT_LT(elapsed, std::chrono::seconds(2));
+}
+
+TEST(HttpClient, ClosedPortFailsFast)
+{
+    SilentListener listener;
+    const std::string url = listener.url();
+    listener.close();
+    const auto result = postJson(parseHttpUrl(url), "/v1/events", "{}", std::chrono::seconds(5));
+    EXPECT_FALSE(result.ok);
+    EXPECT_THAT(result.error, HasSubstr("connect"));
+}
+
+TEST(Delivery, PostsWhenBatondAnswersAndSpoolsWhenNot)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    const nlohmann::json event
+        = { { "version", 1 }, { "kind", "step_start" }, { "idempotency_key", "1.0.step_start" } };
+    {
+        EventServer server;
+        const auto posted
+            = deliverEvent(event, parseHttpUrl(server.url()), dir.get(), std::chrono::seconds(5));
+        EXPECT_EQ(posted.how, Delivery::Posted);
+        ASSERT_EQ(server.bodies().size(), 1u);
+        EXPECT_EQ(nlohmann::json::parse(server.bodies()[0]), event);
+    }
+    EXPECT_FALSE(fs::exists(temp.path() / ".baton-spool"));
+    SilentListener absent;
+    const std::string url = absent.url();
+    absent.close();
+    const auto spooled = deliverEvent(event, parseHttpUrl(url), dir.get(), std::chrono::seconds(1));
+    EXPECT_EQ(spooled.how, Delivery::Spooled);
+    EXPECT_THAT(spooled.postError, HasSubstr("connect"));
+    const auto noUrl = deliverEvent(event, std::nullopt, dir.get(), std::chrono::seconds(1));
+    EXPECT_EQ(noUrl.how, Delivery::Spooled);
+    EXPECT_EQ(
+        readText(temp.path() / ".baton-spool" / "events.jsonl"), event.dump() + "\n" + event.dump() + "\n");
+}
+
+} // namespace

@@ -1,0 +1,433 @@
+// spank_baton.so inside a real slurmctld + slurmd: options at submission, the BATON_* environment in
+// the tasks, chain directories created as the job user, refusals, and events posted or spooled.
+#include "services.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <netinet/in.h>
+#include <sstream>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+using baton::test::ProcessResult;
+using baton::test::run;
+using baton::test::SlurmCluster;
+using baton::test::TempDir;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
+
+constexpr uid_t nobody = 65534;
+const std::string pluginPath = SPANK_BATON_PATH;
+
+// Runs a Slurm command against `cluster` (several clusters may exist at once).
+ProcessResult slurm(const SlurmCluster& cluster, const std::vector<std::string>& argv)
+{
+    setenv("SLURM_CONF", cluster.slurmConf().c_str(), 1);
+    return run(argv, std::chrono::seconds(90));
+}
+
+std::map<std::string, std::string> variables(const std::string& output)
+{
+    std::map<std::string, std::string> vars;
+    std::istringstream lines(output);
+    for (std::string line; std::getline(lines, line);) {
+        const auto equals = line.find('=');
+        if (equals != std::string::npos && line.find(' ') > equals) {
+            vars[line.substr(0, equals)] = line.substr(equals + 1);
+        }
+    }
+    return vars;
+}
+
+std::string readText(const fs::path& path)
+{
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::vector<nlohmann::json> jsonLines(const std::string& text)
+{
+    std::vector<nlohmann::json> events;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        events.push_back(nlohmann::json::parse(line));
+    }
+    return events;
+}
+
+struct stat statOf(const fs::path& path)
+{
+    struct stat info { };
+    EXPECT_EQ(::lstat(path.c_str(), &info), 0) << path;
+    return info;
+}
+
+std::string jobIdOf(const ProcessResult& submitted)
+{
+    const auto& text = submitted.output;
+    const auto start = text.find("Submitted batch job ");
+    return start == std::string::npos ? "" : text.substr(start + 20, text.find('\n', start) - start - 20);
+}
+
+// EndTime=2026-11-21T21:19:28 from `scontrol -o show job`, as epoch seconds (local time, like Slurm).
+long long endTimeOf(const std::string& scontrolOutput)
+{
+    const auto start = scontrolOutput.find("EndTime=");
+    if (start == std::string::npos) {
+        return -1;
+    }
+    std::tm tm {};
+    tm.tm_isdst = -1;
+    if (!strptime(scontrolOutput.c_str() + start + 8, "%Y-%m-%dT%H:%M:%S", &tm)) {
+        return -1;
+    }
+    return static_cast<long long>(std::mktime(&tm));
+}
+
+// A stand-in for batond's event endpoint: a real HTTP server on a free loopback port.
+class EventServer {
+public:
+    EventServer()
+    {
+        server_.Post("/v1/events", [this](const httplib::Request& request, httplib::Response& response) {
+            std::lock_guard lock(mutex_);
+            events_.push_back(nlohmann::json::parse(request.body));
+            response.status = 202;
+        });
+        port_ = server_.bind_to_any_port("127.0.0.1");
+        thread_ = std::thread([this] { server_.listen_after_bind(); });
+        while (!server_.is_running()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    ~EventServer()
+    {
+        server_.stop();
+        thread_.join();
+    }
+    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+    // Waits until `count` events of the job have arrived and returns them.
+    std::vector<nlohmann::json> eventsOf(long long jobId, std::size_t count)
+    {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+        for (;;) {
+            std::vector<nlohmann::json> found;
+            {
+                std::lock_guard lock(mutex_);
+                for (const auto& event : events_) {
+                    if (event.value("job_id", -1LL) == jobId) {
+                        found.push_back(event);
+                    }
+                }
+            }
+            if (found.size() >= count || std::chrono::steady_clock::now() > deadline) {
+                return found;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+    }
+
+private:
+    httplib::Server server_;
+    int port_ = 0;
+    std::thread thread_;
+    std::mutex mutex_;
+    std::vector<nlohmann::json> events_;
+};
+
+// Directories the jobs use; world-traversable so that jobs of `nobody` reach them.
+struct Layout {
+    TempDir base { "baton-spank" };
+    fs::path chains = base.path() / "chains";
+    fs::path allowed = base.path() / "allowed";
+    fs::path target = base.path() / "target";
+
+    Layout()
+    {
+        ::chmod(base.path().c_str(), 0755);
+        for (const auto& dir : { chains, allowed, target }) {
+            fs::create_directory(dir);
+            ::chmod(dir.c_str(), 01777);
+        }
+    }
+    std::string plugstack(const std::string& url, const std::string& extra = "") const
+    {
+        return "required " + pluginPath + " chain_root=" + chains.string()
+            + "/%u allowed_prefixes=" + allowed.string() + " url=" + url + " report_timeout=1" + extra;
+    }
+};
+
+class SpankPlugin : public testing::Test {
+protected:
+    static void SetUpTestSuite()
+    {
+        layout_ = new Layout;
+        server_ = new EventServer;
+        cluster_ = new SlurmCluster({ layout_->plugstack(server_->url()) });
+    }
+    static void TearDownTestSuite()
+    {
+        delete cluster_;
+        delete server_;
+        delete layout_;
+    }
+    static ProcessResult slurm(const std::vector<std::string>& argv) { return ::slurm(*cluster_, argv); }
+
+    static Layout* layout_;
+    static EventServer* server_;
+    static SlurmCluster* cluster_;
+};
+
+Layout* SpankPlugin::layout_ = nullptr;
+EventServer* SpankPlugin::server_ = nullptr;
+SlurmCluster* SpankPlugin::cluster_ = nullptr;
+
+TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
+{
+    const auto result = slurm({ "srun", "--baton=envchain", "--baton-overhead=7.5", "--baton-margin=90",
+        "--time=2", "sh", "-c", "env; scontrol -o show job \"$SLURM_JOB_ID\"" });
+    ASSERT_EQ(result.exitCode, 0) << result.output;
+    auto vars = variables(result.output);
+    EXPECT_EQ(vars["BATON_CHAIN"], "envchain");
+    EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "root" / "envchain").string());
+    EXPECT_EQ(vars["BATON_JOB_ID"], vars["SLURM_JOB_ID"]);
+    EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
+    EXPECT_EQ(vars["BATON_DEADLINE_MARGIN"], "90");
+    EXPECT_EQ(vars["BATON_OVERHEAD"], "7.5");
+    EXPECT_EQ(vars["BATON_KEEP"], "2");
+    EXPECT_EQ(vars["BATON_PROVISIONER_URL"], server_->url());
+    const long long endTime = endTimeOf(result.output);
+    ASSERT_GT(endTime, 0) << result.output;
+    EXPECT_NEAR(std::stoll(vars["BATON_DEADLINE"]), endTime, 3) << result.output;
+    EXPECT_NEAR(endTime - std::time(nullptr), 120, 30);
+
+    const long long jobId = std::stoll(vars["SLURM_JOB_ID"]);
+    const auto events = server_->eventsOf(jobId, 2);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0]["kind"], "step_start");
+    EXPECT_EQ(events[1]["kind"], "task_exit");
+    EXPECT_EQ(events[1]["exit_status"], 0);
+    for (const auto& event : events) {
+        EXPECT_EQ(event["version"], 1);
+        EXPECT_EQ(event["chain"], "envchain");
+        EXPECT_EQ(event["step"], "0");
+        EXPECT_EQ(event["deadline_unix"], std::stoll(vars["BATON_DEADLINE"]));
+    }
+    EXPECT_FALSE(fs::exists(layout_->chains / "root" / "envchain" / ".baton-spool"));
+}
+
+TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
+{
+    for (int expected = 0; expected < 2; ++expected) {
+        const fs::path out = layout_->base.path() / ("batch" + std::to_string(expected) + ".out");
+        const auto submitted = slurm({ "sbatch", "--wait", "-J", "trainer", "--baton", "--time=2",
+            "--output=" + out.string(), "--wrap=env; srun env | grep '^BATON_CHAIN='" });
+        ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
+        const std::string text = readText(out);
+        auto vars = variables(text);
+        EXPECT_EQ(vars["BATON_CHAIN"], "trainer") << text;
+        EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "root" / "trainer").string());
+        EXPECT_EQ(vars["BATON_JOB_ID"], jobIdOf(submitted));
+        EXPECT_EQ(vars["BATON_RESTART_COUNT"], std::to_string(expected));
+        EXPECT_EQ(vars["BATON_OVERHEAD"], "5");
+        EXPECT_EQ(vars["BATON_DEADLINE_MARGIN"], "60");
+        // The step inside the job inherits --baton from the batch script's environment.
+        std::size_t seen = 0;
+        for (auto at = text.find("BATON_CHAIN=trainer\n"); at != std::string::npos;
+             at = text.find("BATON_CHAIN=trainer\n", at + 1)) {
+            ++seen;
+        }
+        EXPECT_EQ(seen, 2u) << text;
+    }
+}
+
+TEST_F(SpankPlugin, BadOptionValuesFailAtSubmissionWithTheMessage)
+{
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+        { { "srun", "--baton-overhead=abc", "true" }, "--baton-overhead: overhead must be a percentage" },
+        { { "srun", "--baton-overhead=100", "true" }, "greater than 0 and less than 100, got '100'" },
+        { { "srun", "--baton-margin=-5", "true" }, "--baton-margin: margin must be a whole number" },
+        { { "srun", "--baton=a/b", "true" }, "--baton: chain name must be" },
+        { { "sbatch", "--baton-overhead=0", "--wrap=true" }, "--baton-overhead: overhead must be" },
+        { { "sbatch", "--baton-margin=ten", "--wrap=true" }, "got 'ten'" },
+        { { "salloc", "--baton=.hidden", "true" }, "chain name must be" },
+    };
+    for (const auto& [argv, message] : cases) {
+        const auto result = slurm(argv);
+        EXPECT_NE(result.exitCode, 0) << argv[1];
+        EXPECT_THAT(result.output, HasSubstr("error: baton: ")) << result.output;
+        EXPECT_THAT(result.output, HasSubstr(message)) << result.output;
+        EXPECT_THAT(result.output, testing::Not(HasSubstr("Submitted batch job"))) << result.output;
+    }
+}
+
+TEST_F(SpankPlugin, TraversalSymlinksAndOutsidePrefixesAreRefused)
+{
+    const auto traversal
+        = slurm({ "srun", "--baton", "--baton-dir=" + layout_->allowed.string() + "/../target/x", "true" });
+    EXPECT_NE(traversal.exitCode, 0);
+    EXPECT_THAT(traversal.output, HasSubstr("contains '..' (path traversal)"));
+
+    const auto outside
+        = slurm({ "sbatch", "--baton", "--baton-dir=" + layout_->target.string() + "/x", "--wrap=true" });
+    EXPECT_NE(outside.exitCode, 0);
+    EXPECT_THAT(outside.output, HasSubstr("is outside the allowed prefixes"));
+
+    // A link below the prefix can only be seen on the node: the job fails and nothing is created.
+    fs::create_directory_symlink(layout_->target, layout_->allowed / "link");
+    const auto linked = slurm({ "srun", "--baton",
+        "--baton-dir=" + (layout_->allowed / "link" / "sub").string(), "--time=1", "true" });
+    EXPECT_NE(linked.exitCode, 0) << linked.output;
+    EXPECT_THAT(linked.output, HasSubstr("is a symbolic link or not a directory"));
+    EXPECT_FALSE(fs::exists(layout_->target / "sub"));
+    const auto drained = slurm({ "sinfo", "-h", "-o", "%t" });
+    EXPECT_THAT(drained.output, testing::Not(HasSubstr("drain"))) << drained.output;
+}
+
+TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
+{
+    const auto result = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
+        "--chdir=/", "--baton=userchain", "--time=1", "env" });
+    ASSERT_EQ(result.exitCode, 0) << result.output;
+    const fs::path dir = layout_->chains / "nobody" / "userchain";
+    EXPECT_EQ(variables(result.output)["BATON_CHAIN_DIR"], dir.string());
+    for (const auto& path : { dir.parent_path(), dir }) {
+        const auto info = statOf(path);
+        EXPECT_EQ(info.st_uid, nobody) << path;
+        EXPECT_EQ(info.st_gid, nobody) << path;
+        EXPECT_EQ(info.st_mode & 07777, 0700u) << path;
+    }
+    EXPECT_EQ(statOf(dir / ".baton-jobs").st_uid, nobody);
+
+    // Root could create this directory; the job user cannot, so the plugin must not either.
+    const fs::path rootOnly = layout_->allowed / "root-only";
+    fs::create_directory(rootOnly);
+    ::chmod(rootOnly.c_str(), 0700);
+    const auto refused = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
+        "--chdir=/", "--baton", "--baton-dir=" + (rootOnly / "chain").string(), "--time=1", "true" });
+    EXPECT_NE(refused.exitCode, 0);
+    EXPECT_THAT(refused.output, HasSubstr("Permission denied"));
+    EXPECT_FALSE(fs::exists(rootOnly / "chain"));
+
+    // A directory of another user is not taken over.
+    const auto foreign = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
+        "--chdir=/", "--baton", "--baton-dir=" + (layout_->chains / "root" / "envchain").string(), "--time=1",
+        "true" });
+    EXPECT_NE(foreign.exitCode, 0);
+}
+
+// The end-to-end case: a job with a one-minute limit commits its final checkpoint before the
+// limit, and the next job of the chain restores it. The program finds everything through BATON_*.
+TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
+{
+    const fs::path first = layout_->base.path() / "chain1.out";
+    const auto submitted = slurm({ "sbatch", "--wait", "--baton=ckchain", "--baton-margin=15", "--time=1",
+        "--output=" + first.string(), "--wrap=exec " + std::string(CKPT_CHAIN_JOB_PATH) });
+    const std::string firstJob = jobIdOf(submitted);
+    ASSERT_FALSE(firstJob.empty()) << submitted.output;
+    const std::string firstText = readText(first);
+    EXPECT_THAT(firstText, HasSubstr("restart count 0\nfresh start\n"));
+    const auto state = slurm({ "scontrol", "-o", "show", "job", firstJob });
+    EXPECT_THAT(state.output, HasSubstr("JobState=TIMEOUT")) << state.output;
+
+    // "final checkpoint iteration N committed at T, deadline D"
+    unsigned long long iteration = 0;
+    long long at = 0;
+    long long deadline = 0;
+    const auto line = firstText.find("final checkpoint iteration ");
+    ASSERT_NE(line, std::string::npos) << firstText;
+    ASSERT_EQ(
+        std::sscanf(firstText.c_str() + line,
+            "final checkpoint iteration %llu committed at %lld, deadline %lld", &iteration, &at, &deadline),
+        3)
+        << firstText;
+    EXPECT_LE(at, deadline - 10) << firstText;
+    // Slurm enforces limits on a ~30 s cadence: the job ended at or somewhat after its deadline.
+    const long long ended = endTimeOf(state.output);
+    EXPECT_GE(ended, deadline - 2) << state.output;
+    EXPECT_LE(ended, deadline + 45) << state.output;
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%012llu", iteration);
+    EXPECT_TRUE(fs::exists(layout_->chains / "root" / "ckchain" / name / "manifest.json"));
+
+    // The task was killed at the limit; its report names the final checkpoint.
+    const auto events = server_->eventsOf(std::stoll(firstJob), 2);
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[1]["kind"], "task_exit");
+    EXPECT_EQ(events[1]["checkpoint"]["iteration"], iteration);
+    EXPECT_EQ(events[1]["checkpoint"]["name"], name);
+
+    const fs::path second = layout_->base.path() / "chain2.out";
+    const auto next
+        = slurm({ "sbatch", "--wait", "--baton=ckchain", "--time=1", "--output=" + second.string(),
+            "--wrap=exec " + std::string(CKPT_CHAIN_JOB_PATH) + " --run-seconds=2" });
+    ASSERT_EQ(next.exitCode, 0) << next.output << readText(second);
+    const std::string secondText = readText(second);
+    EXPECT_THAT(secondText,
+        HasSubstr("restart count 1\nrestored iteration " + std::to_string(iteration) + " verified"));
+    const auto nextEvents = server_->eventsOf(std::stoll(jobIdOf(next)), 1);
+    ASSERT_FALSE(nextEvents.empty());
+    EXPECT_EQ(nextEvents[0]["kind"], "step_start");
+    EXPECT_EQ(nextEvents[0]["restart_count"], 1);
+    EXPECT_EQ(nextEvents[0]["checkpoint"]["iteration"], iteration);
+}
+
+TEST(SpankPluginAlone, EventsAreSpooledWhenBatondIsAbsent)
+{
+    Layout layout;
+    // A port that was free a moment ago and is closed now: nothing listens there.
+    int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    ::bind(probe, reinterpret_cast<sockaddr*>(&address), length);
+    ::getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+    ::close(probe);
+    SlurmCluster cluster({ layout.plugstack("http://127.0.0.1:" + std::to_string(ntohs(address.sin_port))) });
+    const fs::path out = layout.base.path() / "spooled.out";
+    const auto submitted = slurm(cluster,
+        { "sbatch", "--wait", "--baton=spooled", "--time=1", "--output=" + out.string(), "--wrap=echo ran" });
+    ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
+    EXPECT_EQ(readText(out), "ran\n");
+    const auto events
+        = jsonLines(readText(layout.chains / "root" / "spooled" / ".baton-spool" / "events.jsonl"));
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_EQ(events[0]["kind"], "step_start");
+    EXPECT_EQ(events[1]["kind"], "task_exit");
+    for (const auto& event : events) {
+        EXPECT_EQ(std::to_string(event["job_id"].get<long long>()), jobIdOf(submitted));
+        EXPECT_EQ(event["step"], "batch");
+        EXPECT_EQ(event["chain"], "spooled");
+    }
+}
+
+TEST(SpankPluginAlone, UnknownPlugstackKeyIsAClearError)
+{
+    Layout layout;
+    SlurmCluster cluster({ layout.plugstack("http://127.0.0.1:1", " bogus=1") });
+    for (const auto& argv : std::vector<std::vector<std::string>> {
+             { "srun", "--baton", "true" }, { "sbatch", "--baton", "--wrap=true" } }) {
+        const auto result = slurm(cluster, argv);
+        EXPECT_NE(result.exitCode, 0);
+        EXPECT_THAT(result.output, HasSubstr("baton: plugstack.conf: unknown key 'bogus'")) << result.output;
+    }
+}
+
+} // namespace
