@@ -137,6 +137,47 @@ class NativeTest(TempChain):
             baton.Checkpointer(options(self.chain)).set_manifest_field("iteration", 5)
 
 
+class SessionTest(TempChain):
+    def test_session_checkpoints_restores_and_carries_the_sampler(self):
+        options = baton.SessionOptions()
+        options.checkpointer.chain_dir = self.chain
+        options.policy.deadline = time.time() + 6
+        options.policy.deadline_margin = 3
+        weights = numpy.zeros(4096, dtype=numpy.float64)
+        sampler = baton.ResumableSampler(100, 7)
+        session = baton.Session(options)
+        session.register_region("weights", weights)
+        session.attach_sampler(sampler)
+        self.assertFalse(session.restore().restored)
+        iteration = 0
+        give_up = time.monotonic() + 20
+        while not session.should_exit and time.monotonic() < give_up:
+            iteration += 1
+            sampler.take(10)
+            session.before_update()
+            weights += 1.0
+            session.step(iteration)
+            time.sleep(0.002)
+        self.assertTrue(session.should_exit)
+        self.assertTrue(session.last_checkpoint().committed)
+        saved_iteration = session.last_checkpoint().iteration
+        saved_weights = weights.copy()
+        session.close()
+
+        options.policy.deadline = None
+        again = baton.Session(options)
+        restored_weights = numpy.zeros_like(weights)
+        restored_sampler = baton.ResumableSampler(100, 7)
+        again.register_region("weights", restored_weights)
+        again.attach_sampler(restored_sampler)
+        result = again.restore()
+        self.assertEqual(result.iteration, saved_iteration)
+        self.assertTrue(numpy.array_equal(restored_weights, saved_weights))
+        self.assertEqual(restored_sampler.state, result.manifest["sampler"])
+        self.assertEqual(restored_sampler.position, (saved_iteration * 10) % 100)
+        again.close()
+
+
 class Net(torch.nn.Module):
     def __init__(self, extra=False):
         super().__init__()
@@ -245,7 +286,6 @@ class TorchAdapterTest(TempChain):
         self.assertEqual(baton.torch._loads(baton.torch._dumps({"a": (1, 2.5, None)})), {"a": (1, 2.5, None)})
 
 
-@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
 class SamplerTest(unittest.TestCase):
     def test_resumes_with_the_remaining_order(self):
         whole = baton.torch.ResumableSampler(50, seed=4)
@@ -274,7 +314,6 @@ class SamplerTest(unittest.TestCase):
             baton.torch.ResumableSampler(3, seed=0, num_replicas=2, rank=2)
 
 
-@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
 class PolicyTest(TempChain):
     def train_until_exit(self, ckpt, parts, seconds):
         model, optimizer, scheduler = parts

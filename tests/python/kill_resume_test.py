@@ -26,12 +26,6 @@ except ImportError as missing:
     print(f"skipped: {missing}", file=sys.stderr)
     sys.exit(77)
 
-import baton
-
-if not getattr(baton, "have_policy", False):
-    print("skipped: this build of baton has no resumable sampler (built without the policy)", file=sys.stderr)
-    sys.exit(77)
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_EXAMPLE = os.path.join(HERE, "..", "..", "examples", "train_digits.py")
 

@@ -170,8 +170,6 @@ class ResumableSampler(torch.utils.data.Sampler):
                 num_replicas = torch.distributed.get_world_size() if distributed else 1
             if rank is None:
                 rank = torch.distributed.get_rank() if distributed else 0
-        if not hasattr(_native, "ResumableSampler"):
-            raise RuntimeError("this build of baton has no resumable sampler (built without the policy)")
         try:
             self._native = _native.ResumableSampler(size, seed, num_replicas, rank, drop_last)
         except ValueError as error:
@@ -241,8 +239,6 @@ class Checkpointer:
                  policy_options: Optional["_native.PolicyOptions"] = None):
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
-        if interval is None and not hasattr(_native, "Policy"):
-            raise ValueError("this build of baton has no checkpoint policy: pass interval=")
         if options is None:
             options = _native.Options.from_environment() if chain_dir is None else _native.Options()
         if chain_dir is not None:
@@ -421,6 +417,10 @@ class Checkpointer:
                     self._native.wait()
                     self._report_outcome()
                 self._start_checkpoint(iteration)
+                if decision.final:
+                    # Nothing after it will be kept: wait, so that should_exit is true at once.
+                    self._native.wait()
+                    self._report_outcome()
         self._last_boundary = now
 
     def _start_checkpoint(self, iteration: int) -> None:
