@@ -26,7 +26,8 @@ still reads the weights; after it, the iteration counts as done, but the checkpo
 starts only when the next iteration begins — at the next index drawn from the ResumableSampler, the
 model's next forward pass or the next ``optimizer.step()``, whichever comes first — so that what a
 training loop does after the update (``scheduler.step()``, logging, the end of an epoch) belongs to the
-saved iteration. The snapshot then overlaps the next forward and backward pass.
+saved iteration. Asking ``should_exit`` at the end of an iteration ends it as well. The snapshot then
+overlaps the next forward and backward pass.
 """
 
 from __future__ import annotations
@@ -296,7 +297,11 @@ class Checkpointer:
     @property
     def should_exit(self) -> bool:
         """True once the final checkpoint before the deadline (or after SIGTERM) has committed: the
-        training loop should end; the next job of the chain continues from that checkpoint."""
+        training loop should end; the next job of the chain continues from that checkpoint.
+
+        Asking ends the current iteration (its checkpoint may start now): ask after everything the
+        iteration does, as a loop condition does."""
+        self._boundary()
         self._report_outcome()
         return self._policy is not None and self._policy.should_exit
 
