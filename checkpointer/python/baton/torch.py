@@ -144,9 +144,10 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:
+    """(address, bytes, device, shape, dtype): a change of any means registering again."""
     device = tensor.device
     return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
-            "cpu" if device.type == "cpu" else str(device))
+            "cpu" if device.type == "cpu" else str(device), tensor.shape, tensor.dtype)
 
 
 # --- the sampler --------------------------------------------------------------------------------------
@@ -470,8 +471,9 @@ class Checkpointer:
     # -- what goes into a checkpoint --
 
     def _prepare_checkpoint(self, iteration: int) -> None:
-        self._sync_regions()
-        self._save_buffers()
+        parameters, buffers = self._model_state()
+        self._sync_regions(parameters)
+        self._save_buffers(buffers)
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
         if self._policy is not None:
             self._native.set_manifest_field("tuning", self._policy.tuning)
@@ -508,10 +510,9 @@ class Checkpointer:
             (parameters if isinstance(tensor, torch.nn.Parameter) else buffers)[f"model/{name}"] = tensor
         return parameters, buffers
 
-    def _save_buffers(self) -> None:
+    def _save_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
         """Buffers (batch-norm statistics, counters) change during the forward pass, which overlaps
         the snapshot: they are copied now, at the boundary, as blobs. They are small."""
-        _, buffers = self._model_state()
         for name in self._buffer_names - buffers.keys():
             self._native.remove_blob(name)
         for name, tensor in buffers.items():
@@ -537,39 +538,47 @@ class Checkpointer:
                                        f"{tensor.numel() * tensor.element_size()} in the model")
                 tensor.copy_(data.view(tensor.dtype).reshape(tensor.shape))
 
-    def _tensors(self) -> Dict[str, torch.Tensor]:
-        tensors, _ = self._model_state()
-        for index, values in self.optimizer.state_dict()["state"].items():
-            for key, value in values.items():
+    def _optimizer_tensors(self) -> Dict[str, torch.Tensor]:
+        """The tensors of optimizer.state_dict()["state"], named by parameter index as state_dict()
+        numbers them, read from optimizer.state without packing a whole state_dict."""
+        tensors = {}
+        params = chain.from_iterable(group["params"] for group in self.optimizer.param_groups)
+        for index, param in enumerate(params):
+            for key, value in self.optimizer.state.get(param, {}).items():
                 if isinstance(value, torch.Tensor):
                     tensors[f"optimizer/{index}/{key}"] = value
         return tensors
 
-    def _sync_regions(self) -> None:
+    def _sync_regions(self, parameters: Optional[Dict[str, torch.Tensor]] = None) -> None:
         """Registers new or moved tensors and unregisters vanished ones (optimizer state appears after
         the first step; a user may replace a parameter)."""
-        tensors = self._tensors()
+        tensors = dict(self._model_state()[0] if parameters is None else parameters)
+        tensors.update(self._optimizer_tensors())
+        changed = False
         for name in [n for n in self._regions if n not in tensors]:
             self._native.unregister_region(name)
             del self._regions[name]
-        layout: Dict[str, Any] = {}
+            changed = True
         for name, tensor in tensors.items():
-            if not tensor.is_contiguous():
-                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
-            if name.startswith("optimizer/"):
-                layout[name] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
             key = _tensor_key(tensor)
             if self._regions.get(name) == key:
                 continue
+            if not tensor.is_contiguous():
+                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
             self._native.register_region(name, tensor)
             self._regions[name] = key
-        self._device_regions = sorted({device for _, _, device in self._regions.values() if device != "cpu"})
+            changed = True
+        if not changed:
+            return
+        self._device_regions = sorted({key[2] for key in self._regions.values() if key[2] != "cpu"})
         if self._policy is not None:
-            self._policy.set_checkpoint_bytes(sum(size for _, size, _ in self._regions.values()))
+            self._policy.set_checkpoint_bytes(sum(key[1] for key in self._regions.values()))
             if self._device_regions:
                 device = torch.device(self._device_regions[0])
                 self._policy.set_device_memory(torch.cuda.max_memory_allocated(device),
                                                torch.cuda.get_device_properties(device).total_memory)
+        layout = {name: {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)}
+                  for name, t in tensors.items() if name.startswith("optimizer/")}
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout
