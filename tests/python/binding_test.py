@@ -341,6 +341,14 @@ class PolicyTest(TempChain):
         self.assertEqual(manifest["iteration"], stats.iteration)
         self.assertGreaterEqual(manifest["tuning"]["interval"], 1)
 
+    def test_malformed_environment_is_a_config_error(self):
+        os.environ["BATON_OVERHEAD"] = "lots"
+        try:
+            with self.assertRaisesRegex(baton.ConfigError, "BATON_OVERHEAD"):
+                baton.torch.Checkpointer(*build(), chain_dir=self.chain)
+        finally:
+            del os.environ["BATON_OVERHEAD"]
+
     def test_sigterm_checkpoints_and_asks_to_exit(self):
         parts = build()
         ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain)

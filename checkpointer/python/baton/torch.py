@@ -439,7 +439,7 @@ class Checkpointer:
         if started:
             self._outstanding = iteration
         elif self._policy is not None:
-            self._policy.checkpoint_failed("a checkpoint was still in flight")
+            self._policy.checkpoint_failed(self._native.last_error or "a checkpoint was still in flight")
 
     def _report_outcome(self) -> None:
         """Tells the policy how the started checkpoint ended, once it has."""
@@ -457,13 +457,19 @@ class Checkpointer:
     def _start_policy(self, previous_tuning: Optional[Dict[str, Any]]) -> None:
         if self._policy is not None:
             self._policy.disable_signals()  # one set of handlers per process
-        options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        try:
+            options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        except ValueError as error:  # a malformed BATON_OVERHEAD, BATON_DEADLINE, ...
+            raise _native.ConfigError(str(error)) from None
         if previous_tuning:
             try:
                 options.previous = previous_tuning
             except ValueError as error:  # a chain written by another version: profile afresh
                 print(f"baton: ignoring the previous job's tuning ({error})", flush=True)
-        self._policy = _native.Policy(options)
+        try:
+            self._policy = _native.Policy(options)
+        except ValueError as error:
+            raise _native.ConfigError(str(error)) from None
         self._policy.log_to_stderr()
         if self._signals:
             self._policy.enable_signals()
