@@ -78,7 +78,10 @@ int slurm_spank_local_user_init(spank_t sp, int, char**)
 
 int slurm_spank_user_init(spank_t sp, int, char**)
 {
-    return guarded("user_init", [&] { return spank_remote(sp) ? remoteUserInit(sp) : 0; });
+    // Never fails: a failed user_init drains the node for batch jobs; remoteUserInit refuses steps
+    // through task_init instead.
+    guarded("user_init", [&] { return spank_remote(sp) ? remoteUserInit(sp) : 0; });
+    return 0;
 }
 
 int slurm_spank_task_init(spank_t sp, int, char**)

@@ -64,7 +64,11 @@ std::string stepName(std::uint32_t stepId)
 std::optional<std::string> jobEnv(spank_t sp, const char* name)
 {
     char buffer[4096];
-    if (spank_getenv(sp, name, buffer, sizeof buffer) != ESPANK_SUCCESS) {
+    const spank_err_t rc = spank_getenv(sp, name, buffer, sizeof buffer);
+    if (rc != ESPANK_SUCCESS) {
+        if (rc != ESPANK_ENV_NOEXIST) {
+            spankOk(rc, "spank_getenv");
+        }
         return std::nullopt;
     }
     return std::string(buffer);

@@ -45,7 +45,7 @@ int main()
         sc.ageWeight = 100;
         sc.sizeWeight = 10;
         sc.recordedWeight = 1000;
-        auto jobs = loadJobs(path);
+        auto jobs = loadJobs(path).jobs;
         prepareTrace(jobs, sc.nodes);
         auto trace = std::make_shared<const std::vector<Job>>(std::move(jobs));
         auto config = defaultComparisonConfig(*trace);

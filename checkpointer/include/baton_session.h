@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "baton_ckpt.h"
 #include "baton_sampler.h"
 
 #ifdef __cplusplus
@@ -21,6 +22,10 @@ typedef struct baton_session baton_session;
  * overhead_percent > 0 overrides BATON_OVERHEAD; handle_signals != 0 installs the SIGUSR1/SIGTERM
  * handlers. NULL on error. */
 baton_session* baton_session_create(const char* chain_dir, double overhead_percent, int handle_signals);
+/* Drives a checkpointer made with baton_ckpt_create (registrations, blobs and device regions through
+ * baton_ckpt_*), which must outlive the session. BATON_OVERHEAD, BATON_DEADLINE and
+ * BATON_DEADLINE_MARGIN are read from the environment; overhead_percent > 0 overrides the first. */
+baton_session* baton_session_create_for(baton_ckpt* ckpt, double overhead_percent, int handle_signals);
 /* Waits for an in-flight checkpoint. */
 void baton_session_destroy(baton_session* session);
 
@@ -37,6 +42,9 @@ int baton_session_set_deadline(baton_session* session, double epoch_seconds);
 int baton_session_restore(baton_session* session, uint64_t* iteration);
 /* Size of a restored blob, copying it into buffer when capacity suffices; -1 when there is none. */
 int64_t baton_session_blob(const baton_session* session, const char* name, void* buffer, size_t capacity);
+
+/* Checkpoint at the next step; exit_after != 0 makes it final (should_exit once it commits). */
+int baton_session_request_checkpoint(baton_session* session, int exit_after);
 
 int baton_session_before_update(baton_session* session);
 /* At the end of iteration `iteration`: 1 a checkpoint started, 0 none, -1 error. */

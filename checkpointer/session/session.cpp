@@ -44,7 +44,19 @@ SessionOptions SessionOptions::fromEnvironment()
 
 Session::Session(SessionOptions options)
     : log_(options.checkpointer.log)
-    , checkpointer_(std::make_unique<Checkpointer>(options.checkpointer))
+    , owned_(std::make_unique<Checkpointer>(options.checkpointer))
+    , checkpointer_(owned_.get())
+    , policy_(checked(options.policy))
+{
+    policy_.onLog([this](const std::string& message) { log(message); });
+    lastBoundary_ = SteadyClock::now();
+    if (options.handleSignals)
+        policy_.enableSignals();
+}
+
+Session::Session(Checkpointer& checkpointer, SessionOptions options)
+    : log_(checkpointer.options().log)
+    , checkpointer_(&checkpointer)
     , policy_(checked(options.policy))
 {
     policy_.onLog([this](const std::string& message) { log(message); });

@@ -1,6 +1,7 @@
 #include "baton_session.h"
 
 #include "../policy/sampler_handle.hpp"
+#include "../src/c_api_handle.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/session.hpp"
 
@@ -62,6 +63,28 @@ baton_session* baton_session_create(const char* chain_dir, double overhead_perce
             options.policy.targetPercent = overhead_percent;
         options.handleSignals = handle_signals != 0;
         auto session = std::make_unique<baton::ckpt::Session>(std::move(options));
+        created = new baton_session { std::move(session), {} };
+        return 0;
+    });
+    return created;
+}
+
+baton_session* baton_session_create_for(baton_ckpt* ckpt, double overhead_percent, int handle_signals)
+{
+    if (!present(ckpt))
+        return nullptr;
+    baton_session* created = nullptr;
+    guarded([&] {
+        baton::ckpt::SessionOptions options;
+        try {
+            options.policy = baton::ckpt::applyEnvironment(options.policy);
+        } catch (const std::invalid_argument& error) {
+            throw baton::ckpt::ConfigError(error.what());
+        }
+        if (overhead_percent > 0)
+            options.policy.targetPercent = overhead_percent;
+        options.handleSignals = handle_signals != 0;
+        auto session = std::make_unique<baton::ckpt::Session>(*ckpt->checkpointer, std::move(options));
         created = new baton_session { std::move(session), {} };
         return 0;
     });
@@ -139,6 +162,14 @@ int64_t baton_session_blob(const baton_session* session, const char* name, void*
     if (buffer != nullptr && found->second.size() <= capacity)
         std::memcpy(buffer, found->second.data(), found->second.size());
     return static_cast<int64_t>(found->second.size());
+}
+
+int baton_session_request_checkpoint(baton_session* session, int exit_after)
+{
+    if (!present(session))
+        return -1;
+    session->session->requestCheckpoint(exit_after != 0);
+    return 0;
 }
 
 int baton_session_before_update(baton_session* session)

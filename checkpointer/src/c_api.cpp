@@ -6,17 +6,10 @@
 
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton_version.h"
+#include "c_api_handle.hpp"
 
 using baton::ckpt::Checkpointer;
 using baton::ckpt::Options;
-
-struct baton_ckpt {
-    std::unique_ptr<Checkpointer> checkpointer;
-    std::string error;
-    baton::ckpt::RestoreResult restored;
-    std::string manifestText = "null";
-    std::string fallbackText;
-};
 
 namespace {
 

@@ -1,5 +1,7 @@
 #include "command.hpp"
 
+#include "sim_command.hpp"
+
 namespace baton::ctl {
 
 std::span<const CommandGroup> commandGroups()
@@ -9,6 +11,7 @@ std::span<const CommandGroup> commandGroups()
         { "version", "print the version", versionCommand },
         { "db", "database schema: migrate, status", dbCommand },
         { "trace", "job traces: import, list, stats", traceCommand },
+        { "sim", "queue simulator and provisioning policies: fit, run, compare", sim::runSimCommand },
     };
     return groups;
 }

@@ -50,15 +50,6 @@ PgConnPtr Connection::connectOnce(std::string& error) const
     // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
     PQsetNoticeProcessor(
         conn.get(), [](void*, const char*) {}, nullptr);
-    // The server-side limit on every statement, bound as a parameter like everything else.
-    const std::string limit = std::to_string(options_.statementTimeout.count());
-    const char* params[] = { limit.c_str() };
-    PgResultPtr set(PQexecParams(conn.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
-        params, nullptr, nullptr, 0));
-    if (PQresultStatus(set.get()) != PGRES_TUPLES_OK) {
-        error = trimmed(PQerrorMessage(conn.get()));
-        return nullptr;
-    }
     return conn;
 }
 
@@ -73,7 +64,14 @@ void Connection::connectWithBackoff()
     for (int attempt = 1;; ++attempt) {
         if (auto conn = connectOnce(error)) {
             conn_ = std::move(conn);
-            return;
+            poisoned_ = false;
+            try {
+                configureSession();
+                return;
+            } catch (const DbError& failure) {
+                error = failure.what();
+                conn_.reset();
+            }
         }
         if (Clock::now() + backoff > giveUp)
             throw ConnectionLost(
@@ -83,15 +81,20 @@ void Connection::connectWithBackoff()
     }
 }
 
+void Connection::configureSession()
+{
+    // The server-side limit on every statement, bound as a parameter like everything else.
+    const std::string limit = std::to_string(options_.statementTimeout.count());
+    const char* params[] = { limit.c_str() };
+    if (!PQsendQueryParams(conn_.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
+            params, nullptr, nullptr, 0))
+        throwSendFailure("session setup");
+    finish(nullptr, "session setup");
+}
+
 void Connection::reconnect()
 {
     connectWithBackoff();
-}
-
-bool Connection::inTransaction() const
-{
-    const auto status = PQtransactionStatus(conn_.get());
-    return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE;
 }
 
 void Connection::cancel()
@@ -191,7 +194,7 @@ void Connection::throwSendFailure(const char* what)
     throw DbError(message);
 }
 
-void Connection::prepare(const Statement& statement, Clock::time_point)
+void Connection::prepare(const Statement& statement)
 {
     if (prepared_.count(statement.name))
         return;
@@ -205,7 +208,7 @@ Result Connection::execOnce(const Statement& statement, const Params& params)
 {
     if (broken())
         throw ConnectionLost("not connected");
-    prepare(statement, callDeadline());
+    prepare(statement);
     std::vector<const char*> values;
     values.reserve(params.values().size());
     for (const auto& value : params.values())
@@ -216,17 +219,27 @@ Result Connection::execOnce(const Statement& statement, const Params& params)
     return finish(nullptr, statement.name);
 }
 
+void Connection::ensureSession()
+{
+    if (!broken())
+        return;
+    if (transactionOpen_)
+        throw ConnectionLost(
+            "the database connection was lost inside a transaction; the transaction is void");
+    reconnect(); // nothing has been sent yet, so this is safe for any statement
+}
+
 Result Connection::exec(const Statement& statement, const Params& params)
 {
-    const bool mayRetry = statement.retryable && !inTransaction();
+    ensureSession();
     try {
         return execOnce(statement, params);
     } catch (const ConnectionLost&) {
-        if (inTransaction() && !broken())
-            throw;
-        // The session is gone: the next call must find a fresh one either way.
+        if (transactionOpen_)
+            throw; // the transaction died with the session; the caller must start over
+        // The statement may or may not have run: only retryable ones are sent again.
         reconnect();
-        if (!mayRetry)
+        if (!statement.retryable)
             throw;
         return execOnce(statement, params);
     }
@@ -234,12 +247,46 @@ Result Connection::exec(const Statement& statement, const Params& params)
 
 Result Connection::execScript(std::string_view sql)
 {
-    if (broken())
-        reconnect();
+    ensureSession();
     const std::string text(sql);
     if (!PQsendQuery(conn_.get(), text.c_str()))
         throwSendFailure("SQL script");
     return finish(nullptr, "SQL script");
+}
+
+void Connection::beginTransaction()
+{
+    if (transactionOpen_)
+        throw DbError("a transaction is already open on this connection");
+    execScript("BEGIN");
+    transactionOpen_ = true;
+}
+
+void Connection::commitTransaction()
+{
+    if (!transactionOpen_)
+        throw DbError("no transaction is open");
+    try {
+        execScript("COMMIT");
+    } catch (...) {
+        transactionOpen_ = false;
+        throw;
+    }
+    transactionOpen_ = false;
+}
+
+void Connection::rollbackTransaction() noexcept
+{
+    if (!transactionOpen_)
+        return;
+    transactionOpen_ = false;
+    if (broken())
+        return; // a lost session rolled back on the server
+    try {
+        execScript("ROLLBACK");
+    } catch (const DbError&) {
+        poisoned_ = true; // unknown state: start afresh on the next call
+    }
 }
 
 } // namespace baton::db

@@ -41,8 +41,14 @@ public:
     // Runs SQL text without parameters, possibly several statements (migrations, BEGIN/COMMIT).
     Result execScript(std::string_view sql);
 
-    // True between BEGIN and COMMIT/ROLLBACK: calls are then never retried on another session.
-    bool inTransaction() const;
+    // Used by Transaction. While a transaction is open, calls are never retried on another session,
+    // and once its session is lost every call fails until the transaction ends.
+    void beginTransaction();
+    void commitTransaction();
+    void rollbackTransaction() noexcept;
+    bool inTransaction() const { return transactionOpen_; }
+    // Reconnects if the session broke outside a transaction; throws ConnectionLost inside one.
+    void ensureSession();
     // Drops the session and connects anew (with backoff).
     void reconnect();
     int serverVersion() const { return PQserverVersion(conn_.get()); }
@@ -63,7 +69,8 @@ public:
 private:
     PgConnPtr connectOnce(std::string& error) const;
     void connectWithBackoff();
-    void prepare(const Statement& statement, std::chrono::steady_clock::time_point deadline);
+    void configureSession();
+    void prepare(const Statement& statement);
     Result finish(PgResultPtr result, const char* what);
     Result execOnce(const Statement& statement, const Params& params);
     void cancel();
@@ -74,6 +81,7 @@ private:
     PgConnPtr conn_;
     std::set<std::string, std::less<>> prepared_;
     bool poisoned_ = false;
+    bool transactionOpen_ = false;
 };
 
 } // namespace baton::db

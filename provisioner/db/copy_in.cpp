@@ -2,6 +2,10 @@
 
 #include "errors.hpp"
 
+#include <poll.h>
+
+#include <cerrno>
+
 namespace baton::db {
 
 namespace {
@@ -16,6 +20,7 @@ constexpr char signature[] = { 'P', 'G', 'C', 'O', 'P', 'Y', '\n', '\xff', '\r',
 CopyIn::CopyIn(Connection& connection, std::string_view copySql)
     : connection_(connection)
 {
+    connection_.ensureSession();
     const std::string sql(copySql);
     if (!PQsendQuery(connection_.raw(), sql.c_str()))
         connection_.throwSendFailure("COPY");
@@ -26,6 +31,9 @@ CopyIn::CopyIn(Connection& connection, std::string_view copySql)
         throw DbError("COPY did not start: " + message);
     }
     open_ = true;
+    // Non-blocking while data flows, so that a server that stops reading cannot hang us past the
+    // deadline (see send()).
+    PQsetnonblocking(connection_.raw(), 1);
     buffer_.reserve(flushBytes + 4096);
     buffer_.append(signature, sizeof signature);
     put32(0); // flags
@@ -34,9 +42,12 @@ CopyIn::CopyIn(Connection& connection, std::string_view copySql)
 
 CopyIn::~CopyIn()
 {
-    if (!open_)
+    if (!open_) {
+        PQsetnonblocking(connection_.raw(), 0);
         return;
+    }
     // Abort: the server discards everything this COPY sent.
+    PQsetnonblocking(connection_.raw(), 0);
     if (PQputCopyEnd(connection_.raw(), "aborted by the client") == 1) {
         try {
             connection_.drain();
@@ -94,12 +105,42 @@ void CopyIn::timestamp(std::int64_t epochSeconds)
     int64(epochSeconds * 1'000'000LL - postgresEpochOffset);
 }
 
+void CopyIn::waitWritable(std::chrono::steady_clock::time_point deadline)
+{
+    PGconn* conn = connection_.raw();
+    const auto left
+        = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+        throw DbTimeout("COPY: the server did not accept data within "
+            + std::to_string(connection_.options().callTimeout.count()) + " ms");
+    pollfd fd { PQsocket(conn), POLLOUT | POLLIN, 0 };
+    if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR)
+        throw ConnectionLost("COPY: poll on the database socket failed");
+    if ((fd.revents & POLLIN) && !PQconsumeInput(conn))
+        connection_.throwSendFailure("COPY data");
+}
+
+void CopyIn::send(const char* data, std::size_t size)
+{
+    PGconn* conn = connection_.raw();
+    const auto deadline = connection_.callDeadline();
+    int sent;
+    while ((sent = PQputCopyData(conn, data, static_cast<int>(size))) == 0)
+        waitWritable(deadline);
+    if (sent < 0)
+        connection_.throwSendFailure("COPY data");
+    int pending;
+    while ((pending = PQflush(conn)) == 1)
+        waitWritable(deadline);
+    if (pending < 0)
+        connection_.throwSendFailure("COPY data");
+}
+
 void CopyIn::flush()
 {
     if (buffer_.empty())
         return;
-    if (PQputCopyData(connection_.raw(), buffer_.data(), static_cast<int>(buffer_.size())) != 1)
-        connection_.throwSendFailure("COPY data");
+    send(buffer_.data(), buffer_.size());
     buffer_.clear();
 }
 
@@ -111,7 +152,15 @@ std::uint64_t CopyIn::finish()
     buffer_.push_back('\xff');
     flush();
     open_ = false;
-    if (PQputCopyEnd(connection_.raw(), nullptr) != 1)
+    const auto deadline = connection_.callDeadline();
+    int ended;
+    while ((ended = PQputCopyEnd(connection_.raw(), nullptr)) == 0)
+        waitWritable(deadline);
+    int pending = ended < 0 ? -1 : 0;
+    while (ended > 0 && (pending = PQflush(connection_.raw())) == 1)
+        waitWritable(deadline);
+    PQsetnonblocking(connection_.raw(), 0);
+    if (ended < 0 || pending < 0)
         connection_.throwSendFailure("COPY end");
     PgResultPtr result = connection_.awaitResult(connection_.callDeadline());
     connection_.drain();

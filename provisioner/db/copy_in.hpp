@@ -5,6 +5,7 @@
 
 #include "connection.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,8 @@ private:
     void put32(std::uint32_t value);
     void put64(std::uint64_t value);
     void flush();
+    void send(const char* data, std::size_t size);
+    void waitWritable(std::chrono::steady_clock::time_point deadline);
 
     Connection& connection_;
     std::string buffer_;

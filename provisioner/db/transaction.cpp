@@ -7,21 +7,13 @@ namespace baton::db {
 Transaction::Transaction(Connection& connection)
     : connection_(connection)
 {
-    if (connection_.inTransaction())
-        throw DbError("a transaction is already open on this connection");
-    connection_.execScript("BEGIN");
+    connection_.beginTransaction();
 }
 
 Transaction::~Transaction()
 {
-    if (done_)
-        return;
-    try {
-        if (connection_.inTransaction())
-            connection_.execScript("ROLLBACK");
-    } catch (const DbError&) {
-        // A lost session has rolled back on the server already.
-    }
+    if (!done_)
+        connection_.rollbackTransaction();
 }
 
 void Transaction::commit()
@@ -29,7 +21,7 @@ void Transaction::commit()
     if (done_)
         throw DbError("the transaction was already committed");
     done_ = true;
-    connection_.execScript("COMMIT");
+    connection_.commitTransaction();
 }
 
 } // namespace baton::db

@@ -188,10 +188,18 @@ void WaitPredictor::save(const std::filesystem::path& path) const
         std::ofstream out(tmp, std::ios::trunc);
         out << toJson().dump();
         out.flush();
-        if (!out)
-            throw std::runtime_error("cannot write " + tmp);
+        if (!out) {
+            std::error_code ignored;
+            std::filesystem::remove(tmp, ignored);
+            throw std::runtime_error("cannot write " + tmp + " (disk full or not writable?)");
+        }
     }
-    std::filesystem::rename(tmp, path);
+    std::error_code ec;
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) {
+        std::filesystem::remove(tmp, ec);
+        throw std::runtime_error("cannot write " + path.string() + ": " + ec.message());
+    }
 }
 
 WaitPredictor WaitPredictor::load(const std::filesystem::path& path)

@@ -1,12 +1,14 @@
 #include "sim_command.hpp"
 
 #include "comparison.hpp"
+#include "model_store.hpp"
 #include "svg_plot.hpp"
 #include "trace_input.hpp"
 #include "validation.hpp"
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -41,7 +44,10 @@ options:
   --tolerance-seconds S    "within" tolerance (default 600)
   --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
   --model FILE             use this trained predictor instead of training one
-  --save-model FILE        write the trained predictor here
+  --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
+  --db-model NAME          use the latest version of this predictor from the database's models table
+  --db-save NAME           store the trained predictor, with its metrics, as the next version of NAME
+  --database CONNINFO      for --db-*: else $BATON_DATABASE, else the PG* environment
   --seed N                 training seed (default 0)
 )";
 
@@ -153,7 +159,11 @@ std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
     const auto path = o.text("trace");
     if (path.empty())
         throw std::invalid_argument("--trace FILE is required");
-    auto jobs = loadJobs(path);
+    auto loaded = loadJobs(path);
+    auto jobs = std::move(loaded.jobs);
+    if (loaded.unusable)
+        std::cerr << path << ": " << loaded.unusable
+                  << " rows without a run time, limit or node count skipped\n";
     const auto dropped = prepareTrace(jobs, nodes);
     if (jobs.empty())
         throw std::runtime_error(path + ": no job fits a cluster of " + std::to_string(nodes) + " nodes");
@@ -173,7 +183,7 @@ int fitCommand(Options& o)
     o.finish();
     if (path.empty())
         throw std::invalid_argument("--trace FILE is required");
-    const auto raw = loadJobs(path);
+    const auto raw = loadJobs(path).jobs;
     struct Weights {
         double age, size, recorded;
     };
@@ -276,14 +286,15 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
     {
         std::ofstream csv(dir / "compare.csv");
         csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
-               "mean_overlap_s,"
-               "mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,handover_s\n";
+               "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
+               "handover_s\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
-                << m.count << ',' << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ','
-                << m.fractionZero << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap
-                << ',' << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
+                << (row.persist ? std::to_string(row.persist) : std::string()) << ',' << m.count << ','
+                << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ',' << m.fractionZero
+                << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
+                << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
                 << config.handoverSeconds << '\n';
         }
         if (!csv)
@@ -322,13 +333,28 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     auto config = comparisonFrom(o, *trace, scheduler);
     config.policies = std::move(policies);
     const auto modelIn = o.text("model");
-    const auto modelOut = o.text("save-model");
+    auto modelOut = o.text("save-model");
+    const auto dbModel = o.text("db-model");
+    const auto dbSave = o.text("db-save");
+    std::string conninfo = o.text("database");
+    if (conninfo.empty())
+        if (const char* env = std::getenv("BATON_DATABASE"))
+            conninfo = env;
+    if (!modelIn.empty() && !dbModel.empty())
+        throw std::invalid_argument("give --model or --db-model, not both");
     const auto outDir = writeFiles ? o.text("out", "sim-compare") : std::string();
+    if (writeFiles && modelOut.empty() && modelIn.empty() && dbModel.empty())
+        modelOut = (std::filesystem::path(outDir) / "wait-predictor.json").string();
     o.finish();
 
     std::shared_ptr<const WaitPredictor> pretrained;
+    std::optional<db::Connection> database;
+    if (!dbModel.empty() || !dbSave.empty())
+        database.emplace(conninfo);
     if (!modelIn.empty())
         pretrained = std::make_shared<const WaitPredictor>(WaitPredictor::load(modelIn));
+    else if (!dbModel.empty())
+        pretrained = std::make_shared<const WaitPredictor>(loadStoredModel(*database, dbModel));
     std::shared_ptr<const WaitPredictor> used;
     const auto r = runComparison(trace, config, pretrained, &used);
 
@@ -356,6 +382,22 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     if (!modelOut.empty() && used) {
         used->save(modelOut);
         std::cout << "saved the predictor to " << modelOut << '\n';
+    }
+    if (!dbSave.empty() && used) {
+        nlohmann::json evaluation = nlohmann::json::object();
+        for (const auto& row : r.rows) {
+            const auto& m = row.metrics;
+            evaluation[row.name] = { { "q", std::isnan(row.q) ? nlohmann::json() : nlohmann::json(row.q) },
+                { "mean_s", m.mean }, { "median_s", m.median }, { "p90_s", m.p90 },
+                { "fraction_zero", m.fractionZero }, { "fraction_within", m.fractionWithin },
+                { "mean_overlap_s", m.meanOverlap }, { "effective_fraction_within", m.effectiveWithin } };
+        }
+        const auto stored = storeModel(*database, *used, dbSave,
+            modelOut.empty() ? std::nullopt
+                             : std::optional<std::string>(std::filesystem::absolute(modelOut).string()),
+            { { "evaluation", evaluation }, { "tolerance_s", config.tolerance } });
+        std::cout << "stored the predictor as " << dbSave << " version " << stored.version << " (models.id "
+                  << stored.id << ")\n";
     }
     return 0;
 }

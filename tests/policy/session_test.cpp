@@ -157,6 +157,14 @@ TEST(SessionCApi, DrivesTheCheckpointerAndRestores)
     EXPECT_GE(started, 2);
     EXPECT_GE(baton_session_interval(session), 1u);
     EXPECT_EQ(baton_session_should_exit(session), 0);
+    // A handover: checkpoint now and exit once it has committed.
+    ASSERT_EQ(baton_session_request_checkpoint(session, 1), 0);
+    std::uint64_t index = 0;
+    baton_sampler_next(sampler, &index);
+    state[0] = 60;
+    ASSERT_EQ(baton_session_before_update(session), 0);
+    EXPECT_EQ(baton_session_step(session, 60), 1);
+    EXPECT_EQ(baton_session_should_exit(session), 1);
     baton_session_destroy(session);
 
     session = baton_session_create(dir.path().c_str(), 0, 0);
@@ -176,4 +184,36 @@ TEST(SessionCApi, DrivesTheCheckpointerAndRestores)
     baton_sampler_destroy(resumed);
     EXPECT_EQ(baton_session_create(nullptr, 0, 0), nullptr); // no BATON_CHAIN_DIR
     EXPECT_NE(std::string(baton_session_last_error()).find("BATON_CHAIN_DIR"), std::string::npos);
+}
+
+TEST(SessionCApi, DrivesACheckpointerMadeThroughItsOwnCApi)
+{
+    TempDir dir("baton-session-ckpt");
+    std::vector<std::uint64_t> state(512);
+    baton_ckpt* ckpt = baton_ckpt_create(dir.path().c_str(), 2);
+    ASSERT_NE(ckpt, nullptr);
+    ASSERT_EQ(baton_ckpt_register_region(ckpt, "state", state.data(), state.size() * 8), 0);
+    baton_session* session = baton_session_create_for(ckpt, 50.0, 0);
+    ASSERT_NE(session, nullptr) << baton_session_last_error();
+    int started = 0;
+    std::uint64_t it = 0;
+    for (; it < 30; ++it) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        baton_session_before_update(session);
+        state[0] = it;
+        started += baton_session_step(session, it);
+    }
+    ASSERT_EQ(baton_session_finish(session), 0); // nothing in flight: the request starts at once
+    ASSERT_EQ(baton_session_request_checkpoint(session, 1), 0);
+    EXPECT_EQ(baton_session_step(session, it), 1);
+    EXPECT_EQ(baton_session_should_exit(session), 1);
+    EXPECT_GE(started, 1);
+    baton_session_destroy(session);
+    baton_ckpt_stats stats {};
+    ASSERT_EQ(baton_ckpt_get_stats(ckpt, &stats), 0);
+    EXPECT_EQ(stats.iteration, it);
+    EXPECT_EQ(stats.committed, 1);
+    EXPECT_EQ(stats.dropped_requests, 0u);
+    baton_ckpt_destroy(ckpt);
+    EXPECT_EQ(baton_session_create_for(nullptr, 0, 0), nullptr);
 }

@@ -422,6 +422,19 @@ TEST(Connect, ReconnectsAfterServerRestart)
     restart.join();
     EXPECT_GT(pidAfter, 0);
     EXPECT_NE(pidAfter, pidBefore);
+
+    // Inside a transaction nothing is retried: the transaction is void, and says so, until it ends.
+    {
+        Transaction transaction(connection);
+        connection.exec(backendPid);
+        ASSERT_EQ(baton::test::run({ "bash", script, "stop", server.dir().string() }).exitCode, 0);
+        ASSERT_EQ(baton::test::run({ "bash", script, "start", server.dir().string() }).exitCode, 0);
+        EXPECT_THROW(connection.exec(backendPid), ConnectionLost);
+        EXPECT_THROW(connection.exec(backendPid), ConnectionLost);
+        EXPECT_THROW(transaction.commit(), ConnectionLost);
+    }
+    EXPECT_FALSE(connection.inTransaction());
+    EXPECT_GT(connection.exec(backendPid).int64(0, 0), 0);
 }
 
 } // namespace

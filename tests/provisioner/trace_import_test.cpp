@@ -6,6 +6,7 @@
 #include "migrations.hpp"
 #include "pg_fixture.hpp"
 #include "trace_files.hpp"
+#include "transaction.hpp"
 
 #include <gtest/gtest.h>
 
@@ -160,6 +161,31 @@ TEST(TraceImport, MalformedInputsLeaveNothing)
     ImportOptions options;
     importTrace(connection, dataFile("sacct_good.log"), options);
     EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 3);
+}
+
+// A COPY that cannot proceed (the table is locked elsewhere) ends at the call deadline, cancelled,
+// and the import leaves nothing behind.
+TEST(TraceImport, BlockedCopyTimesOutAndLeavesNothing)
+{
+    const std::string database = baton::test::freshDatabase();
+    {
+        Connection setup(database);
+        migrate(setup);
+    }
+    Connection holder(database);
+    Transaction lock(holder);
+    holder.execScript("LOCK TABLE trace_jobs IN ACCESS EXCLUSIVE MODE");
+
+    ConnectionOptions options;
+    options.callTimeout = std::chrono::milliseconds(500);
+    Connection importer(database, options);
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_THROW(importTrace(importer, dataFile("sacct_good.log"), ImportOptions {}), DbTimeout);
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+    lock.commit();
+    expectNothingImported(importer);
+    importTrace(importer, dataFile("sacct_good.log"), ImportOptions {});
+    EXPECT_EQ(importer.exec(countTraceJobs).int64(0, 0), 3);
 }
 
 TEST(TraceImport, WholeLs6TraceWithQuantilesMatchingCpp)

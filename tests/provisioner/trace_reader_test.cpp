@@ -175,6 +175,49 @@ TEST(SacctJson, TruncatedJsonIsAnError)
     EXPECT_THROW(readAll(dataFile("sacct_truncated.json")), TraceError);
 }
 
+// 60,000 jobs with bulky step arrays (~20 MB): read one job at a time, memory stays flat.
+TEST(SacctJson, LargeDocumentStreamsInConstantMemory)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "big.json";
+    constexpr int jobCount = 60000;
+    {
+        std::ofstream out(path);
+        out << "{\"meta\": {\"x\": [1, 2, {\"y\": \"]}\"}]}, \"jobs\": [\n";
+        const std::string steps(200, 'x');
+        for (int i = 0; i < jobCount; ++i) {
+            out << (i ? ",\n" : "") << "{\"job_id\": " << i + 1 << ", \"name\": \"j" << i
+                << "\", \"allocation_nodes\": 1, \"time\": {\"submission\": 1672531200, \"start\": "
+                << 1672531200 + i << ", \"end\": " << 1672534800 + i << ", \"limit\": 60}, \"steps\": [\""
+                << steps << "\", \"" << steps << "\"]}";
+        }
+        out << "\n], \"warnings\": []}\n";
+    }
+    rusage before {};
+    getrusage(RUSAGE_SELF, &before);
+    auto reader = openTrace(path);
+    TraceJob job;
+    std::int64_t waitSum = 0;
+    while (reader->next(job))
+        waitSum += *job.waitSeconds();
+    rusage after {};
+    getrusage(RUSAGE_SELF, &after);
+    EXPECT_EQ(reader->summary().accepted, static_cast<std::uint64_t>(jobCount));
+    EXPECT_EQ(waitSum, static_cast<std::int64_t>(jobCount) * (jobCount - 1) / 2);
+    EXPECT_GT(std::filesystem::file_size(path), 20u << 20);
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 8 * 1024) << "KiB grown while reading";
+}
+
+TEST(SacctJson, TextFileIsNotJson)
+{
+    try {
+        readAll(dataFile("sacct_good.log"), TraceFormat::SacctJson);
+        FAIL() << "fixed-width text read as JSON";
+    } catch (const TraceError& error) {
+        EXPECT_NE(std::string(error.what()).find("not sacct JSON"), std::string::npos) << error.what();
+    }
+}
+
 TEST(Swf, ReadsFieldsAndUnixStartTime)
 {
     TraceSummary summary;

@@ -109,4 +109,9 @@ TEST(Predictor, RejectsBadFilesClearly)
     std::ofstream(other) << R"({"format": "something else"})";
     EXPECT_THROW(WaitPredictor::load(other), std::runtime_error);
     EXPECT_THROW(WaitPredictor::train(syntheticSamples(5, 4), quick()), std::invalid_argument);
+
+    // A model that cannot be written leaves no file behind.
+    const auto model = WaitPredictor::train(syntheticSamples(200, 5), quick());
+    EXPECT_THROW(model.save(dir.path() / "no-such-dir" / "model.json"), std::runtime_error);
+    EXPECT_FALSE(std::filesystem::exists(dir.path() / "no-such-dir"));
 }

@@ -13,10 +13,10 @@ using baton::test::TempDir;
 
 namespace {
 
-std::string simExe()
+std::string batonctl()
 {
-    const char* exe = std::getenv("BATON_SIM");
-    return exe ? exe : "baton-sim";
+    const char* exe = std::getenv("BATONCTL");
+    return exe ? exe : "batonctl";
 }
 
 std::string trace()
@@ -47,7 +47,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     TempDir dir("baton-sim-cli");
     const auto out = (dir.path() / "out").string();
     const auto model = (dir.path() / "model.json").string();
-    const auto r = run({ simExe(), "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+    const auto r = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--out", out, "--save-model", model });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     for (const char* policy : { "reactive", "avg", "predict", "checkpoint-aware" })
@@ -60,7 +60,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
 
-    const auto again = run({ simExe(), "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+    const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model });
     ASSERT_EQ(again.exitCode, 0) << again.output;
     EXPECT_NE(again.output.find("predict"), std::string::npos);
@@ -68,7 +68,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
 
 TEST(SimCommand, FitPrintsTheBestConfiguration)
 {
-    const auto r = run({ simExe(), "fit", "--trace", trace(), "--nodes", "12,16" });
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "12,16" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(r.output.find("best fit"), std::string::npos);
 }
@@ -81,16 +81,18 @@ TEST(SimCommand, BadInputGivesClearErrors)
         EXPECT_EQ(r.exitCode, code) << r.output;
         EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
     };
-    expectFailure({ simExe(), "run", "--trace", trace(), "--policy", "clairvoyant" }, 2, "unknown policy");
     expectFailure(
-        { simExe(), "compare", "--trace", trace(), "--colour", "red" }, 2, "unknown option --colour");
-    expectFailure({ simExe(), "compare", "--trace", trace(), "--nodes", "many" }, 2, "not a number");
-    expectFailure({ simExe(), "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
-    expectFailure({ simExe(), "frobnicate" }, 2, "unknown command");
+        { batonctl(), "sim", "run", "--trace", trace(), "--policy", "clairvoyant" }, 2, "unknown policy");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--colour", "red" }, 2,
+        "unknown option --colour");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "many" }, 2, "not a number");
+    expectFailure(
+        { batonctl(), "sim", "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
+    expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
-    expectFailure({ simExe(), "compare", "--trace", bad.string() }, 1, "bad.csv:3");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", bad.string() }, 1, "bad.csv:3");
     expectFailure(
-        { simExe(), "compare", "--trace", trace(), "--model", bad.string() }, 1, "not a model file");
+        { batonctl(), "sim", "compare", "--trace", trace(), "--model", bad.string() }, 1, "not a model file");
 }

@@ -1,8 +1,8 @@
-// A small training job for the chain test: restores from its chain (found through the BATON_*
-// environment the plugin sets), trains with periodic checkpoints, and commits a final checkpoint
-// BATON_DEADLINE_MARGIN seconds before BATON_DEADLINE. Then it keeps training until Slurm stops it at
-// the limit, like a real job would. With --run-seconds=N it exits on its own after N seconds.
-#include "baton/ckpt/checkpointer.hpp"
+// A small training job for the chain test, configured only through the BATON_* environment the plugin
+// sets: it restores from its chain, trains with the policy's checkpoints, and exits once the policy's
+// final checkpoint before BATON_DEADLINE - BATON_DEADLINE_MARGIN has committed. With --run-seconds=N it
+// stops on its own after N seconds instead.
+#include "baton/ckpt/session.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -20,16 +20,6 @@ std::uint64_t expectedWord(std::uint64_t iteration, std::size_t index)
     return iteration * 1000003u + index;
 }
 
-long long envNumber(const char* name)
-{
-    const char* value = std::getenv(name);
-    if (value == nullptr) {
-        std::fprintf(stderr, "%s is not set\n", name);
-        std::exit(2);
-    }
-    return std::stoll(value);
-}
-
 } // namespace
 
 int main(int argc, char** argv)
@@ -41,14 +31,22 @@ int main(int argc, char** argv)
             runSeconds = std::stoll(arg.substr(14));
         }
     }
-    const long long deadline = envNumber("BATON_DEADLINE");
-    const long long margin = envNumber("BATON_DEADLINE_MARGIN");
-    std::printf("restart count %s\n", std::getenv("BATON_RESTART_COUNT"));
+    const char* restarts = std::getenv("BATON_RESTART_COUNT");
+    std::printf("restart count %s\n", restarts ? restarts : "unset");
 
-    baton::ckpt::Checkpointer ckpt(baton::ckpt::Options::fromEnvironment());
+    baton::ckpt::Session session(baton::ckpt::SessionOptions::fromEnvironment());
     std::vector<std::uint64_t> weights(1 << 17); // 1 MiB
-    ckpt.registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
-    const auto restored = ckpt.restore();
+    session.checkpointer().registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
+    session.onCheckpoint([](const baton::ckpt::SessionCheckpoint& checkpoint) {
+        if (checkpoint.final) {
+            std::printf("final checkpoint iteration %llu %s at %lld\n",
+                static_cast<unsigned long long>(checkpoint.stats.iteration),
+                checkpoint.stats.committed ? "committed" : "FAILED",
+                static_cast<long long>(std::time(nullptr)));
+            std::fflush(stdout);
+        }
+    });
+    const auto restored = session.restore();
     std::uint64_t first = 0;
     if (restored.restored) {
         bool intact = true;
@@ -64,30 +62,20 @@ int main(int argc, char** argv)
     std::fflush(stdout);
 
     const auto started = std::chrono::steady_clock::now();
-    bool finalDone = false;
-    for (std::uint64_t it = first;; ++it) {
+    for (std::uint64_t it = first; !session.shouldExit(); ++it) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50)); // forward and backward pass
-        ckpt.beforeUpdate();
+        session.beforeUpdate();
         for (std::size_t i = 0; i < weights.size(); ++i) {
             weights[i] = expectedWord(it, i);
         }
-        ckpt.afterUpdate(it);
-        const long long now = std::time(nullptr);
-        if (!finalDone && now >= deadline - margin) {
-            const bool committed = ckpt.checkpointNow(it);
-            std::printf("final checkpoint iteration %llu %s at %lld, deadline %lld\n",
-                static_cast<unsigned long long>(it), committed ? "committed" : "FAILED",
-                static_cast<long long>(std::time(nullptr)), deadline);
-            std::fflush(stdout);
-            finalDone = true;
-        } else if (!finalDone && it % 40 == 0) {
-            ckpt.requestCheckpoint(it);
-        }
+        session.step(it);
         if (runSeconds >= 0
             && std::chrono::steady_clock::now() - started >= std::chrono::seconds(runSeconds)) {
-            ckpt.wait();
             std::printf("stopping at iteration %llu\n", static_cast<unsigned long long>(it));
-            return 0;
+            break;
         }
     }
+    session.finish();
+    std::printf("exiting\n");
+    return 0;
 }

@@ -73,7 +73,8 @@ public:
     // Ask for a checkpoint at the next boundary (and exit after it when `exitAfter`).
     void requestCheckpoint(bool exitAfter)
     {
-        requested_ = true, requestedExit_ = requestedExit_ || exitAfter;
+        requested_ = true;
+        requestedExit_ = requestedExit_ || exitAfter;
     }
 
     // Called at each iteration boundary (after the weight update) with the iteration's wall time and,

@@ -47,6 +47,8 @@ struct SessionCheckpoint {
 class Session {
 public:
     explicit Session(SessionOptions options);
+    // Drives a checkpointer the caller owns (it must outlive the session); options.checkpointer unused.
+    Session(Checkpointer& checkpointer, SessionOptions options);
     ~Session();
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
@@ -66,6 +68,10 @@ public:
     // (the policy then keeps its k unless this job's iteration time differs by more than 20 %).
     RestoreResult restore();
 
+    // Checkpoint at the next step() (a handover: the successor has started); `exitAfter` makes it the
+    // final one.
+    void requestCheckpoint(bool exitAfter) { policy_.requestCheckpoint(exitAfter); }
+
     void beforeUpdate();
     // At the end of iteration `iteration` (weights consistent): times it, asks the policy and starts a
     // checkpoint when it says so. A final checkpoint (deadline, SIGTERM) is waited for, so that
@@ -84,7 +90,8 @@ private:
     void log(const std::string& message) const;
 
     std::function<void(std::string_view)> log_;
-    std::unique_ptr<Checkpointer> checkpointer_;
+    std::unique_ptr<Checkpointer> owned_;
+    Checkpointer* checkpointer_;
     Policy policy_;
     ResumableSampler* sampler_ = nullptr;
     std::optional<TuningState> previousTuning_;

@@ -1,0 +1,350 @@
+// Trace import speed and memory: `batonctl trace import` against `psql \copy` of the same rows
+// pre-converted to CSV, on a private PostgreSQL server, and batonctl's peak memory on the trace and
+// on a concatenation of it several times over (it must not grow with the file).
+//
+//   import_bench [--repeat N] [--scale K]     (BATONCTL, BATON_TRACE_DIR from the environment)
+#include "connection.hpp"
+#include "migrations.hpp"
+#include "trace_reader.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using baton::trace::TraceJob;
+
+struct Outcome {
+    int exitCode = -1;
+    double seconds = 0;
+    long maxRssKiB = 0;
+    std::string output;
+};
+
+// Runs argv without a shell; reports wall time and the child's peak resident set.
+Outcome spawn(const std::vector<std::string>& argv, const fs::path& outputFile)
+{
+    std::vector<char*> args;
+    for (const auto& arg : argv)
+        args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, outputFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    pid_t pid = 0;
+    const auto started = std::chrono::steady_clock::now();
+    const int error = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (error != 0)
+        throw std::runtime_error("cannot run " + argv[0]);
+    int status = 0;
+    rusage usage {};
+    wait4(pid, &status, 0, &usage);
+    Outcome outcome;
+    outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    outcome.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    outcome.maxRssKiB = usage.ru_maxrss;
+    std::ifstream in(outputFile);
+    outcome.output.assign(std::istreambuf_iterator<char>(in), {});
+    return outcome;
+}
+
+long peakRssKiB(pid_t pid)
+{
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind("VmHWM:", 0) == 0)
+            return std::atol(line.c_str() + 6);
+    return -1;
+}
+
+// Like spawn(), but the peak memory is the program's own: getrusage's ru_maxrss of a child also
+// counts the address space it was forked from (here, this benchmark), so the child is traced and its
+// VmHWM read at its exit stop, when its memory is still mapped. Falls back to ru_maxrss if tracing is
+// not permitted.
+Outcome spawnMeasured(const std::vector<std::string>& argv, const fs::path& outputFile)
+{
+    std::vector<char*> args;
+    for (const auto& arg : argv)
+        args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    const auto started = std::chrono::steady_clock::now();
+    const pid_t pid = fork();
+    if (pid < 0)
+        throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        const int fd = ::open(outputFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
+        execvp(args[0], args.data());
+        _exit(127);
+    }
+    Outcome outcome;
+    int status = 0;
+    rusage usage {};
+    bool traced = false;
+    for (;;) {
+        wait4(pid, &status, 0, &usage);
+        if (WIFEXITED(status) || WIFSIGNALED(status))
+            break;
+        if (!WIFSTOPPED(status))
+            continue;
+        int forward = 0;
+        if (status >> 8 == (SIGTRAP | (PTRACE_EVENT_EXIT << 8))) {
+            outcome.maxRssKiB = peakRssKiB(pid);
+        } else if (WSTOPSIG(status) == SIGTRAP && !traced) {
+            traced = ptrace(PTRACE_SETOPTIONS, pid, nullptr, PTRACE_O_TRACEEXIT) == 0;
+        } else {
+            forward = WSTOPSIG(status);
+        }
+        ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(static_cast<long>(forward)));
+    }
+    outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    outcome.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (outcome.maxRssKiB <= 0)
+        outcome.maxRssKiB = usage.ru_maxrss;
+    std::ifstream in(outputFile);
+    outcome.output.assign(std::istreambuf_iterator<char>(in), {});
+    return outcome;
+}
+
+Outcome mustRun(const std::vector<std::string>& argv, const fs::path& outputFile, bool measured = false)
+{
+    auto outcome = measured ? spawnMeasured(argv, outputFile) : spawn(argv, outputFile);
+    if (outcome.exitCode != 0)
+        throw std::runtime_error(argv[0] + " " + argv[1] + " failed:\n" + outcome.output);
+    return outcome;
+}
+
+class PrivateServer {
+public:
+    PrivateServer(fs::path script, fs::path dir)
+        : script_(std::move(script))
+        , dir_(std::move(dir))
+    {
+        auto started = mustRun({ "bash", script_, "start", dir_ }, dir_.parent_path() / "pg-start.out");
+        auto text = started.output;
+        while (!text.empty() && text.back() == '\n')
+            text.pop_back();
+        conninfo_ = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    }
+    ~PrivateServer() { spawn({ "bash", script_, "stop", dir_ }, dir_.parent_path() / "pg-stop.out"); }
+    const std::string& conninfo() const { return conninfo_; }
+
+private:
+    fs::path script_, dir_;
+    std::string conninfo_;
+};
+
+class TempDir {
+public:
+    TempDir()
+    {
+        std::string pattern = (fs::temp_directory_path() / "baton-bench-XXXXXX").string();
+        if (!mkdtemp(pattern.data()))
+            throw std::runtime_error("mkdtemp failed");
+        path_ = pattern;
+        chmod(path_.c_str(), 0755); // the server may run as another user
+    }
+    ~TempDir()
+    {
+        std::error_code ignored;
+        fs::remove_all(path_, ignored);
+    }
+    const fs::path& path() const { return path_; }
+
+private:
+    fs::path path_;
+};
+
+std::string csvText(const std::string& text)
+{
+    std::string out = "\"";
+    for (char c : text) {
+        if (c == '"')
+            out += '"';
+        out += c;
+    }
+    return out + "\""; // always quoted, so that an empty name is '' and not NULL
+}
+
+std::string csvTime(std::int64_t epoch)
+{
+    const auto days = epoch / 86400;
+    const std::chrono::year_month_day date { std::chrono::sys_days { std::chrono::days(days) } };
+    const auto s = epoch - days * 86400;
+    char text[64];
+    std::snprintf(text, sizeof text, "%04d-%02u-%02u %02lld:%02lld:%02lld+00", static_cast<int>(date.year()),
+        static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+        static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
+        static_cast<long long>(s % 60));
+    return text;
+}
+
+template<typename T> std::string csvOptional(T value)
+{
+    return value < 0 ? std::string() : std::to_string(value);
+}
+
+// The same columns and values batonctl stores, as CSV for psql's \copy.
+std::size_t writeCsv(const fs::path& trace, const fs::path& csv, std::int64_t traceId)
+{
+    auto reader = baton::trace::openTrace(trace);
+    std::ofstream out(csv);
+    TraceJob job;
+    std::size_t seq = 0;
+    while (reader->next(job)) {
+        out << traceId << ',' << ++seq << ',' << job.jobId << ',' << csvText(job.name) << ','
+            << csvText(job.user) << ',' << csvTime(job.submit) << ','
+            << (job.start ? csvTime(*job.start) : "") << ',' << (job.end ? csvTime(*job.end) : "") << ','
+            << csvOptional(job.timeLimit) << ',' << job.nodes << ',' << csvOptional(job.priority) << ','
+            << csvOptional(job.exitCode) << ',' << (job.state.empty() ? "" : csvText(job.state)) << ','
+            << csvOptional(job.requestedProcs) << ',' << csvOptional(job.requestedTime) << ','
+            << csvOptional(job.runTime) << ',' << csvOptional(job.wait) << '\n';
+    }
+    return seq;
+}
+
+// The trace's data rows `times` over, behind its header.
+void concatenate(const fs::path& trace, const fs::path& out, int times)
+{
+    std::ifstream in(trace);
+    std::string line, header;
+    std::vector<std::string> headerLines;
+    for (int i = 0; i < 3 && std::getline(in, line); ++i)
+        header += line + "\n";
+    std::string body(std::istreambuf_iterator<char>(in), {});
+    std::ofstream file(out);
+    file << header;
+    for (int i = 0; i < times; ++i)
+        file << body;
+}
+
+double median(std::vector<double> values)
+{
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+
+constexpr baton::db::Statement insertTrace { "bench_insert_trace",
+    "INSERT INTO traces (name, format, source) VALUES ($1, 'csv', 'benchmark') RETURNING id" };
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    int repeat = 3;
+    int scale = 4;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string option = argv[i];
+        if (option == "--repeat")
+            repeat = std::max(1, std::atoi(argv[i + 1]));
+        else if (option == "--scale")
+            scale = std::max(2, std::atoi(argv[i + 1]));
+    }
+    const fs::path sourceRoot = BATON_SOURCE_ROOT;
+    fs::path traceDir = std::getenv("BATON_TRACE_DIR") ? fs::path(std::getenv("BATON_TRACE_DIR"))
+                                                       : sourceRoot.parent_path() / "shared" / "traces";
+    const fs::path trace = traceDir / "ls6-a100.log";
+    if (!fs::is_regular_file(trace)) {
+        std::cout << "skipped: " << trace << " not found (set BATON_TRACE_DIR)\n";
+        return 77;
+    }
+    const std::string batonctl = std::getenv("BATONCTL") ? std::getenv("BATONCTL") : "batonctl";
+
+    try {
+        TempDir work;
+        PrivateServer server(sourceRoot / "deploy" / "local" / "pg.sh", work.path() / "pg");
+        const std::string database = server.conninfo();
+        baton::db::Connection connection(database);
+        baton::db::migrate(connection);
+
+        const fs::path log = work.path() / "out.txt";
+        std::vector<double> ours, baseline, oursRss;
+        std::size_t rows = 0;
+        for (int run = 0; run < repeat; ++run) {
+            // Baseline: the same rows, converted beforehand (not timed), loaded by psql's \copy.
+            const auto traceId
+                = connection.exec(insertTrace, baton::db::Params("csv-" + std::to_string(run))).int64(0, 0);
+            const fs::path csv = work.path() / "ls6.csv";
+            rows = writeCsv(trace, csv, traceId);
+            const std::string copy = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, "
+                                     "submit_time, start_time, end_time,"
+                                     " time_limit_s, nodes, priority, exit_code, state, requested_procs, "
+                                     "requested_time_s, run_time_s,"
+                                     " wait_s) FROM '"
+                + csv.string() + "' WITH (FORMAT csv)";
+            baseline.push_back(
+                mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log)
+                    .seconds);
+
+            auto imported = mustRun({ batonctl, "trace", "import", trace.string(), "--name",
+                                        "ls6-" + std::to_string(run), "--database", database },
+                log, true);
+            ours.push_back(imported.seconds);
+            oursRss.push_back(static_cast<double>(imported.maxRssKiB));
+        }
+
+        const fs::path scaled = work.path() / "ls6-scaled.log";
+        concatenate(trace, scaled, scale);
+        auto big = mustRun(
+            { batonctl, "trace", "import", scaled.string(), "--name", "ls6-scaled", "--database", database },
+            log, true);
+        const auto bigRows = rows * static_cast<std::size_t>(scale);
+        auto version = mustRun({ batonctl, "version" }, log, true);
+
+        const double baseSeconds = median(baseline);
+        const double ourSeconds = median(ours);
+        std::printf("\nTrace import of ls6-a100 (%zu rows), median of %d runs, whole processes (connect "
+                    "included)\n\n",
+            rows, repeat);
+        std::printf(
+            "| %-44s | %8s | %9s | %10s | %14s |\n", "method", "rows", "seconds", "rows/s", "vs psql \\copy");
+        std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
+            std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
+        std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n",
+            "psql \\copy of pre-converted CSV (baseline)", rows, baseSeconds,
+            static_cast<double>(rows) / baseSeconds, 1.0);
+        std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n", "batonctl trace import (parse + COPY)",
+            rows, ourSeconds, static_cast<double>(rows) / ourSeconds, baseSeconds / ourSeconds);
+        std::printf("\nPeak memory of batonctl trace import (VmHWM at exit)\n\n");
+        std::printf("| %-22s | %10s | %11s | %14s |\n", "input", "rows", "MiB on disk", "peak RSS (KiB)");
+        std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(12, '-').c_str(),
+            std::string(13, '-').c_str(), std::string(16, '-').c_str());
+        std::printf("| %-22s | %10zu | %11.1f | %14.0f |\n", "ls6-a100", rows,
+            static_cast<double>(fs::file_size(trace)) / 1048576.0, median(oursRss));
+        std::printf("| %-22s | %10zu | %11.1f | %14ld |\n", ("ls6-a100 x" + std::to_string(scale)).c_str(),
+            bigRows, static_cast<double>(fs::file_size(scaled)) / 1048576.0, big.maxRssKiB);
+        std::printf("| %-22s | %10s | %11s | %14ld |\n", "batonctl version", "-", "-", version.maxRssKiB);
+        std::printf("\nratio %.2f (target >= 0.80); peak RSS x%d input / x1 input = %.2f\n",
+            baseSeconds / ourSeconds, scale, static_cast<double>(big.maxRssKiB) / median(oursRss));
+        if (big.output.find("accepted " + std::to_string(bigRows)) == std::string::npos)
+            throw std::runtime_error("the scaled import did not store every row:\n" + big.output);
+    } catch (const std::exception& error) {
+        std::cerr << "import_bench: " << error.what() << "\n";
+        return 1;
+    }
+    return 0;
+}

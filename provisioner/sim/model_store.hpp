@@ -1,0 +1,31 @@
+// Trained wait predictors in the database's `models` table: the whole model document goes into
+// `params` (so that the row alone restores the predictor), its held-out metrics and the policies'
+// chosen quantiles into `metrics`, and the file it was also saved to (if any) into `path`.
+#pragma once
+
+#include "predictor.hpp"
+
+#include <connection.hpp>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace baton::sim {
+
+inline constexpr const char* waitPredictorKind = "wait-predictor/xgboost-log-quantile";
+
+struct StoredModel {
+    std::int64_t id = 0;
+    std::int32_t version = 0;
+};
+
+// Inserts the predictor as the next version of `name`. `extraMetrics` are merged into `metrics`.
+StoredModel storeModel(db::Connection& connection, const WaitPredictor& predictor, const std::string& name,
+    const std::optional<std::string>& path, const nlohmann::json& extraMetrics = {});
+
+// The highest version of `name`; throws std::runtime_error if there is none or it is not a predictor.
+WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name);
+
+} // namespace baton::sim
