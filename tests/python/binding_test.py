@@ -359,6 +359,16 @@ class PolicyTest(TempChain):
         self.assertTrue(ckpt.native.last_checkpoint().committed)
         ckpt.close()
 
+    def test_requested_final_checkpoint(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        train_steps(*parts, 3, torch.Generator().manual_seed(1))
+        ckpt.request_checkpoint(exit_after=True)
+        self.assertTrue(ckpt.should_exit)  # the boundary of step 3 took it and waited for it
+        self.assertEqual(ckpt.native.last_checkpoint().iteration, 3)
+        self.assertTrue(ckpt.native.last_checkpoint().committed)
+        ckpt.close()
+
     def test_tuning_travels_to_the_next_job(self):
         parts = build()
         ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)

@@ -338,6 +338,14 @@ class Checkpointer:
         self._last_boundary = time.perf_counter()
         return True
 
+    def request_checkpoint(self, exit_after: bool = False) -> None:
+        """Checkpoint at the next iteration boundary without waiting here (for a handover to a
+        successor job); `exit_after` makes it a final checkpoint, after which should_exit is true.
+        Needs the policy (interval=None)."""
+        if self._policy is None:
+            raise ValueError("request_checkpoint needs the policy (interval=None); use checkpoint_now()")
+        self._policy.request_checkpoint(exit_after)
+
     def checkpoint_now(self) -> bool:
         """Checkpoints the current iteration and waits for it to commit; returns whether it did."""
         self._boundary()

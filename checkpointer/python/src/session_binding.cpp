@@ -120,6 +120,11 @@ void bindSession(py::module_& module)
                 return restoreResultToPython(result);
             })
         .def(
+            "request_checkpoint",
+            [](Self& self, bool exitAfter) { self.impl().requestCheckpoint(exitAfter); },
+            "exit_after"_a = false,
+            "Checkpoint at the next step() (a handover); `exit_after` makes it the final one.")
+        .def(
             "before_update", [](Self& self) { self.impl().beforeUpdate(); },
             py::call_guard<py::gil_scoped_release>())
         .def(
