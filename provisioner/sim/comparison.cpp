@@ -112,23 +112,22 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         pc.annotate = predictor;
         const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
         const auto unstarted = static_cast<double>(config.protocol.horizon);
-        double bestSym = 0, bestHand = 0;
+        std::vector<std::vector<std::optional<std::int64_t>>> columns;
+        for (std::size_t k = 0; k < candidates.size(); ++k)
+            columns.push_back(column(r, k));
+        double bestSym = 0;
         for (std::size_t k = 0; k < candidates.size(); ++k) {
-            const auto x = column(r, k);
-            const double sym = symmetricCost(x, unstarted);
-            const double hand = handoverCost(
-                x, unstarted, config.handoverSeconds, static_cast<double>(config.protocol.limit));
+            const double sym = symmetricCost(columns[k], unstarted);
             if (k == 0 || sym < bestSym) {
                 bestSym = sym;
                 qPredict = candidates[k].q();
                 persistPredict = candidates[k].persist();
             }
-            if (k == 0 || hand < bestHand) {
-                bestHand = hand;
-                qCheckpoint = candidates[k].q();
-                persistCheckpoint = candidates[k].persist();
-            }
         }
+        const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,
+            static_cast<double>(config.protocol.limit), config.overlapBudgetSeconds);
+        qCheckpoint = candidates[k].q();
+        persistCheckpoint = candidates[k].persist();
         out.calibrateSeconds = secondsSince(t0);
     }
 

@@ -197,4 +197,37 @@ double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, 
     return limitSeconds * (lost / n) / useful;
 }
 
+double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions)
+{
+    if (interruptions.empty())
+        return 0;
+    double overlap = 0;
+    for (const auto& i : interruptions)
+        if (i && *i < 0)
+            overlap += static_cast<double>(-*i);
+    return overlap / static_cast<double>(interruptions.size());
+}
+
+std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds)
+{
+    std::size_t best = candidates.size(), leastOverlap = 0;
+    double bestCost = 0, least = 0;
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+        const double overlap = meanOverlap(candidates[k]);
+        if (k == 0 || overlap < least) {
+            least = overlap;
+            leastOverlap = k;
+        }
+        if (overlap > overlapBudgetSeconds)
+            continue;
+        const double cost = handoverCost(candidates[k], unstartedSeconds, handoverSeconds, limitSeconds);
+        if (best == candidates.size() || cost < bestCost) {
+            bestCost = cost;
+            best = k;
+        }
+    }
+    return best < candidates.size() ? best : leastOverlap;
+}
+
 } // namespace baton::sim

@@ -92,4 +92,16 @@ double symmetricCost(std::span<const std::optional<std::int64_t>> interruptions,
 double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds,
     double handoverSeconds, double limitSeconds);
 
+// Mean raw overlap, mean over all probes of max(-interruption, 0) (an unstarted successor overlaps 0).
+double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions);
+
+// The checkpoint-aware choice among candidate settings (one interruption column each): the lowest
+// handoverCost among those whose mean raw overlap stays within `overlapBudgetSeconds`; if none does,
+// the one with the least overlap. The handover makes an early start cheap for the chain, but the
+// successor still holds nodes the cluster's other users are waiting for from its start, and every
+// forfeited hour of the predecessor means more jobs, each with its own queue wait and boundary: an
+// operator bounds that allocation, and the budget states the bound.
+std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds);
+
 } // namespace baton::sim

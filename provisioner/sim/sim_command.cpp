@@ -43,6 +43,7 @@ options:
   --shapes N,N             node counts of probe chains (default 1,8)
   --tolerance-seconds S    "within" tolerance (default 600)
   --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
+  --overlap-budget-seconds S  checkpoint-aware: bound on the mean early start (default 1800)
   --model FILE             use this trained predictor instead of training one
   --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
   --db-model NAME          use the latest version of this predictor from the database's models table
@@ -251,8 +252,9 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
     c.protocol.shapes = o.integers("shapes", { 1, 8 });
     c.tolerance = o.number("tolerance-seconds", 600);
     c.handoverSeconds = o.number("handover-seconds", 60);
+    c.overlapBudgetSeconds = o.number("overlap-budget-seconds", 1800);
     c.training.seed = static_cast<unsigned>(o.number("seed", 0));
-    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0)
+    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)

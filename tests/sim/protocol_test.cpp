@@ -98,6 +98,21 @@ TEST(Protocol, MetricsOfKnownInterruptions)
     EXPECT_NEAR(symmetricCost(x, 1000), (100 + 200 + 0 + 1000) / 4.0, 1e-9);
     // lost: 100 + 60 (handover) + 0 + 1000; forfeited 200 over 4 probes; limit 1000.
     EXPECT_NEAR(handoverCost(x, 1000, 60, 1000), 1000 * (1160 / 4.0) / (1000 - 50.0), 1e-9);
+    EXPECT_NEAR(meanOverlap(x), 50, 1e-9);
+}
+
+TEST(Protocol, CheckpointAwareChoiceRespectsTheOverlapBudget)
+{
+    using Column = std::vector<std::optional<std::int64_t>>;
+    // Always late by 600 s; half early by 300 s, half late by 600 s; always early by 5000 s (the
+    // cheapest per useful hour, but over the budget).
+    const std::vector<Column> candidates { { 600, 600 }, { -300, 600 }, { -5000, -5000 } };
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 1e9), 2u); // unbounded: hand over early
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 1800), 1u);
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 100), 0u);
+    // Nothing within the budget: the least overlap.
+    const std::vector<Column> allEarly { { -4000 }, { -3000 }, { -9000 } };
+    EXPECT_EQ(chooseUnderOverlapBudget(allEarly, 1e5, 60, 172800, 1800), 1u);
 }
 
 TEST(Protocol, SameInputsGiveTheSameOutput)
