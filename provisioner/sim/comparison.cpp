@@ -118,6 +118,10 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         double bestSym = 0;
         for (std::size_t k = 0; k < candidates.size(); ++k) {
             const double sym = symmetricCost(columns[k], unstarted);
+            out.candidates.push_back({ candidates[k].q(), candidates[k].persist(), sym,
+                handoverCost(columns[k], unstarted, config.handoverSeconds,
+                    static_cast<double>(config.protocol.limit)),
+                summarize(columns[k], config.tolerance, config.handoverSeconds) });
             if (k == 0 || sym < bestSym) {
                 bestSym = sym;
                 qPredict = candidates[k].q();

@@ -42,8 +42,17 @@ struct PolicyRow {
     std::vector<std::optional<std::int64_t>> interruptions;
 };
 
+// One candidate setting of a learned policy on the held-out end of the training period.
+struct CandidateRow {
+    double q = 0;
+    int persist = 1;
+    double symmetricCost = 0, handoverCost = 0;
+    InterruptionMetrics metrics;
+};
+
 struct Comparison {
     std::vector<PolicyRow> rows;
+    std::vector<CandidateRow> candidates; // what chose the quantiles
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;

@@ -312,6 +312,16 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "interruptions.csv").string());
     }
+    if (!r.candidates.empty()) {
+        std::ofstream csv(dir / "candidates.csv");
+        csv << "q,persist_ticks,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_s,mean_gap_s\n";
+        for (const auto& c : r.candidates)
+            csv << c.q << ',' << c.persist << ',' << c.symmetricCost << ',' << c.handoverCost << ','
+                << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap << ',' << c.metrics.meanGap
+                << '\n';
+        if (!csv)
+            throw std::runtime_error("cannot write " + (dir / "candidates.csv").string());
+    }
     std::vector<CdfSeries> series;
     for (const auto& row : r.rows) {
         CdfSeries s { row.name, {} };
@@ -379,7 +389,8 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
         r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, total);
     if (writeFiles) {
         writeOutputs(r, outDir, config);
-        std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg\n";
+        std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg"
+                  << (r.candidates.empty() ? "" : ", candidates.csv (held-out training probes)") << '\n';
     }
     if (!modelOut.empty() && used) {
         used->save(modelOut);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using baton::test::run;
 using baton::test::sourceRoot;
@@ -59,6 +61,33 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_EQ(count(svg, "<polyline"), 4u);
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
+
+    // checkpoint-aware's q is the cheapest held-out candidate within the overlap budget (default 1800 s).
+    std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
+    std::string line;
+    std::getline(candidates, line);
+    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
+    std::size_t rows = 0;
+    while (std::getline(candidates, line)) {
+        ++rows;
+        std::vector<double> f;
+        std::istringstream fields(line);
+        for (std::string v; std::getline(fields, v, ',');)
+            f.push_back(std::stod(v));
+        ASSERT_EQ(f.size(), 7u) << line;
+        if (leastOverlapQ < 0 || f[5] < leastOverlap) {
+            leastOverlapQ = f[0];
+            leastOverlap = f[5];
+        }
+        if (f[5] <= 1800 && (expectedQ < 0 || f[3] < bestCost)) {
+            expectedQ = f[0];
+            bestCost = f[3];
+        }
+    }
+    EXPECT_EQ(rows, 20u);
+    const auto at = csv.find("\ncheckpoint-aware,");
+    ASSERT_NE(at, std::string::npos) << csv;
+    EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
 
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model });
