@@ -137,6 +137,7 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
 
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::unique_ptr<Policy>> policies;
+    bool oracle = false;
     for (const auto& name : config.policies) {
         if (name == "reactive")
             policies.push_back(std::make_unique<ReactivePolicy>());
@@ -148,9 +149,11 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "checkpoint-aware")
             policies.push_back(
                 std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
+        else if (name == "oracle")
+            oracle = true; // not a policy: the hindsight bound, found by the protocol
         else
             throw std::invalid_argument(
-                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware)");
+                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware, oracle)");
     }
     std::vector<const Policy*> ptrs;
     for (const auto& p : policies)
@@ -159,11 +162,13 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     pc.from = config.split;
     pc.to = config.evaluationEnd;
     pc.annotate = learned ? predictor : nullptr;
+    pc.oracle = oracle;
     const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
     out.evaluationProbes = r.probes.size();
-    for (std::size_t k = 0; k < policies.size(); ++k) {
+    std::size_t k = 0;
+    for (const auto& name : config.policies) {
         PolicyRow row;
-        row.name = config.policies[k];
+        row.name = name;
         if (row.name == "predict") {
             row.q = qPredict;
             row.persist = persistPredict;
@@ -171,7 +176,12 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
             row.q = qCheckpoint;
             row.persist = persistCheckpoint;
         }
-        row.interruptions = column(r, k);
+        if (name == "oracle") {
+            for (const auto& p : r.probes)
+                row.interruptions.push_back(p.oracle ? p.oracle->interruption : std::nullopt);
+        } else {
+            row.interruptions = column(r, k++);
+        }
         row.metrics = summarize(row.interruptions, config.tolerance, config.handoverSeconds);
         out.rows.push_back(std::move(row));
     }

@@ -35,6 +35,9 @@ struct ProtocolConfig {
     std::int64_t sampleEvery = 0;
     // If set, each tick is annotated with this predictor's mean log-wait (one batch per probe).
     std::shared_ptr<const WaitPredictor> annotate;
+    // Also find, in hindsight, the submission tick whose successor starts closest to the predecessor's
+    // end: the bound no submit-time policy can beat on this queue (one fork per tick: costly).
+    bool oracle = false;
 };
 
 struct PolicyOutcome {
@@ -47,6 +50,7 @@ struct ProbeResult {
     int nodes = 0;
     std::int64_t predecessorEnd = 0;
     std::vector<PolicyOutcome> outcomes; // one per policy, in the order given
+    std::optional<PolicyOutcome> oracle; // with ProtocolConfig::oracle
 };
 
 struct ProtocolResult {

@@ -28,7 +28,7 @@ namespace {
 constexpr const char* usage = R"(usage:
   sim fit --trace FILE [--nodes N,N,...]
       replay the trace for each node count and priority weighting; compare with the recorded starts
-  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware [options]
+  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware|oracle [options]
   sim compare --trace FILE [--out DIR] [options]
       evaluate policies with Mirage's protocol; print a table, write DIR/compare.csv,
       DIR/interruptions.csv and DIR/interruptions.svg
@@ -50,6 +50,8 @@ options:
   --db-save NAME           store the trained predictor, with its metrics, as the next version of NAME
   --database CONNINFO      for --db-*: else $BATON_DATABASE, else the PG* environment
   --seed N                 training seed (default 0)
+  --oracle yes|no          compare: add the hindsight bound, the best submission minute of each
+                           probe found by trying every one (slow: one queue simulation per minute)
 )";
 
 class Options {
@@ -433,8 +435,15 @@ int runSimCommand(std::span<const std::string> args)
                 throw std::invalid_argument("--policy is required");
             return compareCommand(o, { policy }, false);
         }
-        if (args[0] == "compare")
-            return compareCommand(o, { "reactive", "avg", "predict", "checkpoint-aware" }, true);
+        if (args[0] == "compare") {
+            std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+            const auto oracle = o.text("oracle", "no");
+            if (oracle != "yes" && oracle != "no")
+                throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
+            if (oracle == "yes")
+                policies.push_back("oracle");
+            return compareCommand(o, std::move(policies), true);
+        }
         std::cerr << "sim: unknown command '" << args[0] << "'\n" << usage;
         return 2;
     } catch (const std::invalid_argument& e) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 using namespace baton::sim;
@@ -76,6 +77,15 @@ TEST(Protocol, HandComputedInterruptions)
     EXPECT_EQ(p.outcomes[1].interruption, std::optional<std::int64_t>(-200));
     EXPECT_EQ(p.outcomes[2].submitted, 930);
     EXPECT_EQ(p.outcomes[2].interruption, std::optional<std::int64_t>(0));
+    EXPECT_FALSE(p.oracle.has_value());
+
+    // In hindsight: before 900 the successor takes X's free node at once (early); from 900 (Y has the
+    // node) it is older than Z and starts at 1000. The earliest such tick is the bound.
+    pc.oracle = true;
+    const auto o = runProtocol(trace, sc, pc, policies);
+    ASSERT_TRUE(o.probes[0].oracle.has_value());
+    EXPECT_EQ(o.probes[0].oracle->submitted, 900);
+    EXPECT_EQ(o.probes[0].oracle->interruption, std::optional<std::int64_t>(0));
     EXPECT_EQ(p.outcomes[3].interruption, std::optional<std::int64_t>(100));
 }
 
@@ -152,6 +162,24 @@ TEST(Protocol, SameInputsGiveTheSameOutput)
         }
     }
     EXPECT_TRUE(someWait) << "the synthetic queue should make some successors wait";
+
+    // No submit-time policy comes closer to the predecessor's end than the hindsight bound.
+    pc.oracle = true;
+    const auto o = runProtocol(trace, sc, pc, policies);
+    ASSERT_EQ(o.probes.size(), a.probes.size());
+    bool oracleBeatsSome = false;
+    for (const auto& p : o.probes) {
+        ASSERT_TRUE(p.oracle.has_value());
+        for (const auto& outcome : p.outcomes) {
+            if (!outcome.interruption)
+                continue;
+            ASSERT_TRUE(p.oracle->interruption.has_value());
+            EXPECT_LE(std::abs(*p.oracle->interruption), std::abs(*outcome.interruption));
+            oracleBeatsSome
+                = oracleBeatsSome || std::abs(*p.oracle->interruption) < std::abs(*outcome.interruption);
+        }
+    }
+    EXPECT_TRUE(oracleBeatsSome);
     ASSERT_EQ(a.samples.size(), b.samples.size());
     for (std::size_t i = 0; i < a.samples.size(); ++i) {
         EXPECT_EQ(a.samples[i].x, b.samples[i].x);

@@ -95,6 +95,21 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(again.output.find("predict"), std::string::npos);
 }
 
+TEST(SimCommand, RunsTheHindsightBound)
+{
+    // The bound simulates the queue once per minute of every probe: few probes keep it quick.
+    const auto r = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1",
+        "--interval-hours", "240", "--policy", "oracle" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto at = r.output.find("\noracle ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    std::istringstream row(r.output.substr(at + 1));
+    std::string name, q, persist;
+    std::size_t probes = 0;
+    row >> name >> q >> persist >> probes;
+    EXPECT_GT(probes, 0u) << r.output;
+}
+
 TEST(SimCommand, FitPrintsTheBestConfiguration)
 {
     const auto r = run({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "12,16" });
@@ -118,6 +133,10 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure(
         { batonctl(), "sim", "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
+        "--oracle: expected yes or no");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "-5" }, 2,
+        "not negative");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
