@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: bootstrap the machine if needed, configure, build, and run every suite
-# (unit, pg, slurm, e2e) against real PostgreSQL and Slurm started in temporary directories.
+# (unit, pg, slurm, e2e) against real PostgreSQL and Slurm started in temporary directories; where the
+# CUDA build was made, the unit suite of a host-only build as well.
 #   BATON_BUILD_DIR   build directory (default: build)
 #   extra arguments   passed to `meson test`, e.g. --suite unit
 set -euo pipefail
@@ -23,3 +24,11 @@ else
 fi
 meson compile -C "$builddir"
 meson test -C "$builddir" --print-errorlogs "$@"
+
+# Where nvcc made a CUDA build, the host-only build (what a machine without CUDA gets) is tested too.
+if [ $# -eq 0 ] && grep -q 'BATON_HAVE_CUDA 1' "$builddir/baton_version.h"; then
+    hostdir=$builddir-host
+    [ -f "$hostdir/build.ninja" ] || meson setup "$hostdir" -Dcuda=disabled -Dbench=false
+    meson compile -C "$hostdir"
+    meson test -C "$hostdir" --print-errorlogs --suite unit
+fi

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <system_error>
 
@@ -79,7 +80,7 @@ void removeCheckpoint(const fs::path& checkpointDir)
 {
     // Renaming first makes the removal atomic: a crash leaves a hidden directory, not a torn checkpoint.
     fs::path doomed = checkpointDir.parent_path()
-        / ("." + checkpointDir.filename().string() + ".deleting-" + std::to_string(::getpid()));
+        / ("." + checkpointDir.filename().string() + ".deleting-" + temporaryOwnerTag());
     io::renameDurably(checkpointDir, doomed);
     std::error_code ec;
     fs::remove_all(doomed, ec);
@@ -117,25 +118,54 @@ std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
     return removed;
 }
 
+std::string temporaryOwnerTag()
+{
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        std::snprintf(host, sizeof host, "localhost");
+    std::string tag(host);
+    for (char& c : tag) {
+        if (c == '/' || c == '.')
+            c = '_';
+    }
+    return tag + "-" + std::to_string(::getpid());
+}
+
+// A chain directory may be shared by jobs on several nodes (a successor starts before its predecessor
+// ends): a process of this host that is gone owns nothing any more; another host's directories are left
+// alone unless they are a day old.
 void removeStaleTemporaries(const fs::path& chainDir)
 {
+    constexpr auto kForeignAge = std::chrono::hours(24);
+    std::string ownTag = temporaryOwnerTag();
+    std::string ownHost = ownTag.substr(0, ownTag.rfind('-'));
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(chainDir, ec)) {
         std::string name = entry.path().filename().string();
         if (!name.starts_with(".ckpt-"))
             continue;
-        auto marker = name.find(".tmp-");
-        if (marker == std::string::npos)
-            marker = name.find(".deleting-");
-        if (marker == std::string::npos)
+        std::size_t tagAt = std::string::npos;
+        for (std::string_view marker : { ".tmp-", ".deleting-" }) {
+            if (auto at = name.find(marker); at != std::string::npos)
+                tagAt = at + marker.size();
+        }
+        auto dash = name.rfind('-');
+        if (tagAt == std::string::npos || dash == std::string::npos || dash < tagAt)
             continue;
-        std::string pidText = name.substr(name.rfind('-') + 1);
+        std::string host = name.substr(tagAt, dash - tagAt);
+        std::string pidText = name.substr(dash + 1);
         if (pidText.empty() || pidText.find_first_not_of("0123456789") != std::string::npos
             || pidText.size() > 9)
             continue;
-        auto pid = static_cast<pid_t>(std::stol(pidText));
-        bool owned = pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH);
-        if (owned)
+        bool stale;
+        if (host == ownHost) {
+            auto pid = static_cast<pid_t>(std::stol(pidText));
+            stale = pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH);
+        } else {
+            auto modified = fs::last_write_time(entry.path(), ec);
+            stale = !ec && fs::file_time_type::clock::now() - modified > kForeignAge;
+        }
+        if (stale)
             fs::remove_all(entry.path(), ec);
     }
 }

@@ -28,7 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kCopyChunk = 16 << 20; // a copy task's share of a large region
 constexpr std::size_t kPoolGranule = 2 << 20; // staging grows in these steps
 
 const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
@@ -57,13 +56,14 @@ struct Piece {
     std::size_t size;
 };
 
-// Splits copies into about `threads` * 4 tasks of similar size; small regions share a task.
+// Splits copies into one task per thread of about equal size (measured fastest: each thread streams one
+// long range); small regions share a task.
 std::vector<std::vector<Piece>> makeCopyTasks(const std::vector<Piece>& copies, unsigned threads)
 {
     std::size_t total = 0;
     for (const auto& c : copies)
         total += c.size;
-    std::size_t share = std::clamp<std::size_t>(total / (threads * 4 + 1), 1 << 20, kCopyChunk);
+    std::size_t share = std::max<std::size_t>(total / threads + 1, 1 << 20);
     std::vector<std::vector<Piece>> tasks;
     std::vector<Piece> current;
     std::size_t currentBytes = 0;
@@ -164,6 +164,7 @@ struct Checkpointer::Impl {
 
     bool inFlight = false;
     std::size_t copiesRemaining = 0;
+    Clock::time_point snapshotStartedAt;
     Clock::time_point snapshotDoneAt;
     bool deviceCopiesPending = false;
     std::vector<DeviceCopy> streamsToOrder;
@@ -233,6 +234,7 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration)
     auto tasks = makeCopyTasks(hostCopies, pool.size());
     copiesRemaining = tasks.size();
     snapshotDoneAt = job.requestedAt;
+    snapshotStartedAt = job.requestedAt;
     inFlight = true;
     ++counters.requested;
     stats = CheckpointStats {};
@@ -244,6 +246,8 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration)
             std::lock_guard lock(mutex);
             if (--copiesRemaining == 0) {
                 snapshotDoneAt = Clock::now();
+                // Known as soon as beforeUpdate() returns, not only after the persist.
+                stats.snapshotSeconds = seconds(snapshotDoneAt - snapshotStartedAt);
                 changed.notify_all();
             }
         });
@@ -305,9 +309,8 @@ void Checkpointer::Impl::persist(Job& job)
         }
     } else {
         std::error_code ec;
-        fs::remove_all(options.chainDir
-                / ("." + checkpointDirName(job.iteration) + ".tmp-" + std::to_string(::getpid())),
-            ec);
+        fs::remove_all(
+            options.chainDir / ("." + checkpointDirName(job.iteration) + ".tmp-" + temporaryOwnerTag()), ec);
         log("checkpoint of iteration " + std::to_string(job.iteration)
             + " failed, training continues and the previous checkpoint stays valid: " + error);
     }
@@ -327,20 +330,35 @@ void Checkpointer::Impl::persist(Job& job)
 
 void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
 {
-    for (auto* list : { &job.regions, &job.blobs }) {
-        for (auto& entry : *list)
-            entry.checksum = checksum(staging + entry.offset, entry.size);
-    }
 
     const fs::path& chain = options.chainDir;
     std::string name = checkpointDirName(job.iteration);
-    fs::path temporary = chain / ("." + name + ".tmp-" + std::to_string(::getpid()));
+    fs::path temporary = chain / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
     fs::remove_all(temporary, ec);
     if (!fs::create_directory(temporary, ec) || ec)
         throw io::IoError(ec ? ec.value() : EEXIST, "cannot create " + temporary.string());
 
-    io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+    {
+        // Checksums are computed on the (otherwise idle) copy threads while the data goes to the device.
+        std::vector<ManifestEntry*> small; // declared first: outlives the tasks that read it
+        TaskGroup hashing(pool);
+        for (auto* list : { &job.regions, &job.blobs }) {
+            for (auto& entry : *list) {
+                if (entry.size >= (1 << 20))
+                    hashing.post(
+                        [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
+                else
+                    small.push_back(&entry);
+            }
+        }
+        hashing.post([this, &small] {
+            for (auto* entry : small)
+                entry->checksum = checksum(staging + entry->offset, entry->size);
+        });
+        io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+        hashing.wait();
+    }
 
     nlohmann::json document = nlohmann::json::object();
     for (const auto& [key, value] : job.fields)
@@ -591,13 +609,45 @@ RestoreResult Checkpointer::restore()
                     + " bytes are registered");
         }
         impl_->ensureStaging(io::roundUp(manifest.totalBytes, io::kDirectAlignment));
-        std::string reason = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo);
+        // Host regions are filled while the file streams in, so that restore runs at read speed. If the
+        // checkpoint then fails to verify, an older one overwrites them again.
+        std::vector<Piece> hostTargets; // `from` points into the staging copy of the file
+        for (const auto& entry : manifest.regions) {
+            auto found = impl_->regions.find(entry.name);
+            if (found != impl_->regions.end() && found->second.device < 0 && entry.size > 0)
+                hostTargets.push_back({ static_cast<std::byte*>(found->second.data),
+                    impl_->staging + entry.offset, entry.size });
+        }
+        std::sort(hostTargets.begin(), hostTargets.end(),
+            [](const Piece& a, const Piece& b) { return a.from < b.from; });
+        std::size_t nextTarget = 0;
+        TaskGroup copies(impl_->pool);
+        // Copies run on the pool while this thread checks the next chunk and the reader reads ahead.
+        auto copyArrived = [&](const std::byte* begin, std::uint64_t, std::size_t length) {
+            const std::byte* end = begin + length;
+            while (nextTarget < hostTargets.size()
+                && hostTargets[nextTarget].from + hostTargets[nextTarget].size <= begin)
+                ++nextTarget;
+            std::vector<Piece> pieces;
+            for (std::size_t i = nextTarget; i < hostTargets.size() && hostTargets[i].from < end; ++i) {
+                const Piece& t = hostTargets[i];
+                const std::byte* from = std::max(begin, t.from);
+                const std::byte* until = std::min(end, t.from + t.size);
+                pieces.push_back({ t.to + (from - t.from), from, static_cast<std::size_t>(until - from) });
+            }
+            if (pieces.empty())
+                return;
+            result.regionsOverwritten = true;
+            copies.post([pieces = std::move(pieces)] { copyPieces(pieces); });
+        };
+        std::string reason
+            = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo, copyArrived);
+        copies.wait();
         if (!reason.empty()) {
             skip(reason);
             continue;
         }
 
-        std::vector<Piece> hostCopies;
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
             if (found == impl_->regions.end()) {
@@ -605,17 +655,10 @@ RestoreResult Checkpointer::restore()
                 continue;
             }
             const auto& spec = found->second;
-            if (spec.device < 0)
-                hostCopies.push_back(
-                    { static_cast<std::byte*>(spec.data), impl_->staging + entry.offset, entry.size });
-            else
+            if (spec.device >= 0)
                 impl_->backend->restoreToDevice(
                     { impl_->staging + entry.offset, spec.data, entry.size, spec.device, spec.stream });
         }
-        std::vector<std::function<void()>> tasks;
-        for (auto& task : makeCopyTasks(hostCopies, impl_->pool.size()))
-            tasks.emplace_back([task = std::move(task)] { copyPieces(task); });
-        impl_->pool.runAll(std::move(tasks));
 
         for (const auto& entry : manifest.blobs) {
             const std::byte* from = impl_->staging + entry.offset;
@@ -629,6 +672,9 @@ RestoreResult Checkpointer::restore()
         impl_->epoch = result.epoch;
         return result;
     }
+    if (result.regionsOverwritten)
+        impl_->log("no checkpoint verified; the registered host regions hold data of a rejected checkpoint "
+                   "and must be initialized again");
     return result;
 }
 

@@ -221,10 +221,16 @@ FileReader::FileReader(const std::filesystem::path& path, bool directIo)
 
 std::size_t FileReader::read(std::byte* destination, std::size_t length)
 {
+    std::size_t done = readAt(destination, position_, length);
+    position_ += done;
+    return done;
+}
+
+std::size_t FileReader::readAt(std::byte* destination, std::uint64_t offset, std::size_t length) const
+{
     std::size_t done = 0;
     while (done < length) {
-        ssize_t n
-            = ::pread(fd_.get(), destination + done, length - done, static_cast<off_t>(position_ + done));
+        ssize_t n = ::pread(fd_.get(), destination + done, length - done, static_cast<off_t>(offset + done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -235,7 +241,6 @@ std::size_t FileReader::read(std::byte* destination, std::size_t length)
         if (direct_ && done % kDirectAlignment != 0)
             break; // a short, unaligned read only happens at the end of the file
     }
-    position_ += done;
     return done;
 }
 

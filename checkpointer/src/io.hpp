@@ -78,6 +78,8 @@ public:
     bool direct() const { return direct_; }
     // Reads up to `length` bytes at the current position; returns how many (fewer only at end of file).
     std::size_t read(std::byte* destination, std::size_t length);
+    // Reads up to `length` bytes at `offset` without moving the position; safe from several threads.
+    std::size_t readAt(std::byte* destination, std::uint64_t offset, std::size_t length) const;
 
 private:
     std::filesystem::path path_;

@@ -3,9 +3,8 @@
 #include <cstdio>
 #include <limits>
 
-#include <xxhash.h>
-
 #include "baton/ckpt/error.hpp"
+#include "hash.hpp"
 
 namespace baton::ckpt {
 
@@ -83,7 +82,7 @@ std::string checksumHex(std::uint64_t value)
 
 std::uint64_t checksum(const void* data, std::size_t size)
 {
-    return XXH3_64bits(data, size);
+    return xxh3(data, size);
 }
 
 nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries)

@@ -61,4 +61,24 @@ void ThreadPool::work()
     }
 }
 
+void TaskGroup::post(std::function<void()> task)
+{
+    {
+        std::lock_guard lock(mutex_);
+        ++pending_;
+    }
+    pool_.post([this, task = std::move(task)] {
+        task();
+        std::lock_guard lock(mutex_);
+        if (--pending_ == 0)
+            done_.notify_all();
+    });
+}
+
+void TaskGroup::wait()
+{
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+}
+
 } // namespace baton::ckpt

@@ -32,4 +32,24 @@ private:
     std::vector<std::thread> workers_;
 };
 
+// Tasks posted to a pool that can be waited for together; waits in its destructor too.
+class TaskGroup {
+public:
+    explicit TaskGroup(ThreadPool& pool)
+        : pool_(pool)
+    { }
+    ~TaskGroup() { wait(); }
+    TaskGroup(const TaskGroup&) = delete;
+    TaskGroup& operator=(const TaskGroup&) = delete;
+
+    void post(std::function<void()> task);
+    void wait();
+
+private:
+    ThreadPool& pool_;
+    std::mutex mutex_;
+    std::condition_variable done_;
+    std::size_t pending_ = 0;
+};
+
 } // namespace baton::ckpt

@@ -1,12 +1,15 @@
 #include "verify.hpp"
 
 #include <algorithm>
+#include <condition_variable>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <tuple>
 #include <vector>
 
-#include <xxhash.h>
+#include "hash.hpp"
 
 #include "io.hpp"
 
@@ -14,7 +17,7 @@ namespace baton::ckpt {
 
 namespace {
 
-constexpr std::size_t kReadChunk = 32 << 20;
+constexpr std::size_t kReadChunk = 8 << 20;
 
 struct StateDeleter {
     void operator()(XXH3_state_t* state) const { XXH3_freeState(state); }
@@ -56,7 +59,7 @@ public:
                 continue;
             }
             std::uint64_t segmentEnd = std::min(end, sorted_[next_]->offset + sorted_[next_]->size);
-            XXH3_64bits_update(states_[next_].get(), data + (at - start), segmentEnd - at);
+            xxh3Update(states_[next_].get(), data + (at - start), segmentEnd - at);
             at = segmentEnd;
         }
         return true;
@@ -79,10 +82,118 @@ private:
     std::size_t next_ = 0;
 };
 
+std::size_t chunkLength(std::uint64_t position, std::uint64_t size)
+{
+    return std::min<std::uint64_t>(kReadChunk, io::roundUp(size - position, io::kDirectAlignment));
+}
+
+std::string checkThroughScratch(
+    io::FileReader& reader, Checker& checker, std::uint64_t size, const std::filesystem::path& path)
+{
+    io::AlignedBuffer scratch(std::min<std::uint64_t>(io::roundUp(size, io::kDirectAlignment), kReadChunk));
+    std::string reason;
+    for (std::uint64_t position = 0; position < size;) {
+        std::size_t got = std::min<std::uint64_t>(
+            reader.read(scratch.data(), chunkLength(position, size)), size - position);
+        if (got == 0)
+            return path.string() + " ended early at byte " + std::to_string(position);
+        if (!checker.feed(scratch.data(), position, got, reason))
+            return reason;
+        position += got;
+    }
+    return {};
+}
+
+// A reader thread fills `destination` sequentially while this thread checks what has arrived, so that
+// hashing (and the caller's copying) hides behind the device's read time.
+std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* destination,
+    std::uint64_t size, const std::filesystem::path& path, const ChunkSink& onChunk)
+{
+    std::mutex mutex;
+    std::condition_variable arrived;
+    std::uint64_t readUpTo = 0;
+    bool readerDone = false;
+    bool stop = false;
+    std::string readError;
+    // Two readers keep two requests in flight (as kernel read-ahead does); chunks are published to the
+    // checker in file order.
+    constexpr unsigned kReaders = 2;
+    std::size_t chunks = static_cast<std::size_t>((size + kReadChunk - 1) / kReadChunk);
+    std::vector<bool> chunkDone(chunks, false);
+    std::size_t nextToPublish = 0;
+    unsigned readersLeft = kReaders;
+    auto readChunks = [&](unsigned first) {
+        try {
+            for (std::size_t chunk = first; chunk < chunks; chunk += kReaders) {
+                {
+                    std::lock_guard lock(mutex);
+                    if (stop)
+                        break;
+                }
+                std::uint64_t offset = static_cast<std::uint64_t>(chunk) * kReadChunk;
+                std::size_t want = std::min<std::uint64_t>(kReadChunk, size - offset);
+                std::size_t got = reader.readAt(destination + offset, offset, chunkLength(offset, size));
+                if (got < want) {
+                    std::lock_guard lock(mutex);
+                    readError = path.string() + " ended early at byte " + std::to_string(offset + got);
+                    break;
+                }
+                std::lock_guard lock(mutex);
+                chunkDone[chunk] = true;
+                while (nextToPublish < chunks && chunkDone[nextToPublish])
+                    ++nextToPublish;
+                readUpTo
+                    = std::min<std::uint64_t>(static_cast<std::uint64_t>(nextToPublish) * kReadChunk, size);
+                arrived.notify_all();
+            }
+        } catch (const std::exception& e) {
+            std::lock_guard lock(mutex);
+            readError = e.what();
+        }
+        std::lock_guard lock(mutex);
+        if (--readersLeft == 0)
+            readerDone = true;
+        arrived.notify_all();
+    };
+    std::vector<std::thread> readers;
+    for (unsigned r = 0; r < kReaders; ++r)
+        readers.emplace_back(readChunks, r);
+
+    std::string reason;
+    std::uint64_t checked = 0;
+    while (checked < size) {
+        std::uint64_t available;
+        {
+            std::unique_lock lock(mutex);
+            arrived.wait(lock, [&] { return readUpTo > checked || readerDone; });
+            available = readUpTo;
+            if (available <= checked) {
+                reason = readError.empty() ? path.string() + " could not be read" : readError;
+                break;
+            }
+        }
+        std::size_t length = available - checked;
+        if (!checker.feed(destination + checked, checked, length, reason))
+            break;
+        if (onChunk)
+            onChunk(destination + checked, checked, length);
+        checked = available;
+    }
+    {
+        std::lock_guard lock(mutex);
+        stop = true;
+    }
+    for (auto& r : readers)
+        r.join();
+    if (reason.empty() && !readError.empty())
+        reason = readError;
+    return reason;
+}
+
 } // namespace
 
 std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
-    std::byte* destination, bool directIo)
+    std::byte* destination, bool directIo, const ChunkSink& onChunk)
 {
     std::vector<const ManifestEntry*> sorted;
     for (const auto* list : { &manifest.regions, &manifest.blobs }) {
@@ -113,25 +224,12 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
             return path.string() + " has " + std::to_string(reader.size()) + " bytes, the manifest says "
                 + std::to_string(expectedSize);
         Checker checker(std::move(sorted));
-        io::AlignedBuffer scratch;
-        if (destination == nullptr)
-            scratch
-                = io::AlignedBuffer(std::min(io::roundUp(expectedSize, io::kDirectAlignment), kReadChunk));
         std::string reason;
-        std::uint64_t position = 0;
-        while (position < expectedSize) {
-            std::byte* target = destination != nullptr ? destination + position : scratch.data();
-            std::size_t want = std::min<std::uint64_t>(
-                kReadChunk, io::roundUp(expectedSize - position, io::kDirectAlignment));
-            std::size_t got = reader.read(target, want);
-            if (got == 0)
-                return path.string() + " ended early at byte " + std::to_string(position);
-            got = std::min<std::uint64_t>(got, expectedSize - position);
-            if (!checker.feed(target, position, got, reason))
-                return reason;
-            position += got;
-        }
-        return checker.mismatch();
+        if (destination != nullptr)
+            reason = checkPipelined(reader, checker, destination, expectedSize, path, onChunk);
+        else
+            reason = checkThroughScratch(reader, checker, expectedSize, path);
+        return reason.empty() ? checker.mismatch() : reason;
     } catch (const io::IoError& e) {
         return e.what();
     }

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "baton/ckpt/manifest.hpp"
@@ -13,8 +14,12 @@ namespace baton::ckpt {
 // roundUp(totalBytes, 4096) bytes, page-aligned) or, if null, through a scratch buffer, and checks the
 // file size, every entry's checksum and that padding between entries is zero. Returns an empty string
 // when everything matches, else the reason.
+//
+// With a destination, reading runs on its own thread, one chunk ahead of checking; `onChunk` (optional)
+// sees each chunk right after it was checked, before the whole file is known to be good.
+using ChunkSink = std::function<void(const std::byte* data, std::uint64_t fileOffset, std::size_t length)>;
 std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
-    std::byte* destination, bool directIo);
+    std::byte* destination, bool directIo, const ChunkSink& onChunk = {});
 
 // The layout rule shared by writer and reader: where each entry may start.
 inline constexpr std::size_t kEntryAlignment = 64;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <fstream>
@@ -329,6 +331,38 @@ TEST(Checkpointer, HostPathWithoutADevice)
     std::vector<std::byte> state(10000, std::byte { 1 });
     ckpt.registerRegion("s", state.data(), state.size());
     EXPECT_TRUE(ckpt.checkpointNow(1));
+}
+
+// Temporaries of dead local processes go; another host's (a job of the same chain running elsewhere)
+// stay until they are a day old.
+TEST(Checkpointer, StaleTemporariesOfThisHostOnly)
+{
+    TempDir dir("ckpt-stale");
+    pid_t child = ::fork();
+    if (child == 0)
+        ::_exit(0);
+    ::waitpid(child, nullptr, 0);
+    std::string host = temporaryOwnerTag().substr(0, temporaryOwnerTag().rfind('-'));
+    auto deadLocal = dir.path() / (".ckpt-000000000005.tmp-" + host + "-" + std::to_string(child));
+    auto liveLocal = dir.path() / (".ckpt-000000000006.tmp-" + host + "-1"); // pid 1 always runs
+    auto foreign = dir.path() / ".ckpt-000000000007.tmp-othernode-42";
+    auto deleting = dir.path() / (".ckpt-000000000003.deleting-" + host + "-" + std::to_string(child));
+    for (const auto& p : { deadLocal, liveLocal, foreign, deleting })
+        std::filesystem::create_directory(p);
+    {
+        Checkpointer ckpt(quietOptions(dir.path()));
+    }
+    EXPECT_FALSE(std::filesystem::exists(deadLocal));
+    EXPECT_FALSE(std::filesystem::exists(deleting));
+    EXPECT_TRUE(std::filesystem::exists(liveLocal));
+    EXPECT_TRUE(std::filesystem::exists(foreign));
+    std::filesystem::last_write_time(
+        foreign, std::filesystem::file_time_type::clock::now() - std::chrono::hours(25));
+    {
+        Checkpointer ckpt(quietOptions(dir.path()));
+    }
+    EXPECT_FALSE(std::filesystem::exists(foreign));
+    EXPECT_TRUE(std::filesystem::exists(liveLocal));
 }
 
 TEST(Options, FromEnvironment)

@@ -162,6 +162,8 @@ TEST_F(Corruption, BothDamagedMeansNothingToRestore)
     auto result = reader_->restore();
     EXPECT_FALSE(result.restored);
     EXPECT_EQ(result.fallbacks.size(), 2u);
+    // The regions were filled while the rejected checkpoints streamed in: the caller is told.
+    EXPECT_TRUE(result.regionsOverwritten);
     auto verdict = verifyCheckpoint(newest_);
     EXPECT_FALSE(verdict.ok);
     EXPECT_NE(verdict.reason.find("checksum mismatch in 'r0'"), std::string::npos) << verdict.reason;

@@ -100,17 +100,20 @@ TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
         const auto& blob = result.blobs["iteration"];
         ASSERT_EQ(std::string(reinterpret_cast<const char*>(blob.data()), blob.size()),
             std::to_string(result.iteration));
-        // A committed checkpoint always verifies: torn ones are never committed.
+        // Every committed checkpoint verifies and nothing half-written carries a checkpoint's name.
         for (const auto& fallback : result.fallbacks)
-            ASSERT_EQ(fallback.reason.find("checksum"), std::string::npos) << fallback.reason;
+            ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
     }
     EXPECT_GT(restoredCount, kills / 2);
     EXPECT_GT(lastRestored, 50u) << "the chain made too little progress";
-    // Retention held: keep committed checkpoints, one more if the last kill hit between commit and prune.
+    // Kills between a commit and its pruning leave extra checkpoints (older ones go only after a newer one
+    // committed); the next undisturbed commit brings the chain back to `keep`.
+    Checkpointer ckpt(quietOptions(dir.path()));
+    ASSERT_TRUE(ckpt.checkpointNow(lastRestored + 1));
     int committed = 0;
     for (const auto& info : listCheckpoints(dir.path()))
         committed += info.committed ? 1 : 0;
-    EXPECT_LE(committed, 3);
+    EXPECT_EQ(committed, 2);
 }
 
 } // namespace

@@ -137,6 +137,47 @@ class NativeTest(TempChain):
             baton.Checkpointer(options(self.chain)).set_manifest_field("iteration", 5)
 
 
+class SessionTest(TempChain):
+    def test_session_checkpoints_restores_and_carries_the_sampler(self):
+        options = baton.SessionOptions()
+        options.checkpointer.chain_dir = self.chain
+        options.policy.deadline = time.time() + 6
+        options.policy.deadline_margin = 3
+        weights = numpy.zeros(4096, dtype=numpy.float64)
+        sampler = baton.ResumableSampler(100, 7)
+        session = baton.Session(options)
+        session.register_region("weights", weights)
+        session.attach_sampler(sampler)
+        self.assertFalse(session.restore().restored)
+        iteration = 0
+        give_up = time.monotonic() + 20
+        while not session.should_exit and time.monotonic() < give_up:
+            iteration += 1
+            sampler.take(10)
+            session.before_update()
+            weights += 1.0
+            session.step(iteration)
+            time.sleep(0.002)
+        self.assertTrue(session.should_exit)
+        self.assertTrue(session.last_checkpoint().committed)
+        saved_iteration = session.last_checkpoint().iteration
+        saved_weights = weights.copy()
+        session.close()
+
+        options.policy.deadline = None
+        again = baton.Session(options)
+        restored_weights = numpy.zeros_like(weights)
+        restored_sampler = baton.ResumableSampler(100, 7)
+        again.register_region("weights", restored_weights)
+        again.attach_sampler(restored_sampler)
+        result = again.restore()
+        self.assertEqual(result.iteration, saved_iteration)
+        self.assertTrue(numpy.array_equal(restored_weights, saved_weights))
+        self.assertEqual(restored_sampler.state, result.manifest["sampler"])
+        self.assertEqual(restored_sampler.position, (saved_iteration * 10) % 100)
+        again.close()
+
+
 class Net(torch.nn.Module):
     def __init__(self, extra=False):
         super().__init__()
@@ -207,6 +248,25 @@ class TorchAdapterTest(TempChain):
         self.assertEqual(sorted(n for n in os.listdir(self.chain) if n.startswith("ckpt-")),
                          ["ckpt-000000000002", "ckpt-000000000004"])
 
+    def test_buffers_are_saved_as_of_the_boundary(self):
+        # The forward pass that overlaps the snapshot updates batch-norm statistics in place: the
+        # checkpoint must hold them as they were when the iteration ended.
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=4)
+        generator = torch.Generator().manual_seed(1)
+        train_steps(model, optimizer, scheduler, 4, generator)
+        expected = {k: v.clone() for k, v in model.state_dict().items() if k.startswith("norm.")}
+        train_steps(model, optimizer, scheduler, 1, generator)  # its forward starts checkpoint 4
+        ckpt.close(final_checkpoint=False)
+        self.assertFalse(torch.equal(model.norm.running_mean, expected["norm.running_mean"]))
+        model2, optimizer2, scheduler2 = build()
+        ckpt2 = baton.torch.Checkpointer(model2, optimizer2, scheduler2, chain_dir=self.chain, interval=4)
+        self.assertTrue(ckpt2.restore())
+        self.assertEqual(ckpt2.iteration, 4)
+        for key, value in expected.items():
+            self.assertTrue(torch.equal(model2.state_dict()[key], value), key)
+        ckpt2.close(final_checkpoint=False)
+
     def test_restore_into_another_model_is_refused(self):
         model, optimizer, scheduler = build()
         ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=1)
@@ -226,7 +286,6 @@ class TorchAdapterTest(TempChain):
         self.assertEqual(baton.torch._loads(baton.torch._dumps({"a": (1, 2.5, None)})), {"a": (1, 2.5, None)})
 
 
-@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
 class SamplerTest(unittest.TestCase):
     def test_resumes_with_the_remaining_order(self):
         whole = baton.torch.ResumableSampler(50, seed=4)
@@ -255,7 +314,6 @@ class SamplerTest(unittest.TestCase):
             baton.torch.ResumableSampler(3, seed=0, num_replicas=2, rank=2)
 
 
-@unittest.skipUnless(getattr(baton, "have_policy", False), "built without the policy")
 class PolicyTest(TempChain):
     def train_until_exit(self, ckpt, parts, seconds):
         model, optimizer, scheduler = parts
@@ -283,6 +341,14 @@ class PolicyTest(TempChain):
         self.assertEqual(manifest["iteration"], stats.iteration)
         self.assertGreaterEqual(manifest["tuning"]["interval"], 1)
 
+    def test_malformed_environment_is_a_config_error(self):
+        os.environ["BATON_OVERHEAD"] = "lots"
+        try:
+            with self.assertRaisesRegex(baton.ConfigError, "BATON_OVERHEAD"):
+                baton.torch.Checkpointer(*build(), chain_dir=self.chain)
+        finally:
+            del os.environ["BATON_OVERHEAD"]
+
     def test_sigterm_checkpoints_and_asks_to_exit(self):
         parts = build()
         ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain)
@@ -290,6 +356,16 @@ class PolicyTest(TempChain):
         os.kill(os.getpid(), signal.SIGTERM)
         self.train_until_exit(ckpt, parts, 20)
         self.assertTrue(ckpt.should_exit)
+        self.assertTrue(ckpt.native.last_checkpoint().committed)
+        ckpt.close()
+
+    def test_requested_final_checkpoint(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+        train_steps(*parts, 3, torch.Generator().manual_seed(1))
+        ckpt.request_checkpoint(exit_after=True)
+        self.assertTrue(ckpt.should_exit)  # the boundary of step 3 took it and waited for it
+        self.assertEqual(ckpt.native.last_checkpoint().iteration, 3)
         self.assertTrue(ckpt.native.last_checkpoint().committed)
         ckpt.close()
 

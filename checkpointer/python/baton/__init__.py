@@ -12,10 +12,12 @@ from ._native import (  # noqa: F401
     FormatError,
     Options,
     __version__,
+    Decision,
+    Policy,
+    PolicyOptions,
+    ResumableSampler,
+    Session,
+    SessionOptions,
     have_cuda,
+    permuted_index,
 )
-
-try:  # the policy and the sampler are part of the native module when it was built with them
-    from ._native import Decision, Policy, PolicyOptions, ResumableSampler, permuted_index  # noqa: F401
-except ImportError:
-    pass

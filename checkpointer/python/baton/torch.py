@@ -14,9 +14,10 @@
             scheduler.step()
     ckpt.close()                          # final checkpoint, waits for it to commit
 
-Every tensor of ``model.state_dict()`` and ``optimizer.state_dict()`` is registered with the native
-checkpointer *in place*: a snapshot copies straight out of the parameters and a restore writes straight
-into them. Everything else that decides what the next iteration computes — the optimizer's
+Every parameter of ``model.state_dict()`` and every tensor of ``optimizer.state_dict()`` is registered
+with the native checkpointer *in place*: a snapshot copies straight out of the parameters and a restore
+writes straight into them. The model's buffers (batch-norm statistics) change during the forward pass
+that the snapshot overlaps, so they are copied at the iteration boundary instead. Everything else that decides what the next iteration computes — the optimizer's
 hyperparameters, the scheduler, the sampler's position and the RNGs of torch, numpy and ``random`` —
 travels in one small blob.
 
@@ -25,7 +26,8 @@ still reads the weights; after it, the iteration counts as done, but the checkpo
 starts only when the next iteration begins — at the next index drawn from the ResumableSampler, the
 model's next forward pass or the next ``optimizer.step()``, whichever comes first — so that what a
 training loop does after the update (``scheduler.step()``, logging, the end of an epoch) belongs to the
-saved iteration. The snapshot then overlaps the next forward and backward pass.
+saved iteration. Asking ``should_exit`` at the end of an iteration ends it as well. The snapshot then
+overlaps the next forward and backward pass.
 """
 
 from __future__ import annotations
@@ -142,9 +144,10 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:
+    """(address, bytes, device, shape, dtype): a change of any means registering again."""
     device = tensor.device
     return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
-            "cpu" if device.type == "cpu" else str(device))
+            "cpu" if device.type == "cpu" else str(device), tensor.shape, tensor.dtype)
 
 
 # --- the sampler --------------------------------------------------------------------------------------
@@ -169,8 +172,6 @@ class ResumableSampler(torch.utils.data.Sampler):
                 num_replicas = torch.distributed.get_world_size() if distributed else 1
             if rank is None:
                 rank = torch.distributed.get_rank() if distributed else 0
-        if not hasattr(_native, "ResumableSampler"):
-            raise RuntimeError("this build of baton has no resumable sampler (built without the policy)")
         try:
             self._native = _native.ResumableSampler(size, seed, num_replicas, rank, drop_last)
         except ValueError as error:
@@ -240,8 +241,6 @@ class Checkpointer:
                  policy_options: Optional["_native.PolicyOptions"] = None):
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
-        if interval is None and not hasattr(_native, "Policy"):
-            raise ValueError("this build of baton has no checkpoint policy: pass interval=")
         if options is None:
             options = _native.Options.from_environment() if chain_dir is None else _native.Options()
         if chain_dir is not None:
@@ -273,6 +272,7 @@ class Checkpointer:
         self._pending = False
         self._closed = False
         self._regions: Dict[str, tuple] = {}
+        self._buffer_names: set = set()
         self._device_regions: List[str] = []
         self._layout: Dict[str, Any] = {}
         self._original_step = optimizer.step
@@ -298,7 +298,11 @@ class Checkpointer:
     @property
     def should_exit(self) -> bool:
         """True once the final checkpoint before the deadline (or after SIGTERM) has committed: the
-        training loop should end; the next job of the chain continues from that checkpoint."""
+        training loop should end; the next job of the chain continues from that checkpoint.
+
+        Asking ends the current iteration (its checkpoint may start now): ask after everything the
+        iteration does, as a loop condition does."""
+        self._boundary()
         self._report_outcome()
         return self._policy is not None and self._policy.should_exit
 
@@ -325,6 +329,7 @@ class Checkpointer:
         self._check_regions(result)
         if _STATE_BLOB not in result.blobs:
             raise RestoreError(f"{result.dir} has no {_STATE_BLOB} blob: it was not written by baton.torch")
+        self._restore_buffers(result)
         self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
         self.restored_from = result.dir
         self.previous_tuning = result.manifest.get("tuning") or None
@@ -332,6 +337,14 @@ class Checkpointer:
             self._start_policy(self.previous_tuning)
         self._last_boundary = time.perf_counter()
         return True
+
+    def request_checkpoint(self, exit_after: bool = False) -> None:
+        """Checkpoint at the next iteration boundary without waiting here (for a handover to a
+        successor job); `exit_after` makes it a final checkpoint, after which should_exit is true.
+        Needs the policy (interval=None)."""
+        if self._policy is None:
+            raise ValueError("request_checkpoint needs the policy (interval=None); use checkpoint_now()")
+        self._policy.request_checkpoint(exit_after)
 
     def checkpoint_now(self) -> bool:
         """Checkpoints the current iteration and waits for it to commit; returns whether it did."""
@@ -418,6 +431,10 @@ class Checkpointer:
                     self._native.wait()
                     self._report_outcome()
                 self._start_checkpoint(iteration)
+                if decision.final:
+                    # Nothing after it will be kept: wait, so that should_exit is true at once.
+                    self._native.wait()
+                    self._report_outcome()
         self._last_boundary = now
 
     def _start_checkpoint(self, iteration: int) -> None:
@@ -430,7 +447,7 @@ class Checkpointer:
         if started:
             self._outstanding = iteration
         elif self._policy is not None:
-            self._policy.checkpoint_failed("a checkpoint was still in flight")
+            self._policy.checkpoint_failed(self._native.last_error or "a checkpoint was still in flight")
 
     def _report_outcome(self) -> None:
         """Tells the policy how the started checkpoint ended, once it has."""
@@ -448,13 +465,19 @@ class Checkpointer:
     def _start_policy(self, previous_tuning: Optional[Dict[str, Any]]) -> None:
         if self._policy is not None:
             self._policy.disable_signals()  # one set of handlers per process
-        options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        try:
+            options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
+        except ValueError as error:  # a malformed BATON_OVERHEAD, BATON_DEADLINE, ...
+            raise _native.ConfigError(str(error)) from None
         if previous_tuning:
             try:
                 options.previous = previous_tuning
             except ValueError as error:  # a chain written by another version: profile afresh
                 print(f"baton: ignoring the previous job's tuning ({error})", flush=True)
-        self._policy = _native.Policy(options)
+        try:
+            self._policy = _native.Policy(options)
+        except ValueError as error:
+            raise _native.ConfigError(str(error)) from None
         self._policy.log_to_stderr()
         if self._signals:
             self._policy.enable_signals()
@@ -462,7 +485,9 @@ class Checkpointer:
     # -- what goes into a checkpoint --
 
     def _prepare_checkpoint(self, iteration: int) -> None:
-        self._sync_regions()
+        parameters, buffers = self._model_state()
+        self._sync_regions(parameters)
+        self._save_buffers(buffers)
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
         if self._policy is not None:
             self._native.set_manifest_field("tuning", self._policy.tuning)
@@ -491,40 +516,83 @@ class Checkpointer:
             "user": _plain(self.state, "state"),
         }
 
-    def _tensors(self) -> Dict[str, torch.Tensor]:
-        # keep_vars: the parameters themselves, not detached views made anew at every call
-        tensors = {f"model/{name}": t for name, t in self.model.state_dict(keep_vars=True).items()}
-        for index, values in self.optimizer.state_dict()["state"].items():
-            for key, value in values.items():
+    def _model_state(self) -> tuple:
+        """(parameters, buffers) of the model's state_dict, by region or blob name. keep_vars: the
+        parameters themselves, not detached views made anew at every call."""
+        parameters, buffers = {}, {}
+        for name, tensor in self.model.state_dict(keep_vars=True).items():
+            (parameters if isinstance(tensor, torch.nn.Parameter) else buffers)[f"model/{name}"] = tensor
+        return parameters, buffers
+
+    def _save_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
+        """Buffers (batch-norm statistics, counters) change during the forward pass, which overlaps
+        the snapshot: they are copied now, at the boundary, as blobs. They are small."""
+        for name in self._buffer_names - buffers.keys():
+            self._native.remove_blob(name)
+        for name, tensor in buffers.items():
+            data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()
+            self._native.set_blob(name, data)
+        self._buffer_names = set(buffers)
+
+    def _restore_buffers(self, result: Any) -> None:
+        _, buffers = self._model_state()
+        saved = {name for name in result.blobs if name.startswith("model/")}
+        if self.strict and saved - buffers.keys():
+            raise RestoreError(f"{result.dir} holds buffers this model does not have: "
+                               f"{', '.join(sorted(saved - buffers.keys()))}")
+        if self.strict and buffers.keys() - saved:
+            raise RestoreError(f"{result.dir} lacks buffers of this model: {', '.join(sorted(buffers.keys() - saved))}")
+        with torch.no_grad():
+            for name, tensor in buffers.items():
+                if name not in saved:
+                    continue
+                data = torch.frombuffer(bytearray(result.blobs[name]), dtype=torch.uint8)
+                if data.numel() != tensor.numel() * tensor.element_size():
+                    raise RestoreError(f"{name}: {data.numel()} bytes in {result.dir}, "
+                                       f"{tensor.numel() * tensor.element_size()} in the model")
+                tensor.copy_(data.view(tensor.dtype).reshape(tensor.shape))
+
+    def _optimizer_tensors(self) -> Dict[str, torch.Tensor]:
+        """The tensors of optimizer.state_dict()["state"], named by parameter index as state_dict()
+        numbers them, read from optimizer.state without packing a whole state_dict."""
+        tensors = {}
+        params = chain.from_iterable(group["params"] for group in self.optimizer.param_groups)
+        for index, param in enumerate(params):
+            for key, value in self.optimizer.state.get(param, {}).items():
                 if isinstance(value, torch.Tensor):
                     tensors[f"optimizer/{index}/{key}"] = value
         return tensors
 
-    def _sync_regions(self) -> None:
+    def _sync_regions(self, parameters: Optional[Dict[str, torch.Tensor]] = None) -> None:
         """Registers new or moved tensors and unregisters vanished ones (optimizer state appears after
         the first step; a user may replace a parameter)."""
-        tensors = self._tensors()
+        tensors = dict(self._model_state()[0] if parameters is None else parameters)
+        tensors.update(self._optimizer_tensors())
+        changed = False
         for name in [n for n in self._regions if n not in tensors]:
             self._native.unregister_region(name)
             del self._regions[name]
-        layout: Dict[str, Any] = {}
+            changed = True
         for name, tensor in tensors.items():
-            if not tensor.is_contiguous():
-                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
-            if name.startswith("optimizer/"):
-                layout[name] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
             key = _tensor_key(tensor)
             if self._regions.get(name) == key:
                 continue
+            if not tensor.is_contiguous():
+                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
             self._native.register_region(name, tensor)
             self._regions[name] = key
-        self._device_regions = sorted({device for _, _, device in self._regions.values() if device != "cpu"})
+            changed = True
+        if not changed:
+            return
+        self._device_regions = sorted({key[2] for key in self._regions.values() if key[2] != "cpu"})
         if self._policy is not None:
-            self._policy.set_checkpoint_bytes(sum(size for _, size, _ in self._regions.values()))
+            self._policy.set_checkpoint_bytes(sum(key[1] for key in self._regions.values()))
             if self._device_regions:
                 device = torch.device(self._device_regions[0])
                 self._policy.set_device_memory(torch.cuda.max_memory_allocated(device),
                                                torch.cuda.get_device_properties(device).total_memory)
+        layout = {name: {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)}
+                  for name, t in tensors.items() if name.startswith("optimizer/")}
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout

@@ -9,5 +9,6 @@ void bindErrors(pybind11::module_& module);
 void bindCheckpointer(pybind11::module_& module);
 void bindSampler(pybind11::module_& module);
 void bindPolicy(pybind11::module_& module);
+void bindSession(pybind11::module_& module);
 
 } // namespace baton::python

@@ -11,6 +11,7 @@
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/options.hpp"
 #include "convert.hpp"
+#include "regions.hpp"
 
 namespace py = pybind11;
 using namespace pybind11::literals;
@@ -41,18 +42,7 @@ public:
 
     void registerRegion(const std::string& name, py::object object)
     {
-        Memory memory = memoryOf(object, name);
-        if (memory.device >= 0) {
-            py::object stream = py::none();
-            py::module_ torch = py::module_::import("torch");
-            stream = torch.attr("cuda").attr("current_stream")(memory.device).attr("cuda_stream");
-            auto streamHandle = reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
-            py::gil_scoped_release release;
-            impl().registerDeviceRegion(name, memory.data, memory.size, memory.device, streamHandle);
-        } else {
-            py::gil_scoped_release release;
-            impl().registerRegion(name, memory.data, memory.size);
-        }
+        registerObject(impl(), name, object);
         objects_[name] = std::move(object);
     }
 
@@ -79,23 +69,6 @@ private:
     std::map<std::string, py::object> objects_;
     std::unique_ptr<Checkpointer> impl_;
 };
-
-py::object restoreResultToPython(const ckpt::RestoreResult& result)
-{
-    py::dict blobs;
-    for (const auto& [name, bytes] : result.blobs) {
-        blobs[py::str(name)] = py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    }
-    py::list fallbacks;
-    for (const auto& fallback : result.fallbacks) {
-        fallbacks.append(py::make_tuple(fallback.dir.string(), fallback.reason));
-    }
-    py::object record = py::module_::import("types").attr("SimpleNamespace");
-    return record("restored"_a = result.restored, "iteration"_a = result.iteration, "epoch"_a = result.epoch,
-        "dir"_a = result.dir.string(), "blobs"_a = blobs,
-        "manifest"_a = result.restored ? fromJson(result.manifest) : py::dict(), "fallbacks"_a = fallbacks,
-        "unclaimed_regions"_a = py::cast(result.unclaimedRegions));
-}
 
 void bindOptions(py::module_& module)
 {

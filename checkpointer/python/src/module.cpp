@@ -4,20 +4,14 @@
 
 #include "baton_version.h"
 
-#ifndef BATON_PYTHON_HAVE_POLICY
-#define BATON_PYTHON_HAVE_POLICY 0
-#endif
-
 PYBIND11_MODULE(_native, module)
 {
     module.doc() = "baton's checkpointer: regions, blobs, hooks, restore, policy and resumable sampler";
     module.attr("__version__") = BATON_VERSION;
     module.attr("have_cuda") = static_cast<bool>(BATON_HAVE_CUDA);
-    module.attr("have_policy") = static_cast<bool>(BATON_PYTHON_HAVE_POLICY);
     baton::python::bindErrors(module);
     baton::python::bindCheckpointer(module);
-#if BATON_PYTHON_HAVE_POLICY
     baton::python::bindSampler(module);
     baton::python::bindPolicy(module);
-#endif
+    baton::python::bindSession(module);
 }

@@ -1,6 +1,8 @@
 // baton._native.ResumableSampler: the deterministic, sharded, resumable data order of the policy.
 #include "bindings.hpp"
 
+#include <pybind11/stl.h>
+
 #include <nlohmann/json.hpp>
 
 #include "baton/ckpt/sampler.hpp"

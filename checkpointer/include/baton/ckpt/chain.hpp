@@ -42,7 +42,11 @@ std::vector<std::filesystem::path> pruneChain(const std::filesystem::path& chain
 // Removes one checkpoint so that a crash at any moment leaves it either committed or gone.
 void removeCheckpoint(const std::filesystem::path& checkpointDir);
 
-// Removes temporary and half-deleted directories left in the chain by processes that no longer run.
+// "<host>-<pid>": names this process's temporary directories in a chain (".ckpt-N.tmp-<tag>").
+std::string temporaryOwnerTag();
+
+// Removes temporary and half-deleted directories left in the chain by processes of this host that no
+// longer run, and those of other hosts once they are a day old.
 void removeStaleTemporaries(const std::filesystem::path& chainDir);
 
 } // namespace baton::ckpt

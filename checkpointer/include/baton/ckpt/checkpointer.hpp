@@ -66,6 +66,9 @@ struct RestoreResult {
     nlohmann::json manifest; // the restored manifest, with sampler, tuning and extra fields
     std::vector<Fallback> fallbacks;
     std::vector<std::string> unclaimedRegions; // in the checkpoint but not registered: not restored
+    // Host regions are filled while a checkpoint streams in. When none verified (restored == false) and
+    // this is true, they hold bytes of a rejected checkpoint: initialize them again before training.
+    bool regionsOverwritten = false;
 };
 
 class Checkpointer {
