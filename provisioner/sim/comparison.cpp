@@ -112,28 +112,32 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         pc.annotate = predictor;
         const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
         const auto unstarted = static_cast<double>(config.protocol.horizon);
-        double bestSym = 0, bestHand = 0;
+        std::vector<std::vector<std::optional<std::int64_t>>> columns;
+        for (std::size_t k = 0; k < candidates.size(); ++k)
+            columns.push_back(column(r, k));
+        double bestSym = 0;
         for (std::size_t k = 0; k < candidates.size(); ++k) {
-            const auto x = column(r, k);
-            const double sym = symmetricCost(x, unstarted);
-            const double hand = handoverCost(
-                x, unstarted, config.handoverSeconds, static_cast<double>(config.protocol.limit));
+            const double sym = symmetricCost(columns[k], unstarted);
+            out.candidates.push_back({ candidates[k].q(), candidates[k].persist(), sym,
+                handoverCost(columns[k], unstarted, config.handoverSeconds,
+                    static_cast<double>(config.protocol.limit)),
+                summarize(columns[k], config.tolerance, config.handoverSeconds) });
             if (k == 0 || sym < bestSym) {
                 bestSym = sym;
                 qPredict = candidates[k].q();
                 persistPredict = candidates[k].persist();
             }
-            if (k == 0 || hand < bestHand) {
-                bestHand = hand;
-                qCheckpoint = candidates[k].q();
-                persistCheckpoint = candidates[k].persist();
-            }
         }
+        const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,
+            static_cast<double>(config.protocol.limit), config.overlapBudgetSeconds);
+        qCheckpoint = candidates[k].q();
+        persistCheckpoint = candidates[k].persist();
         out.calibrateSeconds = secondsSince(t0);
     }
 
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::unique_ptr<Policy>> policies;
+    bool oracle = false;
     for (const auto& name : config.policies) {
         if (name == "reactive")
             policies.push_back(std::make_unique<ReactivePolicy>());
@@ -145,9 +149,11 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "checkpoint-aware")
             policies.push_back(
                 std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
+        else if (name == "oracle")
+            oracle = true; // not a policy: the hindsight bound, found by the protocol
         else
             throw std::invalid_argument(
-                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware)");
+                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware, oracle)");
     }
     std::vector<const Policy*> ptrs;
     for (const auto& p : policies)
@@ -156,11 +162,13 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     pc.from = config.split;
     pc.to = config.evaluationEnd;
     pc.annotate = learned ? predictor : nullptr;
+    pc.oracle = oracle;
     const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
     out.evaluationProbes = r.probes.size();
-    for (std::size_t k = 0; k < policies.size(); ++k) {
+    std::size_t k = 0;
+    for (const auto& name : config.policies) {
         PolicyRow row;
-        row.name = config.policies[k];
+        row.name = name;
         if (row.name == "predict") {
             row.q = qPredict;
             row.persist = persistPredict;
@@ -168,7 +176,12 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
             row.q = qCheckpoint;
             row.persist = persistCheckpoint;
         }
-        row.interruptions = column(r, k);
+        if (name == "oracle") {
+            for (const auto& p : r.probes)
+                row.interruptions.push_back(p.oracle ? p.oracle->interruption : std::nullopt);
+        } else {
+            row.interruptions = column(r, k++);
+        }
         row.metrics = summarize(row.interruptions, config.tolerance, config.handoverSeconds);
         out.rows.push_back(std::move(row));
     }

@@ -20,10 +20,16 @@ struct ComparisonConfig {
     std::int64_t evaluationEnd = 0; // no evaluation probe at or after this moment
     std::int64_t sampleEvery = 3 * 3600;
     double calibrationFraction = 0.2; // the last part of the training period, held out
-    std::vector<double> quantileGrid { 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98 };
+    // Steps of 0.05: the held-out overlap grows several-fold between neighbouring tenths, so a coarser
+    // grid leaves the overlap budget far from binding.
+    std::vector<double> quantileGrid { 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65,
+        0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98 };
     std::vector<int> persistGrid { 1 }; // ticks a crossing must last ({1, 10, 30} chose 1 on ls6)
     double tolerance = 600;
     double handoverSeconds = 60;
+    // checkpoint-aware keeps the mean raw overlap (successor start before the predecessor's limit)
+    // within this on the held-out training probes: the bound for what an operator accepts.
+    double overlapBudgetSeconds = 1800;
     TrainOptions training;
     std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
 };
@@ -36,8 +42,17 @@ struct PolicyRow {
     std::vector<std::optional<std::int64_t>> interruptions;
 };
 
+// One candidate setting of a learned policy on the held-out end of the training period.
+struct CandidateRow {
+    double q = 0;
+    int persist = 1;
+    double symmetricCost = 0, handoverCost = 0;
+    InterruptionMetrics metrics;
+};
+
 struct Comparison {
     std::vector<PolicyRow> rows;
+    std::vector<CandidateRow> candidates; // what chose the quantiles
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 namespace baton::sim {
@@ -38,6 +39,29 @@ std::optional<std::int64_t> successorWait(
     if (!start)
         return std::nullopt;
     return *start - sim.now();
+}
+
+// The submission tick (or the predecessor's end) whose successor starts closest to `predEnd`;
+// on a tie the earlier submission. The search stops at the first exact hit.
+PolicyOutcome hindsightBest(const Simulator& atStart, std::int64_t predStart, std::int64_t predEnd, int nodes,
+    const ProtocolConfig& config, std::size_t& forks)
+{
+    PolicyOutcome best { predEnd, std::nullopt };
+    Simulator walker = atStart.fork();
+    auto consider = [&](std::int64_t t) {
+        walker.advanceTo(t);
+        const auto wait = successorWait(walker, nodes, config, forks);
+        if (!wait)
+            return;
+        const std::int64_t x = t + *wait - predEnd;
+        if (!best.interruption || std::abs(x) < std::abs(*best.interruption))
+            best = { t, x };
+    };
+    for (std::int64_t t = predStart; t < predEnd && best.interruption != 0; t += config.tick)
+        consider(t);
+    if (best.interruption != 0)
+        consider(predEnd);
+    return best;
 }
 
 void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
@@ -84,7 +108,7 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
             points[i].meanLogWait = meanLog[i];
     }
 
-    if (policies.empty())
+    if (policies.empty() && !config.oracle)
         return;
     // Pass 2: one fork per distinct submission time, in time order from the predecessor's start.
     ProbeResult r;
@@ -106,6 +130,8 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
     }
     for (auto& o : r.outcomes)
         o.interruption = startBySubmit.at(o.submitted);
+    if (config.oracle)
+        r.oracle = hindsightBest(atStart, *predStart, predEnd, nodes, config, result.forks);
     result.probes.push_back(std::move(r));
 }
 
@@ -195,6 +221,39 @@ double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, 
     const auto n = static_cast<double>(interruptions.size());
     const double useful = std::max(limitSeconds - forfeited / n, 1.0);
     return limitSeconds * (lost / n) / useful;
+}
+
+double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions)
+{
+    if (interruptions.empty())
+        return 0;
+    double overlap = 0;
+    for (const auto& i : interruptions)
+        if (i && *i < 0)
+            overlap += static_cast<double>(-*i);
+    return overlap / static_cast<double>(interruptions.size());
+}
+
+std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds)
+{
+    std::size_t best = candidates.size(), leastOverlap = 0;
+    double bestCost = 0, least = 0;
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+        const double overlap = meanOverlap(candidates[k]);
+        if (k == 0 || overlap < least) {
+            least = overlap;
+            leastOverlap = k;
+        }
+        if (overlap > overlapBudgetSeconds)
+            continue;
+        const double cost = handoverCost(candidates[k], unstartedSeconds, handoverSeconds, limitSeconds);
+        if (best == candidates.size() || cost < bestCost) {
+            bestCost = cost;
+            best = k;
+        }
+    }
+    return best < candidates.size() ? best : leastOverlap;
 }
 
 } // namespace baton::sim

@@ -35,6 +35,9 @@ struct ProtocolConfig {
     std::int64_t sampleEvery = 0;
     // If set, each tick is annotated with this predictor's mean log-wait (one batch per probe).
     std::shared_ptr<const WaitPredictor> annotate;
+    // Also find, in hindsight, the submission tick whose successor starts closest to the predecessor's
+    // end: the bound no submit-time policy can beat on this queue (one fork per tick: costly).
+    bool oracle = false;
 };
 
 struct PolicyOutcome {
@@ -47,6 +50,7 @@ struct ProbeResult {
     int nodes = 0;
     std::int64_t predecessorEnd = 0;
     std::vector<PolicyOutcome> outcomes; // one per policy, in the order given
+    std::optional<PolicyOutcome> oracle; // with ProtocolConfig::oracle
 };
 
 struct ProtocolResult {
@@ -91,5 +95,17 @@ InterruptionMetrics summarize(
 double symmetricCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds);
 double handoverCost(std::span<const std::optional<std::int64_t>> interruptions, double unstartedSeconds,
     double handoverSeconds, double limitSeconds);
+
+// Mean raw overlap, mean over all probes of max(-interruption, 0) (an unstarted successor overlaps 0).
+double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions);
+
+// The checkpoint-aware choice among candidate settings (one interruption column each): the lowest
+// handoverCost among those whose mean raw overlap stays within `overlapBudgetSeconds`; if none does,
+// the one with the least overlap. The handover makes an early start cheap for the chain, but the
+// successor still holds nodes the cluster's other users are waiting for from its start, and every
+// forfeited hour of the predecessor means more jobs, each with its own queue wait and boundary: an
+// operator bounds that allocation, and the budget states the bound.
+std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds);
 
 } // namespace baton::sim

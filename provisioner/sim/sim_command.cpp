@@ -28,7 +28,7 @@ namespace {
 constexpr const char* usage = R"(usage:
   sim fit --trace FILE [--nodes N,N,...]
       replay the trace for each node count and priority weighting; compare with the recorded starts
-  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware [options]
+  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware|oracle [options]
   sim compare --trace FILE [--out DIR] [options]
       evaluate policies with Mirage's protocol; print a table, write DIR/compare.csv,
       DIR/interruptions.csv and DIR/interruptions.svg
@@ -43,12 +43,15 @@ options:
   --shapes N,N             node counts of probe chains (default 1,8)
   --tolerance-seconds S    "within" tolerance (default 600)
   --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
+  --overlap-budget-seconds S  checkpoint-aware: bound on the mean early start (default 1800)
   --model FILE             use this trained predictor instead of training one
   --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
   --db-model NAME          use the latest version of this predictor from the database's models table
   --db-save NAME           store the trained predictor, with its metrics, as the next version of NAME
   --database CONNINFO      for --db-*: else $BATON_DATABASE, else the PG* environment
   --seed N                 training seed (default 0)
+  --oracle yes|no          compare: add the hindsight bound, the best submission minute of each
+                           probe found by trying every one (slow: one queue simulation per minute)
 )";
 
 class Options {
@@ -251,8 +254,9 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
     c.protocol.shapes = o.integers("shapes", { 1, 8 });
     c.tolerance = o.number("tolerance-seconds", 600);
     c.handoverSeconds = o.number("handover-seconds", 60);
+    c.overlapBudgetSeconds = o.number("overlap-budget-seconds", 1800);
     c.training.seed = static_cast<unsigned>(o.number("seed", 0));
-    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0)
+    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)
@@ -309,6 +313,16 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                     << (row.interruptions[i] ? std::to_string(*row.interruptions[i]) : std::string()) << '\n';
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "interruptions.csv").string());
+    }
+    if (!r.candidates.empty()) {
+        std::ofstream csv(dir / "candidates.csv");
+        csv << "q,persist_ticks,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_s,mean_gap_s\n";
+        for (const auto& c : r.candidates)
+            csv << c.q << ',' << c.persist << ',' << c.symmetricCost << ',' << c.handoverCost << ','
+                << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap << ',' << c.metrics.meanGap
+                << '\n';
+        if (!csv)
+            throw std::runtime_error("cannot write " + (dir / "candidates.csv").string());
     }
     std::vector<CdfSeries> series;
     for (const auto& row : r.rows) {
@@ -377,7 +391,8 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
         r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, total);
     if (writeFiles) {
         writeOutputs(r, outDir, config);
-        std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg\n";
+        std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg"
+                  << (r.candidates.empty() ? "" : ", candidates.csv (held-out training probes)") << '\n';
     }
     if (!modelOut.empty() && used) {
         used->save(modelOut);
@@ -420,8 +435,15 @@ int runSimCommand(std::span<const std::string> args)
                 throw std::invalid_argument("--policy is required");
             return compareCommand(o, { policy }, false);
         }
-        if (args[0] == "compare")
-            return compareCommand(o, { "reactive", "avg", "predict", "checkpoint-aware" }, true);
+        if (args[0] == "compare") {
+            std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+            const auto oracle = o.text("oracle", "no");
+            if (oracle != "yes" && oracle != "no")
+                throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
+            if (oracle == "yes")
+                policies.push_back("oracle");
+            return compareCommand(o, std::move(policies), true);
+        }
         std::cerr << "sim: unknown command '" << args[0] << "'\n" << usage;
         return 2;
     } catch (const std::invalid_argument& e) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 using namespace baton::sim;
@@ -76,6 +77,15 @@ TEST(Protocol, HandComputedInterruptions)
     EXPECT_EQ(p.outcomes[1].interruption, std::optional<std::int64_t>(-200));
     EXPECT_EQ(p.outcomes[2].submitted, 930);
     EXPECT_EQ(p.outcomes[2].interruption, std::optional<std::int64_t>(0));
+    EXPECT_FALSE(p.oracle.has_value());
+
+    // In hindsight: before 900 the successor takes X's free node at once (early); from 900 (Y has the
+    // node) it is older than Z and starts at 1000. The earliest such tick is the bound.
+    pc.oracle = true;
+    const auto o = runProtocol(trace, sc, pc, policies);
+    ASSERT_TRUE(o.probes[0].oracle.has_value());
+    EXPECT_EQ(o.probes[0].oracle->submitted, 900);
+    EXPECT_EQ(o.probes[0].oracle->interruption, std::optional<std::int64_t>(0));
     EXPECT_EQ(p.outcomes[3].interruption, std::optional<std::int64_t>(100));
 }
 
@@ -98,6 +108,21 @@ TEST(Protocol, MetricsOfKnownInterruptions)
     EXPECT_NEAR(symmetricCost(x, 1000), (100 + 200 + 0 + 1000) / 4.0, 1e-9);
     // lost: 100 + 60 (handover) + 0 + 1000; forfeited 200 over 4 probes; limit 1000.
     EXPECT_NEAR(handoverCost(x, 1000, 60, 1000), 1000 * (1160 / 4.0) / (1000 - 50.0), 1e-9);
+    EXPECT_NEAR(meanOverlap(x), 50, 1e-9);
+}
+
+TEST(Protocol, CheckpointAwareChoiceRespectsTheOverlapBudget)
+{
+    using Column = std::vector<std::optional<std::int64_t>>;
+    // Always late by 600 s; half early by 300 s, half late by 600 s; always early by 5000 s (the
+    // cheapest per useful hour, but over the budget).
+    const std::vector<Column> candidates { { 600, 600 }, { -300, 600 }, { -5000, -5000 } };
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 1e9), 2u); // unbounded: hand over early
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 1800), 1u);
+    EXPECT_EQ(chooseUnderOverlapBudget(candidates, 1e5, 60, 172800, 100), 0u);
+    // Nothing within the budget: the least overlap.
+    const std::vector<Column> allEarly { { -4000 }, { -3000 }, { -9000 } };
+    EXPECT_EQ(chooseUnderOverlapBudget(allEarly, 1e5, 60, 172800, 1800), 1u);
 }
 
 TEST(Protocol, SameInputsGiveTheSameOutput)
@@ -137,6 +162,24 @@ TEST(Protocol, SameInputsGiveTheSameOutput)
         }
     }
     EXPECT_TRUE(someWait) << "the synthetic queue should make some successors wait";
+
+    // No submit-time policy comes closer to the predecessor's end than the hindsight bound.
+    pc.oracle = true;
+    const auto o = runProtocol(trace, sc, pc, policies);
+    ASSERT_EQ(o.probes.size(), a.probes.size());
+    bool oracleBeatsSome = false;
+    for (const auto& p : o.probes) {
+        ASSERT_TRUE(p.oracle.has_value());
+        for (const auto& outcome : p.outcomes) {
+            if (!outcome.interruption)
+                continue;
+            ASSERT_TRUE(p.oracle->interruption.has_value());
+            EXPECT_LE(std::abs(*p.oracle->interruption), std::abs(*outcome.interruption));
+            oracleBeatsSome
+                = oracleBeatsSome || std::abs(*p.oracle->interruption) < std::abs(*outcome.interruption);
+        }
+    }
+    EXPECT_TRUE(oracleBeatsSome);
     ASSERT_EQ(a.samples.size(), b.samples.size());
     for (std::size_t i = 0; i < a.samples.size(); ++i) {
         EXPECT_EQ(a.samples[i].x, b.samples[i].x);

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using baton::test::run;
 using baton::test::sourceRoot;
@@ -60,10 +62,52 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
 
+    // checkpoint-aware's q is the cheapest held-out candidate within the overlap budget (default 1800 s).
+    std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
+    std::string line;
+    std::getline(candidates, line);
+    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
+    std::size_t rows = 0;
+    while (std::getline(candidates, line)) {
+        ++rows;
+        std::vector<double> f;
+        std::istringstream fields(line);
+        for (std::string v; std::getline(fields, v, ',');)
+            f.push_back(std::stod(v));
+        ASSERT_EQ(f.size(), 7u) << line;
+        if (leastOverlapQ < 0 || f[5] < leastOverlap) {
+            leastOverlapQ = f[0];
+            leastOverlap = f[5];
+        }
+        if (f[5] <= 1800 && (expectedQ < 0 || f[3] < bestCost)) {
+            expectedQ = f[0];
+            bestCost = f[3];
+        }
+    }
+    EXPECT_EQ(rows, 20u);
+    const auto at = csv.find("\ncheckpoint-aware,");
+    ASSERT_NE(at, std::string::npos) << csv;
+    EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
+
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model });
     ASSERT_EQ(again.exitCode, 0) << again.output;
     EXPECT_NE(again.output.find("predict"), std::string::npos);
+}
+
+TEST(SimCommand, RunsTheHindsightBound)
+{
+    // The bound simulates the queue once per minute of every probe: few probes keep it quick.
+    const auto r = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1",
+        "--interval-hours", "240", "--policy", "oracle" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto at = r.output.find("\noracle ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    std::istringstream row(r.output.substr(at + 1));
+    std::string name, q, persist;
+    std::size_t probes = 0;
+    row >> name >> q >> persist >> probes;
+    EXPECT_GT(probes, 0u) << r.output;
 }
 
 TEST(SimCommand, FitPrintsTheBestConfiguration)
@@ -89,6 +133,10 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure(
         { batonctl(), "sim", "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
+        "--oracle: expected yes or no");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "-5" }, 2,
+        "not negative");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
