@@ -21,7 +21,7 @@ show() {  # show LABEL PROGRAM [ARGS...]
     local label=$1; shift
     if [ -x "$1" ]; then printf '  %-14s %s\n' "$label" "$("$@" 2>&1 | head -n1)"; fi
 }
-show baton-ckpt "$builddir/checkpointer/tools/baton-ckpt" --version
+show baton-ckpt "$builddir/checkpointer/baton-ckpt" --version
 show batonctl "$builddir/provisioner/batonctl/batonctl" version
 [ -f "$builddir/spank_plugin/spank_baton.so" ] && printf '  %-14s %s\n' spank_baton.so "$builddir/spank_plugin/spank_baton.so"
 echo "platform:"
