@@ -166,7 +166,10 @@ std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
     auto jobs = std::move(loaded.jobs);
     if (loaded.unusable)
         std::cerr << path << ": " << loaded.unusable
-                  << " rows without a run time, limit or node count skipped\n";
+                  << " rows without a run time or node count skipped\n";
+    if (loaded.limitsFromRunTime)
+        std::cerr << path << ": " << loaded.limitsFromRunTime
+                  << " rows without a requested limit: their run time is used as the limit\n";
     const auto dropped = prepareTrace(jobs, nodes);
     if (jobs.empty())
         throw std::runtime_error(path + ": no job fits a cluster of " + std::to_string(nodes) + " nodes");

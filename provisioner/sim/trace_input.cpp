@@ -19,9 +19,11 @@ std::optional<Job> toSimJob(const trace::TraceJob& row, double maxPriority)
         j.runTime = row.runTime;
     else
         return std::nullopt;
-    j.limit = row.timeLimit > 0 ? row.timeLimit : row.requestedTime;
-    if (j.limit <= 0 || row.nodes <= 0)
+    if (row.nodes <= 0)
         return std::nullopt;
+    j.limit = row.timeLimit > 0 ? row.timeLimit : row.requestedTime;
+    if (j.limit <= 0)
+        j.limit = std::max<std::int64_t>(j.runTime, 1);
     j.nodes = row.nodes;
     j.recordedStart = row.start.value_or(-1);
     j.recordedPriority
@@ -44,10 +46,13 @@ LoadedJobs loadJobs(const std::filesystem::path& path)
         maxPriority = std::max(maxPriority, static_cast<double>(r.priority));
     out.jobs.reserve(rows.size());
     for (const auto& r : rows) {
-        if (auto j = toSimJob(r, maxPriority))
+        if (auto j = toSimJob(r, maxPriority)) {
             out.jobs.push_back(*j);
-        else
+            if (r.timeLimit <= 0 && r.requestedTime <= 0)
+                ++out.limitsFromRunTime;
+        } else {
             ++out.unusable;
+        }
     }
     return out;
 }
