@@ -1,8 +1,8 @@
 // The whole ls6-a100 trace replayed with the fitted configuration reproduces the recorded waits
 // about as well as recorded in provisioner/sim/README.md. Skipped when the trace is absent.
 #include "comparison.hpp"
-#include "simulator.hpp"
 #include "process.hpp"
+#include "simulator.hpp"
 #include "trace_input.hpp"
 #include "validation.hpp"
 
@@ -22,7 +22,10 @@ std::filesystem::path traceFile(const char* name)
     return base / name;
 }
 
-std::filesystem::path ls6Trace() { return traceFile("ls6-a100.log"); }
+std::filesystem::path ls6Trace()
+{
+    return traceFile("ls6-a100.log");
+}
 
 } // namespace
 
@@ -97,6 +100,7 @@ TEST(LublinReplay, TraceWithoutRequestedTimesReplays)
     sim.runToEnd();
     ASSERT_EQ(starts.size(), trace->size());
     for (std::size_t i = 0; i < starts.size(); ++i) {
-        ASSERT_GE(starts[i], (*trace)[i].submit) << "job " << (*trace)[i].id << " never started or started early";
+        ASSERT_GE(starts[i], (*trace)[i].submit)
+            << "job " << (*trace)[i].id << " never started or started early";
     }
 }
