@@ -7,6 +7,7 @@
 #include <memory>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdexcept>
 #include <sys/socket.h>
 
@@ -133,6 +134,81 @@ struct AddrInfoDeleter {
     void operator()(addrinfo* info) const { ::freeaddrinfo(info); }
 };
 
+struct Resolution {
+    std::unique_ptr<addrinfo, AddrInfoDeleter> addresses; // null on failure
+    std::string error;
+};
+
+// Resolves the URL's host before the deadline. An address needs no lookup. A name is looked up with
+// getaddrinfo_a, on glibc's own thread, so that a silent DNS server cannot hold slurmstepd past the
+// deadline (plain getaddrinfo waits for the resolver's own timeouts, 10 s and more).
+Resolution resolve(const HttpUrl& url, Clock::time_point deadline)
+{
+    Resolution out;
+    addrinfo hints {};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG | AI_NUMERICHOST;
+    addrinfo* found = nullptr;
+    int rc = ::getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found);
+    if (rc == 0) {
+        out.addresses.reset(found);
+        return out;
+    }
+    if (rc != EAI_NONAME) {
+        out.error = std::string("cannot resolve '") + url.host + "': " + ::gai_strerror(rc);
+        return out;
+    }
+
+    // glibc keeps pointers into the request until the lookup ends, so it lives on the heap.
+    struct Request {
+        gaicb block {};
+        addrinfo hints {};
+        std::string host, port;
+    };
+    auto request = std::make_unique<Request>();
+    request->hints = hints;
+    request->hints.ai_flags &= ~AI_NUMERICHOST;
+    request->host = url.host;
+    request->port = url.port;
+    request->block.ar_name = request->host.c_str();
+    request->block.ar_service = request->port.c_str();
+    request->block.ar_request = &request->hints;
+    gaicb* list[] = { &request->block };
+    sigevent noSignal {};
+    noSignal.sigev_notify = SIGEV_NONE;
+    rc = ::getaddrinfo_a(GAI_NOWAIT, list, 1, &noSignal);
+    if (rc != 0) {
+        out.error = std::string("cannot resolve '") + url.host + "': " + ::gai_strerror(rc);
+        return out;
+    }
+    for (rc = ::gai_error(&request->block); rc == EAI_INPROGRESS; rc = ::gai_error(&request->block)) {
+        const int leftMs = remainingMs(deadline);
+        if (leftMs == 0) {
+            break;
+        }
+        const timespec wait { leftMs / 1000, static_cast<long>(leftMs % 1000) * 1000000L };
+        ::gai_suspend(list, 1, &wait); // returns early on completion or a signal; the loop re-checks
+    }
+    if (rc == EAI_INPROGRESS) {
+        if (::gai_cancel(&request->block) == EAI_NOTCANCELED) {
+            // The lookup is running and will still write into the request: leave it to glibc (a few
+            // bytes, once per timed-out lookup) rather than free it underneath.
+            static_cast<void>(request.release());
+        } else {
+            ::freeaddrinfo(request->block.ar_result);
+        }
+        out.error = "cannot resolve '" + url.host + "': timed out";
+        return out;
+    }
+    if (rc != 0) {
+        out.error = std::string("cannot resolve '") + url.host + "': " + ::gai_strerror(rc);
+        return out;
+    }
+    out.addresses.reset(request->block.ar_result);
+    return out;
+}
+
 } // namespace
 
 HttpUrl parseHttpUrl(std::string_view url)
@@ -195,17 +271,12 @@ HttpResult postJson(const HttpUrl& url, std::string_view path, std::string_view 
     HttpResult result;
     try {
         const auto deadline = Clock::now() + timeout;
-        addrinfo hints {};
-        hints.ai_family = AF_UNSPEC;
-        hints.ai_socktype = SOCK_STREAM;
-        hints.ai_flags = AI_NUMERICSERV | AI_ADDRCONFIG;
-        addrinfo* found = nullptr;
-        const int rc = ::getaddrinfo(url.host.c_str(), url.port.c_str(), &hints, &found);
-        if (rc != 0) {
-            result.error = std::string("cannot resolve '") + url.host + "': " + ::gai_strerror(rc);
+        auto resolved = resolve(url, deadline);
+        if (!resolved.addresses) {
+            result.error = std::move(resolved.error);
             return result;
         }
-        std::unique_ptr<addrinfo, AddrInfoDeleter> addresses(found);
+        const addrinfo* found = resolved.addresses.get();
         UniqueFd fd;
         for (const addrinfo* address = found; address && !fd.valid(); address = address->ai_next) {
             fd = connectTo(*address, deadline, result.error);

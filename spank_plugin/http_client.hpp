@@ -1,6 +1,6 @@
 // A minimal HTTP/1.1 client for posting events: POSIX sockets, non-blocking, with one overall deadline
-// for connect, send and receiving the status line. Never throws from postJson and never raises SIGPIPE,
-// so that it is safe inside slurmstepd.
+// for the name lookup, connect, send and receiving the status line. Never throws from postJson and
+// never raises SIGPIPE, so that it is safe inside slurmstepd.
 #pragma once
 
 #include <chrono>

@@ -165,8 +165,7 @@ std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
     auto loaded = loadJobs(path);
     auto jobs = std::move(loaded.jobs);
     if (loaded.unusable)
-        std::cerr << path << ": " << loaded.unusable
-                  << " rows without a run time or node count skipped\n";
+        std::cerr << path << ": " << loaded.unusable << " rows without a run time or node count skipped\n";
     if (loaded.limitsFromRunTime)
         std::cerr << path << ": " << loaded.limitsFromRunTime
                   << " rows without a requested limit: their run time is used as the limit\n";
@@ -319,11 +318,12 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
     }
     if (!r.candidates.empty()) {
         std::ofstream csv(dir / "candidates.csv");
-        csv << "q,persist_ticks,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_s,mean_gap_s\n";
+        csv << "q,persist_ticks,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_s,mean_gap_s,"
+               "effective_fraction_within\n";
         for (const auto& c : r.candidates)
             csv << c.q << ',' << c.persist << ',' << c.symmetricCost << ',' << c.handoverCost << ','
-                << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap << ',' << c.metrics.meanGap
-                << '\n';
+                << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap << ',' << c.metrics.meanGap << ','
+                << c.metrics.effectiveWithin << '\n';
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "candidates.csv").string());
     }

@@ -74,7 +74,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
         std::istringstream fields(line);
         for (std::string v; std::getline(fields, v, ',');)
             f.push_back(std::stod(v));
-        ASSERT_EQ(f.size(), 7u) << line;
+        ASSERT_EQ(f.size(), 8u) << line;
         if (leastOverlapQ < 0 || f[5] < leastOverlap) {
             leastOverlapQ = f[0];
             leastOverlap = f[5];
