@@ -1,25 +1,17 @@
 // Mirage's protocol and metrics on a tiny trace whose answer is worked out by hand, and determinism.
 #include "protocol.hpp"
 
+#include "job_factory.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <random>
 
 using namespace baton::sim;
+using baton::sim::test::job;
 
 namespace {
-
-Job job(std::int64_t id, std::int64_t submit, int nodes, std::int64_t runTime, std::int64_t limit)
-{
-    Job j;
-    j.id = id;
-    j.submit = submit;
-    j.nodes = nodes;
-    j.runTime = runTime;
-    j.limit = limit;
-    return j;
-}
 
 // A simple rule, real not mocked: submit when the predecessor has at most `lead` seconds left.
 class FixedLeadPolicy final : public Policy {

@@ -1,24 +1,16 @@
 // The simulator against schedules computed by hand: priority order, ties, EASY backfill.
 #include "simulator.hpp"
 
+#include "job_factory.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
 using namespace baton::sim;
+using baton::sim::test::job;
 
 namespace {
-
-Job job(std::int64_t id, std::int64_t submit, int nodes, std::int64_t runTime, std::int64_t limit)
-{
-    Job j;
-    j.id = id;
-    j.submit = submit;
-    j.nodes = nodes;
-    j.runTime = runTime;
-    j.limit = limit;
-    return j;
-}
 
 SchedulerConfig cluster(int nodes, double ageWeight = 0, double sizeWeight = 0)
 {

@@ -9,17 +9,16 @@
 #include "paths.hpp"
 #include "values.hpp"
 
+#include "http_sink.hpp"
 #include "process.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <future>
-#include <mutex>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -422,40 +421,12 @@ TEST(HttpUrl, ParsesHostsPortsAndPaths)
 }
 
 // A real HTTP server on a free loopback port, recording what it receives.
-class EventServer {
+// batond's event endpoint below a base path.
+class EventServer : public baton::test::HttpSink {
 public:
     explicit EventServer(int status = 204)
-    {
-        server_.Post(
-            "/base/v1/events", [this, status](const httplib::Request& request, httplib::Response& response) {
-                std::lock_guard lock(mutex_);
-                bodies_.push_back(request.body);
-                response.status = status;
-            });
-        port_ = server_.bind_to_any_port("127.0.0.1");
-        thread_ = std::thread([this] { server_.listen_after_bind(); });
-        while (!server_.is_running()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-    }
-    ~EventServer()
-    {
-        server_.stop();
-        thread_.join();
-    }
-    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/base"; }
-    std::vector<std::string> bodies()
-    {
-        std::lock_guard lock(mutex_);
-        return bodies_;
-    }
-
-private:
-    httplib::Server server_;
-    int port_ = 0;
-    std::thread thread_;
-    std::mutex mutex_;
-    std::vector<std::string> bodies_;
+        : HttpSink("/base", "/v1/events", status)
+    { }
 };
 
 TEST(HttpClient, PostsToARealServer)

@@ -1,10 +1,10 @@
 // spank_baton.so inside a real slurmctld + slurmd: options at submission, the BATON_* environment in
 // the tasks, chain directories created as the job user, refusals, and events posted or spooled.
+#include "http_sink.hpp"
 #include "services.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include <ctime>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <netinet/in.h>
 #include <sstream>
 #include <sys/socket.h>
@@ -100,27 +99,11 @@ long long endTimeOf(const std::string& scontrolOutput)
 }
 
 // A stand-in for batond's event endpoint: a real HTTP server on a free loopback port.
-class EventServer {
+class EventServer : public baton::test::HttpSink {
 public:
     EventServer()
-    {
-        server_.Post("/v1/events", [this](const httplib::Request& request, httplib::Response& response) {
-            std::lock_guard lock(mutex_);
-            events_.push_back(nlohmann::json::parse(request.body));
-            response.status = 202;
-        });
-        port_ = server_.bind_to_any_port("127.0.0.1");
-        thread_ = std::thread([this] { server_.listen_after_bind(); });
-        while (!server_.is_running()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-    }
-    ~EventServer()
-    {
-        server_.stop();
-        thread_.join();
-    }
-    std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+        : HttpSink("", "/v1/events", 202)
+    { }
 
     // Waits until `count` events of the job have arrived and returns them.
     std::vector<nlohmann::json> eventsOf(long long jobId, std::size_t count)
@@ -128,12 +111,10 @@ public:
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
         for (;;) {
             std::vector<nlohmann::json> found;
-            {
-                std::lock_guard lock(mutex_);
-                for (const auto& event : events_) {
-                    if (event.value("job_id", -1LL) == jobId) {
-                        found.push_back(event);
-                    }
+            for (const auto& body : bodies()) {
+                auto event = nlohmann::json::parse(body);
+                if (event.value("job_id", -1LL) == jobId) {
+                    found.push_back(std::move(event));
                 }
             }
             if (found.size() >= count || std::chrono::steady_clock::now() > deadline) {
@@ -142,13 +123,6 @@ public:
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
     }
-
-private:
-    httplib::Server server_;
-    int port_ = 0;
-    std::thread thread_;
-    std::mutex mutex_;
-    std::vector<nlohmann::json> events_;
 };
 
 // Directories the jobs use; world-traversable so that jobs of `nobody` reach them.
