@@ -6,6 +6,7 @@
 #include "trace_input.hpp"
 #include "validation.hpp"
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,16 @@
 namespace baton::sim {
 
 namespace {
+
+// The whole text as a number; nothing when it is empty, has anything else, or is out of range.
+template<typename T> std::optional<T> parseWhole(std::string_view text)
+{
+    T value {};
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || error != std::errc {} || end != text.data() + text.size())
+        return std::nullopt;
+    return value;
+}
 
 constexpr const char* usage = R"(usage:
   sim fit --trace FILE [--nodes N,N,...]
@@ -79,16 +90,10 @@ public:
         const auto s = text(key);
         if (s.empty())
             return fallback;
-        std::size_t used = 0;
-        double v = 0;
-        try {
-            v = std::stod(s, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != s.size())
+        const auto v = parseWhole<double>(s);
+        if (!v)
             throw std::invalid_argument("--" + key + ": not a number: '" + s + "'");
-        return v;
+        return *v;
     }
     std::vector<int> integers(const std::string& key, std::vector<int> fallback)
     {
@@ -98,16 +103,10 @@ public:
         std::vector<int> out;
         std::stringstream ss(s);
         for (std::string item; std::getline(ss, item, ',');) {
-            std::size_t used = 0;
-            int v = 0;
-            try {
-                v = std::stoi(item, &used);
-            } catch (const std::exception&) {
-                used = 0;
-            }
-            if (used != item.size() || v <= 0)
+            const auto v = parseWhole<int>(item);
+            if (!v || *v <= 0)
                 throw std::invalid_argument("--" + key + ": expected positive integers, got '" + s + "'");
-            out.push_back(v);
+            out.push_back(*v);
         }
         return out;
     }
