@@ -1,43 +1,16 @@
 #include "baton_sampler.h"
 
+#include "../src/c_api_error.hpp"
 #include "sampler_handle.hpp"
 
 #include <cstring>
-#include <exception>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace {
 
-thread_local std::string lastError;
-
-template<typename Body> int guarded(Body&& body)
-{
-    try {
-        body();
-        return 0;
-    } catch (const std::exception& error) {
-        lastError = error.what();
-    } catch (...) {
-        lastError = "unknown error";
-    }
-    return -1;
-}
-
-template<typename Make> baton_sampler* create(Make&& make)
-{
-    baton_sampler* created = nullptr;
-    guarded([&] { created = new baton_sampler { make() }; });
-    return created;
-}
-
-bool present(const void* pointer)
-{
-    if (pointer == nullptr)
-        lastError = "null argument";
-    return pointer != nullptr;
-}
+thread_local baton::ckpt::capi::LastError lastError;
 
 } // namespace
 
@@ -46,16 +19,18 @@ extern "C" {
 baton_sampler* baton_sampler_create(
     uint64_t size, uint64_t seed, uint64_t ranks, uint64_t rank, int drop_last)
 {
-    return create([&] { return baton::ckpt::ResumableSampler(size, seed, ranks, rank, drop_last != 0); });
+    return lastError.created([&] {
+        return new baton_sampler { baton::ckpt::ResumableSampler(size, seed, ranks, rank, drop_last != 0) };
+    });
 }
 
 baton_sampler* baton_sampler_from_json(const char* json)
 {
-    if (!present(json))
+    if (!lastError.present(json))
         return nullptr;
-    return create([&] {
+    return lastError.created([&] {
         const auto parsed = nlohmann::json::parse(json);
-        return baton::ckpt::ResumableSampler(parsed.get<baton::ckpt::SamplerState>());
+        return new baton_sampler { baton::ckpt::ResumableSampler(parsed.get<baton::ckpt::SamplerState>()) };
     });
 }
 
@@ -66,16 +41,16 @@ void baton_sampler_destroy(baton_sampler* sampler)
 
 int baton_sampler_next(baton_sampler* sampler, uint64_t* index)
 {
-    if (!present(sampler) || !present(index))
+    if (!lastError.present(sampler) || !lastError.present(index))
         return -1;
-    return guarded([&] { *index = sampler->sampler.next(); });
+    return lastError.guarded([&] { *index = sampler->sampler.next(); });
 }
 
 int baton_sampler_next_many(baton_sampler* sampler, uint64_t* out, size_t count)
 {
-    if (!present(sampler) || (count > 0 && !present(out)))
+    if (!lastError.present(sampler) || (count > 0 && !lastError.present(out)))
         return -1;
-    return guarded([&] {
+    return lastError.guarded([&] {
         for (size_t i = 0; i < count; ++i)
             out[i] = sampler->sampler.next();
     });
@@ -83,16 +58,16 @@ int baton_sampler_next_many(baton_sampler* sampler, uint64_t* out, size_t count)
 
 int baton_sampler_index_at(const baton_sampler* sampler, uint64_t epoch, uint64_t position, uint64_t* index)
 {
-    if (!present(sampler) || !present(index))
+    if (!lastError.present(sampler) || !lastError.present(index))
         return -1;
-    return guarded([&] { *index = sampler->sampler.indexAt(epoch, position); });
+    return lastError.guarded([&] { *index = sampler->sampler.indexAt(epoch, position); });
 }
 
 int baton_sampler_seek(baton_sampler* sampler, uint64_t epoch, uint64_t position)
 {
-    if (!present(sampler))
+    if (!lastError.present(sampler))
         return -1;
-    return guarded([&] { sampler->sampler.seek(epoch, position); });
+    return lastError.guarded([&] { sampler->sampler.seek(epoch, position); });
 }
 
 uint64_t baton_sampler_epoch(const baton_sampler* sampler)
@@ -112,7 +87,7 @@ uint64_t baton_sampler_samples_per_epoch(const baton_sampler* sampler)
 
 size_t baton_sampler_state_json(const baton_sampler* sampler, char* buffer, size_t capacity)
 {
-    if (!present(sampler))
+    if (!lastError.present(sampler))
         return 0;
     const std::string text = nlohmann::json(sampler->sampler.state()).dump();
     if (buffer != nullptr && text.size() < capacity)

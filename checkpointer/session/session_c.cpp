@@ -1,12 +1,12 @@
 #include "baton_session.h"
 
 #include "../policy/sampler_handle.hpp"
+#include "../src/c_api_error.hpp"
 #include "../src/c_api_handle.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/session.hpp"
 
 #include <cstring>
-#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,25 +19,27 @@ struct baton_session {
 
 namespace {
 
-thread_local std::string lastError;
+using baton::ckpt::Session;
+using baton::ckpt::SessionOptions;
 
-template<typename Body> int guarded(Body&& body)
+thread_local baton::ckpt::capi::LastError lastError;
+
+// The policy settings of the environment (BATON_OVERHEAD, BATON_DEADLINE, ...), unusable ones a ConfigError.
+void readPolicyEnvironment(SessionOptions& options)
 {
     try {
-        return body();
-    } catch (const std::exception& error) {
-        lastError = error.what();
-    } catch (...) {
-        lastError = "unknown error";
+        options.policy = baton::ckpt::applyEnvironment(options.policy);
+    } catch (const std::invalid_argument& error) {
+        throw baton::ckpt::ConfigError(error.what());
     }
-    return -1;
 }
 
-bool present(const void* pointer)
+// The caller's arguments, over the settings of the environment.
+void applyArguments(SessionOptions& options, double overheadPercent, int handleSignals)
 {
-    if (pointer == nullptr)
-        lastError = "null argument";
-    return pointer != nullptr;
+    if (overheadPercent > 0)
+        options.policy.targetPercent = overheadPercent;
+    options.handleSignals = handleSignals != 0;
 }
 
 } // namespace
@@ -46,49 +48,29 @@ extern "C" {
 
 baton_session* baton_session_create(const char* chain_dir, double overhead_percent, int handle_signals)
 {
-    baton_session* created = nullptr;
-    guarded([&] {
-        baton::ckpt::SessionOptions options;
+    return lastError.created([&] {
+        SessionOptions options;
         if (chain_dir == nullptr) {
-            options = baton::ckpt::SessionOptions::fromEnvironment();
+            options = SessionOptions::fromEnvironment();
         } else {
             options.checkpointer.chainDir = chain_dir;
-            try {
-                options.policy = baton::ckpt::applyEnvironment(options.policy);
-            } catch (const std::invalid_argument& error) {
-                throw baton::ckpt::ConfigError(error.what());
-            }
+            readPolicyEnvironment(options);
         }
-        if (overhead_percent > 0)
-            options.policy.targetPercent = overhead_percent;
-        options.handleSignals = handle_signals != 0;
-        auto session = std::make_unique<baton::ckpt::Session>(std::move(options));
-        created = new baton_session { std::move(session), {} };
-        return 0;
+        applyArguments(options, overhead_percent, handle_signals);
+        return new baton_session { std::make_unique<Session>(std::move(options)), {} };
     });
-    return created;
 }
 
 baton_session* baton_session_create_for(baton_ckpt* ckpt, double overhead_percent, int handle_signals)
 {
-    if (!present(ckpt))
+    if (!lastError.present(ckpt))
         return nullptr;
-    baton_session* created = nullptr;
-    guarded([&] {
-        baton::ckpt::SessionOptions options;
-        try {
-            options.policy = baton::ckpt::applyEnvironment(options.policy);
-        } catch (const std::invalid_argument& error) {
-            throw baton::ckpt::ConfigError(error.what());
-        }
-        if (overhead_percent > 0)
-            options.policy.targetPercent = overhead_percent;
-        options.handleSignals = handle_signals != 0;
-        auto session = std::make_unique<baton::ckpt::Session>(*ckpt->checkpointer, std::move(options));
-        created = new baton_session { std::move(session), {} };
-        return 0;
+    return lastError.created([&] {
+        SessionOptions options;
+        readPolicyEnvironment(options);
+        applyArguments(options, overhead_percent, handle_signals);
+        return new baton_session { std::make_unique<Session>(*ckpt->checkpointer, std::move(options)), {} };
     });
-    return created;
 }
 
 void baton_session_destroy(baton_session* session)
@@ -98,27 +80,23 @@ void baton_session_destroy(baton_session* session)
 
 int baton_session_register_region(baton_session* session, const char* name, void* data, size_t size)
 {
-    if (!present(session) || !present(name))
+    if (!lastError.present(session) || !lastError.present(name))
         return -1;
-    return guarded([&] {
-        session->session->checkpointer().registerRegion(name, data, size);
-        return 0;
-    });
+    return lastError.guarded([&] { session->session->checkpointer().registerRegion(name, data, size); });
 }
 
 int baton_session_set_blob(baton_session* session, const char* name, const void* data, size_t size)
 {
-    if (!present(session) || !present(name) || (size > 0 && !present(data)))
+    if (!lastError.present(session) || !lastError.present(name) || (size > 0 && !lastError.present(data)))
         return -1;
-    return guarded([&] {
+    return lastError.guarded([&] {
         session->session->checkpointer().setBlob(name, std::span(static_cast<const std::byte*>(data), size));
-        return 0;
     });
 }
 
 int baton_session_attach_sampler(baton_session* session, baton_sampler* sampler)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
     session->session->attachSampler(sampler != nullptr ? &sampler->sampler : nullptr);
     return 0;
@@ -126,7 +104,7 @@ int baton_session_attach_sampler(baton_session* session, baton_sampler* sampler)
 
 int baton_session_set_deadline(baton_session* session, double epoch_seconds)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
     if (epoch_seconds > 0)
         session->session->policy().setDeadline(epoch_seconds);
@@ -137,9 +115,9 @@ int baton_session_set_deadline(baton_session* session, double epoch_seconds)
 
 int baton_session_restore(baton_session* session, uint64_t* iteration)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
-    return guarded([&] {
+    return lastError.guarded([&] {
         auto result = session->session->restore();
         if (!result.restored)
             return 0;
@@ -152,11 +130,11 @@ int baton_session_restore(baton_session* session, uint64_t* iteration)
 
 int64_t baton_session_blob(const baton_session* session, const char* name, void* buffer, size_t capacity)
 {
-    if (!present(session) || !present(name))
+    if (!lastError.present(session) || !lastError.present(name))
         return -1;
     const auto found = session->blobs.find(name);
     if (found == session->blobs.end()) {
-        lastError = std::string("no restored blob named '") + name + "'";
+        lastError.set(std::string("no restored blob named '") + name + "'");
         return -1;
     }
     if (buffer != nullptr && found->second.size() <= capacity)
@@ -166,7 +144,7 @@ int64_t baton_session_blob(const baton_session* session, const char* name, void*
 
 int baton_session_request_checkpoint(baton_session* session, int exit_after)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
     session->session->requestCheckpoint(exit_after != 0);
     return 0;
@@ -174,29 +152,23 @@ int baton_session_request_checkpoint(baton_session* session, int exit_after)
 
 int baton_session_before_update(baton_session* session)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
-    return guarded([&] {
-        session->session->beforeUpdate();
-        return 0;
-    });
+    return lastError.guarded([&] { session->session->beforeUpdate(); });
 }
 
 int baton_session_step(baton_session* session, uint64_t iteration)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
-    return guarded([&] { return session->session->step(iteration).checkpoint ? 1 : 0; });
+    return lastError.guarded([&] { return session->session->step(iteration).checkpoint ? 1 : 0; });
 }
 
 int baton_session_finish(baton_session* session)
 {
-    if (!present(session))
+    if (!lastError.present(session))
         return -1;
-    return guarded([&] {
-        session->session->finish();
-        return 0;
-    });
+    return lastError.guarded([&] { session->session->finish(); });
 }
 
 int baton_session_should_exit(const baton_session* session)

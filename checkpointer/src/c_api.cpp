@@ -13,21 +13,16 @@ using baton::ckpt::Options;
 
 namespace {
 
-thread_local std::string createError;
+thread_local baton::ckpt::capi::LastError createError;
 
 template<typename F> int guarded(baton_ckpt* h, F&& body)
 {
     if (h == nullptr) {
-        createError = "null baton_ckpt handle";
+        createError.set("null baton_ckpt handle");
         return -1;
     }
-    try {
-        h->error.clear();
-        return body();
-    } catch (const std::exception& e) {
-        h->error = e.what();
-        return -1;
-    }
+    h->error.clear();
+    return h->error.guarded(body);
 }
 
 std::string text(const char* s)
@@ -48,7 +43,7 @@ const char* baton_ckpt_version(void)
 
 baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep)
 {
-    try {
+    return createError.created([&] {
         Options options;
         if (chain_dir == nullptr) {
             options = Options::fromEnvironment();
@@ -61,10 +56,7 @@ baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep)
         handle->checkpointer = std::make_unique<Checkpointer>(std::move(options));
         createError.clear();
         return handle.release();
-    } catch (const std::exception& e) {
-        createError = e.what();
-        return nullptr;
-    }
+    });
 }
 
 void baton_ckpt_destroy(baton_ckpt* ckpt)
@@ -74,27 +66,19 @@ void baton_ckpt_destroy(baton_ckpt* ckpt)
 
 int baton_ckpt_register_region(baton_ckpt* h, const char* name, void* data, uint64_t size)
 {
-    return guarded(h, [&] {
-        h->checkpointer->registerRegion(text(name), data, size);
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->registerRegion(text(name), data, size); });
 }
 
 int baton_ckpt_register_device_region(
     baton_ckpt* h, const char* name, void* device_ptr, uint64_t size, int device, void* stream)
 {
-    return guarded(h, [&] {
-        h->checkpointer->registerDeviceRegion(text(name), device_ptr, size, device, stream);
-        return 0;
-    });
+    return guarded(
+        h, [&] { h->checkpointer->registerDeviceRegion(text(name), device_ptr, size, device, stream); });
 }
 
 int baton_ckpt_unregister_region(baton_ckpt* h, const char* name)
 {
-    return guarded(h, [&] {
-        h->checkpointer->unregisterRegion(text(name));
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->unregisterRegion(text(name)); });
 }
 
 int baton_ckpt_set_blob(baton_ckpt* h, const char* name, const void* data, uint64_t size)
@@ -103,16 +87,12 @@ int baton_ckpt_set_blob(baton_ckpt* h, const char* name, const void* data, uint6
         if (data == nullptr && size > 0)
             throw baton::ckpt::Error("blob data is NULL");
         h->checkpointer->setBlob(text(name), std::span(static_cast<const std::byte*>(data), size));
-        return 0;
     });
 }
 
 int baton_ckpt_set_epoch(baton_ckpt* h, uint64_t epoch)
 {
-    return guarded(h, [&] {
-        h->checkpointer->setEpoch(epoch);
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->setEpoch(epoch); });
 }
 
 int baton_ckpt_set_manifest_field(baton_ckpt* h, const char* key, const char* json_text)
@@ -122,24 +102,17 @@ int baton_ckpt_set_manifest_field(baton_ckpt* h, const char* key, const char* js
         if (value.is_discarded())
             throw baton::ckpt::Error("manifest field '" + text(key) + "': not valid JSON");
         h->checkpointer->setManifestField(text(key), std::move(value));
-        return 0;
     });
 }
 
 int baton_ckpt_after_update(baton_ckpt* h, uint64_t iteration)
 {
-    return guarded(h, [&] {
-        h->checkpointer->afterUpdate(iteration);
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->afterUpdate(iteration); });
 }
 
 int baton_ckpt_before_update(baton_ckpt* h)
 {
-    return guarded(h, [&] {
-        h->checkpointer->beforeUpdate();
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->beforeUpdate(); });
 }
 
 int baton_ckpt_request(baton_ckpt* h, uint64_t iteration)
@@ -149,7 +122,7 @@ int baton_ckpt_request(baton_ckpt* h, uint64_t iteration)
         if (h->checkpointer->requestCheckpoint(iteration))
             return 1;
         if (h->checkpointer->counters().failed != before) {
-            h->error = h->checkpointer->lastError();
+            h->error.set(h->checkpointer->lastError());
             return -1;
         }
         return 0;
@@ -158,10 +131,7 @@ int baton_ckpt_request(baton_ckpt* h, uint64_t iteration)
 
 int baton_ckpt_schedule(baton_ckpt* h)
 {
-    return guarded(h, [&] {
-        h->checkpointer->scheduleCheckpoint();
-        return 0;
-    });
+    return guarded(h, [&] { h->checkpointer->scheduleCheckpoint(); });
 }
 
 int baton_ckpt_checkpoint_now(baton_ckpt* h, uint64_t iteration)
@@ -169,7 +139,7 @@ int baton_ckpt_checkpoint_now(baton_ckpt* h, uint64_t iteration)
     return guarded(h, [&] {
         if (h->checkpointer->checkpointNow(iteration))
             return 0;
-        h->error = h->checkpointer->lastError();
+        h->error.set(h->checkpointer->lastError());
         return -1;
     });
 }
@@ -179,7 +149,7 @@ int baton_ckpt_wait(baton_ckpt* h)
     return guarded(h, [&] {
         if (h->checkpointer->wait())
             return 0;
-        h->error = h->checkpointer->lastError();
+        h->error.set(h->checkpointer->lastError());
         return -1;
     });
 }
@@ -236,7 +206,6 @@ int baton_ckpt_get_stats(baton_ckpt* h, baton_ckpt_stats* out)
         auto c = h->checkpointer->counters();
         *out = baton_ckpt_stats { s.iteration, s.bytes, s.snapshotSeconds, s.persistSeconds, s.stallSeconds,
             s.finished, s.committed, c.requested, c.committed, c.failed, c.droppedRequests };
-        return 0;
     });
 }
 

@@ -5,10 +5,11 @@
 #include <string>
 
 #include "baton/ckpt/checkpointer.hpp"
+#include "c_api_error.hpp"
 
 struct baton_ckpt {
     std::unique_ptr<baton::ckpt::Checkpointer> checkpointer;
-    std::string error;
+    baton::ckpt::capi::LastError error;
     baton::ckpt::RestoreResult restored;
     std::string manifestText = "null";
     std::string fallbackText;

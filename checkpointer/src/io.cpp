@@ -43,6 +43,18 @@ void writeAll(int fd, const std::byte* data, std::size_t size, const std::filesy
     }
 }
 
+// Calls `read` (a read or pread) again when a signal interrupts it: the bytes read, 0 at the end of the file.
+template<typename Read> std::size_t readRetrying(const std::filesystem::path& path, Read&& read)
+{
+    for (;;) {
+        ssize_t n = read();
+        if (n >= 0)
+            return static_cast<std::size_t>(n);
+        if (errno != EINTR)
+            throwErrno("cannot read " + path.string());
+    }
+}
+
 void syncData(int fd, const std::filesystem::path& path)
 {
     if (::fdatasync(fd) != 0)
@@ -169,14 +181,10 @@ std::string readSmallFile(const std::filesystem::path& path, std::size_t limit)
     std::string text;
     char buffer[65536];
     for (;;) {
-        ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            throwErrno("cannot read " + path.string());
+        std::size_t n = readRetrying(path, [&] { return ::read(fd.get(), buffer, sizeof buffer); });
         if (n == 0)
             break;
-        text.append(buffer, static_cast<std::size_t>(n));
+        text.append(buffer, n);
         if (text.size() > limit)
             throw Error(path.string() + " is larger than " + std::to_string(limit) + " bytes");
     }
@@ -230,14 +238,12 @@ std::size_t FileReader::readAt(std::byte* destination, std::uint64_t offset, std
 {
     std::size_t done = 0;
     while (done < length) {
-        ssize_t n = ::pread(fd_.get(), destination + done, length - done, static_cast<off_t>(offset + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            throwErrno("cannot read " + path_.string());
+        std::size_t n = readRetrying(path_, [&] {
+            return ::pread(fd_.get(), destination + done, length - done, static_cast<off_t>(offset + done));
+        });
         if (n == 0)
             break;
-        done += static_cast<std::size_t>(n);
+        done += n;
         if (direct_ && done % kDirectAlignment != 0)
             break; // a short, unaligned read only happens at the end of the file
     }

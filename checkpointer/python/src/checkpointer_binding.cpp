@@ -1,7 +1,6 @@
 // baton._native.Checkpointer and its Options, results and statistics.
 #include "bindings.hpp"
 
-#include <map>
 #include <memory>
 #include <string>
 
@@ -22,52 +21,12 @@ namespace {
 
 using ckpt::Checkpointer;
 
-// Holds a reference to every registered object so that its memory outlives the registration: the
-// native checkpointer reads it during snapshots and writes it on restore.
-class PyCheckpointer {
+// Keeps every registered object alive for as long as the checkpointer uses its memory.
+class PyCheckpointer : public RegionOwner<Checkpointer> {
 public:
     explicit PyCheckpointer(ckpt::Options options)
-        : impl_(std::make_unique<Checkpointer>(std::move(options)))
+        : RegionOwner(std::make_unique<Checkpointer>(std::move(options)), "the checkpointer is closed")
     { }
-
-    ~PyCheckpointer() { close(); }
-
-    Checkpointer& impl()
-    {
-        if (!impl_) {
-            throw ckpt::Error("the checkpointer is closed");
-        }
-        return *impl_;
-    }
-
-    void registerRegion(const std::string& name, py::object object)
-    {
-        registerObject(impl(), name, object);
-        objects_[name] = std::move(object);
-    }
-
-    void unregisterRegion(const std::string& name)
-    {
-        {
-            py::gil_scoped_release release;
-            impl().unregisterRegion(name);
-        }
-        objects_.erase(name);
-    }
-
-    // Waits for an in-flight checkpoint, then lets go of the registered objects.
-    void close()
-    {
-        if (impl_) {
-            py::gil_scoped_release release;
-            impl_.reset();
-        }
-        objects_.clear();
-    }
-
-private:
-    std::map<std::string, py::object> objects_;
-    std::unique_ptr<Checkpointer> impl_;
 };
 
 void bindOptions(py::module_& module)
@@ -174,15 +133,7 @@ void bindCheckpointer(py::module_& module)
             "set_device_snapshot", [](Self& self, bool onDevice) { self.impl().setDeviceSnapshot(onDevice); },
             "on_device"_a, "Snapshot device regions into spare device memory instead of pinned host memory.")
         .def_property_readonly("in_flight", [](Self& self) { return self.impl().inFlight(); })
-        .def("restore",
-            [](Self& self) {
-                ckpt::RestoreResult result;
-                {
-                    py::gil_scoped_release release;
-                    result = self.impl().restore();
-                }
-                return restoreResultToPython(result);
-            })
+        .def("restore", &Self::restore)
         .def("last_checkpoint", [](Self& self) { return self.impl().lastCheckpoint(); })
         .def("counters", [](Self& self) { return self.impl().counters(); })
         .def_property_readonly("last_error", [](Self& self) { return self.impl().lastError(); })

@@ -1,13 +1,11 @@
 // baton._native.Session: the checkpointer driven by its policy, one call per iteration.
 #include "bindings.hpp"
 
-#include <map>
 #include <memory>
 #include <string>
 
 #include <pybind11/stl.h>
 
-#include "baton/ckpt/error.hpp"
 #include "baton/ckpt/session.hpp"
 #include "convert.hpp"
 #include "regions.hpp"
@@ -23,36 +21,14 @@ using ckpt::Session;
 using ckpt::SessionOptions;
 
 // Keeps the registered objects and the attached sampler alive for as long as the session uses them.
-class PySession {
+class PySession : public RegionOwner<Session> {
 public:
     explicit PySession(SessionOptions options)
-        : impl_(std::make_unique<Session>(std::move(options)))
+        : RegionOwner(std::make_unique<Session>(std::move(options)), "the session is closed")
     { }
 
+    // Closes first: the sampler must outlive the session, which is held by the base.
     ~PySession() { close(); }
-
-    Session& impl()
-    {
-        if (!impl_) {
-            throw ckpt::Error("the session is closed");
-        }
-        return *impl_;
-    }
-
-    void registerRegion(const std::string& name, py::object object)
-    {
-        registerObject(impl().checkpointer(), name, object);
-        objects_[name] = std::move(object);
-    }
-
-    void unregisterRegion(const std::string& name)
-    {
-        {
-            py::gil_scoped_release release;
-            impl().checkpointer().unregisterRegion(name);
-        }
-        objects_.erase(name);
-    }
 
     void attachSampler(py::object sampler)
     {
@@ -63,18 +39,12 @@ public:
     // Waits for an in-flight checkpoint, reports it to the policy and lets go of the registered memory.
     void close()
     {
-        if (impl_) {
-            py::gil_scoped_release release;
-            impl_.reset();
-        }
-        objects_.clear();
+        RegionOwner::close();
         sampler_ = py::none();
     }
 
 private:
     py::object sampler_ = py::none();
-    std::map<std::string, py::object> objects_;
-    std::unique_ptr<Session> impl_;
 };
 
 } // namespace
@@ -110,15 +80,7 @@ void bindSession(py::module_& module)
             "key"_a, "value"_a)
         .def("attach_sampler", &Self::attachSampler, "sampler"_a,
             "Its state rides in every manifest and is restored by restore(); None detaches it.")
-        .def("restore",
-            [](Self& self) {
-                ckpt::RestoreResult result;
-                {
-                    py::gil_scoped_release release;
-                    result = self.impl().restore();
-                }
-                return restoreResultToPython(result);
-            })
+        .def("restore", &Self::restore)
         .def(
             "request_checkpoint",
             [](Self& self, bool exitAfter) { self.impl().requestCheckpoint(exitAfter); },
