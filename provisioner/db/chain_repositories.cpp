@@ -111,12 +111,10 @@ Checkpoint checkpointAt(const Result& r, int row)
     return checkpoint;
 }
 
-template<typename Record, typename Convert>
-std::optional<Record> single(const Result& result, Convert convert)
+Tuning tuningAt(const Result& r, int row)
 {
-    if (result.rows() == 0)
-        return std::nullopt;
-    return convert(result, 0);
+    return Tuning { r.int64(row, 0), std::string(r.text(row, 1)), static_cast<std::int32_t>(r.int64(row, 2)),
+        r.optReal(row, 3), r.optReal(row, 4), r.optReal(row, 5), r.optReal(row, 6) };
 }
 
 } // namespace
@@ -128,12 +126,12 @@ std::int64_t ChainRepository::insert(const Chain& chain)
 
 std::optional<Chain> ChainRepository::get(std::int64_t id)
 {
-    return single<Chain>(connection_.exec(selectChain, Params(id)), chainAt);
+    return connection_.exec(selectChain, Params(id)).first(chainAt);
 }
 
 std::optional<Chain> ChainRepository::findByName(std::string_view name)
 {
-    return single<Chain>(connection_.exec(selectChainByName, Params(name)), chainAt);
+    return connection_.exec(selectChainByName, Params(name)).first(chainAt);
 }
 
 bool ChainRepository::setState(std::int64_t id, std::string_view state)
@@ -152,21 +150,17 @@ std::int64_t JobRepository::insert(const Job& job)
 
 std::optional<Job> JobRepository::get(std::int64_t id)
 {
-    return single<Job>(connection_.exec(selectJob, Params(id)), jobAt);
+    return connection_.exec(selectJob, Params(id)).first(jobAt);
 }
 
 std::optional<Job> JobRepository::findBySlurmId(std::int64_t slurmJobId)
 {
-    return single<Job>(connection_.exec(selectJobBySlurmId, Params(slurmJobId)), jobAt);
+    return connection_.exec(selectJobBySlurmId, Params(slurmJobId)).first(jobAt);
 }
 
 std::vector<Job> JobRepository::forChain(std::int64_t chainId)
 {
-    auto result = connection_.exec(selectJobsOfChain, Params(chainId));
-    std::vector<Job> jobs;
-    for (int row = 0; row < result.rows(); ++row)
-        jobs.push_back(jobAt(result, row));
-    return jobs;
+    return connection_.exec(selectJobsOfChain, Params(chainId)).all(jobAt);
 }
 
 bool JobRepository::update(const Job& job)
@@ -190,12 +184,12 @@ std::int64_t CheckpointRepository::insert(const Checkpoint& c)
 
 std::optional<Checkpoint> CheckpointRepository::get(std::int64_t id)
 {
-    return single<Checkpoint>(connection_.exec(selectCheckpoint, Params(id)), checkpointAt);
+    return connection_.exec(selectCheckpoint, Params(id)).first(checkpointAt);
 }
 
 std::optional<Checkpoint> CheckpointRepository::latest(std::int64_t chainId)
 {
-    return single<Checkpoint>(connection_.exec(selectLatestCheckpoint, Params(chainId)), checkpointAt);
+    return connection_.exec(selectLatestCheckpoint, Params(chainId)).first(checkpointAt);
 }
 
 void TuningRepository::upsert(const Tuning& t)
@@ -207,11 +201,7 @@ void TuningRepository::upsert(const Tuning& t)
 
 std::optional<Tuning> TuningRepository::get(std::int64_t chainId)
 {
-    auto r = connection_.exec(selectTuning, Params(chainId));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return Tuning { r.int64(0, 0), std::string(r.text(0, 1)), static_cast<std::int32_t>(r.int64(0, 2)),
-        r.optReal(0, 3), r.optReal(0, 4), r.optReal(0, 5), r.optReal(0, 6) };
+    return connection_.exec(selectTuning, Params(chainId)).first(tuningAt);
 }
 
 } // namespace baton::db

@@ -48,6 +48,12 @@ constexpr Statement selectPrediction { "select_prediction",
 constexpr Statement updatePredictionActual { "update_prediction_actual",
     "UPDATE predictions SET actual_wait_s = $2 WHERE id = $1", true };
 
+Event eventAt(const Result& r, int row)
+{
+    return Event { r.int64(row, 0), std::string(r.text(row, 1)), std::string(r.text(row, 2)),
+        r.optText(row, 3), r.optInt64(row, 4), r.json(row, 5), r.int64(row, 6) };
+}
+
 Decision decisionAt(const Result& r, int row)
 {
     return Decision { r.int64(row, 0), r.int64(row, 1), r.int64(row, 2), std::string(r.text(row, 3)),
@@ -58,6 +64,12 @@ Model modelAt(const Result& r, int row)
 {
     return Model { r.int64(row, 0), std::string(r.text(row, 1)), static_cast<std::int32_t>(r.int64(row, 2)),
         std::string(r.text(row, 3)), r.optText(row, 4), r.int64(row, 5), r.json(row, 6), r.json(row, 7) };
+}
+
+Prediction predictionAt(const Result& r, int row)
+{
+    return Prediction { r.int64(row, 0), r.optInt64(row, 1), r.optInt64(row, 2), r.optInt64(row, 3),
+        r.int64(row, 4), r.optReal(row, 5), r.real(row, 6), r.optReal(row, 7) };
 }
 
 } // namespace
@@ -72,11 +84,7 @@ bool EventRepository::insert(const Event& e)
 
 std::optional<Event> EventRepository::findByKey(std::string_view key)
 {
-    auto r = connection_.exec(selectEventByKey, Params(key));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return Event { r.int64(0, 0), std::string(r.text(0, 1)), std::string(r.text(0, 2)), r.optText(0, 3),
-        r.optInt64(0, 4), r.json(0, 5), r.int64(0, 6) };
+    return connection_.exec(selectEventByKey, Params(key)).first(eventAt);
 }
 
 std::int64_t DecisionRepository::insert(const Decision& d)
@@ -88,19 +96,12 @@ std::int64_t DecisionRepository::insert(const Decision& d)
 
 std::optional<Decision> DecisionRepository::get(std::int64_t id)
 {
-    auto r = connection_.exec(selectDecision, Params(id));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return decisionAt(r, 0);
+    return connection_.exec(selectDecision, Params(id)).first(decisionAt);
 }
 
 std::vector<Decision> DecisionRepository::forChain(std::int64_t chainId)
 {
-    auto r = connection_.exec(selectDecisionsOfChain, Params(chainId));
-    std::vector<Decision> decisions;
-    for (int row = 0; row < r.rows(); ++row)
-        decisions.push_back(decisionAt(r, row));
-    return decisions;
+    return connection_.exec(selectDecisionsOfChain, Params(chainId)).all(decisionAt);
 }
 
 std::int64_t ModelRepository::insert(const Model& m)
@@ -111,18 +112,12 @@ std::int64_t ModelRepository::insert(const Model& m)
 
 std::optional<Model> ModelRepository::get(std::int64_t id)
 {
-    auto r = connection_.exec(selectModel, Params(id));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return modelAt(r, 0);
+    return connection_.exec(selectModel, Params(id)).first(modelAt);
 }
 
 std::optional<Model> ModelRepository::latest(std::string_view name)
 {
-    auto r = connection_.exec(selectLatestModel, Params(name));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return modelAt(r, 0);
+    return connection_.exec(selectLatestModel, Params(name)).first(modelAt);
 }
 
 std::int64_t PredictionRepository::insert(const Prediction& p)
@@ -136,11 +131,7 @@ std::int64_t PredictionRepository::insert(const Prediction& p)
 
 std::optional<Prediction> PredictionRepository::get(std::int64_t id)
 {
-    auto r = connection_.exec(selectPrediction, Params(id));
-    if (r.rows() == 0)
-        return std::nullopt;
-    return Prediction { r.int64(0, 0), r.optInt64(0, 1), r.optInt64(0, 2), r.optInt64(0, 3), r.int64(0, 4),
-        r.optReal(0, 5), r.real(0, 6), r.optReal(0, 7) };
+    return connection_.exec(selectPrediction, Params(id)).first(predictionAt);
 }
 
 bool PredictionRepository::setActual(std::int64_t id, double actualWaitSeconds)

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +35,25 @@ public:
     std::optional<std::string> optText(int row, int column) const;
     std::optional<std::int64_t> optInt64(int row, int column) const;
     std::optional<double> optReal(int row, int column) const;
+
+    // The first row as `toRecord(result, row)` makes it; nullopt for an empty result.
+    template<typename ToRecord>
+    auto first(ToRecord toRecord) const -> std::optional<std::invoke_result_t<ToRecord&, const Result&, int>>
+    {
+        if (rows() == 0)
+            return std::nullopt;
+        return toRecord(*this, 0);
+    }
+    // Every row as `toRecord(result, row)` makes it, in order.
+    template<typename ToRecord>
+    auto all(ToRecord toRecord) const -> std::vector<std::invoke_result_t<ToRecord&, const Result&, int>>
+    {
+        std::vector<std::invoke_result_t<ToRecord&, const Result&, int>> records;
+        records.reserve(rows());
+        for (int row = 0; row < rows(); ++row)
+            records.push_back(toRecord(*this, row));
+        return records;
+    }
 
     PGresult* get() const { return result_.get(); }
 

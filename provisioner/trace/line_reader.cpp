@@ -4,11 +4,13 @@
 
 namespace baton::trace {
 
-LineReader::LineReader(const std::filesystem::path& path, TraceFormat format)
-    : source_(path)
-    , path_(path)
+LineReader::LineReader(const std::filesystem::path& path, TraceFormat format, const char* noRowsError)
+    : RowReader(path, format, noRowsError)
+{ }
+
+bool LineReader::nextRow()
 {
-    summary_.format = format;
+    return nextNonBlank(row_);
 }
 
 void LineReader::rejectRow(const char* reason)

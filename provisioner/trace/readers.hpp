@@ -11,18 +11,42 @@
 
 namespace baton::trace {
 
-// Shared by the line-based readers: a row that cannot be used is counted and skipped, except a bad
-// last line without its newline, which means the file was cut off.
-class LineReader : public TraceReader {
+// Shared by every reader: each data row counts as read, then as accepted or as rejected for a
+// reason (and skipped); a trace without a single data row is an error. A reader states only how it
+// finds its rows and converts one.
+class RowReader : public TraceReader {
+public:
+    bool next(TraceJob& job) final;
+
 protected:
-    explicit LineReader(const std::filesystem::path& path, TraceFormat format);
-    // Records a rejected row, or throws if it is the cut-off end of the file.
-    void rejectRow(const char* reason);
-    // The next line that is not blank; false at the end of the file.
-    bool nextNonBlank(std::string_view& line);
+    RowReader(const std::filesystem::path& path, TraceFormat format, const char* noRowsError);
+    // Steps to the next data row; false at the end of the trace.
+    virtual bool nextRow() = 0;
+    // Converts the current row into `job`: nullptr if it is accepted, else why it is rejected.
+    virtual const char* rowToJob(TraceJob& job) = 0;
+    // Records a rejected row, first seen at its index among the rows.
+    virtual void rejectRow(const char* reason);
 
     ByteSource source_;
     std::filesystem::path path_;
+
+private:
+    const char* noRowsError_; // follows the file name
+};
+
+// Shared by the line-based readers: a row that cannot be used is counted and skipped, except a bad
+// last line without its newline, which means the file was cut off.
+class LineReader : public RowReader {
+protected:
+    LineReader(const std::filesystem::path& path, TraceFormat format, const char* noRowsError);
+    // The next line that is not blank.
+    bool nextRow() override;
+    // Records a rejected row at its line, or throws if it is the cut-off end of the file.
+    void rejectRow(const char* reason) override;
+    // The next line that is not blank; false at the end of the file.
+    bool nextNonBlank(std::string_view& line);
+
+    std::string_view row_; // the current row, valid until the next line is read
     std::vector<std::string_view> fields_;
 };
 
@@ -31,10 +55,10 @@ protected:
 class SacctTextReader final : public LineReader {
 public:
     explicit SacctTextReader(const std::filesystem::path& path);
-    bool next(TraceJob& job) override;
 
 private:
-    bool splitRow(std::string_view line);
+    const char* rowToJob(TraceJob& job) override;
+    void splitRow(std::string_view line);
 
     std::optional<SacctLayout> layout_;
     std::vector<std::pair<std::size_t, std::size_t>> widths_; // offset, length from the dashed line
@@ -44,9 +68,9 @@ private:
 class SacctParsableReader final : public LineReader {
 public:
     explicit SacctParsableReader(const std::filesystem::path& path);
-    bool next(TraceJob& job) override;
 
 private:
+    const char* rowToJob(TraceJob& job) override;
     std::optional<SacctLayout> layout_;
     bool trailingSeparator_ = false;
 };
@@ -56,20 +80,22 @@ private:
 class SwfReader final : public LineReader {
 public:
     explicit SwfReader(const std::filesystem::path& path);
-    bool next(TraceJob& job) override;
 
 private:
-    const char* toJob(TraceJob& job);
+    // Skips the comment lines, reading UnixStartTime from them.
+    bool nextRow() override;
+    const char* rowToJob(TraceJob& job) override;
     std::int64_t unixStartTime_ = 0;
 };
 
 // `sacct --json`: streams the top-level "jobs" array one job object at a time.
-class SacctJsonReader final : public TraceReader {
+class SacctJsonReader final : public RowReader {
 public:
     explicit SacctJsonReader(const std::filesystem::path& path);
-    bool next(TraceJob& job) override;
 
 private:
+    bool nextRow() override;
+    const char* rowToJob(TraceJob& job) override;
     int skipSpace();
     int expectByte();
     void readString(std::string& out);
@@ -77,10 +103,9 @@ private:
     void captureObject(std::string& out);
     [[noreturn]] void fail(const std::string& what);
 
-    ByteSource source_;
-    std::filesystem::path path_;
     bool inJobs_ = false;
     bool done_ = false;
+    int rowStart_ = -1; // the first byte of the current row
     std::string object_;
     std::string key_;
 };

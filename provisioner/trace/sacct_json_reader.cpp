@@ -113,10 +113,8 @@ const char* toJob(const json& object, TraceJob& job)
 } // namespace
 
 SacctJsonReader::SacctJsonReader(const std::filesystem::path& path)
-    : source_(path)
-    , path_(path)
+    : RowReader(path, TraceFormat::SacctJson, " holds no jobs")
 {
-    summary_.format = TraceFormat::SacctJson;
     int c = skipSpace();
     if (c < 0)
         throw TraceError(path.string() + " is empty");
@@ -250,37 +248,32 @@ void SacctJsonReader::captureObject(std::string& out)
     }
 }
 
-bool SacctJsonReader::next(TraceJob& job)
+bool SacctJsonReader::nextRow()
 {
-    while (inJobs_ && !done_) {
-        int c = skipSpace();
-        if (c == ',')
-            c = skipSpace();
-        if (c == ']') {
-            done_ = true;
-            break;
-        }
-        if (c < 0)
-            expectByte(); // throws: truncated
-        ++summary_.rowsRead;
-        if (c != '{') {
-            skipValue(c);
-            summary_.reject("malformed job object", summary_.rowsRead);
-            continue;
-        }
-        captureObject(object_);
-        json object = json::parse(object_, nullptr, false);
-        const char* reason = object.is_discarded() ? "malformed job object" : toJob(object, job);
-        if (reason) {
-            summary_.reject(reason, summary_.rowsRead);
-            continue;
-        }
-        ++summary_.accepted;
-        return true;
+    if (!inJobs_ || done_)
+        return false;
+    int c = skipSpace();
+    if (c == ',')
+        c = skipSpace();
+    if (c == ']') {
+        done_ = true;
+        return false;
     }
-    if (summary_.rowsRead == 0)
-        throw TraceError(path_.string() + " holds no jobs");
-    return false;
+    if (c < 0)
+        expectByte(); // throws: truncated
+    rowStart_ = c;
+    return true;
+}
+
+const char* SacctJsonReader::rowToJob(TraceJob& job)
+{
+    if (rowStart_ != '{') {
+        skipValue(rowStart_);
+        return "malformed job object";
+    }
+    captureObject(object_);
+    json object = json::parse(object_, nullptr, false);
+    return object.is_discarded() ? "malformed job object" : toJob(object, job);
 }
 
 } // namespace baton::trace

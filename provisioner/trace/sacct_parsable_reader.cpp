@@ -5,7 +5,7 @@
 namespace baton::trace {
 
 SacctParsableReader::SacctParsableReader(const std::filesystem::path& path)
-    : LineReader(path, TraceFormat::SacctParsable)
+    : LineReader(path, TraceFormat::SacctParsable, " has a sacct header but no job rows")
 {
     std::string_view line;
     if (!nextNonBlank(line))
@@ -19,26 +19,13 @@ SacctParsableReader::SacctParsableReader(const std::filesystem::path& path)
     layout_.emplace(names);
 }
 
-bool SacctParsableReader::next(TraceJob& job)
+const char* SacctParsableReader::rowToJob(TraceJob& job)
 {
-    std::string_view line;
-    while (source_.nextLine(line)) {
-        if (trim(line).empty())
-            continue;
-        ++summary_.rowsRead;
-        if (trailingSeparator_ && line.ends_with('|'))
-            line.remove_suffix(1);
-        splitOn(line, '|', fields_);
-        if (const char* reason = layout_->toJob(fields_, job)) {
-            rejectRow(reason);
-            continue;
-        }
-        ++summary_.accepted;
-        return true;
-    }
-    if (summary_.rowsRead == 0)
-        throw TraceError(path_.string() + " has a sacct header but no job rows");
-    return false;
+    std::string_view line = row_;
+    if (trailingSeparator_ && line.ends_with('|'))
+        line.remove_suffix(1);
+    splitOn(line, '|', fields_);
+    return layout_->toJob(fields_, job);
 }
 
 } // namespace baton::trace

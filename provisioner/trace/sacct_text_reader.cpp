@@ -15,7 +15,7 @@ bool isDashLine(std::string_view line)
 } // namespace
 
 SacctTextReader::SacctTextReader(const std::filesystem::path& path)
-    : LineReader(path, TraceFormat::SacctText)
+    : LineReader(path, TraceFormat::SacctText, " has a sacct header but no job rows")
 {
     std::string_view line;
     // An optional leading job-count line, then the header.
@@ -41,40 +41,25 @@ SacctTextReader::SacctTextReader(const std::filesystem::path& path)
     }
 }
 
-bool SacctTextReader::splitRow(std::string_view line)
+void SacctTextReader::splitRow(std::string_view line)
 {
     if (line.find('\t') != std::string_view::npos) {
         splitOn(line, '\t', fields_);
-        return true;
+        return;
     }
     splitWhitespace(line, fields_);
     if (fields_.size() == layout_->columnCount() || widths_.size() != layout_->columnCount())
-        return true;
+        return;
     // Aligned columns, where a field may hold spaces (a job name) or be empty.
     fields_.clear();
     for (auto [offset, length] : widths_)
         fields_.push_back(offset < line.size() ? line.substr(offset, length) : std::string_view {});
-    return true;
 }
 
-bool SacctTextReader::next(TraceJob& job)
+const char* SacctTextReader::rowToJob(TraceJob& job)
 {
-    std::string_view line;
-    while (source_.nextLine(line)) {
-        if (trim(line).empty())
-            continue;
-        ++summary_.rowsRead;
-        splitRow(line);
-        if (const char* reason = layout_->toJob(fields_, job)) {
-            rejectRow(reason);
-            continue;
-        }
-        ++summary_.accepted;
-        return true;
-    }
-    if (summary_.rowsRead == 0)
-        throw TraceError(path_.string() + " has a sacct header but no job rows");
-    return false;
+    splitRow(row_);
+    return layout_->toJob(fields_, job);
 }
 
 } // namespace baton::trace

@@ -50,11 +50,27 @@ const char* statusName(std::int64_t status)
 } // namespace
 
 SwfReader::SwfReader(const std::filesystem::path& path)
-    : LineReader(path, TraceFormat::Swf)
+    : LineReader(path, TraceFormat::Swf, " holds no SWF job lines")
 { }
 
-const char* SwfReader::toJob(TraceJob& job)
+bool SwfReader::nextRow()
 {
+    while (nextNonBlank(row_)) {
+        row_ = trim(row_);
+        if (row_.front() != ';')
+            return true;
+        // "; UnixStartTime: 1234567890" anchors the relative times.
+        auto colon = row_.find(':');
+        if (colon != std::string_view::npos && trim(row_.substr(1, colon - 1)) == "UnixStartTime")
+            if (auto start = parseInteger(row_.substr(colon + 1)))
+                unixStartTime_ = *start;
+    }
+    return false;
+}
+
+const char* SwfReader::rowToJob(TraceJob& job)
+{
+    splitWhitespace(row_, fields_);
     if (fields_.size() != swfFieldCount)
         return "wrong field count";
     std::int64_t value[swfFieldCount + 1] = {};
@@ -91,35 +107,6 @@ const char* SwfReader::toJob(TraceJob& job)
         job.user = std::to_string(value[UserId]);
     job.state = statusName(value[Status]);
     return nullptr;
-}
-
-bool SwfReader::next(TraceJob& job)
-{
-    std::string_view line;
-    while (source_.nextLine(line)) {
-        const std::string_view text = trim(line);
-        if (text.empty())
-            continue;
-        if (text.front() == ';') {
-            // "; UnixStartTime: 1234567890" anchors the relative times.
-            auto colon = text.find(':');
-            if (colon != std::string_view::npos && trim(text.substr(1, colon - 1)) == "UnixStartTime")
-                if (auto start = parseInteger(text.substr(colon + 1)))
-                    unixStartTime_ = *start;
-            continue;
-        }
-        ++summary_.rowsRead;
-        splitWhitespace(text, fields_);
-        if (const char* reason = toJob(job)) {
-            rejectRow(reason);
-            continue;
-        }
-        ++summary_.accepted;
-        return true;
-    }
-    if (summary_.rowsRead == 0)
-        throw TraceError(path_.string() + " holds no SWF job lines");
-    return false;
 }
 
 } // namespace baton::trace

@@ -44,6 +44,14 @@ Connection migrated(const std::string& conninfo)
     return connection;
 }
 
+// Adds a chain by this name; returns its id.
+std::int64_t addChain(Connection& connection, const std::string& name)
+{
+    Chain chain;
+    chain.name = name;
+    return ChainRepository(connection).insert(chain);
+}
+
 TEST(Migrations, FromEmptyThenIdempotent)
 {
     Connection connection(freshDatabase());
@@ -201,10 +209,7 @@ TEST(RoundTrip, ChainsJobsAndInjectionStrings)
 TEST(RoundTrip, CheckpointsAndTuning)
 {
     Connection connection = migrated(freshDatabase());
-    ChainRepository chains(connection);
-    Chain chain;
-    chain.name = "resnet";
-    const auto chainId = chains.insert(chain);
+    const auto chainId = addChain(connection, "resnet");
 
     CheckpointRepository checkpoints(connection);
     Checkpoint checkpoint;
@@ -276,10 +281,7 @@ TEST(RoundTrip, EventsAreDeduplicated)
 TEST(RoundTrip, DecisionsModelsPredictions)
 {
     Connection connection = migrated(freshDatabase());
-    ChainRepository chains(connection);
-    Chain chain;
-    chain.name = "bert";
-    const auto chainId = chains.insert(chain);
+    const auto chainId = addChain(connection, "bert");
 
     DecisionRepository decisions(connection);
     Decision decision { 0, chainId, 1'700'000'000, "predict", "wait",

@@ -28,6 +28,21 @@ std::uint64_t rejectedFor(const TraceSummary& summary, const std::string& reason
     return it == summary.rejected.end() ? 0 : it->second.count;
 }
 
+struct ReadTrace {
+    std::vector<TraceJob> jobs;
+    TraceSummary summary;
+};
+
+// Reads a whole trace and checks which reader took it.
+ReadTrace readAs(
+    const std::filesystem::path& path, TraceFormat expected, TraceFormat hint = TraceFormat::Auto)
+{
+    ReadTrace trace;
+    trace.jobs = readAll(path, hint, &trace.summary);
+    EXPECT_EQ(trace.summary.format, expected) << path;
+    return trace;
+}
+
 TEST(Fields, TimestampsAreUtc)
 {
     EXPECT_EQ(parseTimestamp("1970-01-01T00:00:00"), 0);
@@ -59,10 +74,8 @@ TEST(Fields, Utf8Validation)
 
 TEST(SacctText, ReadsTabSpaceAndAlignedRows)
 {
-    TraceSummary summary;
-    auto jobs = readAll(dataFile("sacct_good.log"), TraceFormat::Auto, &summary);
+    auto [jobs, summary] = readAs(dataFile("sacct_good.log"), TraceFormat::SacctText);
     ASSERT_EQ(jobs.size(), 3u);
-    EXPECT_EQ(summary.format, TraceFormat::SacctText);
     EXPECT_EQ(summary.rowsRead, 3u);
     EXPECT_EQ(summary.rejectedTotal(), 0u);
 
@@ -130,9 +143,7 @@ TEST(SacctText, TruncatedFileIsAnError)
 
 TEST(SacctParsable, ReadsHeaderNamedColumns)
 {
-    TraceSummary summary;
-    auto jobs = readAll(dataFile("sacct_parsable.txt"), TraceFormat::Auto, &summary);
-    EXPECT_EQ(summary.format, TraceFormat::SacctParsable);
+    auto [jobs, summary] = readAs(dataFile("sacct_parsable.txt"), TraceFormat::SacctParsable);
     ASSERT_EQ(jobs.size(), 2u);
     EXPECT_EQ(jobs[0].jobId, 400);
     EXPECT_EQ(jobs[0].user, "alice");
@@ -148,9 +159,7 @@ TEST(SacctParsable, ReadsHeaderNamedColumns)
 
 TEST(SacctJson, StreamsJobsOfOldAndNewSlurm)
 {
-    TraceSummary summary;
-    auto jobs = readAll(dataFile("sacct.json"), TraceFormat::Sacct, &summary);
-    EXPECT_EQ(summary.format, TraceFormat::SacctJson);
+    auto [jobs, summary] = readAs(dataFile("sacct.json"), TraceFormat::SacctJson, TraceFormat::Sacct);
     ASSERT_EQ(jobs.size(), 2u);
     EXPECT_EQ(jobs[0].jobId, 500);
     EXPECT_EQ(jobs[0].name, "old \"style\" {x}");
@@ -220,9 +229,7 @@ TEST(SacctJson, TextFileIsNotJson)
 
 TEST(Swf, ReadsFieldsAndUnixStartTime)
 {
-    TraceSummary summary;
-    auto jobs = readAll(dataFile("small.swf"), TraceFormat::Auto, &summary);
-    EXPECT_EQ(summary.format, TraceFormat::Swf);
+    auto [jobs, summary] = readAs(dataFile("small.swf"), TraceFormat::Swf);
     ASSERT_EQ(jobs.size(), 3u);
     EXPECT_EQ(jobs[0].submit, 1672531200);
     EXPECT_EQ(jobs[0].start, 1672531210);
@@ -330,9 +337,7 @@ TEST(RealTraces, Ls6A100)
     auto dir = baton::test::traceDir();
     if (!dir)
         GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
-    TraceSummary summary;
-    auto jobs = readAll(*dir / "ls6-a100.log", TraceFormat::Auto, &summary);
-    EXPECT_EQ(summary.format, TraceFormat::SacctText);
+    auto [jobs, summary] = readAs(*dir / "ls6-a100.log", TraceFormat::SacctText);
     EXPECT_EQ(summary.rowsRead, 24777u);
     EXPECT_EQ(summary.accepted, 24776u);
     EXPECT_EQ(rejectedFor(summary, "wrong field count"), 1u);
@@ -351,9 +356,7 @@ TEST(RealTraces, Lublin256)
     auto dir = baton::test::traceDir();
     if (!dir)
         GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
-    TraceSummary summary;
-    auto jobs = readAll(*dir / "lublin_256.swf", TraceFormat::Auto, &summary);
-    EXPECT_EQ(summary.format, TraceFormat::Swf);
+    auto [jobs, summary] = readAs(*dir / "lublin_256.swf", TraceFormat::Swf);
     EXPECT_EQ(jobs.size(), 10000u);
     EXPECT_EQ(summary.rejectedTotal(), 0u);
 }
