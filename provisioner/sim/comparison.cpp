@@ -15,6 +15,24 @@ double secondsSince(std::chrono::steady_clock::time_point t0)
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Fills in how the limits of the successors that started were granted.
+void summarizeGrants(PolicyRow& row, const std::vector<std::int64_t>& granted, std::int64_t limit)
+{
+    std::size_t started = 0, shortened = 0;
+    double sum = 0;
+    for (std::int64_t g : granted) {
+        if (g <= 0)
+            continue;
+        ++started;
+        shortened += g < limit ? 1 : 0;
+        sum += static_cast<double>(g);
+    }
+    if (started == 0)
+        return;
+    row.fractionShortened = static_cast<double>(shortened) / static_cast<double>(started);
+    row.meanGrantedLimit = sum / static_cast<double>(started);
+}
+
 std::vector<std::optional<std::int64_t>> column(const ProtocolResult& r, std::size_t k)
 {
     std::vector<std::optional<std::int64_t>> x;
@@ -176,12 +194,18 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
             row.q = qCheckpoint;
             row.persist = persistCheckpoint;
         }
+        std::vector<std::int64_t> granted;
         if (name == "oracle") {
-            for (const auto& p : r.probes)
+            for (const auto& p : r.probes) {
                 row.interruptions.push_back(p.oracle ? p.oracle->interruption : std::nullopt);
+                granted.push_back(p.oracle ? p.oracle->grantedLimit : 0);
+            }
         } else {
+            for (const auto& p : r.probes)
+                granted.push_back(p.outcomes[k].grantedLimit);
             row.interruptions = column(r, k++);
         }
+        summarizeGrants(row, granted, config.protocol.limit);
         row.metrics = summarize(row.interruptions, config.tolerance, config.handoverSeconds);
         out.rows.push_back(std::move(row));
     }

@@ -40,6 +40,10 @@ struct PolicyRow {
     int persist = 0; // chosen persistence in ticks, for learned policies
     InterruptionMetrics metrics;
     std::vector<std::optional<std::int64_t>> interruptions;
+    // Over the successors that started: the share that backfill started with a limit lowered towards
+    // the --time-min (ProtocolConfig::successorMinLimit), and the mean limit granted, in seconds.
+    double fractionShortened = 0;
+    double meanGrantedLimit = 0;
 };
 
 // One candidate setting of a learned policy on the held-out end of the training period.

@@ -13,6 +13,7 @@ struct Job {
     std::int64_t submit = 0;
     std::int64_t runTime = 0; // what the job ran for; it ends at min(runTime, limit)
     std::int64_t limit = 0; // requested wall-clock limit, used for backfill reservations
+    std::int64_t minLimit = 0; // Slurm's --time-min: backfill may lower the limit to this; 0 = never
     std::int32_t nodes = 1;
     double recordedPriority = 0; // an extra priority input (e.g. the trace's priority), normalised to [0, 1]
     std::int64_t recordedStart = -1; // when the real scheduler started it; -1 when unknown

@@ -25,11 +25,18 @@ Job probeJob(std::int64_t id, std::int64_t submit, int nodes, const ProtocolConf
     j.nodes = nodes;
     j.limit = limit;
     j.runTime = limit; // a chain member always runs into its limit
+    if (id == successorId)
+        j.minLimit = config.successorMinLimit;
     return j;
 }
 
-// Submits a successor into a fork of `sim` (at sim.now()) and returns its wait, if it started.
-std::optional<std::int64_t> successorWait(
+struct SuccessorStart {
+    std::int64_t wait = 0;
+    std::int64_t grantedLimit = 0;
+};
+
+// Submits a successor into a fork of `sim` (at sim.now()) and returns how it started, if it did.
+std::optional<SuccessorStart> successorStart(
     const Simulator& sim, int nodes, const ProtocolConfig& config, std::size_t& forks)
 {
     ++forks;
@@ -38,7 +45,7 @@ std::optional<std::int64_t> successorWait(
     const auto start = f.runUntilStarted(successorId, f.now() + config.horizon);
     if (!start)
         return std::nullopt;
-    return *start - sim.now();
+    return SuccessorStart { *start - sim.now(), *f.grantedLimitOf(successorId) };
 }
 
 // The submission tick (or the predecessor's end) whose successor starts closest to `predEnd`;
@@ -50,12 +57,12 @@ PolicyOutcome hindsightBest(const Simulator& atStart, std::int64_t predStart, st
     Simulator walker = atStart.fork();
     auto consider = [&](std::int64_t t) {
         walker.advanceTo(t);
-        const auto wait = successorWait(walker, nodes, config, forks);
-        if (!wait)
+        const auto started = successorStart(walker, nodes, config, forks);
+        if (!started)
             return;
-        const std::int64_t x = t + *wait - predEnd;
+        const std::int64_t x = t + started->wait - predEnd;
         if (!best.interruption || std::abs(x) < std::abs(*best.interruption))
-            best = { t, x };
+            best = { t, x, started->grantedLimit };
     };
     for (std::int64_t t = predStart; t < predEnd && best.interruption != 0; t += config.tick)
         consider(t);
@@ -94,8 +101,8 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
         p.recentMeanWait = probe.recentMeanWait();
         points.push_back(p);
         if (sampleHere) {
-            if (auto wait = successorWait(probe, nodes, config, result.forks))
-                result.samples.push_back({ p.features, static_cast<double>(*wait) });
+            if (auto started = successorStart(probe, nodes, config, result.forks))
+                result.samples.push_back({ p.features, static_cast<double>(started->wait) });
         }
     }
     if (config.annotate) {
@@ -115,21 +122,23 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
     r.insertedAt = insertedAt;
     r.nodes = nodes;
     r.predecessorEnd = predEnd;
-    std::map<std::int64_t, std::optional<std::int64_t>> startBySubmit;
+    std::map<std::int64_t, PolicyOutcome> outcomeBySubmit;
     for (const Policy* policy : policies) {
         const std::size_t i = policy->firstSubmit(points);
         const std::int64_t submitted = i < points.size() ? points[i].now : predEnd;
-        r.outcomes.push_back({ submitted, std::nullopt });
-        startBySubmit.emplace(submitted, std::nullopt);
+        outcomeBySubmit.emplace(submitted, PolicyOutcome { submitted, std::nullopt, 0 });
+        r.outcomes.push_back({ submitted, std::nullopt, 0 });
     }
     Simulator walker = atStart.fork();
-    for (auto& [submitted, interruption] : startBySubmit) {
+    for (auto& [submitted, outcome] : outcomeBySubmit) {
         walker.advanceTo(submitted);
-        if (auto wait = successorWait(walker, nodes, config, result.forks))
-            interruption = submitted + *wait - predEnd;
+        if (auto started = successorStart(walker, nodes, config, result.forks)) {
+            outcome.interruption = submitted + started->wait - predEnd;
+            outcome.grantedLimit = started->grantedLimit;
+        }
     }
     for (auto& o : r.outcomes)
-        o.interruption = startBySubmit.at(o.submitted);
+        o = outcomeBySubmit.at(o.submitted);
     if (config.oracle)
         r.oracle = hindsightBest(atStart, *predStart, predEnd, nodes, config, result.forks);
     result.probes.push_back(std::move(r));

@@ -27,6 +27,9 @@ struct ProtocolConfig {
     std::int64_t interval = 4 * 3600;
     std::vector<int> shapes { 1, 8 };
     std::int64_t limit = 48 * 3600; // predecessor and successor limit
+    // The successor's --time-min (0 = none): backfill may start it with a limit as short as this. A
+    // baton chain can take that, since a shorter job only means one more checkpointed boundary.
+    std::int64_t successorMinLimit = 0;
     double probePriority = 0; // their recorded-priority input (a typical job's, say)
     std::int64_t tick = 60; // how often the policies decide
     std::int64_t horizon = 7 * 86400; // give up on a job that has not started this long after submission
@@ -43,6 +46,7 @@ struct ProtocolConfig {
 struct PolicyOutcome {
     std::int64_t submitted = 0;
     std::optional<std::int64_t> interruption; // none: the successor did not start within the horizon
+    std::int64_t grantedLimit = 0; // the limit the successor started with (0: it did not start)
 };
 
 struct ProbeResult {

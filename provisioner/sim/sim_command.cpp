@@ -54,6 +54,9 @@ options:
   --shapes N,N             node counts of probe chains (default 1,8)
   --tolerance-seconds S    "within" tolerance (default 600)
   --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
+  --successor-time-min-hours H
+                           submit successors with Slurm's --time-min H: backfill may start one with
+                           a limit cut to as little as H (default 0: the full limit, Mirage's protocol)
   --overlap-budget-seconds S  checkpoint-aware: bound on the mean early start (default 1800)
   --model FILE             use this trained predictor instead of training one
   --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
@@ -256,6 +259,11 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
     c.tolerance = o.number("tolerance-seconds", 600);
     c.handoverSeconds = o.number("handover-seconds", 60);
     c.overlapBudgetSeconds = o.number("overlap-budget-seconds", 1800);
+    const double timeMinHours = o.number("successor-time-min-hours", 0);
+    if (!(timeMinHours >= 0 && timeMinHours * 3600 <= static_cast<double>(c.protocol.limit)))
+        throw std::invalid_argument("--successor-time-min-hours must lie between 0 and the limit ("
+            + std::to_string(c.protocol.limit / 3600) + " h)");
+    c.protocol.successorMinLimit = static_cast<std::int64_t>(timeMinHours * 3600);
     c.training.seed = static_cast<unsigned>(o.number("seed", 0));
     if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
@@ -266,22 +274,30 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
     return c;
 }
 
-void printTable(const Comparison& r, std::ostream& out)
+// With a successor --time-min, two more columns: the share of successors started with a shortened
+// limit, and the mean limit granted.
+void printTable(const Comparison& r, bool withGrants, std::ostream& out)
 {
     char line[256];
-    std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s\n", "policy", "q",
+    std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s", "policy", "q",
         "pers", "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
         "effOvl(m)");
-    out << line;
+    out << line << (withGrants ? "   short%  limit(h)\n" : "\n");
     for (const auto& row : r.rows) {
         const auto& m = row.metrics;
         std::snprintf(line, sizeof line,
-            "%-17s %5s %4s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f\n", row.name.c_str(),
+            "%-17s %5s %4s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f", row.name.c_str(),
             std::isnan(row.q) ? "-" : std::to_string(row.q).substr(0, 4).c_str(),
             row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
             m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
             100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
         out << line;
+        if (withGrants) {
+            std::snprintf(
+                line, sizeof line, " %8.1f %9.1f", 100 * row.fractionShortened, row.meanGrantedLimit / 3600);
+            out << line;
+        }
+        out << '\n';
     }
 }
 
@@ -292,7 +308,7 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         std::ofstream csv(dir / "compare.csv");
         csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
                "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
-               "handover_s\n";
+               "handover_s,fraction_shortened,mean_granted_limit_s\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
@@ -300,7 +316,8 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                 << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ',' << m.fractionZero
                 << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
                 << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
-                << config.handoverSeconds << '\n';
+                << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit
+                << '\n';
         }
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "compare.csv").string());
@@ -378,7 +395,10 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
               << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
               << " .. " << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
               << config.protocol.interval / 3600.0 << " h; tolerance " << config.tolerance << " s; handover "
-              << config.handoverSeconds << " s\n";
+              << config.handoverSeconds << " s";
+    if (config.protocol.successorMinLimit > 0)
+        std::cout << "; successors with --time-min " << config.protocol.successorMinLimit / 3600.0 << " h";
+    std::cout << '\n';
     if (r.predictor) {
         const auto& m = *r.predictor;
         std::cout << "predictor: " << m.trainRows << " training rows, " << m.heldOutRows
@@ -386,7 +406,7 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
                   << m.heldOutMedianAbsErrorSeconds / 60 << " min, q0.9 coverage " << m.heldOutCoverage90
                   << '\n';
     }
-    printTable(r, std::cout);
+    printTable(r, config.protocol.successorMinLimit > 0, std::cout);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
         "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, total %.1f s\n",

@@ -115,9 +115,17 @@ void Simulator::runToEnd()
 
 std::optional<std::int64_t> Simulator::startOf(std::int64_t id) const
 {
-    for (const auto& [jobId, startTime] : insertedStarts_)
-        if (jobId == id)
-            return startTime;
+    for (const auto& s : insertedStarts_)
+        if (s.id == id)
+            return s.start;
+    return std::nullopt;
+}
+
+std::optional<std::int64_t> Simulator::grantedLimitOf(std::int64_t id) const
+{
+    for (const auto& s : insertedStarts_)
+        if (s.id == id)
+            return s.limit;
     return std::nullopt;
 }
 
@@ -139,16 +147,16 @@ void Simulator::processEventsAt(std::int64_t t)
     schedule();
 }
 
-void Simulator::start(const PendingJob& p)
+void Simulator::start(const PendingJob& p, std::int64_t limit)
 {
     const Job& j = p.job;
-    running_.push_back({ j.id, now_, now_ + j.runTime, now_ + j.limit, j.nodes });
+    running_.push_back({ j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes });
     freeNodes_ -= j.nodes;
     if (p.traceIndex >= 0) {
         if (startLog_)
             (*startLog_)[static_cast<std::size_t>(p.traceIndex)] = now_;
     } else {
-        insertedStarts_.emplace_back(j.id, now_);
+        insertedStarts_.push_back({ j.id, now_, limit });
     }
     const double wait = static_cast<double>(now_ - j.submit);
     auto& slot = recentWaits_[recentCount_ % waitWindow];
@@ -185,7 +193,7 @@ void Simulator::schedule()
         const Job& j = pending_[i].job;
         if (!reserved) {
             if (j.nodes <= freeNodes_) {
-                start(pending_[i]);
+                start(pending_[i], j.limit);
                 started_[i] = 1;
                 continue;
             }
@@ -209,11 +217,17 @@ void Simulator::schedule()
         }
         if (j.nodes > freeNodes_)
             continue;
-        const bool endsBeforeShadow = now_ + j.limit <= shadow;
+        std::int64_t limit = j.limit;
+        bool endsBeforeShadow = now_ + limit <= shadow;
+        if (!endsBeforeShadow && j.nodes > extra && j.minLimit > 0 && now_ + j.minLimit <= shadow) {
+            // --time-min: Slurm lowers the limit as far as needed (not below minLimit) to backfill.
+            limit = shadow - now_;
+            endsBeforeShadow = true;
+        }
         if (endsBeforeShadow || j.nodes <= extra) {
             if (!endsBeforeShadow)
                 extra -= j.nodes;
-            start(pending_[i]);
+            start(pending_[i], limit);
             started_[i] = 1;
         }
     }

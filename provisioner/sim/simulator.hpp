@@ -52,6 +52,9 @@ public:
     void runToEnd();
 
     std::optional<std::int64_t> startOf(std::int64_t id) const;
+    // The limit an inserted job started with: its own, or less when backfill lowered it towards its
+    // minLimit to start it before a reservation (Slurm's --time-min).
+    std::optional<std::int64_t> grantedLimitOf(std::int64_t id) const;
     std::int64_t now() const { return now_; }
     int freeNodes() const { return freeNodes_; }
     const SchedulerConfig& config() const { return config_; }
@@ -66,7 +69,7 @@ public:
 private:
     void processEventsAt(std::int64_t t);
     void schedule();
-    void start(const PendingJob& job);
+    void start(const PendingJob& job, std::int64_t limit);
 
     std::shared_ptr<const std::vector<Job>> trace_;
     SchedulerConfig config_;
@@ -77,7 +80,10 @@ private:
     std::vector<RunningJob> running_;
     int freeNodes_ = 0;
     std::vector<std::int64_t>* startLog_ = nullptr;
-    std::vector<std::pair<std::int64_t, std::int64_t>> insertedStarts_; // (id, start)
+    struct InsertedStart {
+        std::int64_t id, start, limit;
+    };
+    std::vector<InsertedStart> insertedStarts_;
     static constexpr std::size_t waitWindow = 100;
     std::array<double, waitWindow> recentWaits_ {};
     std::size_t recentCount_ = 0;

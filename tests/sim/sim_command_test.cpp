@@ -110,6 +110,26 @@ TEST(SimCommand, RunsTheHindsightBound)
     EXPECT_GT(probes, 0u) << r.output;
 }
 
+TEST(SimCommand, SuccessorTimeMinReportsTheGrantedLimits)
+{
+    const auto r = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+        "--interval-hours", "6", "--policy", "reactive", "--successor-time-min-hours", "1" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("successors with --time-min 1 h"), std::string::npos) << r.output;
+    const auto at = r.output.find("\nreactive ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    std::istringstream row(r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1));
+    std::vector<std::string> fields;
+    for (std::string f; row >> f;)
+        fields.push_back(f);
+    ASSERT_EQ(fields.size(), 15u) << r.output; // the usual 13 columns, then short% and limit(h)
+    const double shortened = std::stod(fields[13]), grantedHours = std::stod(fields[14]);
+    EXPECT_GE(shortened, 0);
+    EXPECT_LE(shortened, 100);
+    EXPECT_GE(grantedHours, 1);
+    EXPECT_LE(grantedHours, 48);
+}
+
 TEST(SimCommand, FitPrintsTheBestConfiguration)
 {
     const auto r = run({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "12,16" });
@@ -137,6 +157,8 @@ TEST(SimCommand, BadInputGivesClearErrors)
         "--oracle: expected yes or no");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "-5" }, 2,
         "not negative");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--successor-time-min-hours", "49" }, 2,
+        "--successor-time-min-hours must lie between 0 and the limit (48 h)");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";

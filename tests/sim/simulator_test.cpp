@@ -84,6 +84,38 @@ TEST(Simulator, BackfillsLongJobsOnNodesTheReservationDoesNotNeed)
     EXPECT_EQ(s.at(4), 200);
 }
 
+TEST(Simulator, TimeMinLowersTheLimitToBackfillBeforeTheReservation)
+{
+    // A holds 3 of 4 nodes until 100; B needs all 4 and is reserved at 100. At 10 a 1-node job with a
+    // 500 s limit arrives: on its own it waits for B to end; with --time-min 50 backfill starts it at once
+    // with its limit cut to the 90 s left before B's reservation, so B still starts at 100.
+    auto trace = std::make_shared<const std::vector<Job>>(
+        std::vector<Job> { job(1, 0, 3, 100, 100), job(2, 1, 4, 100, 100) });
+    Simulator sim(trace, cluster(4));
+    sim.advanceTo(10);
+    auto startAndLimit = [&](std::int64_t minLimit) {
+        Simulator fork = sim.fork();
+        Job late = job(-1, 10, 1, 500, 500);
+        late.minLimit = minLimit;
+        fork.submit(late);
+        const auto start = fork.runUntilStarted(-1, 10000);
+        return std::make_pair(start.value_or(-1), fork.grantedLimitOf(-1).value_or(-1));
+    };
+    EXPECT_EQ(startAndLimit(0), std::make_pair(std::int64_t { 200 }, std::int64_t { 500 }));
+    EXPECT_EQ(startAndLimit(50), std::make_pair(std::int64_t { 10 }, std::int64_t { 90 }));
+    // 10 + 95 passes the reservation: no room, so it waits and then gets its whole limit.
+    EXPECT_EQ(startAndLimit(95), std::make_pair(std::int64_t { 200 }, std::int64_t { 500 }));
+
+    Simulator cut = sim.fork();
+    Job late = job(-1, 10, 1, 500, 500);
+    late.minLimit = 50;
+    cut.submit(late);
+    cut.advanceTo(100);
+    ASSERT_EQ(cut.running().size(), 1u); // the cut job ended at its granted limit, B took all nodes
+    EXPECT_EQ(cut.running()[0].id, 2);
+    EXPECT_EQ(cut.running()[0].start, 100);
+}
+
 TEST(Simulator, ReservationsUseLimitsButJobsEndAtTheirRunTime)
 {
     // A's limit says 1000 but it ends at 10; B starts then, not at 1000.
