@@ -4,6 +4,7 @@
 //
 //   import_bench [--repeat N] [--scale K]     (BATONCTL, BATON_TRACE_DIR from the environment)
 #include "connection.hpp"
+#include "fields.hpp"
 #include "migrations.hpp"
 #include "trace_reader.hpp"
 
@@ -192,15 +193,7 @@ std::string csvText(const std::string& text)
 
 std::string csvTime(std::int64_t epoch)
 {
-    const auto days = epoch / 86400;
-    const std::chrono::year_month_day date { std::chrono::sys_days { std::chrono::days(days) } };
-    const auto s = epoch - days * 86400;
-    char text[64];
-    std::snprintf(text, sizeof text, "%04d-%02u-%02u %02lld:%02lld:%02lld+00", static_cast<int>(date.year()),
-        static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
-        static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60),
-        static_cast<long long>(s % 60));
-    return text;
+    return baton::trace::formatTimestamp(epoch) + "+00"; // UTC, for PostgreSQL's timestamptz
 }
 
 template<typename T> std::string csvOptional(T value)

@@ -1,6 +1,7 @@
 #include "command.hpp"
 
 #include "connection.hpp"
+#include "fields.hpp"
 #include "options.hpp"
 #include "trace_store.hpp"
 
@@ -19,20 +20,6 @@ constexpr const char* traceUsage = "batonctl trace import FILE [--format "
                                    "       batonctl trace list\n"
                                    "       batonctl trace stats NAME [--nodes N]\n"
                                    "       (all take --database CONNINFO)";
-
-std::string utcText(std::int64_t epoch)
-{
-    const auto days = epoch >= 0 ? epoch / 86400 : (epoch - 86399) / 86400;
-    const std::chrono::sys_days day { std::chrono::days(days) };
-    const std::chrono::year_month_day date(day);
-    const auto seconds = epoch - days * 86400;
-    char text[64];
-    std::snprintf(text, sizeof text, "%04d-%02u-%02u %02lld:%02lld:%02lld", static_cast<int>(date.year()),
-        static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
-        static_cast<long long>(seconds / 3600), static_cast<long long>(seconds / 60 % 60),
-        static_cast<long long>(seconds % 60));
-    return text;
-}
 
 std::string fixed(double value, int decimals = 1)
 {
@@ -110,8 +97,9 @@ int statsCommand(const Options& options)
     const auto stats = db::traceStats(connection, options.positional()[1]);
     std::cout << "trace " << stats.name << ": " << stats.jobs << " jobs, " << stats.started << " started\n";
     if (stats.firstSubmit && stats.lastEvent)
-        std::cout << "span: " << utcText(*stats.firstSubmit) << " .. " << utcText(*stats.lastEvent)
-                  << " UTC (" << fixed(static_cast<double>(stats.spanSeconds()) / 86400.0, 1) << " days)\n";
+        std::cout << "span: " << trace::formatTimestamp(*stats.firstSubmit) << " .. "
+                  << trace::formatTimestamp(*stats.lastEvent) << " UTC ("
+                  << fixed(static_cast<double>(stats.spanSeconds()) / 86400.0, 1) << " days)\n";
     if (stats.waitP50)
         std::cout << "wait (s): mean " << fixed(*stats.waitMean) << ", p50 " << fixed(*stats.waitP50)
                   << ", p90 " << fixed(*stats.waitP90) << ", p99 " << fixed(*stats.waitP99) << "\n";

@@ -1,6 +1,8 @@
 #include "fields.hpp"
 
 #include <charconv>
+#include <chrono>
+#include <cstdio>
 
 namespace baton::trace {
 
@@ -55,6 +57,19 @@ bool isLeap(unsigned year)
 }
 
 } // namespace
+
+std::string formatTimestamp(std::int64_t epoch)
+{
+    const auto days = epoch >= 0 ? epoch / 86400 : (epoch - 86399) / 86400; // floor, also before 1970
+    const std::chrono::year_month_day date { std::chrono::sys_days { std::chrono::days(days) } };
+    const auto seconds = epoch - days * 86400;
+    char text[64];
+    std::snprintf(text, sizeof text, "%04d-%02u-%02u %02lld:%02lld:%02lld", static_cast<int>(date.year()),
+        static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+        static_cast<long long>(seconds / 3600), static_cast<long long>(seconds / 60 % 60),
+        static_cast<long long>(seconds % 60));
+    return text;
+}
 
 std::optional<std::int64_t> parseTimestamp(std::string_view text)
 {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -13,6 +14,8 @@ std::string_view trim(std::string_view text);
 std::optional<std::int64_t> parseInteger(std::string_view text);
 // "2022-11-01T15:34:14" (also with a space instead of 'T'), read as UTC. Not a time: nullopt.
 std::optional<std::int64_t> parseTimestamp(std::string_view text);
+// The reverse: seconds since the epoch as "2022-11-01 15:34:14" (UTC).
+std::string formatTimestamp(std::int64_t epoch);
 // "Unknown", "None", "N/A" or empty: Slurm's ways of saying a time is not set.
 bool isUnsetTime(std::string_view text);
 // Slurm durations "[D-]HH:MM:SS", "MM:SS", "MM" (minutes) -> seconds. "UNLIMITED" etc.: nullopt.

@@ -51,6 +51,10 @@ TEST(Fields, TimestampsAreUtc)
     EXPECT_FALSE(parseTimestamp("2023-02-29T00:00:00"));
     EXPECT_FALSE(parseTimestamp("Unknown"));
     EXPECT_FALSE(parseTimestamp("2022-11-01T15:34"));
+    EXPECT_EQ(formatTimestamp(1667316854), "2022-11-01 15:34:14");
+    EXPECT_EQ(formatTimestamp(-1), "1969-12-31 23:59:59");
+    for (std::int64_t t : { std::int64_t { 0 }, std::int64_t { 951782400 }, std::int64_t { 4102444799 } })
+        EXPECT_EQ(parseTimestamp(formatTimestamp(t)), t);
     EXPECT_TRUE(isUnsetTime("None"));
 }
 
