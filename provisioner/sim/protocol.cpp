@@ -126,8 +126,10 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
     for (const Policy* policy : policies) {
         const std::size_t i = policy->firstSubmit(points);
         const std::int64_t submitted = i < points.size() ? points[i].now : predEnd;
-        outcomeBySubmit.emplace(submitted, PolicyOutcome { submitted, std::nullopt, 0 });
-        r.outcomes.push_back({ submitted, std::nullopt, 0 });
+        PolicyOutcome pending;
+        pending.submitted = submitted;
+        outcomeBySubmit.emplace(submitted, pending);
+        r.outcomes.push_back(pending);
     }
     Simulator walker = atStart.fork();
     for (auto& [submitted, outcome] : outcomeBySubmit) {

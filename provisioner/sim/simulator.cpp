@@ -115,18 +115,21 @@ void Simulator::runToEnd()
 
 std::optional<std::int64_t> Simulator::startOf(std::int64_t id) const
 {
-    for (const auto& s : insertedStarts_)
-        if (s.id == id)
-            return s.start;
-    return std::nullopt;
+    const auto* s = insertedStart(id);
+    return s ? std::optional(s->start) : std::nullopt;
 }
 
 std::optional<std::int64_t> Simulator::grantedLimitOf(std::int64_t id) const
 {
-    for (const auto& s : insertedStarts_)
-        if (s.id == id)
-            return s.limit;
-    return std::nullopt;
+    const auto* s = insertedStart(id);
+    return s ? std::optional(s->limit) : std::nullopt;
+}
+
+const Simulator::InsertedStart* Simulator::insertedStart(std::int64_t id) const
+{
+    const auto it = std::find_if(
+        insertedStarts_.begin(), insertedStarts_.end(), [id](const InsertedStart& s) { return s.id == id; });
+    return it == insertedStarts_.end() ? nullptr : &*it;
 }
 
 void Simulator::processEventsAt(std::int64_t t)

@@ -84,6 +84,7 @@ private:
         std::int64_t id, start, limit;
     };
     std::vector<InsertedStart> insertedStarts_;
+    const InsertedStart* insertedStart(std::int64_t id) const; // null if it has not started
     static constexpr std::size_t waitWindow = 100;
     std::array<double, waitWindow> recentWaits_ {};
     std::size_t recentCount_ = 0;
