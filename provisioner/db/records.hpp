@@ -14,7 +14,8 @@ struct Chain {
     std::int64_t id = 0;
     std::string name;
     std::optional<std::string> chainDir;
-    std::string state = "active"; // active, finished, failed, cancelled
+    std::string state = "running"; // see provisioner/service/chain_state.hpp
+    std::int64_t ownerUid = 0;
     std::int64_t createdAt = 0;
 };
 

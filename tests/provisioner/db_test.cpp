@@ -62,9 +62,9 @@ TEST(Migrations, FromEmptyThenIdempotent)
     auto applied = migrate(connection);
     ASSERT_EQ(applied.size(), knownMigrations().size());
     EXPECT_EQ(applied.front(), 1);
-    // chains, jobs, checkpoints, events, decisions, models, predictions, tuning, traces, trace_jobs +
-    // migrations
-    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 11);
+    // chains, jobs, checkpoints, events, decisions, models, predictions, tuning, traces, trace_jobs,
+    // submissions, handovers + migrations
+    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 13);
 
     EXPECT_TRUE(migrate(connection).empty());
     EXPECT_TRUE(migrate(connection).empty());
@@ -144,7 +144,7 @@ TEST(RoundTrip, ChainsJobsAndInjectionStrings)
         ASSERT_TRUE(back);
         EXPECT_EQ(back->name, evil);
         EXPECT_EQ(back->chainDir, chain.chainDir);
-        EXPECT_EQ(back->state, "active");
+        EXPECT_EQ(back->state, "running");
         EXPECT_GT(back->createdAt, 1'600'000'000);
         EXPECT_EQ(chains.findByName(evil)->id, id);
 

@@ -1,0 +1,74 @@
+// What batond needs from Slurm, as an interface: the live implementation runs squeue, sbatch, scancel
+// and scontrol (slurm_cluster.cpp); the state-machine unit tests use a scripted one.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace baton::service {
+
+// One job as slurmctld reports it: the facts batond trusts.
+struct ClusterJob {
+    std::int64_t id = 0;
+    std::int64_t userId = -1;
+    std::string userName;
+    std::string name;
+    std::string state; // PENDING, RUNNING, COMPLETED, TIMEOUT, FAILED, CANCELLED, ...
+    std::string comment;
+    std::int64_t submitTime = 0;
+    std::int64_t startTime = 0; // 0 while pending
+    std::int64_t endTime = 0; // 0 while not ended
+    std::int64_t timeLimitSeconds = 0; // 0 = none
+    int nodes = 1;
+    double priority = 0;
+    std::optional<int> exitCode;
+    std::string workdir;
+    std::string partition;
+
+    bool pending() const { return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED"; }
+    bool running() const { return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED"; }
+    bool ended() const { return !pending() && !running(); }
+};
+
+// The whole queue at one moment, from one squeue call.
+struct QueueSnapshot {
+    std::int64_t takenAt = 0; // epoch seconds
+    std::vector<ClusterJob> jobs;
+    int clusterNodes = 0; // 0 when unknown
+
+    const ClusterJob* find(std::int64_t id) const;
+    const ClusterJob* findByComment(const std::string& comment) const;
+};
+
+struct SubmitRequest {
+    std::int64_t ownerUid = 0;
+    std::string workdir;
+    std::string script; // the batch script's text
+    std::vector<std::string> sbatchArgs;
+    std::string comment; // the idempotency key
+    std::map<std::string, std::string> environment; // added to the minimal one of the owner
+};
+
+class SlurmError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Cluster {
+public:
+    virtual ~Cluster() = default;
+    virtual QueueSnapshot queue() = 0;
+    // Submits as the owner; returns the job id. Throws SlurmError.
+    virtual std::int64_t submit(const SubmitRequest& request) = 0;
+    // `scancel --full --signal=SIG`: every step and the batch shell with its children.
+    virtual void signal(std::int64_t jobId, const std::string& signal) = 0;
+    virtual void cancel(std::int64_t jobId) = 0;
+    // The batch script of a job (to resubmit a chain that started with plain sbatch).
+    virtual std::string batchScript(std::int64_t jobId) = 0;
+};
+
+} // namespace baton::service

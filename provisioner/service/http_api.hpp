@@ -1,0 +1,57 @@
+// batond's HTTP API (JSON, /v1): events from the plugin, chains for their owners and operators,
+// health, readiness and metrics. Every /v1 request is authenticated by its MUNGE credential
+// (common/munge_credential.hpp); a body is only ever a hint or a wish, never an identity.
+#pragma once
+
+#include "cluster.hpp"
+#include "config.hpp"
+#include "connection_pool.hpp"
+#include "identity.hpp"
+#include "metrics.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace httplib {
+class Server;
+}
+
+namespace baton::service {
+
+class Provisioner;
+
+struct Readiness {
+    bool ready = false;
+    std::string detail;
+};
+
+class HttpApi {
+public:
+    HttpApi(const ServiceConfig& config, ConnectionPool& pool, Cluster& cluster, Metrics& metrics,
+        std::function<Readiness()> readiness);
+    ~HttpApi();
+
+    // Binds; returns the port (useful with listen_port 0). Throws std::runtime_error.
+    int bind();
+    // Serves until stop(); call from its own thread.
+    void serve();
+    void stop();
+
+private:
+    void routes();
+
+    const ServiceConfig& config_;
+    ConnectionPool& pool_;
+    Cluster& cluster_;
+    Metrics& metrics_;
+    std::function<Readiness()> readiness_;
+    IdentityResolver identities_;
+    std::unique_ptr<httplib::Server> server_;
+};
+
+// Parses a JSON body with the service's bounds: no NUL (raw or escaped), valid UTF-8, at most `maxDepth`
+// levels. Throws std::invalid_argument with a message for the 400 response.
+nlohmann::json parseBoundedJson(const std::string& body, int maxDepth);
+
+} // namespace baton::service

@@ -1,0 +1,163 @@
+// batond: the provisioning service. One process serves the HTTP API (any instance accepts events and
+// requests) and runs the policy loop while it holds the leader lock (exactly one instance acts).
+#include "baton_version.h"
+#include "config.hpp"
+#include "connection_pool.hpp"
+#include "http_api.hpp"
+#include "leader.hpp"
+#include "live_policy.hpp"
+#include "log.hpp"
+#include "metrics.hpp"
+#include "provisioner.hpp"
+#include "slurm_cluster.hpp"
+
+#include <errors.hpp>
+#include <migrations.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+using namespace baton::service;
+
+std::atomic<bool> stopRequested { false };
+std::mutex wakeMutex;
+std::condition_variable wake;
+
+extern "C" void onStopSignal(int) { stopRequested = true; }
+
+// Sleeps until `deadline` or until a stop signal; the signal handler only sets a flag, so the wait
+// polls it in short slices.
+void sleepUntil(std::chrono::steady_clock::time_point deadline)
+{
+    std::unique_lock lock(wakeMutex);
+    while (!stopRequested && std::chrono::steady_clock::now() < deadline)
+        wake.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+}
+
+int run(ServiceConfig config)
+{
+    setLogLevel(config.logLevel);
+    if (config.instanceName.empty()) {
+        char host[256] = {};
+        ::gethostname(host, sizeof host - 1);
+        config.instanceName = std::string(host) + ":" + std::to_string(::getpid());
+    }
+    {
+        // The schema must be what this program expects; migrating is the operator's step
+        // (`batonctl db migrate`), never a side effect of starting a service.
+        baton::db::Connection connection(config.database);
+        const auto status = baton::db::schemaStatus(connection);
+        if (!status.pending.empty() || status.current != status.latestKnown) {
+            logError("the database schema is at version " + std::to_string(status.current) + ", this batond needs "
+                + std::to_string(status.latestKnown) + ": run `batonctl db migrate`");
+            return 1;
+        }
+    }
+    Metrics metrics;
+    baton::db::ConnectionOptions httpOptions;
+    httpOptions.callTimeout = std::chrono::milliseconds(10'000);
+    httpOptions.statementTimeout = std::chrono::milliseconds(10'000);
+    httpOptions.reconnectFor = std::chrono::milliseconds(2'000);
+    ConnectionPool pool(config.database, static_cast<std::size_t>(config.httpThreads), httpOptions);
+    SlurmCluster cluster(config, metrics);
+
+    std::atomic<bool> databaseOk { false }, slurmOk { false }, leading { false };
+    const auto readiness = [&] {
+        Readiness r;
+        r.ready = databaseOk && slurmOk;
+        r.detail = std::string(r.ready ? "ready" : "not ready") + ": database " + (databaseOk ? "ok" : "unreachable")
+            + ", slurm " + (slurmOk ? "ok" : "unreachable") + ", " + (leading ? "active" : "standby") + " ("
+            + config.instanceName + ")";
+        return r;
+    };
+    HttpApi api(config, pool, cluster, metrics, readiness);
+    const int port = api.bind();
+    std::thread server([&] { api.serve(); });
+    logInfo("batond " + config.instanceName + " listening on " + config.listenAddress + ":" + std::to_string(port)
+        + ", policy " + config.policy + ", tick " + std::to_string(config.tick.count()) + " ms");
+
+    LeaderLock leader(config.database);
+    std::unique_ptr<baton::db::Connection> connection;
+    std::shared_ptr<const baton::sim::Policy> policy;
+    auto backoff = std::chrono::milliseconds(500);
+    while (!stopRequested) {
+        const auto started = std::chrono::steady_clock::now();
+        auto next = started + config.tick;
+        leading = leader.check();
+        metrics.leader().Set(leading ? 1 : 0);
+        try {
+            if (!connection)
+                connection = std::make_unique<baton::db::Connection>(config.database);
+            if (leading) {
+                if (!policy)
+                    policy = makeLivePolicy(config, *connection);
+                Store store(*connection);
+                Provisioner provisioner(config, store, cluster, metrics, policy, liveDecisionPoint(config, cluster));
+                provisioner.tick();
+                slurmOk = true;
+            } else {
+                slurmOk = cluster.reachable();
+                connection->ensureSession();
+            }
+            databaseOk = true;
+            backoff = std::chrono::milliseconds(500);
+        } catch (const baton::db::DbError& error) {
+            metrics.dbErrors().Increment();
+            databaseOk = false;
+            connection.reset();
+            logError(std::string("database: ") + error.what() + "; retrying in " + std::to_string(backoff.count()) + " ms");
+            next = std::min(next, started + backoff);
+            backoff = std::min(backoff * 2, std::chrono::milliseconds(config.tick));
+        } catch (const SlurmError& error) {
+            slurmOk = false;
+            logError(std::string("slurm: ") + error.what() + "; retrying in " + std::to_string(backoff.count()) + " ms");
+            next = std::min(next, started + backoff);
+            backoff = std::min(backoff * 2, std::chrono::milliseconds(config.tick));
+        } catch (const std::exception& error) {
+            logError(std::string("tick: ") + error.what());
+        }
+        metrics.ready().Set(databaseOk && slurmOk ? 1 : 0);
+        sleepUntil(next);
+    }
+    logInfo("stopping");
+    api.stop();
+    server.join();
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    std::signal(SIGTERM, onStopSignal);
+    std::signal(SIGINT, onStopSignal);
+    std::signal(SIGPIPE, SIG_IGN);
+    ServiceConfig config;
+    try {
+        const std::vector<std::string> args(argv + 1, argv + argc);
+        if (!args.empty() && args[0] == "--version") {
+            std::cout << "batond " << BATON_VERSION << "\n";
+            return 0;
+        }
+        if (!applyFlags(config, args)) {
+            std::cout << flagsHelp();
+            return 0;
+        }
+    } catch (const ConfigError& error) {
+        std::cerr << "batond: " << error.what() << "\n(batond --help lists the settings)\n";
+        return 2;
+    }
+    try {
+        return run(config);
+    } catch (const std::exception& error) {
+        logError(error.what());
+        return 1;
+    }
+}

@@ -1,0 +1,471 @@
+#include "provisioner.hpp"
+
+#include "log.hpp"
+
+#include <errors.hpp>
+#include <transaction.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <pwd.h>
+
+namespace baton::service {
+
+namespace {
+
+using Json = nlohmann::json;
+
+std::int64_t epochNow()
+{
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+// Slurm states in which a job ended without the chain having made progress on purpose.
+bool failedState(const std::string& state)
+{
+    return state == "FAILED" || state == "NODE_FAIL" || state == "OUT_OF_MEMORY" || state == "BOOT_FAIL"
+        || state == "DEADLINE";
+}
+
+std::string userName(std::int64_t uid)
+{
+    passwd entry {};
+    passwd* found = nullptr;
+    char buffer[4096];
+    if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found)
+        return entry.pw_name;
+    return std::to_string(uid);
+}
+
+// How to submit the next job of a chain that started with plain `sbatch --baton`: its own batch
+// script and shape, as slurmctld has them.
+Json specFromJob(const ClusterJob& job, const std::string& script)
+{
+    Json args = Json::array();
+    if (job.timeLimitSeconds > 0)
+        args.push_back("--time=" + std::to_string((job.timeLimitSeconds + 59) / 60));
+    args.push_back("--nodes=" + std::to_string(std::max(1, job.nodes)));
+    if (!job.name.empty())
+        args.push_back("--job-name=" + job.name);
+    if (!job.partition.empty())
+        args.push_back("--partition=" + job.partition);
+    return Json { { "script", script }, { "sbatch_args", args }, { "workdir", job.workdir },
+        { "source", "job " + std::to_string(job.id) } };
+}
+
+} // namespace
+
+Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
+    std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
+    : config_(config)
+    , store_(store)
+    , cluster_(cluster)
+    , metrics_(metrics)
+    , policy_(std::move(policy))
+    , decisionPoint_(std::move(decisionPoint))
+{ }
+
+std::string Provisioner::submissionKey(std::int64_t chainId, int seq)
+{
+    return "baton:" + std::to_string(chainId) + ":" + std::to_string(seq);
+}
+
+void Provisioner::tick()
+{
+    const ScopedTimer timer(metrics_.tick());
+    QueueSnapshot queue;
+    {
+        const ScopedTimer slurmTimer(metrics_.slurmCall("squeue"));
+        try {
+            queue = cluster_.queue();
+        } catch (const SlurmError&) {
+            metrics_.slurmErrors("squeue").Increment();
+            throw;
+        }
+    }
+    now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
+    processEvents(queue);
+    for (ChainRow& chain : store_.liveChains()) {
+        try {
+            step(std::move(chain), queue);
+        } catch (const db::DbError&) {
+            throw; // the database is gone: the whole tick is retried
+        } catch (const std::exception& error) {
+            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+        }
+    }
+    updateGauges(queue);
+}
+
+void Provisioner::processEvents(const QueueSnapshot& queue)
+{
+    for (const EventRow& event : store_.unprocessedEvents(1000)) {
+        try {
+            processEvent(event, queue);
+        } catch (const db::DbError&) {
+            throw;
+        } catch (const std::exception& error) {
+            logWarning("event " + std::to_string(event.id) + ": " + error.what());
+        }
+        store_.markProcessed(event.id);
+    }
+}
+
+// An event is a hint: the job it names is looked up in the queue, and its owner there decides which
+// chain it belongs to.
+void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue)
+{
+    if (!event.slurmJobId || !event.chainName || event.chainName->empty())
+        return;
+    const ClusterJob* job = queue.find(*event.slurmJobId);
+    std::int64_t knownChain = 0;
+    const auto knownJob = store_.jobBySlurmId(*event.slurmJobId, &knownChain);
+    std::optional<ChainRow> chain;
+    if (knownJob) {
+        chain = store_.chain(knownChain);
+    } else if (job) {
+        chain = store_.chain(job->userId, *event.chainName);
+        if (!chain && event.kind == "step_start") {
+            // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
+            std::string script;
+            try {
+                const ScopedTimer slurmTimer(metrics_.slurmCall("scontrol"));
+                script = cluster_.batchScript(job->id);
+            } catch (const SlurmError& error) {
+                metrics_.slurmErrors("scontrol").Increment();
+                logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
+                    + std::to_string(job->id) + " (" + error.what() + "); its successors need `batonctl resubmit`");
+            }
+            const auto dir = event.payload.value("chain_dir", std::string());
+            chain = store_.createChain(job->userId, userName(job->userId), *event.chainName,
+                dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
+            store_.upsertJob(chain->id, 0, *job);
+            logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job " + std::to_string(job->id));
+        } else if (chain && !isTerminal(chain->state) && event.kind == "step_start") {
+            // The owner submitted the next job by hand while the current one had ended.
+            const auto jobs = store_.jobs(chain->id);
+            const auto current = std::find_if(jobs.begin(), jobs.end(), [&](const JobRow& j) { return j.seq == chain->seq; });
+            const bool currentEnded = current == jobs.end() || current->endTime.has_value();
+            if (currentEnded && !store_.submission(chain->id, chain->seq + 1) && job->comment.rfind("baton:", 0) != 0) {
+                store_.upsertJob(chain->id, chain->seq + 1, *job);
+                store_.advance(chain->id, chain->seq, ChainState::Running);
+                logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job " + std::to_string(job->id));
+            }
+        }
+    }
+    if (!chain)
+        return;
+    const auto dir = event.payload.value("chain_dir", std::string());
+    if (!chain->chainDir && !dir.empty())
+        store_.setChainDir(chain->id, dir);
+    const auto checkpoint = event.payload.find("checkpoint");
+    if (checkpoint != event.payload.end() && checkpoint->is_object())
+        store_.recordCheckpoint(chain->id, event.slurmJobId, *checkpoint, chain->chainDir.value_or(dir));
+}
+
+std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue)
+{
+    const auto submission = store_.submission(chain.id, seq);
+    std::optional<std::int64_t> jobId;
+    if (submission && submission->slurmJobId)
+        jobId = submission->slurmJobId;
+    if (submission && submission->state == "intent") {
+        if (const ClusterJob* found = queue.findByComment(submission->key)) {
+            // sbatch succeeded but batond stopped before it wrote the job id down.
+            store_.markSubmitted(submission->key, found->id);
+            jobId = found->id;
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": found submission " + submission->key
+                + " as job " + std::to_string(found->id));
+        } else if (now_ - submission->createdAt >= config_.submitGrace.count()) {
+            jobId = submitRecorded(chain, seq);
+            if (!jobId)
+                return std::nullopt;
+        } else {
+            return std::nullopt; // a submission may be in flight
+        }
+    }
+    if (!jobId) {
+        for (const JobRow& row : store_.jobs(chain.id))
+            if (row.seq == seq)
+                jobId = row.slurmJobId;
+    }
+    if (!jobId)
+        return std::nullopt;
+    if (const ClusterJob* found = queue.find(*jobId)) {
+        store_.upsertJob(chain.id, seq, *found);
+        return *found;
+    }
+    // Gone from squeue (older than MinJobAge): what the database last saw, ended now if it was live.
+    for (const JobRow& row : store_.jobs(chain.id)) {
+        if (row.seq != seq)
+            continue;
+        ClusterJob job;
+        job.id = row.slurmJobId;
+        job.state = row.state;
+        job.submitTime = row.submitTime.value_or(0);
+        job.startTime = row.startTime.value_or(0);
+        job.endTime = row.endTime.value_or(0);
+        job.timeLimitSeconds = row.timeLimitSeconds.value_or(0);
+        job.exitCode = row.exitCode;
+        if (!job.ended()) {
+            job.state = "UNKNOWN";
+            job.endTime = now_;
+            store_.upsertJob(chain.id, seq, job);
+        }
+        return job;
+    }
+    return std::nullopt;
+}
+
+std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, int seq)
+{
+    const auto submission = store_.submission(chain.id, seq);
+    if (!submission)
+        return std::nullopt;
+    SubmitRequest request;
+    request.ownerUid = chain.ownerUid;
+    request.workdir = chain.spec.value("workdir", std::string());
+    request.script = chain.spec.value("script", std::string());
+    request.comment = submission->key;
+    // The plugin must run the job as this chain's: the option on the command line wins over the script's.
+    request.sbatchArgs.push_back("--baton=" + chain.name);
+    if (const auto args = chain.spec.find("sbatch_args"); args != chain.spec.end() && args->is_array())
+        for (const auto& arg : *args)
+            if (arg.is_string())
+                request.sbatchArgs.push_back(arg.get<std::string>());
+    if (request.script.empty()) {
+        store_.markSubmission(submission->key, "failed", "the chain has no batch script to submit");
+        return std::nullopt;
+    }
+    try {
+        const ScopedTimer timer(metrics_.slurmCall("sbatch"));
+        const std::int64_t jobId = cluster_.submit(request);
+        store_.markSubmitted(submission->key, jobId);
+        metrics_.submissions(submission->reason).Increment();
+        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId) + " (seq "
+            + std::to_string(seq) + ", " + submission->reason + ")");
+        return jobId;
+    } catch (const SlurmError& error) {
+        metrics_.slurmErrors("sbatch").Increment();
+        metrics_.submissionFailures().Increment();
+        logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
+        store_.markSubmission(submission->key, "failed", error.what());
+        return std::nullopt;
+    }
+}
+
+// The compare-and-set and the intent go in one transaction, before sbatch runs.
+bool Provisioner::startSubmission(
+    const ChainRow& chain, ChainState from, const std::string& reason, const Json& inputs)
+{
+    const int seq = chain.seq + 1;
+    {
+        db::Transaction transaction(store_.connection());
+        if (!store_.transition(chain.id, { from }, ChainState::SuccessorPending))
+            return false;
+        store_.forgetSubmission(chain.id, seq);
+        if (!store_.recordIntent(chain.id, seq, submissionKey(chain.id, seq), reason))
+            return false; // rolled back: an intent for seq exists already
+        store_.recordDecision(chain.id, config_.policy, "submit", inputs, reason);
+        if (chain.resubmitRequested)
+            store_.setResubmitRequested(chain.id, false);
+        transaction.commit();
+    }
+    submitRecorded(chain, seq);
+    return true;
+}
+
+void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current)
+{
+    if (store_.trainingDone(chain.id) && current.state == "COMPLETED") {
+        if (store_.transition(chain.id, { chain.state }, ChainState::Finished, "training finished")) {
+            store_.recordDecision(chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
+            logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
+        }
+        return;
+    }
+    if (current.state == "CANCELLED") {
+        // Someone cancelled the job by hand: stop the chain until its owner says otherwise.
+        if (store_.transition(chain.id, { chain.state }, ChainState::Paused,
+                "job " + std::to_string(current.id) + " was cancelled outside baton"))
+            store_.recordDecision(chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
+        return;
+    }
+    std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
+    if (failedState(current.state)) {
+        const auto newest = store_.latestCheckpoint(chain.id);
+        const bool progressed = newest && newest->value("job_id", Json()).is_number()
+            && (*newest)["job_id"].get<std::int64_t>() == current.id;
+        if (!progressed) {
+            if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
+                const std::string why = "job " + std::to_string(current.id) + " " + current.state
+                    + " without progress; retry budget of " + std::to_string(config_.retryBudget) + " spent";
+                if (store_.transition(chain.id, { chain.state }, ChainState::Failed, why)) {
+                    store_.recordDecision(chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
+                    logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
+                }
+                return;
+            }
+            store_.setRetries(chain.id, chain.retries + 1);
+            reason = chain.resubmitRequested ? "resubmit" : "retry";
+        }
+    }
+    startSubmission(chain, chain.state, reason,
+        Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } });
+}
+
+void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
+{
+    const auto current = refreshJob(chain, chain.seq, queue);
+    const auto successor = store_.submission(chain.id, chain.seq + 1) ? refreshJob(chain, chain.seq + 1, queue)
+                                                                       : std::nullopt;
+    const std::string label = chain.ownerName + "/" + chain.name;
+    switch (chain.state) {
+    case ChainState::Paused:
+        // Paused means no job after the current one: a successor still pending is withdrawn.
+        if (successor && successor->pending()) {
+            cluster_.cancel(successor->id);
+            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "chain paused");
+        }
+        return;
+    case ChainState::Running: {
+        if (!current)
+            return; // the first submission is still being recorded
+        if (successor) { // a successor exists (e.g. the chain was resumed): follow it
+            store_.transition(chain.id, { ChainState::Running }, ChainState::SuccessorPending);
+            return;
+        }
+        if (current->ended()) {
+            onCurrentEnded(chain, *current);
+            return;
+        }
+        if (chain.resubmitRequested) {
+            startSubmission(chain, ChainState::Running, "resubmit", Json { { "requested", true } });
+            return;
+        }
+        if (!current->running() || current->timeLimitSeconds <= 0)
+            return;
+        sim::DecisionPoint point = decisionPoint_(queue, *current, now_);
+        const bool submit = policy_->submitNow(point);
+        Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
+            { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
+            { "free_nodes", point.features[8] } };
+        if (std::isfinite(point.meanLogWait))
+            inputs["predicted_wait_s"] = std::expm1(point.meanLogWait);
+        if (submit)
+            startSubmission(chain, ChainState::Running, "policy", inputs);
+        else
+            store_.recordDecision(chain.id, config_.policy, "wait", inputs, "");
+        return;
+    }
+    case ChainState::SuccessorPending: {
+        if (current && current->ended() && store_.trainingDone(chain.id) && current->state == "COMPLETED") {
+            if (successor && !successor->ended())
+                cluster_.cancel(successor->id);
+            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "training finished");
+            store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Finished, "training finished");
+            store_.recordDecision(chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+            logInfo("chain " + label + " finished; its pending successor was cancelled");
+            return;
+        }
+        if (!successor) {
+            const auto submission = store_.submission(chain.id, chain.seq + 1);
+            if (submission && submission->state == "failed"
+                && store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Running))
+                store_.markSubmission(submission->key, "failed", "will be submitted again");
+            return;
+        }
+        if (successor->ended() && successor->startTime == 0) {
+            // Withdrawn before it ran (cancelled by hand, or refused): back to running, which submits anew.
+            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", successor->state);
+            store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Running);
+            return;
+        }
+        if (successor->startTime == 0)
+            return; // still queued
+        if (current && !current->ended()) {
+            // The successor runs while its predecessor does: fence the handover, then signal.
+            {
+                db::Transaction transaction(store_.connection());
+                if (!store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Handover))
+                    return;
+                store_.setGeneration(chain.id, chain.seq);
+                store_.startHandover(chain.id, chain.seq, current->id, successor->id);
+                store_.recordDecision(chain.id, config_.policy, "handover",
+                    Json { { "predecessor_job_id", current->id }, { "successor_job_id", successor->id } },
+                    "predecessor signalled TERM");
+                transaction.commit();
+            }
+            metrics_.handovers("started").Increment();
+            const ScopedTimer timer(metrics_.slurmCall("scancel"));
+            cluster_.signal(current->id, "TERM");
+            logInfo("chain " + label + ": job " + std::to_string(successor->id) + " started; job "
+                + std::to_string(current->id) + " asked to checkpoint and exit");
+            return;
+        }
+        // The predecessor had ended already: the chain waited for its successor.
+        if (current && current->endTime > 0)
+            metrics_.interruption().Observe(static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
+        store_.advance(chain.id, chain.seq, ChainState::Running);
+        return;
+    }
+    case ChainState::Handover: {
+        if (current && current->ended()) {
+            const std::int64_t end = current->endTime > 0 ? current->endTime : now_;
+            {
+                db::Transaction transaction(store_.connection());
+                const auto seconds = store_.completeHandover(chain.id, chain.seq, end);
+                if (!store_.advance(chain.id, chain.seq, ChainState::Running))
+                    return;
+                transaction.commit();
+                if (seconds)
+                    metrics_.handoverDuration().Observe(*seconds);
+            }
+            metrics_.handovers("completed").Increment();
+            if (successor && successor->startTime > 0)
+                metrics_.overlap().Observe(static_cast<double>(std::max<std::int64_t>(0, end - successor->startTime)));
+            if (store_.trainingDone(chain.id) && current->state == "COMPLETED") {
+                // The handover checkpoint was the last one: nothing left for the successor to do. It
+                // resumes, sees the done checkpoint and exits; the chain finishes with it.
+                logInfo("chain " + label + ": training finished during a handover");
+            }
+            return;
+        }
+        const auto signalled = store_.handoverSignalledAt(chain.id, chain.seq);
+        if (current && signalled && now_ - *signalled > config_.handoverTimeout.count()) {
+            logWarning("chain " + label + ": job " + std::to_string(current->id) + " did not exit within "
+                + std::to_string(config_.handoverTimeout.count()) + " s of the handover signal; cancelling it");
+            metrics_.handovers("timed_out").Increment();
+            cluster_.cancel(current->id);
+        }
+        return;
+    }
+    case ChainState::Finished:
+    case ChainState::Failed:
+    case ChainState::Cancelled:
+        return;
+    }
+}
+
+void Provisioner::updateGauges(const QueueSnapshot& queue)
+{
+    std::map<ChainState, int> counts;
+    std::map<ChainState, double> oldest;
+    for (const ChainRow& chain : store_.chains(std::nullopt, std::nullopt)) {
+        ++counts[chain.state];
+        if (isTerminal(chain.state))
+            continue;
+        if (const auto newest = store_.latestCheckpoint(chain.id)) {
+            const double age = static_cast<double>(queue.takenAt) - newest->value("created_unix", 0.0);
+            oldest[chain.state] = std::max(oldest[chain.state], age);
+        }
+    }
+    for (const auto& [state, name] : chainStateNames) {
+        metrics_.chains(state).Set(counts[state]);
+        metrics_.checkpointAge(state).Set(oldest[state]);
+    }
+}
+
+} // namespace baton::service

@@ -1,0 +1,58 @@
+// The provisioner's engine: on every tick (leader only) one squeue snapshot, the events received since
+// the last tick, and one step of each live chain's state machine. Each step writes its compare-and-set
+// before it acts (sbatch, scancel), and every action carries an idempotency key that the next tick
+// reconciles against squeue, so a batond killed at any instant neither loses a chain nor submits a
+// successor twice.
+#pragma once
+
+#include "cluster.hpp"
+#include "config.hpp"
+#include "metrics.hpp"
+#include "store.hpp"
+
+#include <policy.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace baton::service {
+
+// Turns the live queue into what a policy sees for a successor shaped like `current`.
+using DecisionPointBuilder
+    = std::function<sim::DecisionPoint(const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now)>;
+
+class Provisioner {
+public:
+    Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
+        std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint);
+
+    // One tick; throws db::DbError or SlurmError when the database or Slurm cannot be reached.
+    void tick();
+
+    // Submits job `seq` of the chain (the first job, a successor or a resubmission) under its
+    // idempotency key; the intent must already be recorded. Returns the job id, or nullopt on failure.
+    std::optional<std::int64_t> submitRecorded(const ChainRow& chain, int seq);
+
+    static std::string submissionKey(std::int64_t chainId, int seq);
+
+private:
+    void processEvents(const QueueSnapshot& queue);
+    void processEvent(const EventRow& event, const QueueSnapshot& queue);
+    void step(ChainRow chain, const QueueSnapshot& queue);
+    // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
+    std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue);
+    bool startSubmission(const ChainRow& chain, ChainState from, const std::string& reason,
+        const nlohmann::json& inputs);
+    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
+    void updateGauges(const QueueSnapshot& queue);
+
+    const ServiceConfig& config_;
+    Store& store_;
+    Cluster& cluster_;
+    Metrics& metrics_;
+    std::shared_ptr<const sim::Policy> policy_;
+    DecisionPointBuilder decisionPoint_;
+    std::int64_t now_ = 0;
+};
+
+} // namespace baton::service

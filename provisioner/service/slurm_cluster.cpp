@@ -1,0 +1,136 @@
+#include "slurm_cluster.hpp"
+
+#include <stdexcept>
+
+namespace baton::service {
+
+namespace {
+
+slurm::SlurmOptions clientOptions(const ServiceConfig& config)
+{
+    slurm::SlurmOptions options;
+    options.squeue = config.squeue;
+    options.sbatch = config.sbatch;
+    options.scancel = config.scancel;
+    options.scontrol = config.scontrol;
+    if (const char* conf = std::getenv("SLURM_CONF"); conf && *conf)
+        options.slurmConf = conf;
+    const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(config.slurmTimeout);
+    options.queryTimeout = options.submitTimeout = options.controlTimeout = timeout;
+    return options;
+}
+
+ClusterJob toClusterJob(const slurm::QueueJob& job)
+{
+    ClusterJob out;
+    out.id = job.jobId;
+    out.userId = job.userId;
+    out.userName = job.userName;
+    out.name = job.name;
+    out.state = job.state;
+    out.comment = job.comment;
+    out.submitTime = job.submitTime;
+    // squeue reports an estimated start for pending jobs: only a job that ran has a start.
+    out.startTime = job.pending() ? 0 : job.startTime;
+    out.endTime = job.active() || job.pending() ? 0 : job.endTime;
+    out.timeLimitSeconds = job.timeLimitMinutes ? *job.timeLimitMinutes * 60 : 0;
+    out.nodes = std::max(1, static_cast<int>(job.nodeCount));
+    out.priority = static_cast<double>(job.priority);
+    if (!job.pending() && !job.active())
+        out.exitCode = job.exitSignal != 0 ? 128 + job.exitSignal : job.exitStatus;
+    out.workdir = job.workdir;
+    out.partition = job.partition;
+    return out;
+}
+
+} // namespace
+
+SlurmCluster::SlurmCluster(const ServiceConfig& config, Metrics& metrics)
+    : config_(config)
+    , metrics_(metrics)
+    , client_(clientOptions(config))
+{ }
+
+template<typename Call> auto SlurmCluster::timed(const char* command, Call call)
+{
+    const ScopedTimer timer(metrics_.slurmCall(command));
+    try {
+        return call();
+    } catch (const slurm::SlurmError& error) {
+        metrics_.slurmErrors(command).Increment();
+        throw SlurmError(error.what());
+    } catch (const std::runtime_error& error) {
+        metrics_.slurmErrors(command).Increment();
+        throw SlurmError(std::string(command) + ": " + error.what());
+    }
+}
+
+QueueSnapshot SlurmCluster::queue()
+{
+    lastRaw_ = timed("squeue", [&] { return client_.queue(); });
+    QueueSnapshot snapshot;
+    snapshot.takenAt = lastRaw_.takenAt;
+    snapshot.jobs.reserve(lastRaw_.jobs.size());
+    for (const auto& job : lastRaw_.jobs)
+        snapshot.jobs.push_back(toClusterJob(job));
+    return snapshot;
+}
+
+std::int64_t SlurmCluster::submit(const SubmitRequest& request)
+{
+    slurm::SubmitRequest submission;
+    submission.owner = static_cast<uid_t>(request.ownerUid);
+    submission.key = request.comment;
+    submission.args = request.sbatchArgs;
+    submission.scriptText = request.script;
+    submission.workdir = request.workdir;
+    return timed("sbatch", [&] { return client_.submit(submission); });
+}
+
+void SlurmCluster::signal(std::int64_t jobId, const std::string& signal)
+{
+    timed("scancel", [&] {
+        client_.signal(jobId, signal);
+        return 0;
+    });
+}
+
+void SlurmCluster::cancel(std::int64_t jobId)
+{
+    timed("scancel", [&] {
+        client_.cancel(jobId);
+        return 0;
+    });
+}
+
+std::string SlurmCluster::batchScript(std::int64_t jobId)
+{
+    return timed("scontrol", [&] { return client_.batchScript(jobId); });
+}
+
+bool SlurmCluster::reachable()
+{
+    try {
+        return timed("sinfo", [&] { return client_.usableNodes(); }) >= 0;
+    } catch (const SlurmError&) {
+        return false;
+    }
+}
+
+} // namespace baton::service
+
+namespace baton::service {
+
+int SlurmCluster::usableNodes()
+{
+    if (config_.clusterNodes)
+        return *config_.clusterNodes;
+    const auto now = std::chrono::steady_clock::now();
+    if (nodes_ <= 0 || now - nodesAsked_ > std::chrono::minutes(1)) {
+        nodes_ = timed("sinfo", [&] { return client_.usableNodes(); });
+        nodesAsked_ = now;
+    }
+    return std::max(1, nodes_);
+}
+
+} // namespace baton::service

@@ -1,0 +1,420 @@
+#include "store.hpp"
+
+#include <errors.hpp>
+
+namespace baton::service {
+
+namespace {
+
+using db::Params;
+using db::Result;
+using db::Statement;
+using Json = nlohmann::json;
+
+#define BATON_CHAIN_COLUMNS                                                                                   \
+    "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"          \
+    " coalesce(spec, 'null'::jsonb), chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"    \
+    " FROM chains "
+constexpr Statement insertChain { "svc_insert_chain",
+    "INSERT INTO chains (owner_uid, owner_name, name, chain_dir, spec, state) VALUES ($1, $2, $3, $4, $5,"
+    " 'running') ON CONFLICT (owner_uid, name) DO NOTHING" };
+constexpr Statement selectChainById { "svc_chain_by_id", BATON_CHAIN_COLUMNS "WHERE id = $1", true };
+constexpr Statement selectChainByKey { "svc_chain_by_key",
+    BATON_CHAIN_COLUMNS "WHERE owner_uid = $1 AND name = $2", true };
+constexpr Statement selectChains { "svc_chains",
+    BATON_CHAIN_COLUMNS "WHERE ($1::bigint IS NULL OR owner_uid = $1) AND ($2::text IS NULL OR state = $2)"
+                        " ORDER BY owner_uid, name",
+    true };
+constexpr Statement selectLiveChains { "svc_live_chains",
+    BATON_CHAIN_COLUMNS "WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id", true };
+#undef BATON_CHAIN_COLUMNS
+constexpr Statement transitionChain { "svc_transition",
+    "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
+    " WHERE id = $1 AND state = ANY($3::text[])" };
+constexpr Statement advanceChain { "svc_advance",
+    "UPDATE chains SET seq = $2 + 1, state = $3, retries = 0, updated_at = now() WHERE id = $1 AND seq = $2" };
+constexpr Statement updateRetries { "svc_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
+constexpr Statement updateGeneration { "svc_generation", "UPDATE chains SET generation = $2 WHERE id = $1", true };
+constexpr Statement updateResubmit { "svc_resubmit",
+    "UPDATE chains SET resubmit_requested = $2, updated_at = now() WHERE id = $1", true };
+constexpr Statement updateChainDir { "svc_chain_dir",
+    "UPDATE chains SET chain_dir = $2 WHERE id = $1 AND chain_dir IS DISTINCT FROM $2", true };
+constexpr Statement updateSpec { "svc_spec", "UPDATE chains SET spec = $2 WHERE id = $1", true };
+
+constexpr Statement insertIntent { "svc_intent",
+    "INSERT INTO submissions (chain_id, seq, idempotency_key, reason) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT DO NOTHING" };
+constexpr Statement updateSubmitted { "svc_submitted",
+    "UPDATE submissions SET state = 'submitted', slurm_job_id = $2, submitted_at = now(), error = NULL"
+    " WHERE idempotency_key = $1",
+    true };
+constexpr Statement updateSubmission { "svc_submission_state",
+    "UPDATE submissions SET state = $2, error = $3 WHERE idempotency_key = $1", true };
+constexpr Statement selectSubmission { "svc_submission",
+    "SELECT seq, idempotency_key, reason, state, slurm_job_id, extract(epoch FROM created_at)::bigint,"
+    " coalesce(error, '') FROM submissions WHERE chain_id = $1 AND seq = $2",
+    true };
+constexpr Statement deleteSubmission { "svc_forget_submission",
+    "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
+
+constexpr Statement upsertJobRow { "svc_upsert_job",
+    "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, name, submit_time, start_time, end_time,"
+    " time_limit_s, nodes, state, exit_code, owner_uid)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5), to_timestamp($6), to_timestamp($7), $8, $9, $10, $11, $12)"
+    " ON CONFLICT (slurm_job_id) DO UPDATE SET submit_time = EXCLUDED.submit_time,"
+    " start_time = EXCLUDED.start_time, end_time = EXCLUDED.end_time, time_limit_s = EXCLUDED.time_limit_s,"
+    " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code",
+    true };
+#define BATON_JOB_COLUMNS                                                                                     \
+    "SELECT restart_count, slurm_job_id, state, extract(epoch FROM submit_time)::bigint,"                      \
+    " extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint, time_limit_s, exit_code," \
+    " chain_id FROM jobs "
+constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id = $1 ORDER BY restart_count", true };
+constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1", true };
+#undef BATON_JOB_COLUMNS
+
+constexpr Statement insertEventRow { "svc_insert_event",
+    "INSERT INTO events (idempotency_key, kind, chain_name, slurm_job_id, payload, sender_uid)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (idempotency_key) DO NOTHING" };
+constexpr Statement selectUnprocessed { "svc_unprocessed_events",
+    "SELECT id, kind, chain_name, slurm_job_id, payload FROM events WHERE processed_at IS NULL"
+    " ORDER BY id LIMIT $1",
+    true };
+constexpr Statement updateProcessed { "svc_processed", "UPDATE events SET processed_at = now() WHERE id = $1", true };
+
+constexpr Statement insertCheckpointHint { "svc_checkpoint",
+    "INSERT INTO checkpoints (chain_id, slurm_job_id, iteration, path, total_bytes, created_at, manifest,"
+    " training_done, final) VALUES ($1, $2, $3, $4, $5, to_timestamp($6), $7, $8, $9)"
+    " ON CONFLICT (chain_id, iteration) DO UPDATE SET training_done = checkpoints.training_done OR"
+    " EXCLUDED.training_done, final = checkpoints.final OR EXCLUDED.final",
+    true };
+constexpr Statement selectLatestCheckpoint { "svc_latest_checkpoint",
+    "SELECT iteration, path, extract(epoch FROM created_at), training_done, final, slurm_job_id"
+    " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 1",
+    true };
+constexpr Statement selectTrainingDone { "svc_training_done",
+    "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done)", true };
+constexpr Statement selectCheckpoints { "svc_checkpoints",
+    "SELECT iteration, path, extract(epoch FROM created_at), total_bytes, training_done, final, slurm_job_id"
+    " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 50",
+    true };
+
+constexpr Statement insertDecision { "svc_decision",
+    "INSERT INTO decisions (chain_id, policy, action, inputs, outcome) VALUES ($1, $2, $3, $4, $5)" };
+constexpr Statement selectDecisions { "svc_decisions",
+    "SELECT extract(epoch FROM decided_at), policy, action, inputs, outcome FROM decisions WHERE chain_id = $1"
+    " ORDER BY id DESC LIMIT 50",
+    true };
+
+constexpr Statement insertHandover { "svc_handover",
+    "INSERT INTO handovers (chain_id, generation, predecessor_job_id, successor_job_id) VALUES ($1, $2, $3, $4)"
+    " ON CONFLICT DO NOTHING",
+    true };
+constexpr Statement finishHandover { "svc_handover_done",
+    "UPDATE handovers SET completed_at = to_timestamp($3),"
+    " handover_s = greatest(0, $3 - extract(epoch FROM signalled_at))"
+    " WHERE chain_id = $1 AND generation = $2 AND completed_at IS NULL RETURNING handover_s",
+    true };
+constexpr Statement selectHandoverSignal { "svc_handover_signal",
+    "SELECT extract(epoch FROM signalled_at)::bigint FROM handovers WHERE chain_id = $1 AND generation = $2",
+    true };
+constexpr Statement selectHandovers { "svc_handovers",
+    "SELECT generation, predecessor_job_id, successor_job_id, extract(epoch FROM signalled_at),"
+    " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
+    true };
+
+ChainRow chainAt(const Result& r, int row)
+{
+    ChainRow chain;
+    chain.id = r.int64(row, 0);
+    chain.ownerUid = r.int64(row, 1);
+    chain.ownerName = std::string(r.text(row, 2));
+    chain.name = std::string(r.text(row, 3));
+    chain.state = chainStateFromName(r.text(row, 4)).value_or(ChainState::Failed);
+    chain.seq = static_cast<int>(r.int64(row, 5));
+    chain.generation = static_cast<int>(r.int64(row, 6));
+    chain.retries = static_cast<int>(r.int64(row, 7));
+    chain.reason = r.optText(row, 8);
+    chain.spec = r.json(row, 9);
+    chain.chainDir = r.optText(row, 10);
+    chain.resubmitRequested = r.boolean(row, 11);
+    chain.updatedAt = r.int64(row, 12);
+    return chain;
+}
+
+JobRow jobAt(const Result& r, int row)
+{
+    JobRow job;
+    job.seq = static_cast<int>(r.int64(row, 0));
+    job.slurmJobId = r.int64(row, 1);
+    job.state = std::string(r.text(row, 2));
+    job.submitTime = r.optInt64(row, 3);
+    job.startTime = r.optInt64(row, 4);
+    job.endTime = r.optInt64(row, 5);
+    job.timeLimitSeconds = r.optInt64(row, 6);
+    if (auto code = r.optInt64(row, 7))
+        job.exitCode = static_cast<int>(*code);
+    return job;
+}
+
+std::optional<std::int64_t> positive(std::int64_t value)
+{
+    return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;
+}
+
+std::string stateArray(std::initializer_list<ChainState> states)
+{
+    std::string text = "{";
+    for (const ChainState state : states) {
+        if (text.size() > 1)
+            text += ",";
+        text += nameOf(state);
+    }
+    return text + "}";
+}
+
+Json optionalJson(const std::optional<std::int64_t>& value)
+{
+    return value ? Json(*value) : Json();
+}
+
+} // namespace
+
+Json ChainRow::toJson() const
+{
+    return Json {
+        { "id", id },
+        { "owner", ownerName },
+        { "owner_uid", ownerUid },
+        { "name", name },
+        { "state", nameOf(state) },
+        { "seq", seq },
+        { "generation", generation },
+        { "retries", retries },
+        { "reason", reason ? Json(*reason) : Json() },
+        { "chain_dir", chainDir ? Json(*chainDir) : Json() },
+        { "updated_unix", updatedAt },
+    };
+}
+
+ChainRow Store::createChain(std::int64_t ownerUid, const std::string& ownerName, const std::string& name,
+    const std::optional<std::string>& chainDir, const Json& spec)
+{
+    connection_.exec(insertChain, Params(ownerUid, ownerName, name, chainDir, spec));
+    auto created = chain(ownerUid, name);
+    if (!created)
+        throw db::DbError("chain " + name + " vanished right after it was created");
+    return *created;
+}
+
+std::optional<ChainRow> Store::chain(std::int64_t id)
+{
+    return connection_.exec(selectChainById, Params(id)).first(chainAt);
+}
+
+std::optional<ChainRow> Store::chain(std::int64_t ownerUid, const std::string& name)
+{
+    return connection_.exec(selectChainByKey, Params(ownerUid, name)).first(chainAt);
+}
+
+std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state)
+{
+    std::optional<std::string> stateName;
+    if (state)
+        stateName = std::string(nameOf(*state));
+    return connection_.exec(selectChains, Params(ownerUid, stateName)).all(chainAt);
+}
+
+std::vector<ChainRow> Store::liveChains() { return connection_.exec(selectLiveChains).all(chainAt); }
+
+bool Store::transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
+    const std::optional<std::string>& reason)
+{
+    return connection_.exec(transitionChain, Params(chainId, nameOf(to), stateArray(from), reason)).affected() == 1;
+}
+
+bool Store::advance(std::int64_t chainId, int fromSeq, ChainState to)
+{
+    return connection_.exec(advanceChain, Params(chainId, fromSeq, nameOf(to))).affected() == 1;
+}
+
+void Store::setRetries(std::int64_t chainId, int retries) { connection_.exec(updateRetries, Params(chainId, retries)); }
+
+void Store::setGeneration(std::int64_t chainId, int generation)
+{
+    connection_.exec(updateGeneration, Params(chainId, generation));
+}
+
+void Store::setResubmitRequested(std::int64_t chainId, bool requested)
+{
+    connection_.exec(updateResubmit, Params(chainId, requested));
+}
+
+void Store::setChainDir(std::int64_t chainId, const std::string& dir)
+{
+    connection_.exec(updateChainDir, Params(chainId, dir));
+}
+
+void Store::setSpec(std::int64_t chainId, const Json& spec) { connection_.exec(updateSpec, Params(chainId, spec)); }
+
+bool Store::recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason)
+{
+    return connection_.exec(insertIntent, Params(chainId, seq, key, reason)).affected() == 1;
+}
+
+void Store::markSubmitted(const std::string& key, std::int64_t slurmJobId)
+{
+    connection_.exec(updateSubmitted, Params(key, slurmJobId));
+}
+
+void Store::markSubmission(const std::string& key, const std::string& state, const std::string& error)
+{
+    connection_.exec(updateSubmission, Params(key, state, error));
+}
+
+std::optional<SubmissionRow> Store::submission(std::int64_t chainId, int seq)
+{
+    return connection_.exec(selectSubmission, Params(chainId, seq)).first([](const Result& r, int row) {
+        return SubmissionRow { static_cast<int>(r.int64(row, 0)), std::string(r.text(row, 1)),
+            std::string(r.text(row, 2)), std::string(r.text(row, 3)), r.optInt64(row, 4), r.int64(row, 5),
+            std::string(r.text(row, 6)) };
+    });
+}
+
+void Store::forgetSubmission(std::int64_t chainId, int seq) { connection_.exec(deleteSubmission, Params(chainId, seq)); }
+
+void Store::upsertJob(std::int64_t chainId, int seq, const ClusterJob& job)
+{
+    connection_.exec(upsertJobRow,
+        Params(chainId, job.id, seq, job.name, positive(job.submitTime), positive(job.startTime),
+            positive(job.endTime), positive(job.timeLimitSeconds), job.nodes > 0 ? job.nodes : 1, job.state,
+            job.exitCode, job.userId >= 0 ? std::optional<std::int64_t>(job.userId) : std::nullopt));
+}
+
+std::vector<JobRow> Store::jobs(std::int64_t chainId) { return connection_.exec(selectJobs, Params(chainId)).all(jobAt); }
+
+std::optional<JobRow> Store::jobBySlurmId(std::int64_t slurmJobId, std::int64_t* chainId)
+{
+    const Result result = connection_.exec(selectJobBySlurmId, Params(slurmJobId));
+    if (result.rows() == 0)
+        return std::nullopt;
+    if (chainId)
+        *chainId = result.int64(0, 8);
+    return jobAt(result, 0);
+}
+
+bool Store::insertEvent(const std::string& key, const std::string& kind, const std::optional<std::string>& chain,
+    std::optional<std::int64_t> jobId, const Json& payload, std::int64_t senderUid)
+{
+    return connection_.exec(insertEventRow, Params(key, kind, chain, jobId, payload, senderUid)).affected() == 1;
+}
+
+std::vector<EventRow> Store::unprocessedEvents(int limit)
+{
+    return connection_.exec(selectUnprocessed, Params(limit)).all([](const Result& r, int row) {
+        return EventRow { r.int64(row, 0), std::string(r.text(row, 1)), r.optText(row, 2), r.optInt64(row, 3),
+            r.json(row, 4) };
+    });
+}
+
+void Store::markProcessed(std::int64_t eventId) { connection_.exec(updateProcessed, Params(eventId)); }
+
+void Store::recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId, const Json& summary,
+    const std::string& chainDir)
+{
+    const auto number = [&](const char* key) -> std::optional<double> {
+        const auto found = summary.find(key);
+        return found != summary.end() && found->is_number() ? std::optional<double>(found->get<double>())
+                                                            : std::nullopt;
+    };
+    const auto flag = [&](const char* key) {
+        const auto found = summary.find(key);
+        return found != summary.end() && found->is_boolean() && found->get<bool>();
+    };
+    const auto iteration = number("iteration");
+    const auto name = summary.find("name");
+    if (!iteration || *iteration < 0 || name == summary.end() || !name->is_string())
+        return; // not a usable hint
+    connection_.exec(insertCheckpointHint,
+        Params(chainId, jobId, static_cast<std::int64_t>(*iteration), chainDir + "/" + name->get<std::string>(),
+            static_cast<std::int64_t>(std::max(0.0, number("total_bytes").value_or(0))),
+            number("created_unix").value_or(0), summary, flag("training_done"), flag("final")));
+}
+
+std::optional<Json> Store::latestCheckpoint(std::int64_t chainId)
+{
+    return connection_.exec(selectLatestCheckpoint, Params(chainId)).first([](const Result& r, int row) {
+        return Json { { "iteration", r.int64(row, 0) }, { "path", r.text(row, 1) },
+            { "created_unix", r.real(row, 2) }, { "training_done", r.boolean(row, 3) },
+            { "final", r.boolean(row, 4) }, { "job_id", optionalJson(r.optInt64(row, 5)) } };
+    });
+}
+
+bool Store::trainingDone(std::int64_t chainId)
+{
+    return connection_.exec(selectTrainingDone, Params(chainId)).boolean(0, 0);
+}
+
+void Store::recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
+    const Json& inputs, const std::string& outcome)
+{
+    connection_.exec(insertDecision, Params(chainId, policy, action, inputs, outcome));
+}
+
+void Store::startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor)
+{
+    connection_.exec(insertHandover, Params(chainId, generation, predecessor, successor));
+}
+
+std::optional<double> Store::completeHandover(std::int64_t chainId, int generation, std::int64_t endTime)
+{
+    const Result result = connection_.exec(finishHandover, Params(chainId, generation, endTime));
+    if (result.rows() == 0)
+        return std::nullopt;
+    return result.optReal(0, 0);
+}
+
+std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int generation)
+{
+    const Result result = connection_.exec(selectHandoverSignal, Params(chainId, generation));
+    if (result.rows() == 0)
+        return std::nullopt;
+    return result.int64(0, 0);
+}
+
+Json Store::detail(const ChainRow& chain)
+{
+    Json jobs = Json::array();
+    std::optional<std::int64_t> previousEnd;
+    for (const JobRow& job : this->jobs(chain.id)) {
+        Json row { { "seq", job.seq }, { "job_id", job.slurmJobId }, { "state", job.state },
+            { "submit_unix", optionalJson(job.submitTime) }, { "start_unix", optionalJson(job.startTime) },
+            { "end_unix", optionalJson(job.endTime) }, { "time_limit_s", optionalJson(job.timeLimitSeconds) },
+            { "exit_code", job.exitCode ? Json(*job.exitCode) : Json() } };
+        // Positive: a gap after the previous job ended; negative: the two ran together.
+        if (previousEnd && job.startTime)
+            row["interruption_s"] = *job.startTime - *previousEnd;
+        previousEnd = job.endTime;
+        jobs.push_back(row);
+    }
+    const Json checkpoints = connection_.exec(selectCheckpoints, Params(chain.id)).all([](const Result& r, int row) {
+        return Json { { "iteration", r.int64(row, 0) }, { "path", r.text(row, 1) },
+            { "created_unix", r.real(row, 2) }, { "total_bytes", r.int64(row, 3) },
+            { "training_done", r.boolean(row, 4) }, { "final", r.boolean(row, 5) },
+            { "job_id", optionalJson(r.optInt64(row, 6)) } };
+    });
+    const Json decisions = connection_.exec(selectDecisions, Params(chain.id)).all([](const Result& r, int row) {
+        return Json { { "decided_unix", r.real(row, 0) }, { "policy", r.text(row, 1) }, { "action", r.text(row, 2) },
+            { "inputs", r.json(row, 3) }, { "outcome", r.optText(row, 4) ? Json(*r.optText(row, 4)) : Json() } };
+    });
+    const Json handovers = connection_.exec(selectHandovers, Params(chain.id)).all([](const Result& r, int row) {
+        return Json { { "generation", r.int64(row, 0) }, { "predecessor_job_id", r.int64(row, 1) },
+            { "successor_job_id", r.int64(row, 2) }, { "signalled_unix", r.real(row, 3) },
+            { "completed_unix", r.optReal(row, 4) ? Json(*r.optReal(row, 4)) : Json() },
+            { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() } };
+    });
+    return Json { { "chain", chain.toJson() }, { "jobs", jobs }, { "checkpoints", checkpoints },
+        { "decisions", decisions }, { "handovers", handovers } };
+}
+
+} // namespace baton::service

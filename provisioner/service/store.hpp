@@ -1,0 +1,130 @@
+// batond's view of the database: chains with their state machine, submissions with idempotency keys,
+// jobs as slurmctld reported them, events, checkpoints (hints), decisions and handovers. Every state
+// change is a compare-and-set (`UPDATE ... WHERE state = ANY(allowed)`), so two instances or a
+// restarted one can never both act on a stale view.
+#pragma once
+
+#include "chain_state.hpp"
+#include "cluster.hpp"
+
+#include <connection.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace baton::service {
+
+struct ChainRow {
+    std::int64_t id = 0;
+    std::int64_t ownerUid = 0;
+    std::string ownerName;
+    std::string name;
+    ChainState state = ChainState::Running;
+    int seq = 0; // the current job's sequence number (restart count)
+    int generation = -1; // predecessor seq of the last handover
+    int retries = 0;
+    std::optional<std::string> reason;
+    nlohmann::json spec; // how to submit the next job: script, sbatch_args, workdir
+    std::optional<std::string> chainDir;
+    bool resubmitRequested = false;
+    std::int64_t updatedAt = 0;
+
+    nlohmann::json toJson() const;
+};
+
+struct JobRow {
+    int seq = 0;
+    std::int64_t slurmJobId = 0;
+    std::string state;
+    std::optional<std::int64_t> submitTime, startTime, endTime, timeLimitSeconds;
+    std::optional<int> exitCode;
+};
+
+struct SubmissionRow {
+    int seq = 0;
+    std::string key;
+    std::string reason;
+    std::string state; // intent, submitted, failed, cancelled
+    std::optional<std::int64_t> slurmJobId;
+    std::int64_t createdAt = 0;
+    std::string error; // why sbatch failed, for a failed one
+};
+
+struct EventRow {
+    std::int64_t id = 0;
+    std::string kind;
+    std::optional<std::string> chainName;
+    std::optional<std::int64_t> slurmJobId;
+    nlohmann::json payload;
+};
+
+class Store {
+public:
+    explicit Store(db::Connection& connection)
+        : connection_(connection)
+    { }
+
+    // Creates the chain unless (owner, name) exists; returns the chain either way.
+    ChainRow createChain(std::int64_t ownerUid, const std::string& ownerName, const std::string& name,
+        const std::optional<std::string>& chainDir, const nlohmann::json& spec);
+    std::optional<ChainRow> chain(std::int64_t id);
+    std::optional<ChainRow> chain(std::int64_t ownerUid, const std::string& name);
+    // Every chain, or the owner's; optionally only those in `state`.
+    std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
+    std::vector<ChainRow> liveChains();
+    // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
+    bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
+        const std::optional<std::string>& reason = std::nullopt);
+    // The successor became the current job.
+    bool advance(std::int64_t chainId, int fromSeq, ChainState to);
+    void setRetries(std::int64_t chainId, int retries);
+    void setGeneration(std::int64_t chainId, int generation);
+    void setResubmitRequested(std::int64_t chainId, bool requested);
+    void setChainDir(std::int64_t chainId, const std::string& dir);
+    void setSpec(std::int64_t chainId, const nlohmann::json& spec);
+
+    // Writes the intent to submit job `seq`; false if one exists already (then nothing changes).
+    bool recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason);
+    void markSubmitted(const std::string& key, std::int64_t slurmJobId);
+    void markSubmission(const std::string& key, const std::string& state, const std::string& error);
+    std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);
+    void forgetSubmission(std::int64_t chainId, int seq); // a failed intent may be written anew
+
+    // Inserts or updates the job row of `seq` from slurmctld's facts.
+    void upsertJob(std::int64_t chainId, int seq, const ClusterJob& job);
+    std::vector<JobRow> jobs(std::int64_t chainId);
+    std::optional<JobRow> jobBySlurmId(std::int64_t slurmJobId, std::int64_t* chainId = nullptr);
+
+    // Stores an event once per idempotency key; false for a duplicate.
+    bool insertEvent(const std::string& key, const std::string& kind, const std::optional<std::string>& chain,
+        std::optional<std::int64_t> jobId, const nlohmann::json& payload, std::int64_t senderUid);
+    std::vector<EventRow> unprocessedEvents(int limit);
+    void markProcessed(std::int64_t eventId);
+
+    // A checkpoint reported by the plugin (a hint: used to show progress and to see training_done).
+    void recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId, const nlohmann::json& summary,
+        const std::string& chainDir);
+    std::optional<nlohmann::json> latestCheckpoint(std::int64_t chainId); // name, iteration, created_unix, training_done
+    bool trainingDone(std::int64_t chainId);
+
+    void recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
+        const nlohmann::json& inputs, const std::string& outcome);
+    void startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor);
+    // Returns the seconds from the signal to `endTime`, if the handover was open.
+    std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
+    std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
+
+    // The detail document of GET /v1/chains/{owner}/{name}.
+    nlohmann::json detail(const ChainRow& chain);
+
+    db::Connection& connection() { return connection_; }
+
+private:
+    db::Connection& connection_;
+};
+
+} // namespace baton::service
