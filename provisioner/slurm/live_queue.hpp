@@ -1,0 +1,56 @@
+// A live Slurm queue seen through the simulator's QueueView, so that a live provisioner computes its
+// features with the very code (sim/features.cpp) its predictors were trained with.
+#pragma once
+
+#include "squeue_json.hpp"
+
+#include <features.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace baton::slurm {
+
+struct LiveQueueOptions {
+    int totalNodes = 0; // nodes that can run jobs (SlurmClient::usableNodes() or configured); > 0
+    // What planning assumes for a job without a time limit.
+    std::int64_t unlimitedSeconds = 7 * 24 * 3600;
+    std::size_t recentWindow = 100; // started jobs averaged for the recent mean wait, as the simulator
+    std::size_t maxArrayTasks = 10000; // pending tasks counted per array record at most
+};
+
+// A job's priority at a time. The default is the job's recordedPriority, which LiveQueue sets to
+// Slurm's reported priority / 2^32-1; a job submitted now (recordedPriority 0) then ranks behind every
+// pending job, as a fresh job does under FIFO or age-dominated multifactor priority.
+using PriorityFunction = std::function<double(const sim::Job& job, std::int64_t at)>;
+
+class LiveQueue final : public sim::QueueView {
+public:
+    // Pending: PENDING jobs that compete for nodes now (not held, not waiting for a dependency or a
+    // begin time); a pending array record counts once per remaining task. Running: jobs that hold nodes.
+    LiveQueue(const QueueSnapshot& snapshot, const LiveQueueOptions& options, PriorityFunction priority = {});
+
+    std::int64_t now() const override { return now_; }
+    int freeNodes() const override { return freeNodes_; }
+    std::span<const sim::PendingJob> pending() const override { return pending_; }
+    std::span<const sim::RunningJob> running() const override { return running_; }
+    double priorityOf(const sim::Job& job, std::int64_t at) const override;
+    double recentMeanWait() const override { return recentMeanWait_; }
+
+    // Slurm's 32-bit job priority mapped to [0, 1].
+    static double normalisedPriority(std::int64_t slurmPriority);
+
+private:
+    std::int64_t now_ = 0;
+    int freeNodes_ = 0;
+    std::vector<sim::PendingJob> pending_;
+    std::vector<sim::RunningJob> running_;
+    double recentMeanWait_ = 0;
+    PriorityFunction priority_;
+};
+
+// The tasks an array record's task string names ("0-9", "1,3,5-7", "0-99:2", "1-100%4"), at most `cap`.
+std::size_t countArrayTasks(const std::string& tasks, std::size_t cap);
+
+} // namespace baton::slurm

@@ -1,0 +1,248 @@
+#include "slurm_client.hpp"
+
+#include <grp.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <ctime>
+#include <system_error>
+
+namespace baton::slurm {
+
+namespace {
+
+struct Passwd {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::string name, home, shell;
+};
+
+Passwd lookupUser(uid_t uid)
+{
+    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buffer(static_cast<std::size_t>(size > 0 ? size : 16384));
+    passwd entry {};
+    passwd* found = nullptr;
+    int rc;
+    while ((rc = getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE)
+        buffer.resize(buffer.size() * 2);
+    if (rc != 0)
+        throw std::system_error(rc, std::generic_category(), "getpwuid_r(" + std::to_string(uid) + ")");
+    if (!found)
+        throw std::runtime_error("no user with uid " + std::to_string(uid));
+    return { entry.pw_uid, entry.pw_gid, entry.pw_name, entry.pw_dir ? entry.pw_dir : "/",
+        entry.pw_shell && *entry.pw_shell ? entry.pw_shell : "/bin/sh" };
+}
+
+std::string trim(std::string s)
+{
+    auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+    s.erase(s.begin(), std::find_if_not(s.begin(), s.end(), space));
+    s.erase(std::find_if_not(s.rbegin(), s.rend(), space).base(), s.end());
+    return s;
+}
+
+// What a command said about its failure: its stderr, else its stdout, else how it ended.
+std::string failureText(const CommandResult& r)
+{
+    std::string text = trim(r.err);
+    if (text.empty())
+        text = trim(r.out);
+    if (text.empty())
+        return r.describe();
+    return r.describe() + ": " + text;
+}
+
+// True when `arg` would set sbatch's --comment or --parsable (getopt_long accepts unique prefixes).
+bool overridesOurOptions(const std::string& arg)
+{
+    const std::string name = arg.substr(0, arg.find('='));
+    if (name.size() < 5 || name.rfind("--", 0) != 0)
+        return false;
+    return std::string_view("--comment").starts_with(name)
+        || std::string_view("--parsable").starts_with(name);
+}
+
+} // namespace
+
+SlurmError::SlurmError(std::string command, std::string detail)
+    : std::runtime_error(command + ": " + detail)
+    , command_(std::move(command))
+    , detail_(std::move(detail))
+{ }
+
+SlurmClient::SlurmClient(SlurmOptions options)
+    : options_(std::move(options))
+{
+    std::string path;
+    if (options_.searchPath) {
+        path = *options_.searchPath;
+    } else if (const char* own = std::getenv("PATH")) {
+        path = own;
+    }
+    for (std::string* p :
+        { &options_.squeue, &options_.sbatch, &options_.scancel, &options_.scontrol, &options_.sinfo }) {
+        // A program that is missing now stays a bare name and fails when used, with a clear error.
+        if (auto found = findProgram(*p, path))
+            *p = std::filesystem::absolute(*found).string();
+    }
+}
+
+Credentials SlurmClient::credentialsOf(uid_t uid)
+{
+    const Passwd user = lookupUser(uid);
+    Credentials c;
+    c.uid = user.uid;
+    c.gid = user.gid;
+    int count = 32;
+    std::vector<gid_t> groups(static_cast<std::size_t>(count));
+    while (getgrouplist(user.name.c_str(), user.gid, groups.data(), &count) < 0) {
+        if (count <= static_cast<int>(groups.size()))
+            count = static_cast<int>(groups.size()) * 2;
+        groups.resize(static_cast<std::size_t>(count));
+    }
+    groups.resize(static_cast<std::size_t>(count));
+    c.groups = std::move(groups);
+    return c;
+}
+
+CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milliseconds timeout,
+    std::size_t maxBytes, const std::optional<uid_t>& asUser,
+    const std::optional<std::filesystem::path>& workdir) const
+{
+    if (argv.front().empty() || argv.front().front() != '/')
+        throw SlurmError(formatArgv(argv), "program not found in the search path");
+    CommandSpec spec;
+    spec.timeout = timeout;
+    spec.maxOutputBytes = maxBytes;
+    spec.workdir = workdir;
+    spec.env.push_back("PATH=" + options_.childPath);
+    if (asUser) {
+        const Passwd user = lookupUser(*asUser);
+        spec.credentials = credentialsOf(*asUser);
+        spec.env.push_back("HOME=" + user.home);
+        spec.env.push_back("USER=" + user.name);
+        spec.env.push_back("LOGNAME=" + user.name);
+        spec.env.push_back("SHELL=" + user.shell);
+    }
+    if (options_.slurmConf)
+        spec.env.push_back("SLURM_CONF=" + *options_.slurmConf);
+    spec.argv = std::move(argv);
+    try {
+        return runCommand(spec);
+    } catch (const std::system_error& e) {
+        throw SlurmError(formatArgv(spec.argv), e.what());
+    }
+}
+
+QueueSnapshot SlurmClient::queue() const
+{
+    std::vector<std::string> argv { options_.squeue, "--json" };
+    const auto takenAt = static_cast<std::int64_t>(std::time(nullptr));
+    const auto r = run(argv, options_.queryTimeout, options_.maxQueueBytes);
+    if (!r.ok())
+        throw SlurmError(formatArgv(argv), failureText(r));
+    if (r.outTruncated)
+        throw SlurmError(
+            formatArgv(argv), "output larger than " + std::to_string(options_.maxQueueBytes) + " bytes");
+    try {
+        return parseSqueueJson(r.out, takenAt);
+    } catch (const SqueueParseError& e) {
+        throw SlurmError(formatArgv(argv), e.what());
+    }
+}
+
+JobId parseSbatchOutput(const std::string& out)
+{
+    // "123" or "123;cluster", possibly after warnings on earlier lines.
+    std::string line = trim(out);
+    if (const auto nl = line.find_last_of('\n'); nl != std::string::npos)
+        line = trim(line.substr(nl + 1));
+    const std::string id = line.substr(0, line.find(';'));
+    if (id.empty() || id.size() > 18
+        || !std::all_of(id.begin(), id.end(), [](unsigned char c) { return std::isdigit(c); }))
+        throw SlurmError("sbatch", "unexpected --parsable output: '" + trim(out) + "'");
+    return std::stoll(id);
+}
+
+JobId SlurmClient::submit(const SubmitRequest& request) const
+{
+    if (request.key.empty())
+        throw std::invalid_argument("submit: the idempotency key is empty");
+    if (request.script.empty() || request.workdir.empty())
+        throw std::invalid_argument("submit: a script and a working directory are needed");
+    for (const auto& a : request.args)
+        if (overridesOurOptions(a))
+            throw std::invalid_argument(
+                "submit: argument '" + a + "' would replace the job comment or --parsable");
+    std::vector<std::string> argv { options_.sbatch, "--parsable", "--comment=" + request.key };
+    argv.insert(argv.end(), request.args.begin(), request.args.end());
+    argv.push_back(request.script.string());
+    const auto r = run(argv, options_.submitTimeout, 1 << 20, request.owner, request.workdir);
+    if (!r.ok())
+        throw SlurmError(formatArgv(argv), failureText(r));
+    try {
+        return parseSbatchOutput(r.out);
+    } catch (const SlurmError& e) {
+        throw SlurmError(formatArgv(argv), e.detail());
+    }
+}
+
+void SlurmClient::signal(JobId job, const std::string& name) const
+{
+    if (name.empty() || name.size() > 16
+        || !std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c); }))
+        throw std::invalid_argument("signal: bad signal name '" + name + "'");
+    std::vector<std::string> argv { options_.scancel, "--full", "--signal=" + name, std::to_string(job) };
+    const auto r = run(argv, options_.controlTimeout, 1 << 20);
+    if (!r.ok())
+        throw SlurmError(formatArgv(argv), failureText(r));
+}
+
+void SlurmClient::cancel(JobId job) const
+{
+    std::vector<std::string> argv { options_.scancel, std::to_string(job) };
+    const auto r = run(argv, options_.controlTimeout, 1 << 20);
+    if (!r.ok())
+        throw SlurmError(formatArgv(argv), failureText(r));
+}
+
+std::string SlurmClient::batchScript(JobId job) const
+{
+    std::vector<std::string> argv { options_.scontrol, "write", "batch_script", std::to_string(job), "-" };
+    const auto r = run(argv, options_.queryTimeout, options_.maxScriptBytes);
+    // scontrol exits 0 even when it could not fetch the script; an empty stdout is the real sign.
+    if (!r.ok() || r.out.empty())
+        throw SlurmError(formatArgv(argv), failureText(r));
+    if (r.outTruncated)
+        throw SlurmError(
+            formatArgv(argv), "script larger than " + std::to_string(options_.maxScriptBytes) + " bytes");
+    return r.out;
+}
+
+std::optional<QueueJob> SlurmClient::jobDetail(JobId job) const
+{
+    auto snapshot = queue();
+    for (auto& j : snapshot.jobs)
+        if (j.jobId == job)
+            return std::move(j);
+    return std::nullopt;
+}
+
+int SlurmClient::usableNodes() const
+{
+    std::vector<std::string> argv { options_.sinfo, "--json" };
+    const auto r = run(argv, options_.queryTimeout, options_.maxQueueBytes);
+    if (!r.ok() || r.outTruncated)
+        throw SlurmError(formatArgv(argv), failureText(r));
+    try {
+        return parseSinfoUsableNodes(r.out);
+    } catch (const SqueueParseError& e) {
+        throw SlurmError(formatArgv(argv), e.what());
+    }
+}
+
+} // namespace baton::slurm

@@ -1,0 +1,582 @@
+#include "squeue_json.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <limits>
+
+namespace baton::slurm {
+
+namespace {
+
+// A forward-only JSON reader over the whole document: the parts this file reads are parsed strictly,
+// everything else is skipped by matching brackets and strings. No recursion on input depth.
+class Scanner {
+public:
+    explicit Scanner(std::string_view text)
+        : t_(text)
+    { }
+
+    [[noreturn]] void fail(const std::string& what) const
+    {
+        throw SqueueParseError("squeue JSON: " + what + " (at byte " + std::to_string(pos_) + ")");
+    }
+
+    char peek()
+    {
+        skipSpace();
+        if (pos_ >= t_.size())
+            fail("unexpected end of the document");
+        return t_[pos_];
+    }
+
+    bool consume(char c)
+    {
+        if (peek() != c)
+            return false;
+        ++pos_;
+        return true;
+    }
+
+    void expect(char c)
+    {
+        if (!consume(c))
+            fail(std::string("expected '") + c + "'");
+    }
+
+    void expectEnd()
+    {
+        skipSpace();
+        if (pos_ != t_.size())
+            fail("unexpected text after the document");
+    }
+
+    // Calls onKey(key) for each member; onKey must consume the value.
+    template<class F> void object(F&& onKey)
+    {
+        expect('{');
+        if (consume('}'))
+            return;
+        do {
+            if (peek() != '"')
+                fail("expected a member name");
+            std::string scratch;
+            const std::string_view key = stringView(scratch);
+            expect(':');
+            onKey(key);
+        } while (consume(','));
+        expect('}');
+    }
+
+    template<class F> void array(F&& onElement)
+    {
+        expect('[');
+        if (consume(']'))
+            return;
+        do
+            onElement();
+        while (consume(','));
+        expect(']');
+    }
+
+    bool isNull()
+    {
+        if (peek() != 'n')
+            return false;
+        literal("null");
+        return true;
+    }
+
+    void readString(std::string& out)
+    {
+        if (isNull()) {
+            out.clear();
+            return;
+        }
+        if (peek() != '"')
+            fail("expected a string");
+        std::string scratch;
+        const auto v = stringView(scratch);
+        out.assign(v.data(), v.size());
+    }
+
+    bool readBool()
+    {
+        const char c = peek();
+        if (c == 't') {
+            literal("true");
+            return true;
+        }
+        if (c == 'f') {
+            literal("false");
+            return false;
+        }
+        if (c == 'n') {
+            literal("null");
+            return false;
+        }
+        fail("expected true or false");
+    }
+
+    // An integer; null = unset. Also accepts a number with a fraction (truncated) and the
+    // {"set", "infinite", "number"} objects of later Slurm releases (infinite = unset).
+    std::optional<std::int64_t> readInteger()
+    {
+        const char c = peek();
+        if (c == 'n') {
+            literal("null");
+            return std::nullopt;
+        }
+        if (c == '{') {
+            std::optional<std::int64_t> number;
+            bool set = true, infinite = false;
+            object([&](std::string_view key) {
+                if (key == "number")
+                    number = readInteger();
+                else if (key == "set")
+                    set = readBool();
+                else if (key == "infinite")
+                    infinite = readBool();
+                else
+                    skipValue();
+            });
+            return set && !infinite ? number : std::nullopt;
+        }
+        if (c != '-' && (c < '0' || c > '9'))
+            fail("expected a number");
+        const char* begin = t_.data() + pos_;
+        const char* end = t_.data() + t_.size();
+        std::int64_t value = 0;
+        auto [p, ec] = std::from_chars(begin, end, value);
+        if (ec == std::errc() && (p == end || (*p != '.' && *p != 'e' && *p != 'E'))) {
+            pos_ += static_cast<std::size_t>(p - begin);
+            return value;
+        }
+        double d = 0;
+        auto [pd, ecd] = std::from_chars(begin, end, d);
+        if (ecd != std::errc() || !(d > -9.2e18 && d < 9.2e18))
+            fail("number out of range");
+        pos_ += static_cast<std::size_t>(pd - begin);
+        return static_cast<std::int64_t>(d);
+    }
+
+    void skipValue()
+    {
+        const char c = peek();
+        if (c == '"') {
+            skipString();
+            return;
+        }
+        if (c != '{' && c != '[') {
+            const std::size_t start = pos_;
+            while (pos_ < t_.size() && std::strchr("+-.0123456789eEtruefalsn", t_[pos_]) && t_[pos_] != '\0')
+                ++pos_;
+            if (pos_ == start)
+                fail(std::string("unexpected character '") + c + "'");
+            return;
+        }
+        std::string open; // the brackets still open, to check that each closes with its own kind
+        while (true) {
+            if (pos_ >= t_.size())
+                fail("unexpected end of the document");
+            const char k = t_[pos_];
+            if (k == '"') {
+                skipString();
+                continue;
+            }
+            ++pos_;
+            if (k == '{' || k == '[') {
+                if (open.size() >= 256)
+                    fail("nested too deeply");
+                open.push_back(k == '{' ? '}' : ']');
+            } else if (k == '}' || k == ']') {
+                if (open.back() != k)
+                    fail("mismatched bracket");
+                open.pop_back();
+                if (open.empty())
+                    return;
+            }
+        }
+    }
+
+private:
+    void skipSpace()
+    {
+        while (
+            pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\n' || t_[pos_] == '\r' || t_[pos_] == '\t'))
+            ++pos_;
+    }
+
+    void literal(std::string_view word)
+    {
+        if (t_.substr(pos_, word.size()) != word)
+            fail("bad literal");
+        pos_ += word.size();
+    }
+
+    void skipString()
+    {
+        ++pos_; // the opening quote
+        while (pos_ < t_.size()) {
+            const char c = t_[pos_++];
+            if (c == '"')
+                return;
+            if (c == '\\')
+                ++pos_;
+        }
+        fail("unterminated string");
+    }
+
+    static void appendUtf8(std::string& out, std::uint32_t cp)
+    {
+        if (cp < 0x80) {
+            out += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            out += static_cast<char>(0xF0 | (cp >> 18));
+            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+    }
+
+    std::uint32_t hex4()
+    {
+        if (pos_ + 4 > t_.size())
+            fail("truncated \\u escape");
+        std::uint32_t v = 0;
+        for (int i = 0; i < 4; ++i) {
+            const char c = t_[pos_++];
+            v <<= 4;
+            if (c >= '0' && c <= '9')
+                v |= static_cast<std::uint32_t>(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= static_cast<std::uint32_t>(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= static_cast<std::uint32_t>(c - 'A' + 10);
+            else
+                fail("bad \\u escape");
+        }
+        return v;
+    }
+
+    // The string at pos_ (which is '"'): a view into the document when it has no escapes, else
+    // decoded into scratch.
+    std::string_view stringView(std::string& scratch)
+    {
+        const std::size_t begin = ++pos_;
+        while (pos_ < t_.size()) {
+            const char c = t_[pos_];
+            if (c == '"') {
+                ++pos_;
+                return t_.substr(begin, pos_ - 1 - begin);
+            }
+            if (c == '\\')
+                break;
+            if (static_cast<unsigned char>(c) < 0x20)
+                fail("control character in a string");
+            ++pos_;
+        }
+        scratch.assign(t_.substr(begin, pos_ - begin));
+        while (pos_ < t_.size()) {
+            const char c = t_[pos_++];
+            if (c == '"')
+                return scratch;
+            if (static_cast<unsigned char>(c) < 0x20)
+                fail("control character in a string");
+            if (c != '\\') {
+                scratch += c;
+                continue;
+            }
+            if (pos_ >= t_.size())
+                break;
+            switch (t_[pos_++]) {
+            case '"':
+                scratch += '"';
+                break;
+            case '\\':
+                scratch += '\\';
+                break;
+            case '/':
+                scratch += '/';
+                break;
+            case 'b':
+                scratch += '\b';
+                break;
+            case 'f':
+                scratch += '\f';
+                break;
+            case 'n':
+                scratch += '\n';
+                break;
+            case 'r':
+                scratch += '\r';
+                break;
+            case 't':
+                scratch += '\t';
+                break;
+            case 'u': {
+                std::uint32_t cp = hex4();
+                if (cp >= 0xD800 && cp < 0xDC00 && t_.substr(pos_, 2) == "\\u") {
+                    pos_ += 2;
+                    const std::uint32_t low = hex4();
+                    if (low < 0xDC00 || low >= 0xE000)
+                        fail("bad surrogate pair");
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                } else if (cp >= 0xD800 && cp < 0xE000) {
+                    cp = 0xFFFD; // a lone surrogate
+                }
+                appendUtf8(scratch, cp);
+                break;
+            }
+            default:
+                fail("bad escape in a string");
+            }
+        }
+        fail("unterminated string");
+    }
+
+    std::string_view t_;
+    std::size_t pos_ = 0;
+};
+
+template<class T> T narrow(Scanner& s, std::optional<std::int64_t> v, std::string_view field)
+{
+    if (!v)
+        return T {};
+    if (*v < static_cast<std::int64_t>(std::numeric_limits<T>::min())
+        || *v > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
+        s.fail("field " + std::string(field) + " out of range");
+    return static_cast<T>(*v);
+}
+
+void readState(Scanner& s, std::string& out)
+{
+    // Later releases give a list of states ("RUNNING", "COMPLETING"...); the first is the base state.
+    if (s.peek() != '[') {
+        s.readString(out);
+        return;
+    }
+    out.clear();
+    s.array([&] {
+        std::string one;
+        s.readString(one);
+        if (out.empty())
+            out = std::move(one);
+    });
+}
+
+void readExitCode(Scanner& s, QueueJob& job)
+{
+    if (s.peek() == '{') {
+        s.skipValue(); // a later release's structured form: not needed by 22.05 clients
+        return;
+    }
+    // 22.05 reports the raw wait status of the batch script.
+    const auto raw = s.readInteger().value_or(0);
+    const auto status = static_cast<std::uint32_t>(raw);
+    if ((status & 0x7F) == 0) {
+        job.exitStatus = static_cast<std::int32_t>((status >> 8) & 0xFF);
+        job.exitSignal = 0;
+    } else {
+        job.exitStatus = 0;
+        job.exitSignal = static_cast<std::int32_t>(status & 0x7F);
+    }
+}
+
+QueueJob readJob(Scanner& s)
+{
+    QueueJob job;
+    bool haveId = false;
+    if (s.peek() != '{')
+        s.fail("a job is not an object");
+    s.object([&](std::string_view key) {
+        auto integer = [&](auto& field) {
+            field = narrow<std::remove_reference_t<decltype(field)>>(s, s.readInteger(), key);
+        };
+        switch (key.empty() ? '\0' : key.front()) {
+        case 'a':
+            if (key == "array_job_id")
+                return integer(job.arrayJobId);
+            if (key == "array_task_id")
+                return void(job.arrayTaskId = s.readInteger());
+            if (key == "array_task_string")
+                return s.readString(job.arrayTaskString);
+            break;
+        case 'b':
+            if (key == "batch_flag")
+                return void(job.batch = s.readBool());
+            break;
+        case 'c':
+            if (key == "comment")
+                return s.readString(job.comment);
+            if (key == "command")
+                return s.readString(job.command);
+            if (key == "current_working_directory")
+                return s.readString(job.workdir);
+            break;
+        case 'e':
+            if (key == "end_time")
+                return integer(job.endTime);
+            if (key == "exit_code")
+                return readExitCode(s, job);
+            break;
+        case 'g':
+            if (key == "group_id")
+                return integer(job.groupId);
+            break;
+        case 'j':
+            if (key == "job_id") {
+                haveId = true;
+                return integer(job.jobId);
+            }
+            if (key == "job_state")
+                return readState(s, job.state);
+            break;
+        case 'n':
+            if (key == "name")
+                return s.readString(job.name);
+            if (key == "node_count")
+                return integer(job.nodeCount);
+            if (key == "nodes")
+                return s.readString(job.nodes);
+            break;
+        case 'p':
+            if (key == "priority")
+                return integer(job.priority);
+            if (key == "partition")
+                return s.readString(job.partition);
+            break;
+        case 's':
+            if (key == "submit_time")
+                return integer(job.submitTime);
+            if (key == "start_time")
+                return integer(job.startTime);
+            if (key == "state_reason")
+                return s.readString(job.stateReason);
+            if (key == "standard_output")
+                return s.readString(job.standardOutput);
+            if (key == "standard_error")
+                return s.readString(job.standardError);
+            break;
+        case 't':
+            if (key == "time_limit")
+                return void(job.timeLimitMinutes = s.readInteger());
+            break;
+        case 'u':
+            if (key == "user_id")
+                return integer(job.userId);
+            if (key == "user_name")
+                return s.readString(job.userName);
+            break;
+        default:
+            break;
+        }
+        s.skipValue();
+    });
+    if (!haveId)
+        s.fail("a job without job_id");
+    return job;
+}
+
+} // namespace
+
+QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
+{
+    QueueSnapshot snapshot;
+    snapshot.takenAt = takenAt;
+    Scanner s(text);
+    bool haveJobs = false;
+    if (s.peek() != '{')
+        s.fail("the document is not an object");
+    s.object([&](std::string_view key) {
+        if (key == "jobs") {
+            if (s.isNull())
+                return;
+            haveJobs = true;
+            s.array([&] { snapshot.jobs.push_back(readJob(s)); });
+        } else if (key == "meta" && s.peek() == '{') {
+            s.object([&](std::string_view metaKey) {
+                if (metaKey != "Slurm" || s.peek() != '{')
+                    return s.skipValue();
+                s.object([&](std::string_view slurmKey) {
+                    if (slurmKey == "release" && s.peek() == '"')
+                        return s.readString(snapshot.slurmRelease);
+                    s.skipValue();
+                });
+            });
+        } else if (key == "errors" && s.peek() == '[') {
+            s.array([&] {
+                if (s.peek() != '{')
+                    return s.skipValue();
+                std::string message;
+                s.object([&](std::string_view errorKey) {
+                    if ((errorKey == "error" || errorKey == "description") && s.peek() == '"'
+                        && message.empty())
+                        return s.readString(message);
+                    s.skipValue();
+                });
+                snapshot.errors.push_back(message.empty() ? "unspecified error" : message);
+            });
+        } else {
+            s.skipValue();
+        }
+    });
+    s.expectEnd();
+    if (!haveJobs)
+        throw SqueueParseError("squeue JSON: the document has no jobs list");
+    return snapshot;
+}
+
+int parseSinfoUsableNodes(std::string_view text)
+{
+    nlohmann::json doc;
+    try {
+        doc = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        throw SqueueParseError(std::string("sinfo JSON: ") + e.what());
+    }
+    if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array())
+        throw SqueueParseError("sinfo JSON: the document has no nodes list");
+    auto upper = [](std::string s) {
+        for (auto& c : s)
+            c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return s;
+    };
+    int usable = 0;
+    for (const auto& node : doc["nodes"]) {
+        if (!node.is_object())
+            throw SqueueParseError("sinfo JSON: a node is not an object");
+        std::vector<std::string> states;
+        if (auto it = node.find("state"); it != node.end()) {
+            if (it->is_string())
+                states.push_back(upper(it->get<std::string>()));
+            else if (it->is_array())
+                for (const auto& s : *it)
+                    if (s.is_string())
+                        states.push_back(upper(s.get<std::string>()));
+        }
+        if (auto it = node.find("state_flags"); it != node.end() && it->is_array())
+            for (const auto& s : *it)
+                if (s.is_string())
+                    states.push_back(upper(s.get<std::string>()));
+        const bool unusable = std::any_of(states.begin(), states.end(), [](const std::string& s) {
+            return s == "DOWN" || s == "DRAIN" || s == "DRAINED" || s == "DRAINING" || s == "FAIL"
+                || s == "FAILING" || s == "FUTURE" || s == "NOT_RESPONDING" || s == "UNKNOWN";
+        });
+        if (!unusable)
+            ++usable;
+    }
+    return usable;
+}
+
+} // namespace baton::slurm
