@@ -9,7 +9,6 @@
 
 #include <httplib.h>
 
-#include <regex>
 
 namespace baton::service {
 
@@ -34,8 +33,8 @@ void reply(httplib::Response& response, int status, const Json& body)
 
 bool isLive(ChainState state) { return !isTerminal(state); }
 
-const std::regex chainPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256}))");
-const std::regex actionPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/(resubmit|preempt|pause|resume|cancel))");
+const std::string chainPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256}))");
+const std::string actionPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/(resubmit|preempt|pause|resume|cancel))");
 
 bool validChainName(const std::string& name)
 {

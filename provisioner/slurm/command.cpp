@@ -106,8 +106,8 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
     for (int sig = 1; sig < NSIG; ++sig)
         signal(sig, SIG_DFL);
 
-    const int devNull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devNull < 0 || dup2(devNull, STDIN_FILENO) < 0 || dup2(outFd, STDOUT_FILENO) < 0
+    const int input = spec.stdinFd >= 0 ? spec.stdinFd : open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (input < 0 || dup2(input, STDIN_FILENO) < 0 || dup2(outFd, STDOUT_FILENO) < 0
         || dup2(errFd, STDERR_FILENO) < 0)
         childFail(reportFd, Stage::stdio);
     // Nothing else of ours reaches the program (dup2 cleared close-on-exec on 0-2 only).

@@ -33,6 +33,8 @@ struct CommandSpec {
     std::chrono::milliseconds killGrace { 2'000 };
     // Bytes kept of each of stdout and stderr; the rest is read and dropped so the child never blocks.
     std::size_t maxOutputBytes = 1 << 20;
+    // The child's standard input (e.g. a memfd holding a batch script); -1 = /dev/null. Borrowed.
+    int stdinFd = -1;
 };
 
 struct CommandResult {

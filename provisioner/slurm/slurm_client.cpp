@@ -1,5 +1,10 @@
 #include "slurm_client.hpp"
 
+#include <cerrno>
+#include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
@@ -111,7 +116,7 @@ Credentials SlurmClient::credentialsOf(uid_t uid)
 
 CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milliseconds timeout,
     std::size_t maxBytes, const std::optional<uid_t>& asUser,
-    const std::optional<std::filesystem::path>& workdir) const
+    const std::optional<std::filesystem::path>& workdir, int stdinFd) const
 {
     if (argv.front().empty() || argv.front().front() != '/')
         throw SlurmError(formatArgv(argv), "program not found in the search path");
@@ -119,6 +124,7 @@ CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milli
     spec.timeout = timeout;
     spec.maxOutputBytes = maxBytes;
     spec.workdir = workdir;
+    spec.stdinFd = stdinFd;
     spec.env.push_back("PATH=" + options_.childPath);
     if (asUser) {
         const Passwd user = lookupUser(*asUser);
@@ -172,7 +178,7 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
 {
     if (request.key.empty())
         throw std::invalid_argument("submit: the idempotency key is empty");
-    if (request.script.empty() || request.workdir.empty())
+    if ((request.script.empty() && request.scriptText.empty()) || request.workdir.empty())
         throw std::invalid_argument("submit: a script and a working directory are needed");
     for (const auto& a : request.args)
         if (overridesOurOptions(a))
@@ -180,8 +186,39 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
                 "submit: argument '" + a + "' would replace the job comment or --parsable");
     std::vector<std::string> argv { options_.sbatch, "--parsable", "--comment=" + request.key };
     argv.insert(argv.end(), request.args.begin(), request.args.end());
-    argv.push_back(request.script.string());
-    const auto r = run(argv, options_.submitTimeout, 1 << 20, request.owner, request.workdir);
+    // A script given as text reaches sbatch on standard input through an anonymous memory file: no
+    // file that another user could read or replace, and no pipe to keep fed.
+    int scriptFd = -1;
+    if (request.script.empty()) {
+        scriptFd = memfd_create("baton-batch-script", MFD_CLOEXEC);
+        if (scriptFd < 0)
+            throw SlurmError("sbatch", std::string("memfd_create: ") + std::strerror(errno));
+        const std::string& text = request.scriptText;
+        std::size_t written = 0;
+        while (written < text.size()) {
+            const ssize_t n = ::write(scriptFd, text.data() + written, text.size() - written);
+            if (n <= 0 && errno != EINTR) {
+                ::close(scriptFd);
+                throw SlurmError("sbatch", std::string("writing the script: ") + std::strerror(errno));
+            }
+            written += n > 0 ? static_cast<std::size_t>(n) : 0;
+        }
+        ::lseek(scriptFd, 0, SEEK_SET);
+    } else {
+        argv.push_back(request.script.string());
+    }
+    const auto r = [&] {
+        try {
+            auto result = run(argv, options_.submitTimeout, 1 << 20, request.owner, request.workdir, scriptFd);
+            if (scriptFd >= 0)
+                ::close(scriptFd);
+            return result;
+        } catch (...) {
+            if (scriptFd >= 0)
+                ::close(scriptFd);
+            throw;
+        }
+    }();
     if (!r.ok())
         throw SlurmError(formatArgv(argv), failureText(r));
     try {

@@ -37,7 +37,8 @@ struct SubmitRequest {
     uid_t owner = 0; // runs as this user, with the user's primary and supplementary groups
     std::string key; // the idempotency key, passed as --comment (e.g. "baton:<chain id>:<seq>")
     std::vector<std::string> args; // sbatch options, placed before the script; may not set the comment
-    std::filesystem::path script;
+    std::filesystem::path script; // a file the owner can read, or empty with scriptText
+    std::string scriptText; // given to sbatch on standard input when `script` is empty
     std::filesystem::path workdir; // sbatch runs here (the job's default working directory)
 };
 
@@ -83,7 +84,7 @@ public:
 private:
     CommandResult run(std::vector<std::string> argv, std::chrono::milliseconds timeout, std::size_t maxBytes,
         const std::optional<uid_t>& asUser = std::nullopt,
-        const std::optional<std::filesystem::path>& workdir = std::nullopt) const;
+        const std::optional<std::filesystem::path>& workdir = std::nullopt, int stdinFd = -1) const;
     std::string program(const std::string& name) const;
 
     SlurmOptions options_;
