@@ -178,7 +178,7 @@ std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimi
                 newest.emplace(iteration, entry->d_name);
             }
         }
-        if (Clock::now() > deadline) {
+        if (Clock::now() >= deadline) {
             return std::nullopt;
         }
     }
@@ -188,7 +188,7 @@ std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimi
     }
     std::reverse(candidates.begin(), candidates.end());
     for (const auto& [iteration, name] : candidates) {
-        if (Clock::now() > deadline) {
+        if (Clock::now() >= deadline) {
             break;
         }
         const auto text = readManifest(chainDirFd, name, limits.maxManifestBytes);
