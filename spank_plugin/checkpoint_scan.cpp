@@ -3,42 +3,52 @@
 #include "unique_fd.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <dirent.h>
 #include <fcntl.h>
 #include <memory>
+#include <queue>
 #include <stdexcept>
+#include <string_view>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 namespace baton::spank {
 
 namespace {
 
-constexpr std::size_t maxManifestBytes = 16u << 20;
+using Clock = std::chrono::steady_clock;
+
 constexpr int supportedFormatVersion = 1;
+constexpr const char* tuningKeys[] = { "interval", "iteration_seconds", "snapshot_seconds", "persist_seconds",
+    "overhead_percent", "stall_seconds" };
 
 struct DirCloser {
     void operator()(DIR* dir) const { ::closedir(dir); }
 };
 
-// Returns the iteration encoded in a `ckpt-<digits>` name, or -1.
-long long iterationOf(const std::string& name)
+// Returns the iteration encoded in a `ckpt-<digits>` name (at most 18 digits, so it fits), or -1.
+long long iterationOf(const char* name)
 {
-    const std::string prefix = "ckpt-";
-    if (name.size() <= prefix.size() || name.size() > prefix.size() + 18 || name.rfind(prefix, 0) != 0) {
+    const std::string_view text = name;
+    const std::string_view prefix = "ckpt-";
+    if (text.size() <= prefix.size() || text.size() > prefix.size() + 18
+        || text.substr(0, prefix.size()) != prefix) {
         return -1;
     }
     long long value = 0;
-    for (std::size_t i = prefix.size(); i < name.size(); ++i) {
-        if (name[i] < '0' || name[i] > '9') {
+    for (const char c : text.substr(prefix.size())) {
+        if (c < '0' || c > '9') {
             return -1;
         }
-        value = value * 10 + (name[i] - '0');
+        value = value * 10 + (c - '0');
     }
     return value;
 }
 
-std::optional<std::string> readManifest(int chainDirFd, const std::string& name)
+std::optional<std::string> readManifest(int chainDirFd, const std::string& name, std::size_t maxBytes)
 {
     UniqueFd dir(::openat(chainDirFd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!dir.valid()) {
@@ -48,13 +58,14 @@ std::optional<std::string> readManifest(int chainDirFd, const std::string& name)
     UniqueFd file(::openat(dir.get(), "manifest.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
     struct stat info { };
     if (!file.valid() || ::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)
-        || static_cast<std::size_t>(info.st_size) > maxManifestBytes) {
+        || static_cast<std::size_t>(info.st_size) > maxBytes) {
         return std::nullopt;
     }
+    // The size may grow after fstat: the read stops one byte past the limit.
     std::string text;
     char buffer[65536];
-    while (text.size() <= maxManifestBytes) {
-        const ssize_t got = ::read(file.get(), buffer, sizeof buffer);
+    while (text.size() <= maxBytes) {
+        const ssize_t got = ::read(file.get(), buffer, std::min(sizeof buffer, maxBytes + 1 - text.size()));
         if (got < 0) {
             return std::nullopt;
         }
@@ -66,11 +77,61 @@ std::optional<std::string> readManifest(int chainDirFd, const std::string& name)
     return std::nullopt;
 }
 
+std::optional<std::int64_t> optionalInteger(const nlohmann::json& manifest, const char* key)
+{
+    const auto found = manifest.find(key);
+    if (found == manifest.end() || !found->is_number_integer()) {
+        return std::nullopt;
+    }
+    if (found->is_number_unsigned() && found->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+        return std::nullopt;
+    }
+    return found->get<std::int64_t>();
+}
+
+bool flag(const nlohmann::json& manifest, const char* key)
+{
+    const auto found = manifest.find(key);
+    return found != manifest.end() && found->is_boolean() && found->get<bool>();
+}
+
 } // namespace
 
-CheckpointSummary summarizeManifest(const std::string& name, const std::string& manifestText)
+nlohmann::json filterTuning(const nlohmann::json& tuning)
 {
-    const auto manifest = nlohmann::json::parse(manifestText);
+    if (!tuning.is_object()) {
+        return nullptr;
+    }
+    nlohmann::json kept = nlohmann::json::object();
+    for (const char* key : tuningKeys) {
+        const auto found = tuning.find(key);
+        if (found == tuning.end() || !found->is_number()) {
+            continue;
+        }
+        if (found->is_number_float() && !std::isfinite(found->get<double>())) {
+            continue;
+        }
+        kept[key] = *found;
+    }
+    return kept;
+}
+
+CheckpointSummary summarizeManifest(const std::string& name, const std::string& manifestText, int maxDepth)
+{
+    // The parser itself is iterative; the limit keeps a hostile manifest from building a structure that
+    // copying or printing would recurse through. `depth` counts the enclosing containers.
+    const auto manifest = nlohmann::json::parse(
+        manifestText, [maxDepth](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+            if ((event == nlohmann::json::parse_event_t::object_start
+                    || event == nlohmann::json::parse_event_t::array_start)
+                && depth >= maxDepth) {
+                throw std::runtime_error("manifest nested deeper than " + std::to_string(maxDepth));
+            }
+            return true;
+        });
+    if (!manifest.is_object()) {
+        throw std::runtime_error("manifest is not a JSON object");
+    }
     const int version = manifest.at("format_version").get<int>();
     if (version < 1 || version > supportedFormatVersion) {
         throw std::runtime_error("unsupported manifest format_version " + std::to_string(version));
@@ -80,15 +141,19 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
     summary.iteration = manifest.at("iteration").get<std::int64_t>();
     summary.createdUnix = manifest.at("created_unix").get<double>();
     summary.totalBytes = manifest.at("total_bytes").get<std::int64_t>();
-    const auto tuning = manifest.find("tuning");
-    if (tuning != manifest.end() && tuning->is_object()) {
-        summary.tuning = *tuning;
+    summary.final = flag(manifest, "final");
+    summary.trainingDone = flag(manifest, "training_done");
+    summary.restartCount = optionalInteger(manifest, "restart_count");
+    summary.jobId = optionalInteger(manifest, "job_id");
+    if (const auto tuning = manifest.find("tuning"); tuning != manifest.end()) {
+        summary.tuning = filterTuning(*tuning);
     }
     return summary;
 }
 
-std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd)
+std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimits& limits)
 {
+    const auto deadline = Clock::now() + limits.timeLimit;
     const int copy = ::fcntl(chainDirFd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
         return std::nullopt;
@@ -99,22 +164,39 @@ std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd)
         return std::nullopt;
     }
     ::rewinddir(dir.get());
-    std::vector<std::pair<long long, std::string>> candidates;
+    // Only the newest maxCandidates names are kept (a min-heap), so a directory with millions of
+    // entries costs no more memory than one with a few.
+    using Candidate = std::pair<long long, std::string>;
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> newest;
     while (const dirent* entry = ::readdir(dir.get())) {
-        const std::string name = entry->d_name;
-        const long long iteration = iterationOf(name);
-        if (iteration >= 0) {
-            candidates.emplace_back(iteration, name);
+        const long long iteration = iterationOf(entry->d_name);
+        if (iteration >= 0 && limits.maxCandidates > 0) {
+            if (newest.size() < limits.maxCandidates) {
+                newest.emplace(iteration, entry->d_name);
+            } else if (iteration > newest.top().first) {
+                newest.pop();
+                newest.emplace(iteration, entry->d_name);
+            }
+        }
+        if (Clock::now() >= deadline) {
+            return std::nullopt;
         }
     }
-    std::sort(candidates.rbegin(), candidates.rend());
+    std::vector<Candidate> candidates;
+    for (; !newest.empty(); newest.pop()) {
+        candidates.push_back(newest.top());
+    }
+    std::reverse(candidates.begin(), candidates.end());
     for (const auto& [iteration, name] : candidates) {
-        const auto text = readManifest(chainDirFd, name);
+        if (Clock::now() >= deadline) {
+            break;
+        }
+        const auto text = readManifest(chainDirFd, name, limits.maxManifestBytes);
         if (!text) {
             continue;
         }
         try {
-            return summarizeManifest(name, *text);
+            return summarizeManifest(name, *text, limits.maxDepth);
         } catch (const std::exception&) {
             continue; // a damaged manifest: the previous checkpoint is the newest usable one
         }

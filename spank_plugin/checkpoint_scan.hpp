@@ -1,7 +1,10 @@
 // Finds the newest committed checkpoint in a chain directory (docs/contracts.md: `ckpt-<iteration>`
-// directories; a checkpoint exists if and only if its manifest.json does).
+// directories; a checkpoint exists if and only if its manifest.json does). Runs inside slurmstepd on
+// files the job user controls, so every dimension of the work is bounded.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -14,15 +17,35 @@ struct CheckpointSummary {
     std::int64_t iteration = 0;
     double createdUnix = 0;
     std::int64_t totalBytes = 0;
-    nlohmann::json tuning; // the manifest's tuning object, or null
+    bool final = false; // the checkpoint written before its job exited
+    bool trainingDone = false; // the application declared training complete
+    std::optional<std::int64_t> restartCount; // the writer's BATON_RESTART_COUNT
+    std::optional<std::int64_t> jobId; // the writer's BATON_JOB_ID
+    nlohmann::json tuning; // the known finite numeric keys of the manifest's tuning object, or null
 };
 
-// Reads manifests newest first and returns the first that parses with a supported format version.
-// Symbolic links, non-regular manifests and manifests larger than 16 MiB are skipped. Runs with the
-// caller's credentials; never throws for bad directory contents.
-std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd);
+// What one scan may cost at most.
+struct ScanLimits {
+    std::size_t maxManifestBytes = 1u << 20;
+    int maxDepth = 32; // JSON nesting of a manifest
+    std::size_t maxCandidates = 8; // the newest `ckpt-<digits>` names that are read
+    std::chrono::milliseconds timeLimit { 2000 }; // listing the directory and reading manifests
+};
 
-// Parses one manifest; throws std::runtime_error (or a JSON error) when it is not usable.
-CheckpointSummary summarizeManifest(const std::string& name, const std::string& manifestText);
+// Reads the manifests of the newest `limits.maxCandidates` checkpoint names, newest first, and returns
+// the first that parses with a supported format version. Symbolic links, non-regular manifests, and
+// manifests over the byte or depth limit are skipped; the scan stops at the time limit. Runs with the
+// caller's credentials; never throws for bad directory contents.
+std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimits& limits = {});
+
+// Parses one manifest (nesting deeper than `maxDepth` is refused while parsing, never recursed into);
+// throws std::runtime_error (or a JSON error) when it is not usable.
+CheckpointSummary summarizeManifest(
+    const std::string& name, const std::string& manifestText, int maxDepth = 32);
+
+// The known keys of a manifest's tuning object (interval, iteration_seconds, snapshot_seconds,
+// persist_seconds, overhead_percent, stall_seconds) whose values are finite numbers; null if `tuning`
+// is not an object.
+nlohmann::json filterTuning(const nlohmann::json& tuning);
 
 } // namespace baton::spank

@@ -51,6 +51,8 @@ void applyKey(PluginConfig& config, std::string_view key, std::string_view value
         config.marginSeconds = parseMarginSeconds(value);
     } else if (key == "keep") {
         config.keep = parseKeepCount(value);
+    } else if (key == "handover_wait") {
+        config.handoverWaitSeconds = parseHandoverWaitSeconds(value);
     } else if (key == "report_timeout") {
         config.reportTimeout = parseTimeoutSeconds(value);
     } else if (key == "allowed_prefixes") {
@@ -60,7 +62,7 @@ void applyKey(PluginConfig& config, std::string_view key, std::string_view value
         }
     } else {
         throw std::invalid_argument("unknown key '" + std::string(key)
-            + "' (known: chain_root, url, overhead, margin, keep, report_timeout, "
+            + "' (known: chain_root, url, overhead, margin, keep, handover_wait, report_timeout, "
               "allowed_prefixes)");
     }
 }

@@ -18,6 +18,9 @@ struct PluginConfig {
     double overheadPercent = 5;
     int marginSeconds = 60;
     int keep = 2;
+    // BATON_HANDOVER_WAIT for jobs with a restart count above 0: how long the checkpointer waits for its
+    // predecessor's final checkpoint; 0 disables.
+    int handoverWaitSeconds = 120;
     std::chrono::milliseconds reportTimeout { 2000 };
     // --baton-dir must lie inside one of these (or inside chain_root). May use %u, %U, %h.
     std::vector<std::string> allowedPrefixes { "%h" };

@@ -13,12 +13,13 @@
 
 namespace baton::spank {
 
-inline constexpr int eventVersion = 1;
+inline constexpr int eventVersion = 2;
 inline constexpr const char* eventsPath = "/v1/events";
 
 struct StepEvent {
     std::string kind; // "step_start" or "task_exit"
     std::uint32_t jobId = 0;
+    int requeueCount = 0; // SLURM_RESTART_COUNT: how often Slurm requeued the job
     std::string step; // "batch", "interactive" or the step number
     std::string chain;
     std::string chainDir;
@@ -31,9 +32,24 @@ struct StepEvent {
     double timeUnix = 0;
 };
 
-// The event as JSON. idempotency_key is stable for the same job, step, kind and task, so that a resent
-// or spooled duplicate is recognised by batond.
+// The event as JSON (envelope version 2). idempotency_key is stable for the same job, requeue, node,
+// step, kind and task, so that a resent or spooled duplicate is recognised by batond, while the same
+// step of a requeued job or on another node is a new event.
 nlohmann::json eventJson(const StepEvent& event);
+
+// An event ready to post: its body and, when signing succeeded, the Authorization header bound to it.
+struct SignedEvent {
+    std::string body;
+    std::string authorization; // "MUNGE <credential>"; empty if signing failed or there is no URL
+    std::string signError; // why signing failed
+};
+
+// Serializes the event and signs the POST to url's /v1/events with a MUNGE credential of the calling
+// thread (root in slurmstepd: call it with the job user's identity dropped). Waits for munged until
+// `deadline` at most; a munged that does not answer in time is left to finish on its own thread, and
+// while it still has not, later calls fail at once. Never throws. `mungeSocket` empty: the default.
+SignedEvent signEvent(const nlohmann::json& event, const std::optional<HttpUrl>& url,
+    std::chrono::steady_clock::time_point deadline, const std::string& mungeSocket = {});
 
 enum class Delivery { Posted, Spooled };
 
@@ -42,9 +58,11 @@ struct DeliveryResult {
     std::string postError; // why the POST failed (empty when posted or no URL configured)
 };
 
-// POSTs to `url` (unless it is empty) within `timeout`, else appends to the chain's spool. Throws
-// std::runtime_error only if both fail.
-DeliveryResult deliverEvent(const nlohmann::json& event, const std::optional<HttpUrl>& url, int chainDirFd,
-    std::chrono::milliseconds timeout);
+// POSTs a signed event to `url` (unless it is empty or the event is unsigned: batond refuses those)
+// within `postTimeout`, else appends the body to the chain's spool (a plain JSON line; batond takes
+// spooled events as hints only), waiting at most `lockTimeout` for its lock. Throws
+// std::runtime_error only if both fail. Call with the job user's identity (the spool is theirs).
+DeliveryResult deliverEvent(const SignedEvent& event, const std::optional<HttpUrl>& url, int chainDirFd,
+    std::chrono::milliseconds postTimeout, std::chrono::milliseconds lockTimeout);
 
 } // namespace baton::spank

@@ -265,11 +265,24 @@ HttpUrl parseHttpUrl(std::string_view url)
     return parsed;
 }
 
+std::string requestTarget(const HttpUrl& url, std::string_view path)
+{
+    return url.basePath + std::string(path);
+}
+
 HttpResult postJson(const HttpUrl& url, std::string_view path, std::string_view body,
-    std::chrono::milliseconds timeout) noexcept
+    std::chrono::milliseconds timeout, const HttpHeaders& headers) noexcept
 {
     HttpResult result;
     try {
+        // A line break would let a value inject headers or a second request.
+        for (const auto& [name, value] : headers) {
+            if (name.empty() || name.find_first_of(":\r\n \t") != std::string::npos
+                || value.find_first_of("\r\n") != std::string::npos) {
+                result.error = "invalid HTTP header '" + name + "'";
+                return result;
+            }
+        }
         const auto deadline = Clock::now() + timeout;
         auto resolved = resolve(url, deadline);
         if (!resolved.addresses) {
@@ -285,10 +298,13 @@ HttpResult postJson(const HttpUrl& url, std::string_view path, std::string_view 
             return result;
         }
         const bool v6 = url.host.find(':') != std::string::npos;
-        std::string request = "POST " + url.basePath + std::string(path) + " HTTP/1.1\r\n";
+        std::string request = "POST " + requestTarget(url, path) + " HTTP/1.1\r\n";
         request += "Host: " + (v6 ? "[" + url.host + "]" : url.host) + ":" + url.port + "\r\n";
         request += "Content-Type: application/json\r\n";
         request += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+        for (const auto& [name, value] : headers) {
+            request += name + ": " + value + "\r\n";
+        }
         request += "Connection: close\r\n\r\n";
         request += body;
         if (!sendAll(fd.get(), request, deadline, result.error)) {

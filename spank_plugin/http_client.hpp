@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace baton::spank {
 
@@ -24,8 +26,15 @@ struct HttpResult {
     std::string error; // why it failed
 };
 
-// POSTs `body` as application/json to basePath + path.
+using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
+
+// The request target a POST to `path` puts on its request line: basePath + path. A signed request's
+// credential names exactly this text.
+std::string requestTarget(const HttpUrl& url, std::string_view path);
+
+// POSTs `body` as application/json to requestTarget(url, path), with `headers` added (a header with a
+// line break or colon in its name, or a line break in its value, fails the request unsent).
 HttpResult postJson(const HttpUrl& url, std::string_view path, std::string_view body,
-    std::chrono::milliseconds timeout) noexcept;
+    std::chrono::milliseconds timeout, const HttpHeaders& headers = {}) noexcept;
 
 } // namespace baton::spank

@@ -1,5 +1,7 @@
 // slurmstepd: sets the BATON_* environment for the step's tasks and reports step start and task exit.
-// Everything that touches the chain directory runs with the job user's credentials.
+// Everything that touches the chain directory runs with the job user's credentials; only the MUNGE
+// credential that signs an event is made as root, so that batond can tell the plugin's events from
+// anything the user could send.
 #include "chain_files.hpp"
 #include "contexts.hpp"
 #include "credentials.hpp"
@@ -11,6 +13,7 @@ extern "C" {
 #include <slurm/slurm.h>
 }
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -24,6 +27,7 @@ namespace {
 // What user_init learned, for the task-exit reports of the same step.
 struct StepState {
     std::uint32_t jobId = 0;
+    int requeueCount = 0;
     std::string step;
     uid_t uid = 0;
     gid_t gid = 0;
@@ -134,26 +138,62 @@ bool readIds(spank_t sp, StepState& state)
     return true;
 }
 
-// Builds the event with the newest checkpoint and delivers it; runs as the job user. Never fails the
-// step: a report that can neither be posted nor spooled is logged.
+// SLURM_RESTART_COUNT: how often Slurm requeued the job (0 when unset).
+int requeueCountOf(spank_t sp)
+{
+    const auto text = jobEnv(sp, "SLURM_RESTART_COUNT");
+    if (!text) {
+        return 0;
+    }
+    try {
+        const int count = std::stoi(*text);
+        if (count >= 0) {
+            return count;
+        }
+    } catch (const std::exception&) { }
+    logVerbose("ignoring malformed SLURM_RESTART_COUNT '" + *text + "'");
+    return 0;
+}
+
+// Builds the event with the newest checkpoint and delivers it. Never fails the step: a report that can
+// neither be posted nor spooled is logged. Reading the chain directory and spooling run as the job
+// user; the credential is made in between as root (munged states the uid of the thread that asks).
 void report(const StepState& state, StepEvent event)
 {
     try {
-        ThreadCredentials asUser(state.uid, state.gid, state.groups);
-        const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
+        const PluginConfig& config = pluginConfig();
+        std::optional<ChainDir> dir;
+        {
+            ThreadCredentials asUser(state.uid, state.gid, state.groups);
+            dir.emplace(openChainDir(state.location.dir, state.location.prefix, state.uid));
+            event.checkpoint = newestCheckpoint(dir->fd.get());
+        }
         event.jobId = state.jobId;
+        event.requeueCount = state.requeueCount;
         event.step = state.step;
         event.chain = state.location.chain;
         event.chainDir = state.location.dir;
         event.node = state.node;
         event.restartCount = state.restartCount;
         event.deadlineUnix = state.deadline;
-        event.checkpoint = newestCheckpoint(dir.fd.get());
         event.timeUnix
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+        // Signing and posting share one report_timeout.
+        const auto start = std::chrono::steady_clock::now();
+        const SignedEvent signedEvent = signEvent(eventJson(event), state.url, start + config.reportTimeout);
+        if (!signedEvent.signError.empty()) {
+            logError(event.kind + " report of job " + std::to_string(state.jobId)
+                + " not signed, spooling it: " + signedEvent.signError);
+        }
+        const auto left = std::max(std::chrono::milliseconds(0),
+            config.reportTimeout
+                - std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start));
+        ThreadCredentials asUser(state.uid, state.gid, state.groups);
         const auto delivered
-            = deliverEvent(eventJson(event), state.url, dir.fd.get(), pluginConfig().reportTimeout);
-        if (delivered.how == Delivery::Spooled && !delivered.postError.empty()) {
+            = deliverEvent(signedEvent, state.url, dir->fd.get(), left, config.reportTimeout);
+        if (delivered.how == Delivery::Spooled && !delivered.postError.empty()
+            && signedEvent.signError.empty()) {
             logVerbose("batond unreachable (" + delivered.postError + "), " + event.kind + " event spooled");
         }
     } catch (const std::exception& e) {
@@ -183,6 +223,7 @@ void prepareStep(spank_t sp)
     }
     state.step = stepName(stepId);
     state.node = nodeName(sp);
+    state.requeueCount = requeueCountOf(sp);
     const PluginConfig& config = pluginConfig();
     const UserInfo user = lookupUser(state.uid);
     state.location
@@ -210,6 +251,9 @@ void prepareStep(spank_t sp)
         && setJobEnv(
             sp, "BATON_OVERHEAD", formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
         && setJobEnv(sp, "BATON_KEEP", std::to_string(config.keep))
+        // Only a successor can have a predecessor still writing its final checkpoint.
+        && (state.restartCount == 0 || config.handoverWaitSeconds == 0
+            || setJobEnv(sp, "BATON_HANDOVER_WAIT", std::to_string(config.handoverWaitSeconds)))
         && (config.url.empty() || setJobEnv(sp, "BATON_PROVISIONER_URL", config.url));
     if (!set) {
         throw std::runtime_error("cannot set the BATON_* environment");

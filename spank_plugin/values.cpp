@@ -76,6 +76,12 @@ int parseKeepCount(std::string_view text)
     return static_cast<int>(parseInteger(text, 1, 1000, "keep must be a whole number from 1 to 1000"));
 }
 
+int parseHandoverWaitSeconds(std::string_view text)
+{
+    return static_cast<int>(
+        parseInteger(text, 0, 3600, "handover wait must be a whole number of seconds from 0 to 3600"));
+}
+
 bool isValidChainName(std::string_view name)
 {
     if (name.empty() || name.size() > maxChainNameLength || name.front() == '.' || name.front() == '-') {

@@ -13,6 +13,7 @@ double parseOverheadPercent(std::string_view text); // > 0 and < 100
 int parseMarginSeconds(std::string_view text); // integer, 0 .. 86400
 std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 .. 60, fractions allowed
 int parseKeepCount(std::string_view text); // integer, 1 .. 1000
+int parseHandoverWaitSeconds(std::string_view text); // integer, 0 .. 3600
 
 // A chain name is 1..128 characters of [A-Za-z0-9._-], not starting with '.' or '-', so that it is
 // always a single, harmless path component.

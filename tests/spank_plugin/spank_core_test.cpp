@@ -9,12 +9,16 @@
 #include "paths.hpp"
 #include "values.hpp"
 
+#include "munge_credential.hpp"
+
 #include "http_sink.hpp"
 #include "process.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
@@ -22,12 +26,14 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <set>
 #include <sstream>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
 
@@ -120,16 +126,19 @@ TEST(Config, DefaultsFirstThenKeys)
     EXPECT_DOUBLE_EQ(defaults.overheadPercent, 5);
     EXPECT_EQ(defaults.marginSeconds, 60);
     EXPECT_EQ(defaults.keep, 2);
+    EXPECT_EQ(defaults.handoverWaitSeconds, 120);
     EXPECT_EQ(defaults.reportTimeout, std::chrono::milliseconds(2000));
     EXPECT_EQ(defaults.allowedPrefixes, std::vector<std::string> { "%h" });
 
-    const PluginConfig config = parseConfig({ "chain_root=/scratch/baton/%u", "url=http://head:8760",
-        "overhead=3", "margin=120", "keep=4", "report_timeout=0.5", "allowed_prefixes=/scratch:%h/ckpt" });
+    const PluginConfig config
+        = parseConfig({ "chain_root=/scratch/baton/%u", "url=http://head:8760", "overhead=3", "margin=120",
+            "keep=4", "handover_wait=0", "report_timeout=0.5", "allowed_prefixes=/scratch:%h/ckpt" });
     EXPECT_EQ(config.chainRoot, "/scratch/baton/%u");
     EXPECT_EQ(config.url, "http://head:8760");
     EXPECT_DOUBLE_EQ(config.overheadPercent, 3);
     EXPECT_EQ(config.marginSeconds, 120);
     EXPECT_EQ(config.keep, 4);
+    EXPECT_EQ(config.handoverWaitSeconds, 0);
     EXPECT_EQ(config.reportTimeout, std::chrono::milliseconds(500));
     EXPECT_EQ(config.allowedPrefixes, (std::vector<std::string> { "/scratch", "%h/ckpt" }));
 }
@@ -146,6 +155,13 @@ TEST(Config, UnknownRepeatedOrBadKeysAreClearErrors)
     EXPECT_THAT(
         messageOf([] { parseConfig({ "overhead=0" }); }), HasSubstr("plugstack.conf: overhead must be"));
     EXPECT_THAT(messageOf([] { parseConfig({ "url=https://x" }); }), HasSubstr("must start with http://"));
+    EXPECT_EQ(parseConfig({ "handover_wait=3600" }).handoverWaitSeconds, 3600);
+    for (const char* bad :
+        { "handover_wait=3601", "handover_wait=-1", "handover_wait=1.5", "handover_wait=" }) {
+        EXPECT_THAT(
+            messageOf([&] { parseConfig({ bad }); }), HasSubstr("plugstack.conf: handover wait must be"))
+            << bad;
+    }
     EXPECT_THAT(
         messageOf([] { parseConfig({ "chain_root=relative" }); }), HasSubstr("must be an absolute path"));
     EXPECT_THAT(
@@ -309,6 +325,126 @@ TEST(CheckpointScan, NewestUsableCommittedCheckpointWins)
     EXPECT_EQ(newest->tuning["interval"], 7);
 }
 
+void commitManifest(const fs::path& chain, const std::string& name, const std::string& text)
+{
+    fs::create_directory(chain / name);
+    writeText(chain / name / "manifest.json", text);
+}
+
+std::string checkpointName(long long iteration)
+{
+    char name[32];
+    std::snprintf(name, sizeof name, "ckpt-%012lld", iteration);
+    return name;
+}
+
+TEST(CheckpointScan, DeeplyNestedTuningIsSkippedWithoutRecursion)
+{
+    TempDir temp;
+    commitManifest(temp.path(), checkpointName(100), manifest(100));
+    // 100000 levels: a recursive parser, copy or dump would overflow the stack of slurmstepd's thread.
+    auto deep = nlohmann::json::parse(manifest(200));
+    deep.erase("tuning");
+    std::string text = deep.dump();
+    text.pop_back(); // the closing brace
+    text += ",\"tuning\":{\"interval\":";
+    for (int i = 0; i < 50000; ++i) {
+        text += "[{\"a\":";
+    }
+    text += "1";
+    for (int i = 0; i < 50000; ++i) {
+        text += "}]";
+    }
+    text += "}}";
+    commitManifest(temp.path(), checkpointName(200), text);
+    const auto newest = newestCheckpoint(openDir(temp.path()).get());
+    ASSERT_TRUE(newest.has_value());
+    EXPECT_EQ(newest->name, checkpointName(100));
+    EXPECT_THROW(summarizeManifest("x", text), std::exception);
+
+    // Nesting within the limit is fine; the tuning object keeps only its known numeric keys.
+    auto nested = nlohmann::json::parse(manifest(300));
+    nested["extra"] = nlohmann::json::parse(std::string(20, '[') + std::string(20, ']'));
+    commitManifest(temp.path(), checkpointName(300), nested.dump());
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get())->name, checkpointName(300));
+}
+
+TEST(CheckpointScan, OversizedManifestIsSkipped)
+{
+    TempDir temp;
+    commitManifest(temp.path(), checkpointName(100), manifest(100));
+    auto big = nlohmann::json::parse(manifest(200));
+    big["padding"] = std::string(1u << 20, 'x');
+    commitManifest(temp.path(), checkpointName(200), big.dump());
+    const auto newest = newestCheckpoint(openDir(temp.path()).get());
+    ASSERT_TRUE(newest.has_value());
+    EXPECT_EQ(newest->name, checkpointName(100));
+    // A larger limit reads it.
+    ScanLimits generous;
+    generous.maxManifestBytes = 2u << 20;
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get(), generous)->name, checkpointName(200));
+}
+
+TEST(CheckpointScan, StopsAfterTheNewestCandidates)
+{
+    TempDir temp;
+    commitManifest(temp.path(), checkpointName(1), manifest(1));
+    const ScanLimits limits;
+    // As many damaged checkpoints as the limit allows: the valid one behind them is still found.
+    for (std::size_t i = 0; i + 1 < limits.maxCandidates; ++i) {
+        commitManifest(temp.path(), checkpointName(100 + static_cast<long long>(i)), "{\"torn\":");
+    }
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get())->name, checkpointName(1));
+    // One more damaged one: the scan gives up within its bound instead of reading every manifest.
+    for (std::size_t i = limits.maxCandidates; i < 4 * limits.maxCandidates; ++i) {
+        commitManifest(temp.path(), checkpointName(100 + static_cast<long long>(i)), "{\"torn\":");
+    }
+    EXPECT_FALSE(newestCheckpoint(openDir(temp.path()).get()).has_value());
+    // Names that only look like checkpoints are not candidates.
+    for (const char* name : { "ckpt-", "ckpt-12a", "ckpt--1", "ckpt-1234567890123456789", "xckpt-5" }) {
+        commitManifest(temp.path(), name, manifest(5));
+    }
+    ScanLimits one;
+    one.maxCandidates = 1;
+    commitManifest(temp.path(), checkpointName(5000), manifest(5000));
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get(), one)->name, checkpointName(5000));
+    one.timeLimit = std::chrono::milliseconds(0);
+    EXPECT_FALSE(newestCheckpoint(openDir(temp.path()).get(), one).has_value());
+}
+
+TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
+{
+    auto full = nlohmann::json::parse(manifest(100));
+    full["final"] = true;
+    full["training_done"] = true;
+    full["restart_count"] = 3;
+    full["job_id"] = 4711;
+    full["tuning"] = { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "snapshot_seconds", "1e999" },
+        { "persist_seconds", "2" }, { "overhead_percent", 4.5 }, { "stall_seconds", nullptr },
+        { "command", "rm -rf /" }, { "nested", { { "interval", 1 } } } };
+    const auto summary = summarizeManifest("ckpt-000000000100", full.dump());
+    EXPECT_TRUE(summary.final);
+    EXPECT_TRUE(summary.trainingDone);
+    EXPECT_EQ(summary.restartCount, 3);
+    EXPECT_EQ(summary.jobId, 4711);
+    EXPECT_EQ(summary.tuning,
+        (nlohmann::json { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "overhead_percent", 4.5 } }));
+
+    // Absent or mistyped: false and null, and the checkpoint is still usable.
+    auto plain = nlohmann::json::parse(manifest(100));
+    plain["final"] = "yes";
+    plain["job_id"] = "4711";
+    plain["tuning"] = "fast";
+    const auto older = summarizeManifest("ckpt-000000000100", plain.dump());
+    EXPECT_FALSE(older.final);
+    EXPECT_FALSE(older.trainingDone);
+    EXPECT_FALSE(older.restartCount.has_value());
+    EXPECT_FALSE(older.jobId.has_value());
+    EXPECT_TRUE(older.tuning.is_null());
+    EXPECT_EQ(filterTuning({ { "interval", INFINITY }, { "stall_seconds", NAN }, { "persist_seconds", 2 } }),
+        (nlohmann::json { { "persist_seconds", 2 } }));
+}
+
 TEST(ChainFiles, RegistryCountsEarlierJobsOnce)
 {
     TempDir temp;
@@ -364,11 +500,12 @@ TEST(ChainFiles, SpoolAppendsWholeLinesAndRefusesLinks)
     EXPECT_EQ(readText(victim), "keep");
 }
 
-TEST(Event, CarriesTheDocumentedFields)
+StepEvent sampleEvent()
 {
     StepEvent event;
     event.kind = "task_exit";
     event.jobId = 42;
+    event.requeueCount = 1;
     event.step = "batch";
     event.chain = "c";
     event.chainDir = "/s/c";
@@ -379,18 +516,30 @@ TEST(Event, CarriesTheDocumentedFields)
     event.waitStatus = 7 << 8; // exited with 7
     event.checkpoint = summarizeManifest("ckpt-000000000200", manifest(200));
     event.timeUnix = 1700000001;
+    return event;
+}
+
+TEST(Event, CarriesTheDocumentedFields)
+{
+    StepEvent event = sampleEvent();
     const auto json = eventJson(event);
-    EXPECT_EQ(json["version"], 1);
-    EXPECT_EQ(json["idempotency_key"], "42.batch.task_exit.0");
+    EXPECT_EQ(json["version"], 2);
+    EXPECT_EQ(json["idempotency_key"], "42.1.n1.batch.task_exit.0");
     EXPECT_EQ(json["job_id"], 42);
+    EXPECT_EQ(json["requeue_count"], 1);
     EXPECT_EQ(json["chain"], "c");
     EXPECT_EQ(json["step"], "batch");
+    EXPECT_EQ(json["node"], "n1");
     EXPECT_EQ(json["exit_status"], 7);
     EXPECT_TRUE(json["signal"].is_null());
     EXPECT_EQ(json["restart_count"], 3);
     EXPECT_EQ(json["deadline_unix"], 1700003600);
     EXPECT_EQ(json["checkpoint"]["iteration"], 200);
     EXPECT_EQ(json["checkpoint"]["total_bytes"], 2000);
+    EXPECT_EQ(json["checkpoint"]["final"], false);
+    EXPECT_EQ(json["checkpoint"]["training_done"], false);
+    EXPECT_TRUE(json["checkpoint"]["restart_count"].is_null());
+    EXPECT_TRUE(json["checkpoint"]["job_id"].is_null());
     EXPECT_EQ(json["tuning"]["overhead_percent"], 4.5);
 
     event.waitStatus = SIGKILL; // killed
@@ -399,6 +548,43 @@ TEST(Event, CarriesTheDocumentedFields)
     EXPECT_TRUE(killed["exit_status"].is_null());
     EXPECT_EQ(killed["signal"], SIGKILL);
     EXPECT_TRUE(killed["checkpoint"].is_null());
+    EXPECT_TRUE(killed["tuning"].is_null());
+}
+
+TEST(Event, KeyDiffersByRequeueAndNode)
+{
+    StepEvent event = sampleEvent();
+    const std::string key = eventJson(event)["idempotency_key"];
+    event.timeUnix += 10; // a resent report of the same task: the same key
+    EXPECT_EQ(eventJson(event)["idempotency_key"], key);
+    StepEvent requeued = sampleEvent();
+    requeued.requeueCount = 2;
+    StepEvent elsewhere = sampleEvent();
+    elsewhere.node = "n2";
+    StepEvent start = sampleEvent();
+    start.kind = "step_start";
+    start.task.reset();
+    const std::set<std::string> keys { key, eventJson(requeued)["idempotency_key"],
+        eventJson(elsewhere)["idempotency_key"], eventJson(start)["idempotency_key"] };
+    EXPECT_EQ(keys.size(), 4u);
+    EXPECT_EQ(eventJson(start)["idempotency_key"], "42.1.n1.batch.step_start");
+}
+
+TEST(Event, ForwardsOnlyKnownNumericTuning)
+{
+    StepEvent event = sampleEvent();
+    event.checkpoint->final = true;
+    event.checkpoint->trainingDone = true;
+    event.checkpoint->restartCount = 2;
+    event.checkpoint->jobId = 41;
+    event.checkpoint->tuning = { { "interval", 9 }, { "stall_seconds", INFINITY }, { "note", "x" },
+        { "snapshot_seconds", { { "deep", 1 } } } };
+    const auto json = eventJson(event);
+    EXPECT_EQ(json["tuning"], (nlohmann::json { { "interval", 9 } }));
+    EXPECT_EQ(json["checkpoint"]["final"], true);
+    EXPECT_EQ(json["checkpoint"]["training_done"], true);
+    EXPECT_EQ(json["checkpoint"]["restart_count"], 2);
+    EXPECT_EQ(json["checkpoint"]["job_id"], 41);
 }
 
 TEST(HttpUrl, ParsesHostsPortsAndPaths)
@@ -593,31 +779,106 @@ TEST(HttpClient, NamesAndAddressesResolve)
     EXPECT_THAT(unknown.error, HasSubstr("cannot resolve 'no-such-host.invalid'"));
 }
 
+bool mungeAnswers()
+{
+    try {
+        baton::munge::decode(baton::munge::encode("probe"));
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 TEST(Delivery, PostsWhenBatondAnswersAndSpoolsWhenNot)
 {
+    if (!mungeAnswers()) {
+        GTEST_SKIP() << "munged is not running";
+    }
     TempDir temp;
     const UniqueFd dir = openDir(temp.path());
     const nlohmann::json event
-        = { { "version", 1 }, { "kind", "step_start" }, { "idempotency_key", "1.0.step_start" } };
+        = { { "version", 2 }, { "kind", "step_start" }, { "idempotency_key", "1.0.n.0.step_start" } };
+    const auto timeout = std::chrono::seconds(5);
+    auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
     {
         EventServer server;
-        const auto posted
-            = deliverEvent(event, parseHttpUrl(server.url()), dir.get(), std::chrono::seconds(5));
-        EXPECT_EQ(posted.how, Delivery::Posted);
-        ASSERT_EQ(server.bodies().size(), 1u);
-        EXPECT_EQ(nlohmann::json::parse(server.bodies()[0]), event);
+        const auto url = parseHttpUrl(server.url());
+        const SignedEvent signedEvent = signEvent(event, url, deadline());
+        EXPECT_EQ(signedEvent.signError, "");
+        const auto posted = deliverEvent(signedEvent, url, dir.get(), timeout, timeout);
+        EXPECT_EQ(posted.how, Delivery::Posted) << posted.postError;
+        const auto received = server.received();
+        ASSERT_EQ(received.size(), 1u);
+        EXPECT_EQ(nlohmann::json::parse(received[0].body), event);
+        EXPECT_EQ(received[0].target, "/base/v1/events");
+        // The header is a credential of this process (root in slurmstepd) bound to this very request.
+        const std::string scheme(baton::munge::authorizationScheme);
+        ASSERT_EQ(received[0].authorization.rfind(scheme, 0), 0u) << received[0].authorization;
+        const auto identity = baton::munge::decode(received[0].authorization.substr(scheme.size()));
+        EXPECT_EQ(identity.uid, ::getuid());
+        EXPECT_EQ(identity.gid, ::getgid());
+        if (::getuid() == 0) {
+            EXPECT_EQ(identity.uid, 0u);
+        }
+        EXPECT_EQ(
+            identity.payload, baton::munge::requestPayload("POST", "/base/v1/events", received[0].body));
     }
     EXPECT_FALSE(fs::exists(temp.path() / ".baton-spool"));
     SilentListener absent;
     const std::string url = absent.url();
     absent.close();
-    const auto spooled = deliverEvent(event, parseHttpUrl(url), dir.get(), std::chrono::seconds(1));
+    const auto spooled = deliverEvent(signEvent(event, parseHttpUrl(url), deadline()), parseHttpUrl(url),
+        dir.get(), std::chrono::seconds(1), std::chrono::seconds(1));
     EXPECT_EQ(spooled.how, Delivery::Spooled);
     EXPECT_THAT(spooled.postError, HasSubstr("connect"));
-    const auto noUrl = deliverEvent(event, std::nullopt, dir.get(), std::chrono::seconds(1));
+    const auto noUrl = deliverEvent(signEvent(event, std::nullopt, deadline()), std::nullopt, dir.get(),
+        std::chrono::seconds(1), timeout);
     EXPECT_EQ(noUrl.how, Delivery::Spooled);
+    // The spool stays plain JSON lines: no credential is stored.
     EXPECT_EQ(
         readText(temp.path() / ".baton-spool" / "events.jsonl"), event.dump() + "\n" + event.dump() + "\n");
+}
+
+TEST(Delivery, UnsignedEventsAreSpooledNotPosted)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    const nlohmann::json event = { { "version", 2 }, { "kind", "step_start" } };
+    EventServer server;
+    const auto url = parseHttpUrl(server.url());
+    const SignedEvent unsigned_ = signEvent(event, url,
+        std::chrono::steady_clock::now() + std::chrono::seconds(5), (temp.path() / "no-munged").string());
+    EXPECT_EQ(unsigned_.authorization, "");
+    EXPECT_THAT(unsigned_.signError, HasSubstr("munge"));
+    const auto result
+        = deliverEvent(unsigned_, url, dir.get(), std::chrono::seconds(5), std::chrono::seconds(5));
+    EXPECT_EQ(result.how, Delivery::Spooled);
+    EXPECT_THAT(result.postError, HasSubstr("not signed"));
+    EXPECT_TRUE(server.received().empty());
+    EXPECT_EQ(readText(temp.path() / ".baton-spool" / "events.jsonl"), event.dump() + "\n");
+}
+
+TEST(Delivery, SigningWaitsForMungedOnlyUntilTheDeadline)
+{
+    // A socket that accepts connections and never answers: libmunge would wait about 10 s.
+    TempDir temp;
+    const fs::path socketPath = temp.path() / "silent.socket";
+    UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address {};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, socketPath.c_str(), sizeof address.sun_path - 1);
+    ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ASSERT_EQ(::listen(listener.get(), 16), 0);
+    const auto url = parseHttpUrl("http://127.0.0.1:1");
+    const auto start = std::chrono::steady_clock::now();
+    const auto first
+        = signEvent({ { "n", 1 } }, url, start + std::chrono::milliseconds(300), socketPath.string());
+    EXPECT_THAT(first.signError, HasSubstr("did not answer in time"));
+    // While that request is still pending, the next report does not start another one.
+    const auto second = signEvent({ { "n", 2 } }, url, start + std::chrono::seconds(5), socketPath.string());
+    EXPECT_THAT(second.signError, HasSubstr("earlier request"));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_EQ(second.body, "{\"n\":2}");
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 // spank_baton.so inside a real slurmctld + slurmd: options at submission, the BATON_* environment in
 // the tasks, chain directories created as the job user, refusals, and events posted or spooled.
 #include "http_sink.hpp"
+#include "munge_credential.hpp"
 #include "services.hpp"
 
 #include <gmock/gmock.h>
@@ -108,13 +109,22 @@ public:
     // Waits until `count` events of the job have arrived and returns them.
     std::vector<nlohmann::json> eventsOf(long long jobId, std::size_t count)
     {
+        std::vector<nlohmann::json> found;
+        for (const auto& request : requestsOf(jobId, count)) {
+            found.push_back(nlohmann::json::parse(request.body));
+        }
+        return found;
+    }
+
+    // The same, with each request's target and Authorization header.
+    std::vector<Received> requestsOf(long long jobId, std::size_t count)
+    {
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
         for (;;) {
-            std::vector<nlohmann::json> found;
-            for (const auto& body : bodies()) {
-                auto event = nlohmann::json::parse(body);
-                if (event.value("job_id", -1LL) == jobId) {
-                    found.push_back(std::move(event));
+            std::vector<Received> found;
+            for (const auto& request : received()) {
+                if (nlohmann::json::parse(request.body).value("job_id", -1LL) == jobId) {
+                    found.push_back(request);
                 }
             }
             if (found.size() >= count || std::chrono::steady_clock::now() > deadline) {
@@ -191,14 +201,31 @@ TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
     EXPECT_NEAR(std::stoll(vars["BATON_DEADLINE"]), endTime, 3) << result.output;
     EXPECT_NEAR(endTime - std::time(nullptr), 120, 30);
 
+    EXPECT_EQ(vars.count("BATON_HANDOVER_WAIT"), 0u) << "the first job of a chain has no predecessor";
+
     const long long jobId = std::stoll(vars["SLURM_JOB_ID"]);
-    const auto events = server_->eventsOf(jobId, 2);
-    ASSERT_EQ(events.size(), 2u);
+    const auto requests = server_->requestsOf(jobId, 2);
+    ASSERT_EQ(requests.size(), 2u);
+    std::vector<nlohmann::json> events;
+    for (const auto& request : requests) {
+        events.push_back(nlohmann::json::parse(request.body));
+        // Signed by slurmstepd as root, for exactly this request.
+        const std::string scheme(baton::munge::authorizationScheme);
+        ASSERT_EQ(request.authorization.rfind(scheme, 0), 0u) << request.authorization;
+        const auto identity = baton::munge::decode(request.authorization.substr(scheme.size()));
+        EXPECT_EQ(identity.uid, 0u);
+        EXPECT_EQ(request.target, "/v1/events");
+        EXPECT_EQ(identity.payload, baton::munge::requestPayload("POST", request.target, request.body));
+    }
     EXPECT_EQ(events[0]["kind"], "step_start");
     EXPECT_EQ(events[1]["kind"], "task_exit");
     EXPECT_EQ(events[1]["exit_status"], 0);
+    const std::string node = events[0]["node"];
+    EXPECT_EQ(events[0]["idempotency_key"], std::to_string(jobId) + ".0." + node + ".0.step_start");
+    EXPECT_EQ(events[1]["idempotency_key"], std::to_string(jobId) + ".0." + node + ".0.task_exit.0");
     for (const auto& event : events) {
-        EXPECT_EQ(event["version"], 1);
+        EXPECT_EQ(event["version"], 2);
+        EXPECT_EQ(event["requeue_count"], 0);
         EXPECT_EQ(event["chain"], "envchain");
         EXPECT_EQ(event["step"], "0");
         EXPECT_EQ(event["deadline_unix"], std::stoll(vars["BATON_DEADLINE"]));
@@ -221,6 +248,10 @@ TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
         EXPECT_EQ(vars["BATON_RESTART_COUNT"], std::to_string(expected));
         EXPECT_EQ(vars["BATON_OVERHEAD"], "5");
         EXPECT_EQ(vars["BATON_DEADLINE_MARGIN"], "60");
+        // A successor waits for its predecessor's final checkpoint (plugstack default 120 s).
+        EXPECT_EQ(vars.count("BATON_HANDOVER_WAIT") ? vars["BATON_HANDOVER_WAIT"] : "unset",
+            expected == 0 ? "unset" : "120")
+            << text;
         // The step inside the job inherits --baton from the batch script's environment.
         std::size_t seen = 0;
         for (auto at = text.find("BATON_CHAIN=trainer\n"); at != std::string::npos;
@@ -392,6 +423,7 @@ TEST(SpankPluginAlone, EventsAreSpooledWhenBatondIsAbsent)
     EXPECT_EQ(events[1]["kind"], "task_exit");
     for (const auto& event : events) {
         EXPECT_EQ(std::to_string(event["job_id"].get<long long>()), jobIdOf(submitted));
+        EXPECT_EQ(event["version"], 2);
         EXPECT_EQ(event["step"], "batch");
         EXPECT_EQ(event["chain"], "spooled");
     }

@@ -1,5 +1,5 @@
 // A real HTTP server on a free loopback port that answers POSTs to one path with a fixed status and
-// keeps their bodies: the stand-in for batond's event endpoint. Needs cpp-httplib.
+// keeps their bodies and Authorization headers: the stand-in for batond's event endpoint. Needs cpp-httplib.
 #pragma once
 
 #include <httplib.h>
@@ -14,6 +14,12 @@ namespace baton::test {
 
 class HttpSink {
 public:
+    struct Received {
+        std::string target; // as on the request line
+        std::string authorization; // empty when absent
+        std::string body;
+    };
+
     // `basePath` is part of url(); requests go to basePath + path.
     HttpSink(const std::string& basePath, const std::string& path, int status)
         : basePath_(basePath)
@@ -22,6 +28,8 @@ public:
             basePath + path, [this, status](const httplib::Request& request, httplib::Response& response) {
                 std::lock_guard lock(mutex_);
                 bodies_.push_back(request.body);
+                received_.push_back(
+                    { request.target, request.get_header_value("Authorization"), request.body });
                 response.status = status;
             });
         port_ = server_.bind_to_any_port("127.0.0.1");
@@ -43,6 +51,11 @@ public:
         std::lock_guard lock(mutex_);
         return bodies_;
     }
+    std::vector<Received> received()
+    {
+        std::lock_guard lock(mutex_);
+        return received_;
+    }
 
 private:
     std::string basePath_;
@@ -51,6 +64,7 @@ private:
     std::thread thread_;
     std::mutex mutex_;
     std::vector<std::string> bodies_;
+    std::vector<Received> received_;
 };
 
 } // namespace baton::test
