@@ -127,6 +127,8 @@ def train(args):
                                         interval=args.checkpoint_every)
         if ckpt.restore():
             print(f"resumed from step {ckpt.iteration} ({ckpt.restored_from})", flush=True)
+        if ckpt.handover_wait_seconds > 0:
+            print(f"waited {ckpt.handover_wait_seconds:.1f} s for the previous job's final checkpoint", flush=True)
     step = ckpt.iteration if ckpt else 0
     loss_log = args.loss_log or (os.path.join(ckpt.chain_dir, "loss.log") if ckpt else None)
     log = LossLog(loss_log, ckpt.state.get("loss_log_bytes", 0) if ckpt else 0)
@@ -148,6 +150,8 @@ def train(args):
             if step >= args.steps or (ckpt and ckpt.should_exit):
                 break
 
+    if ckpt and step >= args.steps:
+        ckpt.done()  # the final checkpoint says training_done: the provisioner ends the chain
     if ckpt and not ckpt.close():
         print(f"final checkpoint failed: {ckpt.native.last_error}", file=sys.stderr)
     log.close()

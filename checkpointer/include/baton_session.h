@@ -17,8 +17,9 @@ extern "C" {
 
 typedef struct baton_session baton_session;
 
-/* chain_dir NULL: every setting from BATON_* (BATON_CHAIN_DIR required). Otherwise chain_dir, with
- * BATON_OVERHEAD, BATON_DEADLINE and BATON_DEADLINE_MARGIN still read from the environment.
+/* chain_dir NULL: every setting from BATON_* (BATON_CHAIN_DIR required; BATON_HANDOVER_WAIT too). Otherwise
+ * chain_dir, with BATON_OVERHEAD, BATON_DEADLINE and BATON_DEADLINE_MARGIN still read from the environment
+ * (and BATON_JOB_ID, BATON_RESTART_COUNT recorded in the manifests).
  * overhead_percent > 0 overrides BATON_OVERHEAD; handle_signals != 0 installs the SIGUSR1/SIGTERM
  * handlers. NULL on error. */
 baton_session* baton_session_create(const char* chain_dir, double overhead_percent, int handle_signals);
@@ -38,8 +39,11 @@ int baton_session_attach_sampler(baton_session* session, baton_sampler* sampler)
 int baton_session_set_deadline(baton_session* session, double epoch_seconds);
 
 /* 1 restored (iteration in *iteration), 0 nothing to restore, -1 error. Blobs are copied into
- * baton_session_blob(). */
+ * baton_session_blob(). In a successor job with BATON_HANDOVER_WAIT it first waits for the predecessor's
+ * final checkpoint. */
 int baton_session_restore(baton_session* session, uint64_t* iteration);
+/* Seconds the last baton_session_restore() waited for the predecessor's final checkpoint. */
+double baton_session_handover_wait_seconds(const baton_session* session);
 /* Size of a restored blob, copying it into buffer when capacity suffices; -1 when there is none. */
 int64_t baton_session_blob(const baton_session* session, const char* name, void* buffer, size_t capacity);
 
@@ -49,7 +53,12 @@ int baton_session_request_checkpoint(baton_session* session, int exit_after);
 int baton_session_before_update(baton_session* session);
 /* At the end of iteration `iteration`: 1 a checkpoint started, 0 none, -1 error. */
 int baton_session_step(baton_session* session, uint64_t iteration);
+/* Waits for an in-flight checkpoint. After baton_session_mark_training_done() it commits a final checkpoint
+ * with training_done (-1 if that fails). */
 int baton_session_finish(baton_session* session);
+/* The training is complete: the final checkpoint (baton_session_finish(), or destroy) carries
+ * training_done, which ends the chain. */
+int baton_session_mark_training_done(baton_session* session);
 
 int baton_session_should_exit(const baton_session* session);
 uint64_t baton_session_interval(const baton_session* session);

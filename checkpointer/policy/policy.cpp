@@ -70,6 +70,8 @@ const char* toString(CheckpointReason reason)
         return "deadline";
     case CheckpointReason::Requested:
         return "requested";
+    case CheckpointReason::Finish:
+        return "finish";
     }
     return "unknown";
 }

@@ -117,6 +117,7 @@ RestoreResult Session::restore()
             }
             sampler_->seek(saved.epoch, std::min(position, sampler_->samplesPerEpoch()));
         }
+        lastIteration_ = result.iteration;
     }
     lastBoundary_ = SteadyClock::now();
     return result;
@@ -168,6 +169,7 @@ Decision Session::step(std::uint64_t iteration)
     lastBoundary_ = now;
     updateStart_.reset();
 
+    lastIteration_ = iteration;
     checkpointer_->afterUpdate(iteration);
     collect(false);
     if (iterationSeconds < 0)
@@ -178,7 +180,7 @@ Decision Session::step(std::uint64_t iteration)
     publishState();
     checkpointer_->setDeviceSnapshot(
         policy_.snapshotTarget() == SnapshotTarget::Device && checkpointer_->deviceAvailable());
-    if (!checkpointer_->requestCheckpoint(iteration)) {
+    if (!checkpointer_->requestCheckpoint(iteration, { decision.final, decision.final && trainingDone_ })) {
         policy_.checkpointFailed(checkpointer_->lastError().empty() ? "a checkpoint is already in flight"
                                                                     : checkpointer_->lastError());
         return {};
@@ -191,9 +193,28 @@ Decision Session::step(std::uint64_t iteration)
     return decision;
 }
 
-void Session::finish()
+bool Session::finish()
 {
     collect(true);
+    if (!trainingDone_)
+        return checkpointer_->lastCheckpoint().committed || checkpointer_->counters().requested == 0;
+    const std::uint64_t iteration = lastIteration_.value_or(0);
+    const CheckpointStats last = checkpointer_->lastCheckpoint();
+    if (last.committed && last.iteration == iteration && last.final && last.trainingDone)
+        return true; // finish() called again, or step()'s final checkpoint already carried the flag
+    publishState();
+    if (!checkpointer_->requestCheckpoint(iteration, { true, true })) {
+        log("the final checkpoint of finished training could not start: " + checkpointer_->lastError());
+        return false;
+    }
+    started_ = true;
+    reason_ = CheckpointReason::Finish;
+    final_ = true;
+    collect(true);
+    const CheckpointStats written = checkpointer_->lastCheckpoint();
+    if (!written.committed)
+        log("the final checkpoint of finished training failed: " + written.error);
+    return written.committed;
 }
 
 } // namespace baton::ckpt

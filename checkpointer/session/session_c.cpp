@@ -15,6 +15,7 @@
 struct baton_session {
     std::unique_ptr<baton::ckpt::Session> session;
     std::map<std::string, std::vector<std::byte>> blobs;
+    double handoverWaitSeconds = 0;
 };
 
 namespace {
@@ -57,7 +58,7 @@ baton_session* baton_session_create(const char* chain_dir, double overhead_perce
             readPolicyEnvironment(options);
         }
         applyArguments(options, overhead_percent, handle_signals);
-        return new baton_session { std::make_unique<Session>(std::move(options)), {} };
+        return new baton_session { std::make_unique<Session>(std::move(options)), {}, 0 };
     });
 }
 
@@ -69,7 +70,8 @@ baton_session* baton_session_create_for(baton_ckpt* ckpt, double overhead_percen
         SessionOptions options;
         readPolicyEnvironment(options);
         applyArguments(options, overhead_percent, handle_signals);
-        return new baton_session { std::make_unique<Session>(*ckpt->checkpointer, std::move(options)), {} };
+        return new baton_session { std::make_unique<Session>(*ckpt->checkpointer, std::move(options)), {},
+            0 };
     });
 }
 
@@ -119,6 +121,7 @@ int baton_session_restore(baton_session* session, uint64_t* iteration)
         return -1;
     return lastError.guarded([&] {
         auto result = session->session->restore();
+        session->handoverWaitSeconds = result.handoverWaitSeconds;
         if (!result.restored)
             return 0;
         session->blobs = std::move(result.blobs);
@@ -168,7 +171,25 @@ int baton_session_finish(baton_session* session)
 {
     if (!lastError.present(session))
         return -1;
-    return lastError.guarded([&] { session->session->finish(); });
+    return lastError.guarded([&] {
+        // Only the final checkpoint of finished training is an error here: without it the chain goes on.
+        if (!session->session->finish() && session->session->trainingDone())
+            throw baton::ckpt::Error("the final checkpoint of finished training did not commit: "
+                + session->session->checkpointer().lastError());
+    });
+}
+
+int baton_session_mark_training_done(baton_session* session)
+{
+    if (!lastError.present(session))
+        return -1;
+    session->session->markTrainingDone();
+    return 0;
+}
+
+double baton_session_handover_wait_seconds(const baton_session* session)
+{
+    return session != nullptr ? session->handoverWaitSeconds : 0.0;
 }
 
 int baton_session_should_exit(const baton_session* session)

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <system_error>
+#include <thread>
 
 #include "baton/ckpt/error.hpp"
 #include "io.hpp"
@@ -116,6 +117,57 @@ std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
         }
     }
     return removed;
+}
+
+namespace {
+
+// The newest committed checkpoint that is final and at least of `minRestartCount`, if any.
+std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t minRestartCount)
+{
+    std::vector<CheckpointInfo> list;
+    try {
+        list = listCheckpoints(chainDir);
+    } catch (const Error&) {
+        return std::nullopt; // unreadable for a moment: the next poll tries again
+    }
+    for (auto it = list.rbegin(); it != list.rend(); ++it) {
+        if (!it->committed)
+            continue;
+        try {
+            Manifest manifest = parseManifest(io::readSmallFile(it->dir / kManifestName));
+            if (manifest.final && manifest.restartCount && *manifest.restartCount >= minRestartCount)
+                return it->dir;
+        } catch (const Error&) {
+            // Torn, removed by retention meanwhile or of a newer format: restore judges it later.
+        }
+    }
+    return std::nullopt;
+}
+
+} // namespace
+
+HandoverWaitResult waitForHandover(
+    const fs::path& chainDir, std::uint64_t minRestartCount, double limitSeconds, double pollSeconds)
+{
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto limit
+        = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limitSeconds));
+    const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pollSeconds));
+    HandoverWaitResult result;
+    for (;;) {
+        if (auto found = findHandover(chainDir, minRestartCount)) {
+            result.found = true;
+            result.checkpoint = *found;
+            break;
+        }
+        const auto now = Clock::now();
+        if (now >= limit)
+            break;
+        std::this_thread::sleep_for(std::min(poll, limit - now));
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return result;
 }
 
 std::string temporaryOwnerTag()

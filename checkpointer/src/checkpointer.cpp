@@ -31,7 +31,8 @@ namespace {
 constexpr std::size_t kPoolGranule = 2 << 20; // staging grows in these steps
 
 const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
-    "total_bytes", "regions", "blobs", "timings", "files", "library_version", "manifest_checksum" };
+    "total_bytes", "regions", "blobs", "timings", "files", "library_version", "manifest_checksum", "job_id",
+    "restart_count", "final", "training_done" };
 
 double seconds(Clock::duration d)
 {
@@ -103,7 +104,13 @@ struct Job {
     std::map<std::string, nlohmann::json> fields;
     Clock::time_point requestedAt;
     bool hasDeviceCopies = false;
+    CheckpointFlags flags;
 };
+
+nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
+{
+    return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+}
 
 } // namespace
 
@@ -142,7 +149,8 @@ struct Checkpointer::Impl {
         changed.wait(lock, [this] { return copiesRemaining == 0 && !(deviceCopiesPending && inFlight); });
     }
 
-    void startLocked(std::uint64_t iteration);
+    void startLocked(std::uint64_t iteration, CheckpointFlags flags);
+    void waitForHandoverOnce(RestoreResult& result);
     void persistLoop();
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
@@ -175,14 +183,16 @@ struct Checkpointer::Impl {
     Counters counters;
     std::string lastError;
     bool lastCommitted = true;
+    bool handoverChecked = false; // restore() waits for a handover only the first time
 
     std::thread persister;
 };
 
-void Checkpointer::Impl::startLocked(std::uint64_t iteration)
+void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags flags)
 {
     Job job;
     job.iteration = iteration;
+    job.flags = flags;
     job.epoch = epoch;
     job.fields = fields;
     job.requestedAt = Clock::now();
@@ -240,6 +250,8 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration)
     stats = CheckpointStats {};
     stats.iteration = iteration;
     stats.bytes = job.totalBytes;
+    stats.final = flags.final;
+    stats.trainingDone = flags.trainingDone;
     for (auto& task : tasks) {
         pool.post([this, task = std::move(task)] {
             copyPieces(task);
@@ -375,6 +387,10 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     document["blobs"] = entriesToJson(job.blobs);
     document["files"] = nlohmann::json::array({ { { "name", kDataFileName }, { "size", job.totalBytes } } });
     document["library_version"] = BATON_VERSION;
+    document["job_id"] = optionalNumber(options.jobId);
+    document["restart_count"] = optionalNumber(options.restartCount);
+    document["final"] = job.flags.final;
+    document["training_done"] = job.flags.trainingDone;
     document["timings"] = { { "snapshot_seconds", snapshotSeconds },
         { "persist_seconds", seconds(Clock::now() - persistStart) } };
     document["created_unix"] = unixNow();
@@ -407,6 +423,7 @@ Checkpointer::Checkpointer(Options options)
     if (!fs::is_directory(options.chainDir, ec))
         throw Error("chain directory " + options.chainDir.string() + " is not a directory");
     removeStaleTemporaries(options.chainDir);
+    options.identifyFromEnvironment();
     impl_ = std::make_unique<Impl>(std::move(options));
     if (impl_->options.stagingBytes > 0)
         impl_->ensureStaging(impl_->options.stagingBytes);
@@ -522,7 +539,7 @@ void Checkpointer::beforeUpdate()
         impl_->stats.stallSeconds += seconds(Clock::now() - begin);
 }
 
-bool Checkpointer::requestCheckpoint(std::uint64_t iteration)
+bool Checkpointer::requestCheckpoint(std::uint64_t iteration, CheckpointFlags flags)
 {
     std::unique_lock lock(impl_->mutex);
     if (impl_->inFlight) {
@@ -533,7 +550,7 @@ bool Checkpointer::requestCheckpoint(std::uint64_t iteration)
         return false;
     }
     try {
-        impl_->startLocked(iteration);
+        impl_->startLocked(iteration, flags);
     } catch (const std::exception& e) {
         ++impl_->counters.failed;
         impl_->lastError = e.what();
@@ -551,10 +568,10 @@ void Checkpointer::scheduleCheckpoint()
     impl_->scheduled = true;
 }
 
-bool Checkpointer::checkpointNow(std::uint64_t iteration)
+bool Checkpointer::checkpointNow(std::uint64_t iteration, CheckpointFlags flags)
 {
     wait();
-    if (!requestCheckpoint(iteration))
+    if (!requestCheckpoint(iteration, flags))
         return false;
     return wait();
 }
@@ -572,11 +589,34 @@ bool Checkpointer::inFlight() const
     return impl_->inFlight;
 }
 
+// A successor may start while its predecessor still writes the handover checkpoint: restoring the
+// newest checkpoint before that one commits would resume from stale state.
+void Checkpointer::Impl::waitForHandoverOnce(RestoreResult& result)
+{
+    if (std::exchange(handoverChecked, true) || options.handoverWaitSeconds <= 0 || !options.restartCount
+        || *options.restartCount == 0)
+        return;
+    const std::uint64_t previous = *options.restartCount - 1;
+    log("handover: waiting up to " + std::to_string(static_cast<long long>(options.handoverWaitSeconds))
+        + " s for a final checkpoint of restart " + std::to_string(previous) + " or later");
+    const HandoverWaitResult wait = waitForHandover(options.chainDir, previous, options.handoverWaitSeconds);
+    result.handoverWaitSeconds = wait.seconds;
+    result.handoverTimedOut = !wait.found;
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.1f", wait.seconds);
+    if (wait.found)
+        log("handover: " + wait.checkpoint.filename().string() + " is final, found after " + waited + " s");
+    else
+        log(std::string("handover: no final checkpoint of restart ") + std::to_string(previous) + " after "
+            + waited + " s, restoring the newest verified checkpoint");
+}
+
 RestoreResult Checkpointer::restore()
 {
     wait();
-    std::unique_lock lock(impl_->mutex);
     RestoreResult result;
+    impl_->waitForHandoverOnce(result);
+    std::unique_lock lock(impl_->mutex);
     auto checkpoints = listCheckpoints(impl_->options.chainDir);
     for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
         auto skip = [&](const std::string& reason) {
@@ -668,6 +708,10 @@ RestoreResult Checkpointer::restore()
         result.iteration = manifest.iteration;
         result.epoch = manifest.epoch;
         result.dir = it->dir;
+        result.jobId = manifest.jobId;
+        result.restartCount = manifest.restartCount;
+        result.final = manifest.final;
+        result.trainingDone = manifest.trainingDone;
         result.manifest = std::move(manifest.document);
         impl_->epoch = result.epoch;
         return result;

@@ -71,6 +71,29 @@ std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const ch
     return entries;
 }
 
+std::optional<std::uint64_t> optionalWhole(const nlohmann::json& document, const char* key)
+{
+    auto it = document.find(key);
+    if (it == document.end() || !it->is_number_unsigned())
+        return std::nullopt;
+    return it->get<std::uint64_t>();
+}
+
+bool flag(const nlohmann::json& document, const char* key)
+{
+    auto it = document.find(key);
+    return it != document.end() && it->is_boolean() && it->get<bool>();
+}
+
+// Absent, null or mistyped values (another writer's) read as unknown / false.
+void readHandoverFields(const nlohmann::json& document, Manifest& manifest)
+{
+    manifest.jobId = optionalWhole(document, "job_id");
+    manifest.restartCount = optionalWhole(document, "restart_count");
+    manifest.final = flag(document, "final");
+    manifest.trainingDone = flag(document, "training_done");
+}
+
 } // namespace
 
 std::string checksumHex(std::uint64_t value)
@@ -147,6 +170,8 @@ Manifest parseManifest(std::string_view text)
     manifest.totalBytes = field<std::uint64_t>(document, "total_bytes", "manifest");
     manifest.regions = parseEntries(document, "regions");
     manifest.blobs = parseEntries(document, "blobs");
+    // Informational fields: never a reason to reject an otherwise intact checkpoint.
+    readHandoverFields(document, manifest);
     document.erase(kChecksumKey);
     manifest.document = std::move(document);
     return manifest;

@@ -22,7 +22,55 @@ int parseKeep(const char* text)
     return static_cast<int>(keep);
 }
 
+std::optional<std::uint64_t> parseWhole(const char* text)
+{
+    std::string value(text);
+    if (value.empty() || value.find_first_not_of("0123456789") != std::string::npos)
+        return std::nullopt;
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long number = std::strtoull(value.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE)
+        return std::nullopt;
+    return number;
+}
+
+std::uint64_t parseWholeVariable(const char* name, const char* text)
+{
+    auto number = parseWhole(text);
+    if (!number)
+        throw ConfigError(std::string(name) + "='" + text + "' is not a whole number");
+    return *number;
+}
+
+double parseHandoverWait(const char* text)
+{
+    std::string value(text);
+    char* end = nullptr;
+    errno = 0;
+    double seconds = std::strtod(value.c_str(), &end);
+    // "!(a <= b)" also refuses NaN.
+    if (value.empty() || *end != '\0' || errno == ERANGE || !(seconds >= 0 && seconds <= kMaxHandoverWait))
+        throw ConfigError("BATON_HANDOVER_WAIT='" + value + "' is not a number of seconds in 0.."
+            + std::to_string(static_cast<int>(kMaxHandoverWait)));
+    return seconds;
+}
+
+std::optional<std::uint64_t> environmentNumber(const char* name)
+{
+    const char* text = std::getenv(name);
+    return text != nullptr ? parseWhole(text) : std::nullopt;
+}
+
 } // namespace
+
+void Options::identifyFromEnvironment()
+{
+    if (!jobId)
+        jobId = environmentNumber("BATON_JOB_ID");
+    if (!restartCount)
+        restartCount = environmentNumber("BATON_RESTART_COUNT");
+}
 
 Options Options::fromEnvironment()
 {
@@ -35,6 +83,12 @@ Options Options::fromEnvironment()
         throw ConfigError(std::string("BATON_CHAIN_DIR='") + dir + "' is not an absolute path");
     if (const char* keep = std::getenv("BATON_KEEP"); keep != nullptr)
         options.keep = parseKeep(keep);
+    if (const char* job = std::getenv("BATON_JOB_ID"); job != nullptr && *job != '\0')
+        options.jobId = parseWholeVariable("BATON_JOB_ID", job);
+    if (const char* restarts = std::getenv("BATON_RESTART_COUNT"); restarts != nullptr && *restarts != '\0')
+        options.restartCount = parseWholeVariable("BATON_RESTART_COUNT", restarts);
+    if (const char* wait = std::getenv("BATON_HANDOVER_WAIT"); wait != nullptr)
+        options.handoverWaitSeconds = parseHandoverWait(wait);
     options.validate();
     return options;
 }
@@ -45,6 +99,9 @@ void Options::validate() const
         throw ConfigError("no chain directory given");
     if (keep < 1)
         throw ConfigError("keep must be >= 1 (got " + std::to_string(keep) + ")");
+    if (!(handoverWaitSeconds >= 0 && handoverWaitSeconds <= kMaxHandoverWait))
+        throw ConfigError(
+            "handover wait must be 0..3600 seconds (got " + std::to_string(handoverWaitSeconds) + ")");
     if (copyThreads > 256)
         throw ConfigError("copyThreads must be <= 256 (got " + std::to_string(copyThreads) + ")");
 }

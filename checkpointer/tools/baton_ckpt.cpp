@@ -5,7 +5,9 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../src/io.hpp"
@@ -23,10 +25,12 @@ constexpr int kUsageError = 2;
 
 const char* kUsage = R"(usage: baton-ckpt COMMAND [ARGS]
 
-  ls CHAIN_DIR                 checkpoints of a chain: iteration, commit time, size, status
+  ls CHAIN_DIR                 checkpoints of a chain: iteration, commit time, size, status (with
+                               final / training done and the writing job and restart)
   verify PATH                  read every byte and check all checksums; PATH is a chain directory
                                (all committed checkpoints) or one checkpoint directory
-  inspect PATH                 print the manifest of a checkpoint (of a chain: the newest committed)
+  inspect PATH                 print the manifest of a checkpoint (of a chain: the newest committed);
+                               job_id, restart_count, final and training_done as a reader reads them
   prune CHAIN_DIR [--keep N]   keep the newest N committed checkpoints (default: BATON_KEEP or 2)
   --version                    print the version
   --help                       print this help
@@ -74,6 +78,22 @@ Manifest loadManifest(const fs::path& checkpointDir)
     return parseManifest(io::readSmallFile(checkpointDir / kManifestName));
 }
 
+// "committed, final, training done (job 123, restart 2)"
+std::string committedStatus(const Manifest& manifest)
+{
+    std::string status = "committed";
+    if (manifest.final)
+        status += ", final";
+    if (manifest.trainingDone)
+        status += ", training done";
+    if (manifest.jobId || manifest.restartCount) {
+        status += " (job " + (manifest.jobId ? std::to_string(*manifest.jobId) : std::string("?"));
+        status += ", restart "
+            + (manifest.restartCount ? std::to_string(*manifest.restartCount) : std::string("?")) + ")";
+    }
+    return status;
+}
+
 int listChain(const fs::path& chain)
 {
     std::printf("%-14s  %-20s  %10s  %s\n", "ITERATION", "CREATED", "SIZE", "STATUS");
@@ -86,7 +106,7 @@ int listChain(const fs::path& chain)
                 auto manifest = loadManifest(info.dir);
                 created = formatTime(manifest.createdUnix);
                 size = formatBytes(manifest.totalBytes);
-                status = "committed";
+                status = committedStatus(manifest);
             } catch (const Error& e) {
                 status = std::string("unreadable: ") + e.what();
             }
@@ -145,7 +165,19 @@ int inspect(const fs::path& path)
         dir = newest->dir;
     }
     auto manifest = loadManifest(dir);
-    std::cout << manifest.document.dump(2) << "\n";
+    // Older manifests lack the handover fields: show them as every reader takes them.
+    auto& document = manifest.document;
+    auto number = [](const std::optional<std::uint64_t>& value) {
+        return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
+    };
+    for (auto [key, value] : { std::pair { "job_id", number(manifest.jobId) },
+             std::pair { "restart_count", number(manifest.restartCount) },
+             std::pair { "final", nlohmann::json(manifest.final) },
+             std::pair { "training_done", nlohmann::json(manifest.trainingDone) } }) {
+        if (!document.contains(key))
+            document[key] = value;
+    }
+    std::cout << document.dump(2) << "\n";
     return 0;
 }
 

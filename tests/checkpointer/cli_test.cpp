@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/checkpointer.hpp"
@@ -27,11 +28,14 @@ protected:
         options.chainDir = dir_.path();
         options.keep = 5;
         options.log = [](std::string_view) {};
+        options.jobId = 123;
+        options.restartCount = 2;
         Checkpointer ckpt(options);
         state_.assign(100000, std::byte { 7 });
         ckpt.registerRegion("weights", state_.data(), state_.size());
-        for (std::uint64_t it : { 10, 20, 30, 40 })
+        for (std::uint64_t it : { 10, 20, 30 })
             ASSERT_TRUE(ckpt.checkpointNow(it));
+        ASSERT_TRUE(ckpt.checkpointNow(40, { true, true }));
         std::filesystem::create_directory(dir_.path() / checkpointDirName(50)); // interrupted, no manifest
     }
 
@@ -58,6 +62,8 @@ TEST_F(Cli, ListShowsIterationsSizesAndStatus)
         EXPECT_NE(r.output.find(it), std::string::npos) << it << r.output;
     EXPECT_NE(r.output.find("97.7 KiB"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("committed"), std::string::npos);
+    EXPECT_NE(r.output.find("committed, final, training done (job 123, restart 2)"), std::string::npos)
+        << r.output;
     EXPECT_NE(r.output.find("incomplete"), std::string::npos);
 }
 
@@ -87,8 +93,28 @@ TEST_F(Cli, InspectPrintsTheManifest)
     auto json = nlohmann::json::parse(r.output);
     EXPECT_EQ(json["iteration"], 40);
     EXPECT_EQ(json["regions"][0]["name"], "weights");
+    EXPECT_EQ(json["final"], true);
+    EXPECT_EQ(json["training_done"], true);
+    EXPECT_EQ(json["job_id"], 123);
+    EXPECT_EQ(json["restart_count"], 2);
     r = run({ cli(), "inspect", ckpt(20) });
     EXPECT_EQ(nlohmann::json::parse(r.output)["iteration"], 20);
+    EXPECT_EQ(nlohmann::json::parse(r.output)["final"], false);
+
+    // An older manifest without the fields shows them as a reader takes them.
+    const auto path = std::filesystem::path(ckpt(30)) / kManifestName;
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto old = parseManifest(text).document;
+    for (const char* key : { "job_id", "restart_count", "final", "training_done" })
+        old.erase(key);
+    std::ofstream(path, std::ios::trunc) << renderManifest(old);
+    r = run({ cli(), "inspect", ckpt(30) });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    json = nlohmann::json::parse(r.output);
+    EXPECT_TRUE(json["job_id"].is_null());
+    EXPECT_EQ(json["final"], false);
+    EXPECT_EQ(json["training_done"], false);
 }
 
 TEST_F(Cli, PruneKeepsTheNewest)

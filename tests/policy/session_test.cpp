@@ -217,3 +217,166 @@ TEST(SessionCApi, DrivesACheckpointerMadeThroughItsOwnCApi)
     baton_ckpt_destroy(ckpt);
     EXPECT_EQ(baton_session_create_for(nullptr, 0, 0), nullptr);
 }
+
+namespace {
+
+// Iterations `first` .. `last` of 5 ms each over `state` (no sampler).
+void trainPlain(Session& session, std::vector<std::uint64_t>& state, std::uint64_t first, std::uint64_t last)
+{
+    for (std::uint64_t it = first; it <= last; ++it) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        session.beforeUpdate();
+        std::fill(state.begin(), state.end(), it);
+        session.step(it);
+    }
+}
+
+} // namespace
+
+TEST(Session, MarkTrainingDoneEndsWithAFinalCheckpointThatSaysSo)
+{
+    TempDir dir("baton-session-done");
+    std::vector<std::uint64_t> state(1024);
+    Session session(sessionOptions(dir.path()));
+    session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    std::vector<SessionCheckpoint> seen;
+    session.onCheckpoint([&](const SessionCheckpoint& checkpoint) { seen.push_back(checkpoint); });
+    EXPECT_FALSE(session.restore().restored);
+    trainPlain(session, state, 0, 29);
+    session.markTrainingDone();
+    EXPECT_TRUE(session.trainingDone());
+    EXPECT_TRUE(session.finish());
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back().reason, CheckpointReason::Finish);
+    EXPECT_TRUE(seen.back().final);
+    EXPECT_TRUE(seen.back().stats.trainingDone);
+    const auto checkpoints = listCheckpoints(dir.path());
+    ASSERT_FALSE(checkpoints.empty());
+    EXPECT_EQ(checkpoints.back().iteration, 29u);
+    const nlohmann::json manifest = readManifest(checkpoints.back().dir);
+    EXPECT_EQ(manifest["final"], true);
+    EXPECT_EQ(manifest["training_done"], true);
+    // Earlier checkpoints are neither.
+    for (std::size_t i = 0; i + 1 < checkpoints.size(); ++i) {
+        const nlohmann::json earlier = readManifest(checkpoints[i].dir);
+        EXPECT_EQ(earlier["final"], false);
+        EXPECT_EQ(earlier["training_done"], false);
+    }
+    // A second finish() (the destructor's) writes nothing more.
+    const auto committed = session.checkpointer().counters().committed;
+    EXPECT_TRUE(session.finish());
+    EXPECT_EQ(session.checkpointer().counters().committed, committed);
+}
+
+TEST(Session, TrainingDoneIsCommittedEvenWhenTheIterationIsAlreadySaved)
+{
+    TempDir dir("baton-session-done-saved");
+    std::vector<std::uint64_t> state(1024);
+    {
+        Session session(sessionOptions(dir.path()));
+        session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+        trainPlain(session, state, 0, 9);
+        session.finish();
+        ASSERT_TRUE(session.checkpointer().checkpointNow(9));
+        EXPECT_EQ(readManifest(dir.path() / checkpointDirName(9))["training_done"], false);
+        session.markTrainingDone(); // the destructor's finish() writes it
+    }
+    EXPECT_EQ(listCheckpoints(dir.path()).back().iteration, 9u);
+    EXPECT_EQ(readManifest(dir.path() / checkpointDirName(9))["training_done"], true);
+
+    // The next job restores it, sees that training is done and ends at once: still final and done.
+    Session next(sessionOptions(dir.path()));
+    next.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    const RestoreResult restored = next.restore();
+    ASSERT_TRUE(restored.restored);
+    EXPECT_TRUE(restored.trainingDone);
+    EXPECT_TRUE(restored.final);
+    next.markTrainingDone();
+    EXPECT_TRUE(next.finish());
+    const nlohmann::json manifest = readManifest(dir.path() / checkpointDirName(9));
+    EXPECT_EQ(manifest["final"], true);
+    EXPECT_EQ(manifest["training_done"], true);
+}
+
+TEST(Session, HandoverCheckpointIsFinalButNotDone)
+{
+    TempDir dir("baton-session-final");
+    std::vector<std::uint64_t> state(1024);
+    Session session(sessionOptions(dir.path()));
+    session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    trainPlain(session, state, 0, 9);
+    session.requestCheckpoint(true);
+    trainPlain(session, state, 10, 10);
+    ASSERT_TRUE(session.shouldExit());
+    session.finish();
+    const nlohmann::json manifest = readManifest(dir.path() / checkpointDirName(10));
+    EXPECT_EQ(manifest["final"], true);
+    EXPECT_EQ(manifest["training_done"], false);
+}
+
+TEST(Session, HandoverWaitFromTheEnvironment)
+{
+    TempDir dir("baton-session-handover");
+    std::vector<std::uint64_t> state(1024);
+    {
+        SessionOptions options = sessionOptions(dir.path());
+        options.checkpointer.restartCount = 0;
+        Session first(options);
+        first.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+        trainPlain(first, state, 0, 4);
+        ASSERT_TRUE(first.checkpointer().checkpointNow(4)); // not final: the job died
+    }
+    ::setenv("BATON_CHAIN_DIR", dir.path().c_str(), 1);
+    ::setenv("BATON_RESTART_COUNT", "1", 1);
+    ::setenv("BATON_HANDOVER_WAIT", "soon", 1);
+    try {
+        SessionOptions::fromEnvironment();
+        ADD_FAILURE() << "accepted BATON_HANDOVER_WAIT=soon";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("BATON_HANDOVER_WAIT"), std::string::npos);
+    }
+    ::setenv("BATON_HANDOVER_WAIT", "0.5", 1);
+    SessionOptions options = SessionOptions::fromEnvironment();
+    ::unsetenv("BATON_HANDOVER_WAIT");
+    ::unsetenv("BATON_RESTART_COUNT");
+    ::unsetenv("BATON_CHAIN_DIR");
+    EXPECT_EQ(options.checkpointer.handoverWaitSeconds, 0.5);
+    EXPECT_EQ(options.checkpointer.restartCount, 1u);
+    std::vector<std::string> log;
+    options.checkpointer.log = [&log](std::string_view line) { log.emplace_back(line); };
+    Session second(options);
+    second.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    const RestoreResult restored = second.restore();
+    ASSERT_TRUE(restored.restored);
+    EXPECT_EQ(restored.iteration, 4u);
+    EXPECT_TRUE(restored.handoverTimedOut);
+    EXPECT_GE(restored.handoverWaitSeconds, 0.5);
+    EXPECT_TRUE(std::any_of(log.begin(), log.end(),
+        [](const std::string& l) { return l.find("handover: waiting up to") != l.npos; }));
+}
+
+TEST(SessionCApi, MarkTrainingDoneAndHandoverWait)
+{
+    TempDir dir("baton-session-c-done");
+    std::vector<std::uint64_t> state(256);
+    baton_session* session = baton_session_create(dir.path().c_str(), 50.0, 0);
+    ASSERT_NE(session, nullptr) << baton_session_last_error();
+    ASSERT_EQ(baton_session_register_region(session, "state", state.data(), state.size() * 8), 0);
+    std::uint64_t iteration = 0;
+    EXPECT_EQ(baton_session_restore(session, &iteration), 0);
+    EXPECT_EQ(baton_session_handover_wait_seconds(session), 0.0);
+    for (std::uint64_t it = 0; it < 12; ++it) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        ASSERT_EQ(baton_session_before_update(session), 0);
+        state[0] = it;
+        ASSERT_GE(baton_session_step(session, it), 0) << baton_session_last_error();
+    }
+    EXPECT_EQ(baton_session_mark_training_done(session), 0);
+    EXPECT_EQ(baton_session_finish(session), 0) << baton_session_last_error();
+    baton_session_destroy(session);
+    const nlohmann::json manifest = readManifest(dir.path() / checkpointDirName(11));
+    EXPECT_EQ(manifest["final"], true);
+    EXPECT_EQ(manifest["training_done"], true);
+    EXPECT_EQ(baton_session_mark_training_done(nullptr), -1);
+    EXPECT_EQ(baton_session_handover_wait_seconds(nullptr), 0.0);
+}

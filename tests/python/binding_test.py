@@ -383,5 +383,99 @@ class PolicyTest(TempChain):
         again.close(final_checkpoint=False)
 
 
+def newest_manifest(chain):
+    newest = sorted(n for n in os.listdir(chain) if n.startswith("ckpt-"))[-1]
+    with open(os.path.join(chain, newest, "manifest.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+class HandoverTest(TempChain):
+    """The manifest's job_id, restart_count, final and training_done, done() and the handover wait."""
+
+    def test_done_makes_the_final_checkpoint_say_training_done(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, interval=3)
+        train_steps(*parts, 7, torch.Generator().manual_seed(1))
+        self.assertFalse(ckpt.training_done)
+        ckpt.done()
+        self.assertTrue(ckpt.training_done)
+        self.assertTrue(ckpt.close())
+        manifest = newest_manifest(self.chain)
+        self.assertEqual(manifest["iteration"], 7)
+        self.assertIs(manifest["final"], True)
+        self.assertIs(manifest["training_done"], True)
+        self.assertIn("job_id", manifest)
+        self.assertIn("restart_count", manifest)
+        stats = ckpt.native.last_checkpoint()
+        self.assertTrue(stats.final and stats.training_done)
+
+    def test_done_is_committed_even_when_the_iteration_is_already_saved(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, interval=3)
+        train_steps(*parts, 6, torch.Generator().manual_seed(1))
+        self.assertTrue(ckpt.checkpoint_now())
+        self.assertIs(newest_manifest(self.chain)["training_done"], False)
+        ckpt.done()
+        self.assertTrue(ckpt.close())
+        manifest = newest_manifest(self.chain)
+        self.assertEqual(manifest["iteration"], 6)
+        self.assertIs(manifest["training_done"], True)
+
+    def test_close_without_done_is_final_but_not_done(self):
+        parts = build()
+        ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, interval=100)
+        train_steps(*parts, 4, torch.Generator().manual_seed(1))
+        self.assertTrue(ckpt.close())
+        manifest = newest_manifest(self.chain)
+        self.assertIs(manifest["final"], True)
+        self.assertIs(manifest["training_done"], False)
+
+    def test_native_flags_identity_and_restore_fields(self):
+        opts = options(self.chain)
+        opts.job_id = 77
+        opts.restart_count = 2
+        weights = numpy.arange(1000, dtype=numpy.float32)
+        ckpt = baton.Checkpointer(opts)
+        ckpt.register_region("weights", weights)
+        self.assertTrue(ckpt.checkpoint_now(5, final=True, training_done=True))
+        ckpt.close()
+        reader = baton.Checkpointer(options(self.chain))
+        reader.register_region("weights", weights)
+        result = reader.restore()
+        self.assertTrue(result.restored)
+        self.assertEqual((result.job_id, result.restart_count), (77, 2))
+        self.assertTrue(result.final and result.training_done)
+        self.assertEqual(result.handover_wait_seconds, 0.0)
+        reader.close()
+
+    def test_handover_wait_from_the_environment(self):
+        parts = build()
+        first = baton.torch.Checkpointer(*parts, chain_dir=self.chain, interval=100)
+        train_steps(*parts, 2, torch.Generator().manual_seed(1))
+        self.assertTrue(first.checkpoint_now())  # not final: this job died
+        first.close(final_checkpoint=False)
+        keys = ("BATON_CHAIN_DIR", "BATON_RESTART_COUNT", "BATON_HANDOVER_WAIT")
+        saved = {k: os.environ.get(k) for k in keys}
+        try:
+            os.environ.update({"BATON_CHAIN_DIR": self.chain, "BATON_RESTART_COUNT": "1",
+                               "BATON_HANDOVER_WAIT": "forever"})
+            with self.assertRaisesRegex(baton.ConfigError, "BATON_HANDOVER_WAIT"):
+                baton.Options.from_environment()
+            os.environ["BATON_HANDOVER_WAIT"] = "0.5"
+            self.assertEqual(baton.Options.from_environment().handover_wait_seconds, 0.5)
+            parts = build()
+            second = baton.torch.Checkpointer(*parts, interval=100)
+            self.assertTrue(second.restore())
+            self.assertEqual(second.iteration, 2)
+            self.assertGreaterEqual(second.handover_wait_seconds, 0.5)
+            second.close(final_checkpoint=False)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 if __name__ == "__main__":
     unittest.main()

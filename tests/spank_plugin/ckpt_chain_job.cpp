@@ -1,7 +1,9 @@
 // A small training job for the chain test, configured only through the BATON_* environment the plugin
-// sets: it restores from its chain, trains with the policy's checkpoints, and exits once the policy's
-// final checkpoint before BATON_DEADLINE - BATON_DEADLINE_MARGIN has committed. With --run-seconds=N it
-// stops on its own after N seconds instead.
+// sets: it restores from its chain (after the handover wait, BATON_HANDOVER_WAIT), trains with the
+// policy's checkpoints, and exits once the policy's final checkpoint has committed: before
+// BATON_DEADLINE - BATON_DEADLINE_MARGIN, or at the next iteration after SIGTERM (a handover). With
+// --run-seconds=N it stops on its own after N seconds instead; with --total-iterations=N it declares the
+// training done once iteration N - 1 is trained (a final checkpoint with training_done) and exits 0.
 #include "baton/ckpt/session.hpp"
 
 #include <chrono>
@@ -25,24 +27,33 @@ std::uint64_t expectedWord(std::uint64_t iteration, std::size_t index)
 int main(int argc, char** argv)
 {
     long long runSeconds = -1;
+    long long totalIterations = -1;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg.rfind("--run-seconds=", 0) == 0) {
             runSeconds = std::stoll(arg.substr(14));
+        } else if (arg.rfind("--total-iterations=", 0) == 0) {
+            totalIterations = std::stoll(arg.substr(19));
+        } else {
+            std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+            return 2;
         }
     }
     const char* restarts = std::getenv("BATON_RESTART_COUNT");
     std::printf("restart count %s\n", restarts ? restarts : "unset");
 
-    baton::ckpt::Session session(baton::ckpt::SessionOptions::fromEnvironment());
+    auto options = baton::ckpt::SessionOptions::fromEnvironment();
+    options.handleSignals = true; // SIGTERM (the provisioner's handover): final checkpoint, then exit
+    baton::ckpt::Session session(std::move(options));
     std::vector<std::uint64_t> weights(1 << 17); // 1 MiB
     session.checkpointer().registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
     session.onCheckpoint([](const baton::ckpt::SessionCheckpoint& checkpoint) {
         if (checkpoint.final) {
-            std::printf("final checkpoint iteration %llu %s at %lld\n",
+            std::printf("final checkpoint iteration %llu %s at %lld%s\n",
                 static_cast<unsigned long long>(checkpoint.stats.iteration),
                 checkpoint.stats.committed ? "committed" : "FAILED",
-                static_cast<long long>(std::time(nullptr)));
+                static_cast<long long>(std::time(nullptr)),
+                checkpoint.stats.trainingDone ? " (training done)" : "");
             std::fflush(stdout);
         }
     });
@@ -59,7 +70,22 @@ int main(int argc, char** argv)
     } else {
         std::printf("fresh start\n");
     }
+    if (restored.handoverWaitSeconds > 0)
+        std::printf("handover wait %.1f s%s\n", restored.handoverWaitSeconds,
+            restored.handoverTimedOut ? " (timed out)" : "");
     std::fflush(stdout);
+
+    // Training already finished in an earlier job (its final checkpoint may not have said so).
+    const auto trainingFinished = [&](std::uint64_t next) {
+        return totalIterations >= 0 && next >= static_cast<std::uint64_t>(totalIterations);
+    };
+    if (trainingFinished(first)) {
+        session.markTrainingDone();
+        const bool committed = session.finish();
+        std::printf("training done at iteration %llu %s\nexiting\n",
+            static_cast<unsigned long long>(restored.iteration), committed ? "committed" : "FAILED");
+        return committed ? 0 : 1;
+    }
 
     const auto started = std::chrono::steady_clock::now();
     for (std::uint64_t it = first; !session.shouldExit(); ++it) {
@@ -69,6 +95,13 @@ int main(int argc, char** argv)
             weights[i] = expectedWord(it, i);
         }
         session.step(it);
+        if (trainingFinished(it + 1)) {
+            session.markTrainingDone();
+            const bool committed = session.finish();
+            std::printf("training done at iteration %llu %s\nexiting\n", static_cast<unsigned long long>(it),
+                committed ? "committed" : "FAILED");
+            return committed ? 0 : 1;
+        }
         if (runSeconds >= 0
             && std::chrono::steady_clock::now() - started >= std::chrono::seconds(runSeconds)) {
             std::printf("stopping at iteration %llu\n", static_cast<unsigned long long>(it));

@@ -12,6 +12,8 @@
             loss.backward()
             optimizer.step()              # waits for an in-flight snapshot, then updates
             scheduler.step()
+    if ckpt.iteration >= steps:
+        ckpt.done()                       # the final checkpoint says training_done: the chain ends
     ckpt.close()                          # final checkpoint, waits for it to commit
 
 Every parameter of ``model.state_dict()`` and every tensor of ``optimizer.state_dict()`` is registered
@@ -256,6 +258,8 @@ class Checkpointer:
         self.iteration = 0
         self.state: Dict[str, Any] = {}
         self.restored_from: Optional[str] = None
+        # Seconds restore() waited for the predecessor job's final checkpoint (BATON_HANDOVER_WAIT).
+        self.handover_wait_seconds = 0.0
         self.previous_tuning: Optional[Dict[str, Any]] = None  # the restored checkpoint's policy tuning
         # Seconds the training thread spent starting the last checkpoint (collecting the state and
         # handing it over); the wait for its snapshot is native.last_checkpoint().stall_seconds.
@@ -271,6 +275,7 @@ class Checkpointer:
             self._start_policy(None)
         self._pending = False
         self._closed = False
+        self._training_done = False
         self._regions: Dict[str, tuple] = {}
         self._buffer_names: set = set()
         self._device_regions: List[str] = []
@@ -316,6 +321,8 @@ class Checkpointer:
             self._prepare_optimizer_state(layout)
             self._sync_regions()
             result = self._native.restore()
+            # Only the first native restore waits for a handover; later ones report 0.
+            self.handover_wait_seconds = max(self.handover_wait_seconds, result.handover_wait_seconds)
             if not result.restored:
                 return False
             restored_layout = result.manifest.get(_LAYOUT_FIELD, {})
@@ -348,10 +355,26 @@ class Checkpointer:
 
     def checkpoint_now(self) -> bool:
         """Checkpoints the current iteration and waits for it to commit; returns whether it did."""
+        return self._checkpoint_now(final=False)
+
+    def done(self) -> None:
+        """Declares the training complete: the final checkpoint that close() writes (or a final one the
+        policy takes before that) carries ``training_done``, which tells the provisioner to end the
+        chain instead of submitting another job. close() writes it even when the newest checkpoint
+        already holds the current iteration."""
+        self._training_done = True
+
+    @property
+    def training_done(self) -> bool:
+        return self._training_done
+
+    def _checkpoint_now(self, final: bool) -> bool:
         self._boundary()
         self._native.wait()  # an in-flight checkpoint must end before the state blob is replaced
+        self._report_outcome()
         self._prepare_checkpoint(self.iteration)
-        return self._native.checkpoint_now(self.iteration)
+        return self._native.checkpoint_now(self.iteration, final=final,
+                                           training_done=final and self._training_done)
 
     def wait(self) -> bool:
         """Waits for an in-flight checkpoint; returns whether the last checkpoint committed."""
@@ -359,19 +382,25 @@ class Checkpointer:
 
     def close(self, final_checkpoint: bool = True) -> bool:
         """Ends checkpointing: takes a final checkpoint of the current iteration unless the newest
-        committed one already holds it, waits for persist, removes the hooks. Returns whether the
-        last checkpoint committed."""
+        committed one already holds it, waits for persist, removes the hooks. After done() the final
+        checkpoint carries ``training_done`` (written even when the iteration is already saved).
+        Returns whether the last checkpoint committed."""
         if self._closed:
             return True
         self._boundary()
         ok = self._native.wait()
         self._report_outcome()
         last = self._native.last_checkpoint()
-        # After a final checkpoint, later iterations are left to the next job: a synchronous checkpoint
-        # now could miss the deadline that the final one was planned for.
-        done = (last.committed and last.iteration == self.iteration) or self.should_exit
-        if final_checkpoint and self.iteration > 0 and not done:
-            ok = self.checkpoint_now()
+        if self._training_done:
+            saved = last.committed and last.iteration == self.iteration and last.training_done
+            if final_checkpoint and not saved:
+                ok = self._checkpoint_now(final=True)
+        else:
+            # After a final checkpoint, later iterations are left to the next job: a synchronous
+            # checkpoint now could miss the deadline that the final one was planned for.
+            saved = (last.committed and last.iteration == self.iteration) or self.should_exit
+            if final_checkpoint and self.iteration > 0 and not saved:
+                ok = self._checkpoint_now(final=True)
         self._unhook()
         if self._policy is not None:
             self._policy.disable_signals()
@@ -430,19 +459,20 @@ class Checkpointer:
                     # Only a signal or the deadline asks while one is in flight: it must not be dropped.
                     self._native.wait()
                     self._report_outcome()
-                self._start_checkpoint(iteration)
+                self._start_checkpoint(iteration, final=decision.final)
                 if decision.final:
                     # Nothing after it will be kept: wait, so that should_exit is true at once.
                     self._native.wait()
                     self._report_outcome()
         self._last_boundary = now
 
-    def _start_checkpoint(self, iteration: int) -> None:
+    def _start_checkpoint(self, iteration: int, final: bool = False) -> None:
         begin = time.perf_counter()
         self._prepare_checkpoint(iteration)
         if self._policy is not None and self._device_regions:
             self._native.set_device_snapshot(self._policy.snapshot_target == "device")
-        started = self._native.request_checkpoint(iteration)
+        started = self._native.request_checkpoint(iteration, final=final,
+                                                  training_done=final and self._training_done)
         self.last_start_seconds = time.perf_counter() - begin
         if started:
             self._outstanding = iteration

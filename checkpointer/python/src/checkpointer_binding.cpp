@@ -31,10 +31,13 @@ public:
 
 void bindOptions(py::module_& module)
 {
-    py::class_<ckpt::Options>(module, "Options", "Settings of a Checkpointer (BATON_CHAIN_DIR, BATON_KEEP).")
+    py::class_<ckpt::Options>(module, "Options",
+        "Settings of a Checkpointer (BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, "
+        "BATON_HANDOVER_WAIT).")
         .def(py::init<>())
         .def_static("from_environment", &ckpt::Options::fromEnvironment,
-            "Reads BATON_CHAIN_DIR and BATON_KEEP; raises ConfigError when unusable.")
+            "Reads BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT and BATON_HANDOVER_WAIT; "
+            "raises ConfigError naming the variable when unusable.")
         .def_property(
             "chain_dir", [](const ckpt::Options& o) { return o.chainDir.string(); },
             [](ckpt::Options& o, const std::string& dir) { o.chainDir = dir; })
@@ -42,6 +45,11 @@ void bindOptions(py::module_& module)
         .def_readwrite("staging_bytes", &ckpt::Options::stagingBytes)
         .def_readwrite("copy_threads", &ckpt::Options::copyThreads)
         .def_readwrite("direct_io", &ckpt::Options::directIo)
+        .def_readwrite("job_id", &ckpt::Options::jobId, "Recorded in every manifest; None: BATON_JOB_ID.")
+        .def_readwrite("restart_count", &ckpt::Options::restartCount,
+            "Recorded in every manifest; None: BATON_RESTART_COUNT.")
+        .def_readwrite("handover_wait_seconds", &ckpt::Options::handoverWaitSeconds,
+            "restore() in a successor job waits up to this long for the predecessor's final checkpoint.")
         .def("validate", &ckpt::Options::validate);
 }
 
@@ -55,7 +63,9 @@ void bindStats(py::module_& module)
         .def_readonly("stall_seconds", &ckpt::CheckpointStats::stallSeconds)
         .def_readonly("finished", &ckpt::CheckpointStats::finished)
         .def_readonly("committed", &ckpt::CheckpointStats::committed)
-        .def_readonly("error", &ckpt::CheckpointStats::error);
+        .def_readonly("error", &ckpt::CheckpointStats::error)
+        .def_readonly("final", &ckpt::CheckpointStats::final)
+        .def_readonly("training_done", &ckpt::CheckpointStats::trainingDone);
     py::class_<ckpt::Counters>(module, "Counters")
         .def_readonly("requested", &ckpt::Counters::requested)
         .def_readonly("committed", &ckpt::Counters::committed)
@@ -120,13 +130,21 @@ void bindCheckpointer(py::module_& module)
             py::call_guard<py::gil_scoped_release>())
         .def(
             "request_checkpoint",
-            [](Self& self, std::uint64_t iteration) { return self.impl().requestCheckpoint(iteration); },
-            "iteration"_a, py::call_guard<py::gil_scoped_release>())
+            [](Self& self, std::uint64_t iteration, bool final, bool trainingDone) {
+                return self.impl().requestCheckpoint(iteration, { final, trainingDone });
+            },
+            "iteration"_a, "final"_a = false, "training_done"_a = false,
+            py::call_guard<py::gil_scoped_release>(),
+            "`final`: the process exits after it; `training_done`: the training is complete (both go into "
+            "the manifest).")
         .def("schedule_checkpoint", [](Self& self) { self.impl().scheduleCheckpoint(); })
         .def(
             "checkpoint_now",
-            [](Self& self, std::uint64_t iteration) { return self.impl().checkpointNow(iteration); },
-            "iteration"_a, py::call_guard<py::gil_scoped_release>())
+            [](Self& self, std::uint64_t iteration, bool final, bool trainingDone) {
+                return self.impl().checkpointNow(iteration, { final, trainingDone });
+            },
+            "iteration"_a, "final"_a = false, "training_done"_a = false,
+            py::call_guard<py::gil_scoped_release>())
         .def(
             "wait", [](Self& self) { return self.impl().wait(); }, py::call_guard<py::gil_scoped_release>())
         .def(

@@ -54,7 +54,9 @@ void bindSession(py::module_& module)
     py::class_<SessionOptions>(module, "SessionOptions")
         .def(py::init<>())
         .def_static("from_environment", &SessionOptions::fromEnvironment,
-            "BATON_CHAIN_DIR, BATON_KEEP, BATON_OVERHEAD, BATON_DEADLINE, BATON_DEADLINE_MARGIN.")
+            "BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, BATON_HANDOVER_WAIT, "
+            "BATON_OVERHEAD, "
+            "BATON_DEADLINE, BATON_DEADLINE_MARGIN.")
         .def_readwrite("checkpointer", &SessionOptions::checkpointer)
         .def_readwrite("policy", &SessionOptions::policy)
         .def_readwrite("handle_signals", &SessionOptions::handleSignals);
@@ -94,7 +96,13 @@ void bindSession(py::module_& module)
             "iteration"_a, py::call_guard<py::gil_scoped_release>(),
             "The end of iteration `iteration`: may start a checkpoint (and wait for a final one).")
         .def(
-            "finish", [](Self& self) { self.impl().finish(); }, py::call_guard<py::gil_scoped_release>())
+            "finish", [](Self& self) { return self.impl().finish(); },
+            py::call_guard<py::gil_scoped_release>(),
+            "Waits for an in-flight checkpoint; after mark_training_done() commits a final checkpoint with "
+            "training_done. Returns whether the last checkpoint committed.")
+        .def(
+            "mark_training_done", [](Self& self) { self.impl().markTrainingDone(); },
+            "The training is complete: finish() writes a final checkpoint with training_done.")
         .def_property_readonly("should_exit", [](Self& self) { return self.impl().shouldExit(); })
         .def_property_readonly("interval", [](Self& self) { return self.impl().interval(); })
         .def_property_readonly(

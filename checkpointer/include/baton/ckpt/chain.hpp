@@ -42,6 +42,17 @@ std::vector<std::filesystem::path> pruneChain(const std::filesystem::path& chain
 // Removes one checkpoint so that a crash at any moment leaves it either committed or gone.
 void removeCheckpoint(const std::filesystem::path& checkpointDir);
 
+struct HandoverWaitResult {
+    bool found = false; // a matching final checkpoint committed in time
+    double seconds = 0; // time spent waiting
+    std::filesystem::path checkpoint; // the one found
+};
+
+// Polls the chain's manifests (only those: cheap) every `pollSeconds` until a committed checkpoint is
+// `final` with `restart_count >= minRestartCount`, or `limitSeconds` have passed.
+HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::uint64_t minRestartCount,
+    double limitSeconds, double pollSeconds = 0.2);
+
 // "<host>-<pid>": names this process's temporary directories in a chain (".ckpt-N.tmp-<tag>").
 std::string temporaryOwnerTag();
 

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,12 @@
 
 namespace baton::ckpt {
 
+// What a checkpoint means for the chain; written to its manifest as `final` and `training_done`.
+struct CheckpointFlags {
+    bool final = false; // the process exits after it (deadline, SIGTERM, requested exit, finish)
+    bool trainingDone = false; // the application declared the training complete
+};
+
 // Measured figures of one checkpoint (the policy's inputs).
 struct CheckpointStats {
     std::uint64_t iteration = 0;
@@ -42,6 +49,8 @@ struct CheckpointStats {
     bool finished = false; // persist has ended (committed or failed)
     bool committed = false;
     std::string error; // why it failed, when finished && !committed
+    bool final = false; // as requested (CheckpointFlags)
+    bool trainingDone = false;
 };
 
 struct Counters {
@@ -69,6 +78,15 @@ struct RestoreResult {
     // Host regions are filled while a checkpoint streams in. When none verified (restored == false) and
     // this is true, they hold bytes of a rejected checkpoint: initialize them again before training.
     bool regionsOverwritten = false;
+    // The restored manifest's writer and flags (unknown / false for manifests without them).
+    std::optional<std::uint64_t> jobId;
+    std::optional<std::uint64_t> restartCount;
+    bool final = false;
+    bool trainingDone = false;
+    // Seconds restore() waited for the predecessor's final checkpoint (Options::handoverWaitSeconds),
+    // and whether that wait ran out before one appeared.
+    double handoverWaitSeconds = 0;
+    bool handoverTimedOut = false;
 };
 
 class Checkpointer {
@@ -110,19 +128,21 @@ public:
     // Non-blocking: snapshots the registered state as of `iteration` (the caller says it is consistent)
     // and persists it in the background. Returns false, and counts the request as dropped, when a
     // checkpoint is already in flight.
-    bool requestCheckpoint(std::uint64_t iteration);
+    bool requestCheckpoint(std::uint64_t iteration, CheckpointFlags flags = {});
     // Thread-safe: the next afterUpdate() starts a checkpoint (for signal handlers' flags and policies).
     void scheduleCheckpoint();
     // Waits for any in-flight checkpoint, checkpoints `iteration` and waits for it to commit.
     // Returns whether it committed; lastError() says why not.
-    bool checkpointNow(std::uint64_t iteration);
+    bool checkpointNow(std::uint64_t iteration, CheckpointFlags flags = {});
     // Waits until no checkpoint is in flight. Returns whether the last checkpoint committed.
     bool wait();
     bool inFlight() const;
 
     // Restores the newest committed checkpoint whose checksums all verify into the registered regions,
     // falling back to older ones. Throws FormatError for a newer format, Error when a checkpoint's
-    // region has a different size than the registered one.
+    // region has a different size than the registered one. With Options::handoverWaitSeconds > 0 and
+    // restartCount n > 0, the first call first waits (at most that long) for the predecessor's final
+    // checkpoint (waitForHandover), so that a successor never resumes from a stale one.
     RestoreResult restore();
 
     CheckpointStats lastCheckpoint() const;

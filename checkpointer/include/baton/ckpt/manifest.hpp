@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,11 @@ struct Manifest {
     std::uint64_t totalBytes = 0;
     std::vector<ManifestEntry> regions;
     std::vector<ManifestEntry> blobs;
+    // Who wrote it and why (absent in older manifests: unknown / false).
+    std::optional<std::uint64_t> jobId; // `job_id`: the writer's Slurm job
+    std::optional<std::uint64_t> restartCount; // `restart_count`: the writer's BATON_RESTART_COUNT
+    bool final = false; // `final`: the writer exited after it (deadline, SIGTERM, requested, finish)
+    bool trainingDone = false; // `training_done`: the application declared the training complete
     nlohmann::json document; // the whole manifest, including sampler, tuning and any extra fields
 };
 

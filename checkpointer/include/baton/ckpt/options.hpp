@@ -2,11 +2,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 namespace baton::ckpt {
+
+inline constexpr double kMaxHandoverWait = 3600; // seconds
 
 struct Options {
     // Directory of the chain; checkpoints live directly inside it (BATON_CHAIN_DIR). Created if missing.
@@ -21,9 +25,22 @@ struct Options {
     bool directIo = true;
     // Receives warnings and errors (one line each); default: standard error.
     std::function<void(std::string_view)> log;
+    // The writer's Slurm job id and restart count, recorded in every manifest (`job_id`,
+    // `restart_count`). Left unset, the Checkpointer takes BATON_JOB_ID and BATON_RESTART_COUNT when
+    // they hold whole numbers: they describe the process, not a choice of the program.
+    std::optional<std::uint64_t> jobId;
+    std::optional<std::uint64_t> restartCount;
+    // Seconds restore() waits for the predecessor's handover (BATON_HANDOVER_WAIT, 0..3600, 0 = off):
+    // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
+    double handoverWaitSeconds = 0;
 
-    // Reads BATON_CHAIN_DIR (required, absolute) and BATON_KEEP (integer >= 1). Throws ConfigError.
+    // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer >= 1), BATON_JOB_ID,
+    // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600). Throws ConfigError
+    // naming the variable.
     static Options fromEnvironment();
+    // Fills an unset jobId / restartCount from BATON_JOB_ID / BATON_RESTART_COUNT where those hold
+    // whole numbers (anything else leaves them unknown). The Checkpointer calls it.
+    void identifyFromEnvironment();
 
     // Throws ConfigError naming the first unusable value.
     void validate() const;

@@ -35,7 +35,8 @@ struct PolicyOptions {
 using EnvironmentLookup = std::function<const char*(const char*)>;
 PolicyOptions applyEnvironment(PolicyOptions options, const EnvironmentLookup& lookup = {});
 
-enum class CheckpointReason { None, Profile, Interval, Signal, Terminate, Deadline, Requested };
+// Finish: the session's closing checkpoint after markTrainingDone() (not a policy decision).
+enum class CheckpointReason { None, Profile, Interval, Signal, Terminate, Deadline, Requested, Finish };
 const char* toString(CheckpointReason reason);
 
 struct Decision {

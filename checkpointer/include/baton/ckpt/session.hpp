@@ -12,7 +12,9 @@
 //         session.beforeUpdate();
 //         optimizerStep();
 //         session.step(it); // may start a checkpoint of iteration `it`
+//         if (it + 1 == totalIterations) { session.markTrainingDone(); break; }
 //     }
+//     session.finish(); // after markTrainingDone(): a final checkpoint with training_done
 #pragma once
 
 #include "baton/ckpt/checkpointer.hpp"
@@ -32,8 +34,9 @@ struct SessionOptions {
     PolicyOptions policy;
     bool handleSignals = false; // opt-in SIGUSR1/SIGTERM handlers (signals.hpp)
 
-    // BATON_CHAIN_DIR, BATON_KEEP (Options::fromEnvironment), BATON_OVERHEAD, BATON_DEADLINE and
-    // BATON_DEADLINE_MARGIN. Throws ConfigError naming the variable.
+    // BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, BATON_HANDOVER_WAIT
+    // (Options::fromEnvironment; the handover wait is checkpointer.handoverWaitSeconds), BATON_OVERHEAD,
+    // BATON_DEADLINE and BATON_DEADLINE_MARGIN. Throws ConfigError naming the variable.
     static SessionOptions fromEnvironment();
 };
 
@@ -65,7 +68,9 @@ public:
     }
 
     // Restores the newest verified checkpoint, the sampler position and the previous job's tuning
-    // (the policy then keeps its k unless this job's iteration time differs by more than 20 %).
+    // (the policy then keeps its k unless this job's iteration time differs by more than 20 %). With a
+    // handover wait (BATON_HANDOVER_WAIT) in a successor job it first waits for the predecessor's final
+    // checkpoint; RestoreResult::handoverWaitSeconds says how long.
     RestoreResult restore();
 
     // Checkpoint at the next step() (a handover: the successor has started); `exitAfter` makes it the
@@ -77,8 +82,15 @@ public:
     // checkpoint when it says so. A final checkpoint (deadline, SIGTERM) is waited for, so that
     // shouldExit() is true as soon as it has committed.
     Decision step(std::uint64_t iteration);
-    // Waits for an in-flight checkpoint and reports it to the policy.
-    void finish();
+    // Waits for an in-flight checkpoint and reports it to the policy. After markTrainingDone() it then
+    // commits a final checkpoint of the last iteration with `training_done` (even when the newest
+    // checkpoint already holds that iteration, so that the flag exists); returns whether that commit
+    // (or, without one, the last checkpoint) succeeded.
+    bool finish();
+    // The application has trained everything: the final checkpoint (the next one step() makes final, or
+    // finish()'s) carries `training_done`, which tells the provisioner to end the chain.
+    void markTrainingDone() { trainingDone_ = true; }
+    bool trainingDone() const { return trainingDone_; }
 
     bool shouldExit() const { return policy_.shouldExit(); }
     std::uint64_t interval() const { return policy_.interval(); }
@@ -102,6 +114,8 @@ private:
     bool started_ = false; // a checkpoint the policy knows of is in flight
     CheckpointReason reason_ = CheckpointReason::None;
     bool final_ = false;
+    bool trainingDone_ = false;
+    std::optional<std::uint64_t> lastIteration_; // the newest consistent iteration (restored or stepped)
 };
 
 } // namespace baton::ckpt
