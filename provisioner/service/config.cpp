@@ -1,6 +1,7 @@
 #include "config.hpp"
 
 #include <fstream>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,8 @@ const std::map<std::string, Setter>& keyTable()
                 for (const auto& name : v)
                     c.slurmUsers.push_back(expectString(name, k));
             } },
+        { "submit_lead_seconds",
+            [](auto& c, const Json& v, const auto& k) { c.submitLead = std::chrono::seconds(expectInteger(v, k, 0, 86400)); } },
         { "retry_budget",
             [](auto& c, const Json& v, const auto& k) { c.retryBudget = static_cast<int>(expectInteger(v, k, 0, 100)); } },
         { "handover_timeout_seconds",

@@ -25,6 +25,7 @@ struct ServiceConfig {
     double quantile = 0.5; // q of the learned policies when the model stores none
     std::string operatorsGroup; // unix group whose members may act on every chain
     std::vector<std::string> slurmUsers { "root" }; // who may send plugin events (uid 0 always may)
+    std::chrono::seconds submitLead { 60 }; // successors go in at least this long before the limit
     int retryBudget = 3; // resubmissions of a job that failed without progress
     std::chrono::seconds handoverTimeout { 600 }; // a signalled predecessor still running after this is cancelled
     std::chrono::seconds slurmTimeout { 30 }; // every squeue/sbatch/scancel call

@@ -1,6 +1,8 @@
 #include "provisioner.hpp"
 
+#include "http_api.hpp"
 #include "log.hpp"
+#include "spool.hpp"
 
 #include <errors.hpp>
 #include <transaction.hpp>
@@ -277,9 +279,35 @@ bool Provisioner::startSubmission(
     return true;
 }
 
+void Provisioner::collectSpoolHints(const ChainRow& chain)
+{
+    if (!chain.chainDir)
+        return;
+    try {
+        for (const std::string& line : collectSpool(*chain.chainDir, chain.ownerUid)) {
+            try {
+                const Json event = parseBoundedJson(line, config_.maxJsonDepth);
+                const auto checkpoint = event.find("checkpoint");
+                if (!event.is_object() || checkpoint == event.end() || !checkpoint->is_object())
+                    continue;
+                const auto jobId = event.find("job_id");
+                store_.recordCheckpoint(chain.id,
+                    jobId != event.end() && jobId->is_number_integer() ? std::optional(jobId->get<std::int64_t>())
+                                                                       : std::nullopt,
+                    *checkpoint, *chain.chainDir);
+            } catch (const std::invalid_argument&) {
+                // a damaged line of the owner's own file: skipped
+            }
+        }
+    } catch (const std::runtime_error& error) {
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+    }
+}
+
 void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current)
 {
-    if (store_.trainingDone(chain.id) && current.state == "COMPLETED") {
+    collectSpoolHints(chain);
+    if (store_.trainingDone(chain.id)) {
         if (store_.transition(chain.id, { chain.state }, ChainState::Finished, "training finished")) {
             store_.recordDecision(chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
             logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
@@ -341,6 +369,8 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
             onCurrentEnded(chain, *current);
             return;
         }
+        if (store_.trainingDone(chain.id))
+            return; // the training is complete: this job only exits, nothing follows it
         if (chain.resubmitRequested) {
             startSubmission(chain, ChainState::Running, "resubmit", Json { { "requested", true } });
             return;
@@ -348,7 +378,10 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         if (!current->running() || current->timeLimitSeconds <= 0)
             return;
         sim::DecisionPoint point = decisionPoint_(queue, *current, now_);
-        const bool submit = policy_->submitNow(point);
+        // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle take
+        // time, and a successor submitted at the last second always leaves a gap.
+        const bool submit = policy_->submitNow(point)
+            || (config_.policy != "reactive" && point.remaining <= config_.submitLead.count());
         Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
             { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
             { "free_nodes", point.features[8] } };
@@ -361,7 +394,9 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         return;
     }
     case ChainState::SuccessorPending: {
-        if (current && current->ended() && store_.trainingDone(chain.id) && current->state == "COMPLETED") {
+        if (current && current->ended())
+            collectSpoolHints(chain);
+        if (current && current->ended() && store_.trainingDone(chain.id)) {
             if (successor && !successor->ended())
                 cluster_.cancel(successor->id);
             store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "training finished");

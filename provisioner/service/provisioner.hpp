@@ -43,6 +43,8 @@ private:
     std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue);
     bool startSubmission(const ChainRow& chain, ChainState from, const std::string& reason,
         const nlohmann::json& inputs);
+    // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
+    void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
     void updateGauges(const QueueSnapshot& queue);
 

@@ -1,0 +1,395 @@
+// batond against real services: a private PostgreSQL, a private single-node Slurm with spank_baton.so,
+// and munged. A chain of 1-minute jobs running a real checkpointing program completes through
+// handovers while the active batond is SIGKILLed again and again (two instances: the standby takes
+// over); requests that are not signed by the right user, replayed, malformed, oversized or too deep are
+// refused and change nothing; /metrics passes promtool.
+#include "services.hpp"
+
+#include <connection.hpp>
+#include <migrations.hpp>
+#include <munge_credential.hpp>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace {
+
+using baton::test::PostgresServer;
+using baton::test::run;
+using baton::test::SlurmCluster;
+using baton::test::TempDir;
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr uid_t nobody = 65534;
+
+// A port that is free now: bound once by the kernel's choice, then released.
+int freePort()
+{
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    close(fd);
+    return ntohs(address.sin_port);
+}
+
+// A credential made by a child running as `uid`, so that munged vouches for that user.
+std::string credentialAs(uid_t uid, const std::string& payload)
+{
+    int fds[2];
+    EXPECT_EQ(pipe(fds), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+        close(fds[0]);
+        if (uid != 0 && (setgid(uid) != 0 || setuid(uid) != 0))
+            _exit(1);
+        try {
+            const std::string credential = baton::munge::encode(payload);
+            if (write(fds[1], credential.data(), credential.size()) != static_cast<ssize_t>(credential.size()))
+                _exit(2);
+        } catch (...) {
+            _exit(3);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    std::string credential;
+    char buffer[4096];
+    for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;)
+        credential.append(buffer, static_cast<std::size_t>(got));
+    close(fds[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "munge encode as uid " << uid;
+    return credential;
+}
+
+struct Reply {
+    int status = 0;
+    std::string body;
+    Json json() const { return Json::parse(body, nullptr, false); }
+};
+
+Reply send(int port, const std::string& method, const std::string& target, const std::string& body,
+    std::optional<std::string> authorization)
+{
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(5);
+    client.set_read_timeout(30);
+    httplib::Headers headers;
+    if (authorization)
+        headers.emplace("Authorization", *authorization);
+    const auto result = method == "GET" ? client.Get(target.c_str(), headers)
+                                        : client.Post(target.c_str(), headers, body, "application/json");
+    if (!result)
+        return Reply { 0, httplib::to_string(result.error()) };
+    return Reply { result->status, result->body };
+}
+
+Reply signedRequest(int port, const std::string& method, const std::string& target, const std::string& body, uid_t uid)
+{
+    return send(port, method, target, body,
+        "MUNGE " + credentialAs(uid, baton::munge::requestPayload(method, target, body)));
+}
+
+// One batond process; its log goes to a file that the test prints when it fails.
+class Batond {
+public:
+    Batond(std::vector<std::string> args, fs::path log)
+        : args_(std::move(args))
+        , log_(std::move(log))
+    {
+        start();
+    }
+    ~Batond() { stop(SIGKILL); }
+
+    void start()
+    {
+        pid_ = fork();
+        if (pid_ == 0) {
+            const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+            dup2(fd, STDOUT_FILENO);
+            dup2(fd, STDERR_FILENO);
+            std::vector<char*> argv;
+            argv.push_back(const_cast<char*>(BATOND_PATH));
+            for (auto& arg : args_)
+                argv.push_back(arg.data());
+            argv.push_back(nullptr);
+            execv(BATOND_PATH, argv.data());
+            _exit(127);
+        }
+    }
+    void stop(int signal)
+    {
+        if (pid_ <= 0)
+            return;
+        kill(pid_, signal);
+        int status = 0;
+        waitpid(pid_, &status, 0);
+        pid_ = 0;
+    }
+    bool running() const { return pid_ > 0; }
+    std::string log() const
+    {
+        std::ifstream in(log_);
+        return std::string(std::istreambuf_iterator<char>(in), {});
+    }
+
+private:
+    std::vector<std::string> args_;
+    fs::path log_;
+    pid_t pid_ = 0;
+};
+
+bool waitFor(const std::function<bool()>& condition, std::chrono::seconds limit)
+{
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (condition())
+            return true;
+        std::this_thread::sleep_for(250ms);
+    }
+    return condition();
+}
+
+class BatondService : public testing::Test {
+protected:
+    static void SetUpTestSuite()
+    {
+        base_ = new TempDir("baton-batond");
+        ::chmod(base_->path().c_str(), 0755);
+        for (const char* dir : { "chains", "work" }) {
+            fs::create_directory(base_->path() / dir);
+            ::chmod((base_->path() / dir).c_str(), 01777);
+        }
+        pg_ = new PostgresServer();
+        conninfo_ = new std::string(pg_->createDatabase("baton"));
+        baton::db::Connection connection(*conninfo_);
+        baton::db::migrate(connection);
+        ports_[0] = freePort();
+        ports_[1] = freePort();
+        // The plugin reports to the first instance; events sent while it is down are spooled and
+        // collected by the active instance when the job ends.
+        slurm_ = new SlurmCluster({ "required " + std::string(SPANK_BATON_PATH) + " chain_root="
+            + (base_->path() / "chains").string() + "/%u url=http://127.0.0.1:" + std::to_string(ports_[0])
+            + " report_timeout=2 margin=10 handover_wait=60" });
+        // Jobs are submitted as their owner, who must read slurm.conf.
+        ::chmod(slurm_->dir().c_str(), 0755);
+    }
+    static void TearDownTestSuite()
+    {
+        delete slurm_;
+        delete conninfo_;
+        delete pg_;
+        delete base_;
+    }
+
+    static std::vector<std::string> batondArgs(int port, const std::string& name)
+    {
+        return { "--database", *conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
+            "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name, "--submit-grace-seconds", "5",
+            "--handover-timeout-seconds", "60", "--log-level", "debug" };
+    }
+
+    static std::int64_t count(const std::string& sql)
+    {
+        baton::db::Connection connection(*conninfo_);
+        return connection.execScript(sql).int64(0, 0);
+    }
+
+    static TempDir* base_;
+    static PostgresServer* pg_;
+    static std::string* conninfo_;
+    static SlurmCluster* slurm_;
+    static int ports_[2];
+};
+
+TempDir* BatondService::base_ = nullptr;
+PostgresServer* BatondService::pg_ = nullptr;
+std::string* BatondService::conninfo_ = nullptr;
+SlurmCluster* BatondService::slurm_ = nullptr;
+int BatondService::ports_[2] = { 0, 0 };
+
+TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
+{
+    const int port = freePort();
+    Batond batond(batondArgs(port, "security"), base_->path() / "security.log");
+    ASSERT_TRUE(waitFor([&] { return send(port, "GET", "/healthz", "", std::nullopt).status == 200; }, 30s))
+        << batond.log();
+    const std::int64_t eventsBefore = count("SELECT count(*) FROM events");
+
+    const Json event { { "version", 2 }, { "kind", "step_start" }, { "idempotency_key", "1.0.n.batch.step_start" },
+        { "job_id", 1 }, { "chain", "x" } };
+    const std::string body = event.dump();
+    EXPECT_EQ(send(port, "POST", "/v1/events", body, std::nullopt).status, 401) << batond.log();
+    EXPECT_EQ(send(port, "POST", "/v1/events", body, "MUNGE not-a-credential").status, 401);
+    // Not root nor SlurmUser: a user cannot report events about anybody's jobs.
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/events", body, nobody).status, 403);
+    // A credential made for another request.
+    const std::string other = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", "{}"));
+    EXPECT_EQ(send(port, "POST", "/v1/events", body, other).status, 401);
+    // A replayed credential.
+    const std::string once = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", body));
+    EXPECT_EQ(send(port, "POST", "/v1/events", body, once).status, 202);
+    const Reply replayed = send(port, "POST", "/v1/events", body, once);
+    EXPECT_EQ(replayed.status, 401);
+    EXPECT_NE(replayed.body.find("Replayed"), std::string::npos) << replayed.body;
+    // A duplicate with a fresh credential is accepted once, stored once.
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/events", body, 0).json().value("duplicate", false), true);
+    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+
+    // Malformed, NUL, invalid UTF-8, too deep, oversized: 400 or 413, nothing stored.
+    std::string deep(100000, '[');
+    deep += std::string(100000, ']');
+    const std::vector<std::pair<std::string, int>> bad {
+        { "{\"version\": 2, ", 400 },
+        { std::string("{\"version\":2,\"kind\":\"a\0b\"}", 27), 400 },
+        { "{\"version\":2,\"kind\":\"a\\u0000\",\"idempotency_key\":\"k\",\"job_id\":1,\"chain\":\"c\"}", 400 },
+        { "{\"version\":2,\"kind\":\"\xff\xfe\",\"idempotency_key\":\"k2\",\"job_id\":1,\"chain\":\"c\"}", 400 },
+        { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k3\",\"job_id\":1,\"chain\":\"c\",\"tuning\":" + deep + "}",
+            400 },
+        { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k4\",\"job_id\":1,\"chain\":\"c\",\"tuning\":"
+                + std::string(40, '[') + std::string(40, ']') + "}",
+            400 },
+        { "{\"version\":9,\"kind\":\"k\",\"idempotency_key\":\"k5\",\"job_id\":1,\"chain\":\"c\"}", 400 },
+        { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k6\",\"job_id\":-4,\"chain\":\"c\"}", 400 },
+    };
+    for (const auto& [text, status] : bad) {
+        const Reply reply = signedRequest(port, "POST", "/v1/events", text, 0);
+        EXPECT_EQ(reply.status, status) << text.substr(0, 80) << " -> " << reply.body << batond.log();
+        if (status == 400) {
+            EXPECT_TRUE(reply.json().contains("error")) << reply.body;
+        }
+    }
+    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+
+    // A chain of root's is invisible to another user, who can neither read nor change it.
+    {
+        baton::db::Connection connection(*conninfo_);
+        connection.execScript("INSERT INTO chains (owner_uid, owner_name, name) VALUES (0, 'root', 'private')");
+    }
+    EXPECT_EQ(signedRequest(port, "GET", "/v1/chains/root/private", "", nobody).status, 404);
+    for (const char* action : { "pause", "cancel", "resubmit", "preempt" })
+        EXPECT_EQ(signedRequest(port, "POST", std::string("/v1/chains/root/private/") + action, "", nobody).status, 404);
+    EXPECT_TRUE(signedRequest(port, "GET", "/v1/chains", "", nobody).json()["chains"].empty());
+    EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND state = 'running'"), 1);
+    // Its owner can.
+    const Reply own = signedRequest(port, "GET", "/v1/chains/root/private", "", 0);
+    EXPECT_EQ(own.status, 200) << own.body;
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 200);
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 409);
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/cancel", "", 0).status, 200);
+
+    // /metrics is valid Prometheus text.
+    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    ASSERT_EQ(metrics.status, 200);
+    const fs::path file = base_->path() / "metrics.txt";
+    std::ofstream(file) << metrics.body;
+    const auto checked = run({ "bash", "-c", "promtool check metrics < \"$0\"", file.string() }, 60s);
+    EXPECT_EQ(checked.exitCode, 0) << checked.output;
+    EXPECT_NE(metrics.body.find("baton_events_total{outcome=\"accepted\"} 1"), std::string::npos) << metrics.body;
+}
+
+// The chain: 1-minute jobs of a program that needs about 100 s of training, submitted as `nobody`.
+TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKilled)
+{
+    const fs::path work = base_->path() / "work";
+    Batond first(batondArgs(ports_[0], "first"), base_->path() / "first.log");
+    Batond second(batondArgs(ports_[1], "second"), base_->path() / "second.log");
+    ASSERT_TRUE(waitFor([&] { return send(ports_[0], "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
+        << first.log();
+
+    const std::string script = "#!/bin/bash\nexec " + std::string(CKPT_CHAIN_JOB_PATH) + " --total-iterations=2000\n";
+    const Json submit { { "name", "e2e" }, { "script", script }, { "workdir", work.string() },
+        { "sbatch_args", { "--time=1", "--ntasks=1", "--cpus-per-task=1", "--output=" + (work / "job-%j.out").string() } } };
+    const Reply created = signedRequest(ports_[0], "POST", "/v1/chains", submit.dump(), nobody);
+    ASSERT_EQ(created.status, 201) << created.body << first.log();
+    EXPECT_EQ(created.json()["chain"]["owner_uid"], nobody);
+
+    // Kill whichever instance is active at random moments and start it again: 20 times.
+    std::mt19937 random(12345);
+    Batond* instances[] = { &first, &second };
+    int kills = 0;
+    const auto finished = [&] {
+        return count("SELECT count(*) FROM chains WHERE name = 'e2e' AND state = 'finished'") == 1;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + 6min;
+    while (!finished() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(1000, 6000)(random)));
+        if (kills >= 20)
+            continue;
+        Batond* victim = instances[kills % 2];
+        victim->stop(SIGKILL);
+        ++kills;
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
+        victim->start();
+    }
+    const Reply detail = signedRequest(ports_[1], "GET", "/v1/chains/nobody/e2e", "", nobody);
+    ASSERT_TRUE(finished()) << detail.body << "\n--- first\n" << first.log() << "\n--- second\n" << second.log();
+    EXPECT_EQ(kills, 20);
+    const Json doc = detail.json();
+    const auto& jobs = doc["jobs"];
+    ASSERT_GE(jobs.size(), 3u) << detail.body;
+
+    // No duplicate submission: one Slurm job per idempotency key, and every job of the chain is ours.
+    const auto queue = run({ "squeue", "-h", "-t", "all", "-o", "%i %k" }, 60s);
+    std::map<std::string, int> perKey;
+    std::istringstream lines(queue.output);
+    for (std::string id, key; lines >> id >> key;) {
+        if (key.rfind("baton:", 0) == 0)
+            ++perKey[key];
+    }
+    for (const auto& [key, jobsWithKey] : perKey)
+        EXPECT_EQ(jobsWithKey, 1) << key << "\n" << queue.output;
+    EXPECT_EQ(count("SELECT count(*) FROM submissions WHERE state = 'submitted'"),
+        static_cast<std::int64_t>(perKey.size()));
+
+    // Every successor was submitted before its predecessor ended, and at least one handover completed
+    // with the successor resuming from the handover checkpoint.
+    for (std::size_t i = 1; i < jobs.size(); ++i) {
+        if (jobs[i]["state"] == "CANCELLED")
+            continue; // the pending successor withdrawn when the training finished
+        EXPECT_LT(jobs[i]["submit_unix"].get<std::int64_t>(), jobs[i - 1]["end_unix"].get<std::int64_t>()) << detail.body;
+    }
+    int completed = 0;
+    for (const auto& handover : doc["handovers"]) {
+        if (handover["completed_unix"].is_null())
+            continue;
+        ++completed;
+        const std::int64_t successor = handover["successor_job_id"];
+        std::ifstream out(work / ("job-" + std::to_string(successor) + ".out"));
+        const std::string text((std::istreambuf_iterator<char>(out)), {});
+        const auto final = std::find_if(doc["checkpoints"].begin(), doc["checkpoints"].end(), [&](const Json& c) {
+            return c["job_id"] == handover["predecessor_job_id"] && c["final"] == true;
+        });
+        ASSERT_NE(final, doc["checkpoints"].end()) << detail.body;
+        EXPECT_NE(text.find("restored iteration " + std::to_string((*final)["iteration"].get<std::int64_t>()) + " verified"),
+            std::string::npos)
+            << text;
+    }
+    EXPECT_GE(completed, 1) << detail.body;
+    EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(),
+        [](const Json& c) { return c["training_done"] == true; }));
+}
+
+} // namespace
