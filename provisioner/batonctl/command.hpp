@@ -1,6 +1,9 @@
 // batonctl's command groups. A group is one entry in the table in commands.cpp and one handler,
-// usually in its own file: `batonctl GROUP ARGS...` calls the handler with ARGS.
+// usually in its own file: `batonctl GROUP ARGS...` calls the handler with ARGS. Handlers declare their
+// command lines with the option framework (command_line.hpp), which also writes their --help.
 #pragma once
+
+#include "command_line.hpp"
 
 #include <span>
 #include <stdexcept>
@@ -8,9 +11,6 @@
 #include <string_view>
 
 namespace baton::ctl {
-
-// Exit codes of every command.
-enum ExitCode : int { exitOk = 0, exitFailure = 1, exitUsage = 2 };
 
 using Handler = int (*)(std::span<const std::string> args);
 
@@ -22,15 +22,36 @@ struct CommandGroup {
 
 std::span<const CommandGroup> commandGroups();
 
-// Thrown for bad command lines; main() prints it with the usage and exits with exitUsage.
-class UsageError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
-// Handlers of the groups (one file each).
+// Handlers of the groups.
 int versionCommand(std::span<const std::string> args);
 int dbCommand(std::span<const std::string> args);
 int traceCommand(std::span<const std::string> args);
+// Chain commands, talking to batond (chain_commands.cpp).
+int submitCommand(std::span<const std::string> args);
+int chainsCommand(std::span<const std::string> args);
+int showCommand(std::span<const std::string> args);
+int resubmitCommand(std::span<const std::string> args);
+int preemptCommand(std::span<const std::string> args);
+int pauseCommand(std::span<const std::string> args);
+int resumeCommand(std::span<const std::string> args);
+int cancelCommand(std::span<const std::string> args);
+
+// A failure with its own exit status (e.g. exitNotFound); main() prints "batonctl: <what>".
+class CommandFailure : public std::runtime_error {
+public:
+    CommandFailure(int exitCode, const std::string& message)
+        : std::runtime_error(message)
+        , exitCode_(exitCode)
+    { }
+    int exitCode() const { return exitCode_; }
+
+private:
+    int exitCode_;
+};
+
+// The database option shared by the commands that use PostgreSQL directly.
+void addDatabaseOption(CommandSpec& spec);
+// --database, else $BATON_DATABASE, else libpq's PG* environment (empty conninfo).
+std::string databaseConninfo(const ParsedCommand& command);
 
 } // namespace baton::ctl

@@ -2,7 +2,6 @@
 
 #include "connection.hpp"
 #include "migrations.hpp"
-#include "options.hpp"
 
 #include <iostream>
 
@@ -10,9 +9,7 @@ namespace baton::ctl {
 
 namespace {
 
-constexpr const char* dbUsage = "batonctl db migrate|status [--database CONNINFO]";
-
-int migrateCommand(const Options& options)
+int migrateCommand(const ParsedCommand& options)
 {
     db::Connection connection(databaseConninfo(options));
     const auto applied = db::migrate(connection);
@@ -28,7 +25,7 @@ int migrateCommand(const Options& options)
     return exitOk;
 }
 
-int statusCommand(const Options& options)
+int statusCommand(const ParsedCommand& options)
 {
     db::Connection connection(databaseConninfo(options));
     const auto status = db::schemaStatus(connection);
@@ -51,20 +48,15 @@ int statusCommand(const Options& options)
 
 int dbCommand(std::span<const std::string> args)
 {
-    Options options(args, { { "database", true }, { "help", false } });
-    if (options.flag("help")) {
-        std::cout << "usage: " << dbUsage
-                  << "\n  migrate  apply pending schema migrations (idempotent)"
-                     "\n  status   show applied and pending migrations; exit 1 if not up to date\n";
-        return exitOk;
-    }
-    options.expectPositional(1, 1, dbUsage);
-    const std::string& action = options.positional()[0];
-    if (action == "migrate")
-        return migrateCommand(options);
-    if (action == "status")
-        return statusCommand(options);
-    throw UsageError("unknown action '" + action + "'; usage: " + dbUsage);
+    static const std::vector<Subcommand> subcommands = [] {
+        CommandSpec migrate("batonctl db migrate", "Apply pending schema migrations (idempotent).");
+        CommandSpec status("batonctl db status",
+            "Show applied and pending migrations; exit 1 unless the schema is up to date.");
+        addDatabaseOption(migrate);
+        addDatabaseOption(status);
+        return std::vector<Subcommand> { { migrate, migrateCommand }, { status, statusCommand } };
+    }();
+    return dispatch("batonctl db", "Database schema.", subcommands, args);
 }
 
 } // namespace baton::ctl

@@ -1,5 +1,5 @@
-// batonctl: the operator's command line. `batonctl GROUP ...` dispatches through the table of
-// command groups (commands.cpp).
+// batonctl: the command line of users and operators. `batonctl GROUP ...` dispatches through the table
+// of command groups (commands.cpp).
 #include "command.hpp"
 
 #include "errors.hpp"
@@ -16,8 +16,11 @@ void printUsage(std::ostream& out)
     for (const auto& group : baton::ctl::commandGroups())
         out << "  " << group.name << std::string(10 - std::min<std::size_t>(group.name.size(), 9), ' ')
             << group.summary << "\n";
-    out << "\n`batonctl COMMAND --help` for a command's usage.\n"
-           "The database is --database CONNINFO, else $BATON_DATABASE, else the PG* environment.\n";
+    out << "\n`batonctl COMMAND --help` for a command's arguments and options.\n"
+           "Chain commands talk to batond at --server URL, else $BATON_SERVER, else http://127.0.0.1:8760,\n"
+           "signed with your MUNGE credential. db, trace and sim use the database directly: --database\n"
+           "CONNINFO, else $BATON_DATABASE, else the PG* environment.\n"
+           "Exit codes: 0 ok, 1 failure, 2 usage, 3 not found, 4 permission denied, 5 conflict.\n";
 }
 
 } // namespace
@@ -39,21 +42,27 @@ int main(int argc, char** argv)
     for (const auto& group : commandGroups()) {
         if (group.name != args[0])
             continue;
+        const std::string prefix = "batonctl " + std::string(group.name) + ": ";
         try {
             return group.run(std::span<const std::string>(args).subspan(1));
         } catch (const UsageError& error) {
-            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            const std::string command
+                = error.command().empty() ? "batonctl " + std::string(group.name) : error.command();
+            std::cerr << command << ": " << error.what() << "\n";
             if (std::string_view(error.what()).find("usage:") == std::string_view::npos)
-                std::cerr << "(usage: batonctl " << group.name << " --help)\n";
+                std::cerr << "(usage: " << command << " --help)\n";
             return exitUsage;
+        } catch (const CommandFailure& error) {
+            std::cerr << "batonctl: " << error.what() << "\n";
+            return error.exitCode();
         } catch (const baton::db::DbError& error) {
-            std::cerr << "batonctl " << group.name << ": database error: " << error.what() << "\n";
+            std::cerr << prefix << "database error: " << error.what() << "\n";
             return exitFailure;
         } catch (const baton::trace::TraceError& error) {
-            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            std::cerr << prefix << error.what() << "\n";
             return exitFailure;
         } catch (const std::exception& error) {
-            std::cerr << "batonctl " << group.name << ": " << error.what() << "\n";
+            std::cerr << prefix << error.what() << "\n";
             return exitFailure;
         }
     }

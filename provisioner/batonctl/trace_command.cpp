@@ -2,7 +2,6 @@
 
 #include "connection.hpp"
 #include "fields.hpp"
-#include "options.hpp"
 #include "trace_store.hpp"
 
 #include <charconv>
@@ -14,13 +13,6 @@ namespace baton::ctl {
 
 namespace {
 
-constexpr const char* traceUsage = "batonctl trace import FILE [--format "
-                                   "auto|sacct|sacct-text|sacct-parsable|sacct-json|swf] [--name NAME]"
-                                   " [--replace] [--max-rejected FRACTION]\n"
-                                   "       batonctl trace list\n"
-                                   "       batonctl trace stats NAME [--nodes N]\n"
-                                   "       (all take --database CONNINFO)";
-
 std::string fixed(double value, int decimals = 1)
 {
     char text[64];
@@ -28,29 +20,28 @@ std::string fixed(double value, int decimals = 1)
     return text;
 }
 
-double parseFraction(const std::string& text)
+double parseFraction(const ParsedCommand& options, const std::string& text)
 {
     double value = -1;
     auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > 1)
-        throw UsageError("--max-rejected needs a fraction between 0 and 1, got '" + text + "'");
+        throw options.usageError("--max-rejected needs a fraction between 0 and 1, got '" + text + "'");
     return value;
 }
 
-int importCommand(const Options& options)
+int importCommand(const ParsedCommand& options)
 {
-    options.expectPositional(2, 2, traceUsage);
     db::ImportOptions import;
-    const std::string formatText = options.value("format").value_or("auto");
+    const std::string formatText = options.text("format");
     const auto format = trace::parseFormat(formatText);
     if (!format)
-        throw UsageError("unknown --format '" + formatText + "'");
+        throw options.usageError("unknown --format '" + formatText + "'");
     import.format = *format;
     import.name = options.value("name").value_or("");
     import.replace = options.flag("replace");
     if (auto fraction = options.value("max-rejected"))
-        import.maxRejectedFraction = parseFraction(*fraction);
-    const std::filesystem::path file = options.positional()[1];
+        import.maxRejectedFraction = parseFraction(options, *fraction);
+    const std::filesystem::path file = options.argument("FILE");
 
     db::Connection connection(databaseConninfo(options));
     const auto started = std::chrono::steady_clock::now();
@@ -64,9 +55,8 @@ int importCommand(const Options& options)
     return exitOk;
 }
 
-int listCommand(const Options& options)
+int listCommand(const ParsedCommand& options)
 {
-    options.expectPositional(1, 1, traceUsage);
     db::Connection connection(databaseConninfo(options));
     const auto traces = db::listTraces(connection);
     if (traces.empty()) {
@@ -82,19 +72,18 @@ int listCommand(const Options& options)
     return exitOk;
 }
 
-int statsCommand(const Options& options)
+int statsCommand(const ParsedCommand& options)
 {
-    options.expectPositional(2, 2, traceUsage);
     std::optional<long long> clusterNodes;
     if (auto nodes = options.value("nodes")) {
         long long value = 0;
         auto [end, error] = std::from_chars(nodes->data(), nodes->data() + nodes->size(), value);
         if (error != std::errc() || end != nodes->data() + nodes->size() || value <= 0)
-            throw UsageError("--nodes needs a positive integer");
+            throw options.usageError("--nodes needs a positive integer");
         clusterNodes = value;
     }
     db::Connection connection(databaseConninfo(options));
-    const auto stats = db::traceStats(connection, options.positional()[1]);
+    const auto stats = db::traceStats(connection, options.argument("NAME"));
     std::cout << "trace " << stats.name << ": " << stats.jobs << " jobs, " << stats.started << " started\n";
     if (stats.firstSubmit && stats.lastEvent)
         std::cout << "span: " << trace::formatTimestamp(*stats.firstSubmit) << " .. "
@@ -128,23 +117,23 @@ int statsCommand(const Options& options)
 
 int traceCommand(std::span<const std::string> args)
 {
-    Options options(args,
-        { { "database", true }, { "format", true }, { "name", true }, { "replace", false },
-            { "max-rejected", true }, { "nodes", true }, { "help", false } });
-    if (options.flag("help")) {
-        std::cout << "usage: " << traceUsage << "\n";
-        return exitOk;
-    }
-    if (options.positional().empty())
-        throw UsageError(std::string("usage: ") + traceUsage);
-    const std::string& action = options.positional()[0];
-    if (action == "import")
-        return importCommand(options);
-    if (action == "list")
-        return listCommand(options);
-    if (action == "stats")
-        return statsCommand(options);
-    throw UsageError("unknown action '" + action + "'; usage: " + traceUsage);
+    static const std::vector<Subcommand> subcommands = [] {
+        CommandSpec import("batonctl trace import", "Import a job trace into the database (all or nothing).");
+        import.argument("FILE", "the trace file")
+            .option("format", "FORMAT", "auto|sacct|sacct-text|sacct-parsable|sacct-json|swf", "auto")
+            .option("name", "NAME", "the trace's name (default: the file's name)")
+            .flag("replace", "replace a trace of the same name")
+            .option("max-rejected", "FRACTION", "refuse the file if more rows than this are bad", "0.05");
+        CommandSpec list("batonctl trace list", "List the imported traces.");
+        CommandSpec stats("batonctl trace stats", "Wait-time statistics, node-count mix and offered load.");
+        stats.argument("NAME", "the trace's name")
+            .option("nodes", "N", "cluster size, to express the load as a share of it");
+        for (auto* spec : { &import, &list, &stats })
+            addDatabaseOption(*spec);
+        return std::vector<Subcommand> { { import, importCommand }, { list, listCommand },
+            { stats, statsCommand } };
+    }();
+    return dispatch("batonctl trace", "Job traces in the database.", subcommands, args);
 }
 
 } // namespace baton::ctl

@@ -8,10 +8,11 @@ namespace baton::ctl {
 
 int versionCommand(std::span<const std::string> args)
 {
-    if (!args.empty())
-        throw UsageError("usage: batonctl version");
-    std::cout << "batonctl " << BATON_VERSION << (BATON_HAVE_CUDA ? " (CUDA)" : "") << "\n";
-    return exitOk;
+    static const CommandSpec spec("batonctl version", "Print batonctl's version.");
+    return runCommand(spec, args, [](const ParsedCommand&) {
+        std::cout << "batonctl " << BATON_VERSION << (BATON_HAVE_CUDA ? " (CUDA)" : "") << "\n";
+        return exitOk;
+    });
 }
 
 } // namespace baton::ctl

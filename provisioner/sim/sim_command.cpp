@@ -1,12 +1,12 @@
 #include "sim_command.hpp"
 
+#include "command_line.hpp"
 #include "comparison.hpp"
 #include "model_store.hpp"
 #include "svg_plot.hpp"
 #include "trace_input.hpp"
 #include "validation.hpp"
 
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +15,8 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <map>
 #include <numeric>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -26,105 +24,39 @@ namespace baton::sim {
 
 namespace {
 
-// The whole text as a number; nothing when it is empty, has anything else, or is out of range.
-template<typename T> std::optional<T> parseWhole(std::string_view text)
+// Declarations of the three commands' options; their --help is generated from these.
+void addSchedulerOptions(ctl::CommandSpec& spec)
 {
-    T value {};
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || error != std::errc {} || end != text.data() + text.size())
-        return std::nullopt;
-    return value;
+    spec.option("trace", "FILE", "the job trace file; required")
+        .option("nodes", "N", "cluster size", "74")
+        .option("age-weight", "W", "priority weight of age", "100")
+        .option("size-weight", "W", "priority weight of job size", "10")
+        .option("priority-weight", "W", "priority weight of the trace's recorded priority", "1000")
+        .option("max-age-days", "D", "age at which the age factor saturates", "7");
 }
 
-constexpr const char* usage = R"(usage:
-  sim fit --trace FILE [--nodes N,N,...]
-      replay the trace for each node count and priority weighting; compare with the recorded starts
-  sim run --trace FILE --policy reactive|avg|predict|checkpoint-aware|oracle [options]
-  sim compare --trace FILE [--out DIR] [options]
-      evaluate policies with Mirage's protocol; print a table, write DIR/compare.csv,
-      DIR/interruptions.csv and DIR/interruptions.svg
-options:
-  --nodes N                cluster size (default 74)
-  --age-weight W           priority weight of age (default 100)
-  --size-weight W          priority weight of job size (default 10)
-  --priority-weight W      priority weight of the trace's recorded priority (default 1000)
-  --max-age-days D         age at which the age factor saturates (default 7)
-  --split YYYY-MM-DD       train before, evaluate after (default: the middle of the trace)
-  --interval-hours H       spacing of probes (default 4)
-  --shapes N,N             node counts of probe chains (default 1,8)
-  --tolerance-seconds S    "within" tolerance (default 600)
-  --handover-seconds S     price of one handover checkpoint, snapshot + persist (default 60)
-  --successor-time-min-hours H
-                           submit successors with Slurm's --time-min H: backfill may start one with
-                           a limit cut to as little as H (default 0: the full limit, Mirage's protocol)
-  --overlap-budget-seconds S  checkpoint-aware: bound on the mean early start (default 1800)
-  --model FILE             use this trained predictor instead of training one
-  --save-model FILE        write the trained predictor here (compare: default DIR/wait-predictor.json)
-  --db-model NAME          use the latest version of this predictor from the database's models table
-  --db-save NAME           store the trained predictor, with its metrics, as the next version of NAME
-  --database CONNINFO      for --db-*: else $BATON_DATABASE, else the PG* environment
-  --seed N                 training seed (default 0)
-  --oracle yes|no          compare: add the hindsight bound, the best submission minute of each
-                           probe found by trying every one (slow: one queue simulation per minute)
-)";
-
-class Options {
-public:
-    Options(std::span<const std::string> args)
-    {
-        for (std::size_t i = 0; i < args.size(); ++i) {
-            if (args[i].rfind("--", 0) != 0)
-                throw std::invalid_argument("unexpected argument '" + args[i] + "'");
-            if (i + 1 >= args.size())
-                throw std::invalid_argument("option " + args[i] + " needs a value");
-            values_[args[i].substr(2)] = args[i + 1];
-            ++i;
-        }
-    }
-    std::string text(const std::string& key, const std::string& fallback = "")
-    {
-        used_.insert(key);
-        auto it = values_.find(key);
-        return it == values_.end() ? fallback : it->second;
-    }
-    bool has(const std::string& key) const { return values_.count(key) != 0; }
-    double number(const std::string& key, double fallback)
-    {
-        const auto s = text(key);
-        if (s.empty())
-            return fallback;
-        const auto v = parseWhole<double>(s);
-        if (!v)
-            throw std::invalid_argument("--" + key + ": not a number: '" + s + "'");
-        return *v;
-    }
-    std::vector<int> integers(const std::string& key, std::vector<int> fallback)
-    {
-        const auto s = text(key);
-        if (s.empty())
-            return fallback;
-        std::vector<int> out;
-        std::stringstream ss(s);
-        for (std::string item; std::getline(ss, item, ',');) {
-            const auto v = parseWhole<int>(item);
-            if (!v || *v <= 0)
-                throw std::invalid_argument("--" + key + ": expected positive integers, got '" + s + "'");
-            out.push_back(*v);
-        }
-        return out;
-    }
-    // Rejects options that the command did not ask for: a typo must not be silently ignored.
-    void finish() const
-    {
-        for (const auto& [k, v] : values_)
-            if (!used_.count(k))
-                throw std::invalid_argument("unknown option --" + k);
-    }
-
-private:
-    std::map<std::string, std::string> values_;
-    std::set<std::string> used_;
-};
+void addComparisonOptions(ctl::CommandSpec& spec)
+{
+    spec.option("split", "YYYY-MM-DD", "train before, evaluate after (default: the middle of the trace)")
+        .option("interval-hours", "H", "spacing of probes", "4")
+        .option("shapes", "N,N", "node counts of probe chains", "1,8")
+        .option("tolerance-seconds", "S", "\"within\" tolerance", "600")
+        .option("handover-seconds", "S", "price of one handover checkpoint, snapshot + persist", "60")
+        .option("successor-time-min-hours", "H",
+            "submit successors with Slurm's --time-min H: backfill may start one with\n"
+            "a limit cut to as little as H (0: the full limit, Mirage's protocol)",
+            "0")
+        .option("overlap-budget-seconds", "S", "checkpoint-aware: bound on the mean early start", "1800")
+        .option("model", "FILE", "use this trained predictor instead of training one")
+        .option("save-model", "FILE",
+            "write the trained predictor here (compare: default DIR/wait-predictor.json)")
+        .option(
+            "db-model", "NAME", "use the latest version of this predictor from the database's models table")
+        .option(
+            "db-save", "NAME", "store the trained predictor, with its metrics, as the next version of NAME")
+        .option("database", "CONNINFO", "for --db-*: else $BATON_DATABASE, else the PG* environment")
+        .option("seed", "N", "training seed", "0");
+}
 
 std::int64_t parseDate(const std::string& s)
 {
@@ -146,20 +78,20 @@ std::string formatDate(std::int64_t t)
     return buf;
 }
 
-SchedulerConfig schedulerFrom(Options& o)
+SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o)
 {
     SchedulerConfig c;
-    c.nodes = static_cast<int>(o.number("nodes", 74));
-    c.ageWeight = o.number("age-weight", 100);
-    c.sizeWeight = o.number("size-weight", 10);
-    c.recordedWeight = o.number("priority-weight", 1000);
-    c.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
+    c.nodes = static_cast<int>(o.number("nodes"));
+    c.ageWeight = o.number("age-weight");
+    c.sizeWeight = o.number("size-weight");
+    c.recordedWeight = o.number("priority-weight");
+    c.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
     if (c.nodes <= 0 || c.maxAge <= 0)
         throw std::invalid_argument("--nodes and --max-age-days must be positive");
     return c;
 }
 
-std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
+std::shared_ptr<const std::vector<Job>> loadTrace(const ctl::ParsedCommand& o, int nodes)
 {
     const auto path = o.text("trace");
     if (path.empty())
@@ -181,13 +113,12 @@ std::shared_ptr<const std::vector<Job>> loadTrace(Options& o, int nodes)
     return std::make_shared<const std::vector<Job>>(std::move(jobs));
 }
 
-int fitCommand(Options& o)
+int fitCommand(const ctl::ParsedCommand& o)
 {
     SchedulerConfig base;
-    base.maxAge = static_cast<std::int64_t>(o.number("max-age-days", 7) * 86400);
-    auto nodeCounts = o.integers("nodes", { 68, 72, 76, 80, 84 });
+    base.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
+    auto nodeCounts = o.positiveIntegers("nodes");
     const auto path = o.text("trace");
-    o.finish();
     if (path.empty())
         throw std::invalid_argument("--trace FILE is required");
     const auto raw = loadJobs(path).jobs;
@@ -246,7 +177,8 @@ int fitCommand(Options& o)
     return 0;
 }
 
-ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const SchedulerConfig& scheduler)
+ComparisonConfig comparisonFrom(
+    const ctl::ParsedCommand& o, const std::vector<Job>& trace, const SchedulerConfig& scheduler)
 {
     ComparisonConfig c = defaultComparisonConfig(trace);
     c.scheduler = scheduler;
@@ -254,17 +186,17 @@ ComparisonConfig comparisonFrom(Options& o, const std::vector<Job>& trace, const
         c.split = parseDate(split);
         c.protocol.probePriority = medianRecordedPriority(trace, c.split);
     }
-    c.protocol.interval = static_cast<std::int64_t>(o.number("interval-hours", 4) * 3600);
-    c.protocol.shapes = o.integers("shapes", { 1, 8 });
-    c.tolerance = o.number("tolerance-seconds", 600);
-    c.handoverSeconds = o.number("handover-seconds", 60);
-    c.overlapBudgetSeconds = o.number("overlap-budget-seconds", 1800);
-    const double timeMinHours = o.number("successor-time-min-hours", 0);
+    c.protocol.interval = static_cast<std::int64_t>(o.number("interval-hours") * 3600);
+    c.protocol.shapes = o.positiveIntegers("shapes");
+    c.tolerance = o.number("tolerance-seconds");
+    c.handoverSeconds = o.number("handover-seconds");
+    c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
+    const double timeMinHours = o.number("successor-time-min-hours");
     if (!(timeMinHours >= 0 && timeMinHours * 3600 <= static_cast<double>(c.protocol.limit)))
         throw std::invalid_argument("--successor-time-min-hours must lie between 0 and the limit ("
             + std::to_string(c.protocol.limit / 3600) + " h)");
     c.protocol.successorMinLimit = static_cast<std::int64_t>(timeMinHours * 3600);
-    c.training.seed = static_cast<unsigned>(o.number("seed", 0));
+    c.training.seed = static_cast<unsigned>(o.number("seed"));
     if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
@@ -358,7 +290,7 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         throw std::runtime_error("cannot write " + (dir / "interruptions.svg").string());
 }
 
-int compareCommand(Options& o, std::vector<std::string> policies, bool writeFiles)
+int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policies, bool writeFiles)
 {
     const auto t0 = std::chrono::steady_clock::now();
     const auto scheduler = schedulerFrom(o);
@@ -375,10 +307,9 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
             conninfo = env;
     if (!modelIn.empty() && !dbModel.empty())
         throw std::invalid_argument("give --model or --db-model, not both");
-    const auto outDir = writeFiles ? o.text("out", "sim-compare") : std::string();
+    const auto outDir = writeFiles ? o.text("out") : std::string();
     if (writeFiles && modelOut.empty() && modelIn.empty() && dbModel.empty())
         modelOut = (std::filesystem::path(outDir) / "wait-predictor.json").string();
-    o.finish();
 
     std::shared_ptr<const WaitPredictor> pretrained;
     std::optional<db::Connection> database;
@@ -439,35 +370,62 @@ int compareCommand(Options& o, std::vector<std::string> policies, bool writeFile
     return 0;
 }
 
+const std::vector<ctl::Subcommand>& simCommands()
+{
+    static const std::vector<ctl::Subcommand> commands = [] {
+        ctl::CommandSpec fit("batonctl sim fit",
+            "Replay the trace for each node count and priority weighting; compare with the recorded starts.");
+        fit.option("trace", "FILE", "the job trace; required")
+            .option("nodes", "N,N,...", "cluster sizes to try", "68,72,76,80,84")
+            .option("max-age-days", "D", "age at which the age factor saturates", "7");
+        ctl::CommandSpec run(
+            "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");
+        addSchedulerOptions(run);
+        addComparisonOptions(run);
+        run.option("policy", "POLICY", "reactive|avg|predict|checkpoint-aware|oracle; required");
+        ctl::CommandSpec compare("batonctl sim compare",
+            "Evaluate the policies with Mirage's protocol; print a table, write DIR/compare.csv,\n"
+            "DIR/interruptions.csv and DIR/interruptions.svg.");
+        addSchedulerOptions(compare);
+        addComparisonOptions(compare);
+        compare.option("out", "DIR", "where to write the results", "sim-compare")
+            .option("oracle", "yes|no",
+                "add the hindsight bound, the best submission minute of each probe found by\n"
+                "trying every one (slow: one queue simulation per minute)",
+                "no");
+        return std::vector<ctl::Subcommand> {
+            { fit, [](const ctl::ParsedCommand& o) { return fitCommand(o); } },
+            { run,
+                [](const ctl::ParsedCommand& o) {
+                    const auto policy = o.text("policy");
+                    if (policy.empty())
+                        throw std::invalid_argument("--policy is required");
+                    return compareCommand(o, { policy }, false);
+                } },
+            { compare,
+                [](const ctl::ParsedCommand& o) {
+                    std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+                    const auto oracle = o.text("oracle");
+                    if (oracle != "yes" && oracle != "no")
+                        throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
+                    if (oracle == "yes")
+                        policies.push_back("oracle");
+                    return compareCommand(o, std::move(policies), true);
+                } },
+        };
+    }();
+    return commands;
+}
+
 } // namespace
 
 int runSimCommand(std::span<const std::string> args)
 {
     try {
-        if (args.empty() || args[0] == "help" || args[0] == "--help") {
-            std::cout << usage;
-            return args.empty() ? 2 : 0;
-        }
-        Options o(args.subspan(1));
-        if (args[0] == "fit")
-            return fitCommand(o);
-        if (args[0] == "run") {
-            const auto policy = o.text("policy");
-            if (policy.empty())
-                throw std::invalid_argument("--policy is required");
-            return compareCommand(o, { policy }, false);
-        }
-        if (args[0] == "compare") {
-            std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
-            const auto oracle = o.text("oracle", "no");
-            if (oracle != "yes" && oracle != "no")
-                throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
-            if (oracle == "yes")
-                policies.push_back("oracle");
-            return compareCommand(o, std::move(policies), true);
-        }
-        std::cerr << "sim: unknown command '" << args[0] << "'\n" << usage;
-        return 2;
+        return ctl::dispatch(
+            "batonctl sim", "Queue simulator and provisioning policies.", simCommands(), args);
+    } catch (const ctl::UsageError&) {
+        throw; // batonctl prints it with the command's --help hint
     } catch (const std::invalid_argument& e) {
         std::cerr << "sim: " << e.what() << '\n';
         return 2;
