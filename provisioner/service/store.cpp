@@ -404,14 +404,18 @@ Json Store::detail(const ChainRow& chain)
             { "job_id", optionalJson(r.optInt64(row, 6)) } };
     });
     const Json decisions = connection_.exec(selectDecisions, Params(chain.id)).all([](const Result& r, int row) {
-        return Json { { "decided_unix", r.real(row, 0) }, { "policy", r.text(row, 1) }, { "action", r.text(row, 2) },
-            { "inputs", r.json(row, 3) }, { "outcome", r.optText(row, 4) ? Json(*r.optText(row, 4)) : Json() } };
+        const Json inputs = r.json(row, 3);
+        return Json { { "time_unix", r.real(row, 0) }, { "policy", r.text(row, 1) }, { "action", r.text(row, 2) },
+            { "inputs", inputs }, { "predicted_wait_s", inputs.value("predicted_wait_s", Json()) },
+            { "outcome", r.optText(row, 4) ? Json(*r.optText(row, 4)) : Json() } };
     });
     const Json handovers = connection_.exec(selectHandovers, Params(chain.id)).all([](const Result& r, int row) {
+        const bool completed = r.optReal(row, 4).has_value();
         return Json { { "generation", r.int64(row, 0) }, { "predecessor_job_id", r.int64(row, 1) },
-            { "successor_job_id", r.int64(row, 2) }, { "signalled_unix", r.real(row, 3) },
-            { "completed_unix", r.optReal(row, 4) ? Json(*r.optReal(row, 4)) : Json() },
-            { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() } };
+            { "successor_job_id", r.int64(row, 2) }, { "from_job", r.int64(row, 1) }, { "to_job", r.int64(row, 2) },
+            { "time_unix", r.real(row, 3) }, { "completed_unix", completed ? Json(*r.optReal(row, 4)) : Json() },
+            { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() },
+            { "outcome", completed ? "completed" : "signalled" } };
     });
     return Json { { "chain", chain.toJson() }, { "jobs", jobs }, { "checkpoints", checkpoints },
         { "decisions", decisions }, { "handovers", handovers } };
