@@ -302,16 +302,16 @@ private:
     std::string_view stringView(std::string& scratch)
     {
         const std::size_t begin = ++pos_;
-        if (const void* q = std::memchr(t_.data() + pos_, '"', t_.size() - pos_)) {
-            // The common case: no escapes up to the next quote, so the string ends there.
-            const std::size_t quote = static_cast<std::size_t>(static_cast<const char*>(q) - t_.data());
-            bool plain = std::memchr(t_.data() + pos_, '\\', quote - pos_) == nullptr;
-            for (std::size_t i = pos_; plain && i < quote; ++i)
-                plain = static_cast<unsigned char>(t_[i]) >= 0x20;
-            if (plain) {
-                pos_ = quote + 1;
-                return t_.substr(begin, quote - begin);
+        // The common case, short and without escapes, in one pass: most strings here are member
+        // names of a dozen characters, where a library call costs more than the loop.
+        for (std::size_t i = pos_; i < t_.size(); ++i) {
+            const auto c = static_cast<unsigned char>(t_[i]);
+            if (c == '"') {
+                pos_ = i + 1;
+                return t_.substr(begin, i - begin);
             }
+            if (c == '\\' || c < 0x20)
+                break;
         }
         while (pos_ < t_.size()) {
             const char c = t_[pos_];
