@@ -13,6 +13,7 @@
 #include <array>
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
@@ -241,11 +242,33 @@ CommandResult runCommand(const CommandSpec& spec)
     errWrite.reset();
     reportWrite.reset();
 
+    // Until exec the child may hang too (a working directory on a dead file server): the timeout
+    // covers that wait as well.
     ChildFailure failure {};
-    ssize_t got;
-    do
-        got = read(reportRead.get(), &failure, sizeof failure);
-    while (got < 0 && errno == EINTR);
+    ssize_t got = -1;
+    for (;;) {
+        const auto left
+            = std::chrono::duration_cast<std::chrono::milliseconds>(started + spec.timeout - Clock::now());
+        pollfd pfd { reportRead.get(), POLLIN, 0 };
+        const int ready = poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready == 0) {
+            killGroup(pid, SIGKILL);
+            kill(pid, SIGKILL); // before exec its group may not exist yet
+            int status;
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+            CommandResult late;
+            late.timedOut = true;
+            late.termSignal = SIGKILL;
+            late.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+            return late;
+        }
+        do
+            got = read(reportRead.get(), &failure, sizeof failure);
+        while (got < 0 && errno == EINTR);
+        break;
+    }
     if (got == static_cast<ssize_t>(sizeof failure)) {
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) { }

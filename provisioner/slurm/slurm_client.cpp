@@ -146,7 +146,8 @@ CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milli
 
 QueueSnapshot SlurmClient::queue() const
 {
-    std::vector<std::string> argv { options_.squeue, "--json" };
+    // --all: hidden partitions too; --states=all: finished jobs, for releases that honour the filter.
+    std::vector<std::string> argv { options_.squeue, "--json", "--all", "--states=all" };
     const auto takenAt = static_cast<std::int64_t>(std::time(nullptr));
     const auto r = run(argv, options_.queryTimeout, options_.maxQueueBytes);
     if (!r.ok())

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstring>
@@ -172,31 +173,36 @@ public:
         }
         if (c != '{' && c != '[') {
             const std::size_t start = pos_;
-            while (pos_ < t_.size() && std::strchr("+-.0123456789eEtruefalsn", t_[pos_]) && t_[pos_] != '\0')
+            while (pos_ < t_.size() && scalar[static_cast<unsigned char>(t_[pos_])])
                 ++pos_;
             if (pos_ == start)
                 fail(std::string("unexpected character '") + c + "'");
             return;
         }
-        std::string open; // the brackets still open, to check that each closes with its own kind
+        std::array<char, 256> open; // the brackets still open, to check that each closes with its own kind
+        std::size_t depth = 0;
+        const char* const data = t_.data();
+        const std::size_t size = t_.size();
         while (true) {
-            if (pos_ >= t_.size())
+            // Most of a skipped value is names, numbers and spaces: jump to the next character that matters.
+            while (pos_ < size && !structural[static_cast<unsigned char>(data[pos_])])
+                ++pos_;
+            if (pos_ >= size)
                 fail("unexpected end of the document");
-            const char k = t_[pos_];
+            const char k = data[pos_];
             if (k == '"') {
                 skipString();
                 continue;
             }
             ++pos_;
             if (k == '{' || k == '[') {
-                if (open.size() >= 256)
+                if (depth == open.size())
                     fail("nested too deeply");
-                open.push_back(k == '{' ? '}' : ']');
-            } else if (k == '}' || k == ']') {
-                if (open.back() != k)
+                open[depth++] = k == '{' ? '}' : ']';
+            } else {
+                if (open[depth - 1] != k)
                     fail("mismatched bracket");
-                open.pop_back();
-                if (open.empty())
+                if (--depth == 0)
                     return;
             }
         }
@@ -205,8 +211,9 @@ public:
 private:
     void skipSpace()
     {
-        while (
-            pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\n' || t_[pos_] == '\r' || t_[pos_] == '\t'))
+        // Other control characters are no valid JSON anywhere outside strings: taking them for space
+        // only makes the reader more lenient, never wrong about a valid document.
+        while (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) <= ' ')
             ++pos_;
     }
 
@@ -220,15 +227,36 @@ private:
     void skipString()
     {
         ++pos_; // the opening quote
-        while (pos_ < t_.size()) {
-            const char c = t_[pos_++];
-            if (c == '"')
+        while (true) {
+            const void* q = std::memchr(t_.data() + pos_, '"', t_.size() - pos_);
+            if (!q)
+                fail("unterminated string");
+            const std::size_t quote = static_cast<std::size_t>(static_cast<const char*>(q) - t_.data());
+            // Escaped when preceded by an odd number of backslashes.
+            std::size_t slashes = 0;
+            while (quote - slashes > pos_ && t_[quote - slashes - 1] == '\\')
+                ++slashes;
+            pos_ = quote + 1;
+            if (slashes % 2 == 0)
                 return;
-            if (c == '\\')
-                ++pos_;
         }
-        fail("unterminated string");
     }
+
+    // Characters of numbers and of true, false, null.
+    static constexpr auto scalar = [] {
+        std::array<bool, 256> table {};
+        for (unsigned char c : std::string_view("+-.0123456789eEtruefalsn"))
+            table[c] = true;
+        return table;
+    }();
+
+    // Characters that open or close a container or a string: what skipping a container looks for.
+    static constexpr auto structural = [] {
+        std::array<bool, 256> table {};
+        for (unsigned char c : std::string_view("\"{}[]"))
+            table[c] = true;
+        return table;
+    }();
 
     static void appendUtf8(std::string& out, std::uint32_t cp)
     {
@@ -274,12 +302,19 @@ private:
     std::string_view stringView(std::string& scratch)
     {
         const std::size_t begin = ++pos_;
+        // The common case, short and without escapes, in one pass: most strings here are member
+        // names of a dozen characters, where a library call costs more than the loop.
+        for (std::size_t i = pos_; i < t_.size(); ++i) {
+            const auto c = static_cast<unsigned char>(t_[i]);
+            if (c == '"') {
+                pos_ = i + 1;
+                return t_.substr(begin, i - begin);
+            }
+            if (c == '\\' || c < 0x20)
+                break;
+        }
         while (pos_ < t_.size()) {
             const char c = t_[pos_];
-            if (c == '"') {
-                ++pos_;
-                return t_.substr(begin, pos_ - 1 - begin);
-            }
             if (c == '\\')
                 break;
             if (static_cast<unsigned char>(c) < 0x20)

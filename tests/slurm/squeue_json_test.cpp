@@ -1,0 +1,196 @@
+// The squeue --json reader on a document recorded from Slurm 22.05.8 and on broken documents.
+#include "squeue_json.hpp"
+
+#include "process.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+using namespace baton::slurm;
+
+namespace {
+
+std::string readData(const std::string& name)
+{
+    std::ifstream in(baton::test::sourceRoot() / "tests" / "data" / name, std::ios::binary);
+    EXPECT_TRUE(in) << name;
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::map<JobId, QueueJob> byId(const QueueSnapshot& s)
+{
+    std::map<JobId, QueueJob> m;
+    for (const auto& j : s.jobs)
+        m[j.jobId] = j;
+    return m;
+}
+
+TEST(SqueueJson, ReadsTheRecorded2205Document)
+{
+    const auto snapshot = parseSqueueJson(readData("squeue_2205.json"), 1795427010);
+    EXPECT_EQ(snapshot.takenAt, 1795427010);
+    EXPECT_EQ(snapshot.slurmRelease, "22.05.8");
+    EXPECT_TRUE(snapshot.errors.empty());
+    ASSERT_EQ(snapshot.jobs.size(), 9u);
+    auto jobs = byId(snapshot);
+
+    const auto& cancelled = jobs.at(1);
+    EXPECT_EQ(cancelled.state, "CANCELLED");
+    EXPECT_EQ(cancelled.comment, "baton:abc:1");
+    EXPECT_EQ(cancelled.userName, "root");
+    EXPECT_EQ(cancelled.name, "demo");
+    EXPECT_EQ(cancelled.submitTime, 1795426880);
+    EXPECT_EQ(cancelled.startTime, 1795426881);
+    EXPECT_EQ(cancelled.endTime, 1795426982);
+    EXPECT_EQ(cancelled.timeLimitMinutes, 10);
+    EXPECT_EQ(cancelled.nodeCount, 1);
+    EXPECT_EQ(cancelled.priority, 4294901759);
+    EXPECT_EQ(cancelled.exitStatus, 143); // bash ended by the TERM of scancel
+    EXPECT_TRUE(cancelled.batch);
+    EXPECT_EQ(cancelled.workdir, "/home/alice/run");
+    EXPECT_EQ(cancelled.command, "/home/alice/run/job.sh");
+    EXPECT_EQ(cancelled.partition, "debug");
+    EXPECT_EQ(cancelled.nodes, "node001");
+    EXPECT_TRUE(cancelled.started());
+    EXPECT_FALSE(cancelled.active());
+
+    const auto& nobody = jobs.at(2);
+    EXPECT_EQ(nobody.userId, 65534u);
+    EXPECT_EQ(nobody.userName, "nobody");
+    EXPECT_EQ(nobody.comment, "baton:xyz:2");
+    EXPECT_EQ(nobody.exitSignal, 15); // killed by the signal itself: raw status 15
+
+    EXPECT_EQ(jobs.at(4).comment, "odd \"quoted\"");
+    EXPECT_EQ(jobs.at(4).stateReason, "BeginTime");
+    EXPECT_FALSE(jobs.at(4).started()); // cancelled while pending: no nodes, though it has a start time
+
+    EXPECT_TRUE(jobs.at(5).active());
+    EXPECT_FALSE(jobs.at(5).timeLimitMinutes.has_value()); // UNLIMITED is null
+
+    EXPECT_TRUE(jobs.at(6).pending());
+    EXPECT_EQ(jobs.at(6).priority, 0);
+    EXPECT_EQ(jobs.at(6).stateReason, "JobHeldUser");
+    EXPECT_EQ(jobs.at(6).timeLimitMinutes, 2880);
+
+    EXPECT_EQ(jobs.at(7).state, "FAILED");
+    EXPECT_EQ(jobs.at(7).exitStatus, 3);
+
+    EXPECT_EQ(jobs.at(9).arrayJobId, 8);
+    EXPECT_EQ(jobs.at(9).arrayTaskId, 0);
+    EXPECT_EQ(jobs.at(8).arrayTaskString, "1-2");
+    EXPECT_FALSE(jobs.at(8).arrayTaskId.has_value());
+}
+
+TEST(SqueueJson, MissingFieldsKeepDefaults)
+{
+    const auto s = parseSqueueJson(R"({"jobs": [{"job_id": 7}, {"job_id": 8, "job_state": "PENDING"}]})", 5);
+    ASSERT_EQ(s.jobs.size(), 2u);
+    EXPECT_EQ(s.jobs[0].jobId, 7);
+    EXPECT_EQ(s.jobs[0].state, "");
+    EXPECT_EQ(s.jobs[0].nodeCount, 0);
+    EXPECT_FALSE(s.jobs[0].timeLimitMinutes.has_value());
+    EXPECT_TRUE(s.jobs[1].pending());
+    EXPECT_TRUE(parseSqueueJson(R"({"jobs": []})", 0).jobs.empty());
+}
+
+TEST(SqueueJson, DecodesEscapes)
+{
+    const auto s = parseSqueueJson(
+        R"({"jobs": [{"job_id": 1, "comment": "a\"b\\c\/d\u00e9\ud83d\ude00\n", "name": null}]})", 0);
+    ASSERT_EQ(s.jobs.size(), 1u);
+    EXPECT_EQ(s.jobs[0].comment, "a\"b\\c/d\xc3\xa9\xf0\x9f\x98\x80\n");
+    EXPECT_EQ(s.jobs[0].name, "");
+}
+
+TEST(SqueueJson, ReadsTheStructuredNumbersOfLaterReleases)
+{
+    const auto s = parseSqueueJson(
+        R"({"jobs": [{"job_id": 1, "time_limit": {"set": true, "infinite": false, "number": 30},
+                      "priority": {"set": true, "infinite": false, "number": 99}, "job_state": ["RUNNING", "COMPLETING"],
+                      "exit_code": {"status": ["SUCCESS"], "return_code": {"set": true, "number": 0}}},
+                     {"job_id": 2, "time_limit": {"set": true, "infinite": true, "number": 0}}]})",
+        0);
+    EXPECT_EQ(s.jobs[0].timeLimitMinutes, 30);
+    EXPECT_EQ(s.jobs[0].priority, 99);
+    EXPECT_EQ(s.jobs[0].state, "RUNNING");
+    EXPECT_FALSE(s.jobs[1].timeLimitMinutes.has_value());
+}
+
+TEST(SqueueJson, KeepsTheDocumentsOwnErrors)
+{
+    const auto s
+        = parseSqueueJson(R"({"errors": [{"error": "slurm_load_jobs failed", "errno": 1}], "jobs": []})", 0);
+    ASSERT_EQ(s.errors.size(), 1u);
+    EXPECT_EQ(s.errors[0], "slurm_load_jobs failed");
+}
+
+TEST(SqueueJson, RejectsMalformedDocumentsWithAClearError)
+{
+    const std::vector<std::string> bad = {
+        "",
+        "   ",
+        "[]",
+        "null",
+        "{",
+        R"({"jobs": )",
+        R"({"jobs": [)",
+        R"({"jobs": [{"job_id": 1})",
+        R"({"jobs": [{"job_id": 1}]} trailing)",
+        R"({"meta": {}})", // no jobs at all
+        R"({"jobs": null})",
+        R"({"jobs": {}})",
+        R"({"jobs": [1, 2]})",
+        R"({"jobs": [{"name": "no id"}]})",
+        R"({"jobs": [{"job_id": "12"}]})",
+        R"({"jobs": [{"job_id": 1, "node_count": 99999999999}]})",
+        R"({"jobs": [{"job_id": 1, "user_id": -1}]})",
+        R"({"jobs": [{"job_id": 1, "comment": 5}]})",
+        R"({"jobs": [{"job_id": 1, "comment": "unterminated}]})",
+        R"({"jobs": [{"job_id": 1, "comment": "bad \x escape"}]})",
+        R"({"jobs": [{"job_id": 1, "comment": "\u12"}]})",
+        R"({"jobs": [{"job_id": 1, "batch_flag": yes}]})",
+        R"({"jobs": [{"job_id": 1, "other": [1, {"a": [}]}]})",
+        R"({"jobs": [{"job_id": 1, "other": [1, 2}]})",
+        R"({"jobs": [{"job_id": 1, "other": @}]})",
+        R"({"jobs": [{"job_id": 1,}]})",
+        R"({"jobs": [{"job_id" 1}]})",
+        R"({jobs: []})",
+        std::string(R"({"jobs": [{"job_id": 1, "x": )") + std::string(100000, '[') + "}]}",
+        std::string("{\"jobs\": [{\"job_id\": 1, \"comment\": \"a\x01\"}]}"),
+    };
+    for (const auto& text : bad) {
+        try {
+            parseSqueueJson(text, 0);
+            ADD_FAILURE() << "accepted: " << text.substr(0, 80);
+        } catch (const SqueueParseError& e) {
+            EXPECT_NE(std::string(e.what()).find("squeue JSON"), std::string::npos) << e.what();
+        }
+    }
+}
+
+TEST(SqueueJson, TruncatedRecordingsNeverCrash)
+{
+    const std::string doc = readData("squeue_2205.json");
+    const std::size_t end = doc.find_last_not_of(" \n") + 1; // any shorter prefix is incomplete
+    for (std::size_t cut = 0; cut < end; cut += 7)
+        EXPECT_THROW(parseSqueueJson(std::string_view(doc).substr(0, cut), 0), SqueueParseError) << cut;
+}
+
+TEST(SinfoJson, CountsUsableNodes)
+{
+    EXPECT_EQ(parseSinfoUsableNodes(readData("sinfo_2205.json")), 1);
+    EXPECT_EQ(parseSinfoUsableNodes(R"({"nodes": [{"state": "idle", "state_flags": []},
+        {"state": "mixed", "state_flags": ["DRAIN"]}, {"state": "down", "state_flags": []},
+        {"state": "allocated"}, {"state": ["IDLE", "DRAIN"]}]})"),
+        2);
+    EXPECT_THROW(parseSinfoUsableNodes("{}"), SqueueParseError);
+    EXPECT_THROW(parseSinfoUsableNodes("{\"nodes\": [1]}"), SqueueParseError);
+    EXPECT_THROW(parseSinfoUsableNodes("not json"), SqueueParseError);
+}
+
+} // namespace
