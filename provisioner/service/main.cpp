@@ -85,7 +85,7 @@ int run(ServiceConfig config)
 
     LeaderLock leader(config.database);
     std::unique_ptr<baton::db::Connection> connection;
-    std::shared_ptr<const baton::sim::Policy> policy;
+    std::optional<LivePolicy> policy;
     auto backoff = std::chrono::milliseconds(500);
     while (!stopRequested) {
         const auto started = std::chrono::steady_clock::now();
@@ -99,7 +99,8 @@ int run(ServiceConfig config)
                 if (!policy)
                     policy = makeLivePolicy(config, *connection);
                 Store store(*connection);
-                Provisioner provisioner(config, store, cluster, metrics, policy, liveDecisionPoint(config, cluster));
+                Provisioner provisioner(
+                    config, store, cluster, metrics, policy->policy, liveDecisionPoint(cluster, policy->predictor));
                 provisioner.tick();
                 slurmOk = true;
             } else {

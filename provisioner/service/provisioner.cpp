@@ -275,7 +275,9 @@ bool Provisioner::startSubmission(
             store_.setResubmitRequested(chain.id, false);
         transaction.commit();
     }
-    submitRecorded(chain, seq);
+    const auto jobId = submitRecorded(chain, seq);
+    if (jobId && inputs.contains("predicted_wait_s") && inputs["predicted_wait_s"].is_number())
+        store_.recordPrediction(chain.id, *jobId, inputs["predicted_wait_s"].get<double>());
     return true;
 }
 
@@ -322,10 +324,13 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         return;
     }
     std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
+    // Progress: the job committed a checkpoint. Only failures without progress spend the budget.
+    const auto newest = store_.latestCheckpoint(chain.id);
+    const bool progressed = newest && newest->value("job_id", Json()).is_number()
+        && (*newest)["job_id"].get<std::int64_t>() == current.id;
+    if (progressed && chain.retries > 0)
+        store_.setRetries(chain.id, 0);
     if (failedState(current.state)) {
-        const auto newest = store_.latestCheckpoint(chain.id);
-        const bool progressed = newest && newest->value("job_id", Json()).is_number()
-            && (*newest)["job_id"].get<std::int64_t>() == current.id;
         if (!progressed) {
             if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
                 const std::string why = "job " + std::to_string(current.id) + " " + current.state
@@ -385,8 +390,11 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
             { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
             { "free_nodes", point.features[8] } };
+        // What the policy expects the successor to wait: the model's, or avg's recent mean.
         if (std::isfinite(point.meanLogWait))
             inputs["predicted_wait_s"] = std::expm1(point.meanLogWait);
+        else if (config_.policy != "reactive")
+            inputs["predicted_wait_s"] = point.recentMeanWait;
         if (submit)
             startSubmission(chain, ChainState::Running, "policy", inputs);
         else
@@ -420,6 +428,10 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         }
         if (successor->startTime == 0)
             return; // still queued
+        if (const auto predicted = store_.resolvePrediction(
+                successor->id, static_cast<double>(successor->startTime - successor->submitTime)))
+            metrics_.predictionError().Observe(
+                std::abs(*predicted - static_cast<double>(successor->startTime - successor->submitTime)));
         if (current && !current->ended()) {
             // The successor runs while its predecessor does: fence the handover, then signal.
             {

@@ -32,7 +32,7 @@ constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
     " WHERE id = $1 AND state = ANY($3::text[])" };
 constexpr Statement advanceChain { "svc_advance",
-    "UPDATE chains SET seq = $2 + 1, state = $3, retries = 0, updated_at = now() WHERE id = $1 AND seq = $2" };
+    "UPDATE chains SET seq = $2 + 1, state = $3, updated_at = now() WHERE id = $1 AND seq = $2" };
 constexpr Statement updateRetries { "svc_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
 constexpr Statement updateGeneration { "svc_generation", "UPDATE chains SET generation = $2 WHERE id = $1", true };
 constexpr Statement updateResubmit { "svc_resubmit",
@@ -106,6 +106,12 @@ constexpr Statement selectDecisions { "svc_decisions",
     " ORDER BY id DESC LIMIT 50",
     true };
 
+constexpr Statement insertPrediction { "svc_prediction",
+    "INSERT INTO predictions (chain_id, slurm_job_id, predicted_wait_s) VALUES ($1, $2, $3)" };
+constexpr Statement updatePrediction { "svc_prediction_actual",
+    "UPDATE predictions SET actual_wait_s = $2 WHERE slurm_job_id = $1 AND actual_wait_s IS NULL"
+    " RETURNING predicted_wait_s",
+    true };
 constexpr Statement insertHandover { "svc_handover",
     "INSERT INTO handovers (chain_id, generation, predecessor_job_id, successor_job_id) VALUES ($1, $2, $3, $4)"
     " ON CONFLICT DO NOTHING",
@@ -359,6 +365,19 @@ void Store::recordDecision(std::int64_t chainId, const std::string& policy, cons
     const Json& inputs, const std::string& outcome)
 {
     connection_.exec(insertDecision, Params(chainId, policy, action, inputs, outcome));
+}
+
+void Store::recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds)
+{
+    connection_.exec(insertPrediction, Params(chainId, slurmJobId, predictedWaitSeconds));
+}
+
+std::optional<double> Store::resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds)
+{
+    const Result result = connection_.exec(updatePrediction, Params(slurmJobId, actualWaitSeconds));
+    if (result.rows() == 0)
+        return std::nullopt;
+    return result.real(0, 0);
 }
 
 void Store::startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor)

@@ -113,6 +113,10 @@ public:
 
     void recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
         const nlohmann::json& inputs, const std::string& outcome);
+    // The queue wait predicted for a submitted job, and later what it really waited.
+    void recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds);
+    // Fills in the actual wait once; returns the prediction if there was one still open.
+    std::optional<double> resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds);
     void startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor);
     // Returns the seconds from the signal to `endTime`, if the handover was open.
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);

@@ -190,15 +190,17 @@ protected:
         ports_[1] = freePort();
         // The plugin reports to the first instance; events sent while it is down are spooled and
         // collected by the active instance when the job ends.
-        slurm_ = new SlurmCluster({ "required " + std::string(SPANK_BATON_PATH) + " chain_root="
+        plugstack_ = new std::string("required " + std::string(SPANK_BATON_PATH) + " chain_root="
             + (base_->path() / "chains").string() + "/%u url=http://127.0.0.1:" + std::to_string(ports_[0])
-            + " report_timeout=2 margin=10 handover_wait=60" });
+            + " report_timeout=2 margin=10 handover_wait=60");
+        slurm_ = new SlurmCluster({ *plugstack_ });
         // Jobs are submitted as their owner, who must read slurm.conf.
         ::chmod(slurm_->dir().c_str(), 0755);
     }
     static void TearDownTestSuite()
     {
         delete slurm_;
+        delete plugstack_;
         delete conninfo_;
         delete pg_;
         delete base_;
@@ -221,8 +223,46 @@ protected:
     static PostgresServer* pg_;
     static std::string* conninfo_;
     static SlurmCluster* slurm_;
+    static std::string* plugstack_;
     static int ports_[2];
+
+    // Submits a chain of 1-minute jobs as `nobody` that trains for `iterations` x 50 ms.
+    static Reply submitChain(int port, const std::string& name, int iterations)
+    {
+        const fs::path work = base_->path() / "work";
+        const std::string script = "#!/bin/bash\nexec " + std::string(CKPT_CHAIN_JOB_PATH)
+            + " --total-iterations=" + std::to_string(iterations) + "\n";
+        const Json submit { { "name", name }, { "script", script }, { "workdir", work.string() },
+            { "sbatch_args",
+                { "--time=1", "--ntasks=1", "--cpus-per-task=1", "--output=" + (work / "job-%j.out").string() } } };
+        return signedRequest(port, "POST", "/v1/chains", submit.dump(), nobody);
+    }
+    static bool chainFinished(const std::string& name)
+    {
+        baton::db::Connection connection(*conninfo_);
+        return connection
+                   .execScript("SELECT count(*) FROM chains WHERE name = '" + name + "' AND state = 'finished'")
+                   .int64(0, 0)
+            == 1;
+    }
+    // No idempotency key was submitted twice.
+    static void expectNoDuplicateSubmission()
+    {
+        const auto queue = run({ "squeue", "-h", "-t", "all", "-o", "%i %k" }, 60s);
+        std::map<std::string, int> perKey;
+        std::istringstream lines(queue.output);
+        for (std::string id, key; lines >> id >> key;) {
+            if (key.rfind("baton:", 0) == 0)
+                ++perKey[key];
+        }
+        for (const auto& [key, jobsWithKey] : perKey)
+            EXPECT_EQ(jobsWithKey, 1) << key << "\n" << queue.output;
+        EXPECT_EQ(count("SELECT count(*) FROM submissions WHERE state = 'submitted'"),
+            static_cast<std::int64_t>(perKey.size()));
+    }
 };
+
+std::string* BatondService::plugstack_ = nullptr;
 
 TempDir* BatondService::base_ = nullptr;
 PostgresServer* BatondService::pg_ = nullptr;
@@ -319,10 +359,7 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     ASSERT_TRUE(waitFor([&] { return send(ports_[0], "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
         << first.log();
 
-    const std::string script = "#!/bin/bash\nexec " + std::string(CKPT_CHAIN_JOB_PATH) + " --total-iterations=2000\n";
-    const Json submit { { "name", "e2e" }, { "script", script }, { "workdir", work.string() },
-        { "sbatch_args", { "--time=1", "--ntasks=1", "--cpus-per-task=1", "--output=" + (work / "job-%j.out").string() } } };
-    const Reply created = signedRequest(ports_[0], "POST", "/v1/chains", submit.dump(), nobody);
+    const Reply created = submitChain(ports_[0], "e2e", 2000);
     ASSERT_EQ(created.status, 201) << created.body << first.log();
     EXPECT_EQ(created.json()["chain"]["owner_uid"], nobody);
 
@@ -352,17 +389,7 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     ASSERT_GE(jobs.size(), 3u) << detail.body;
 
     // No duplicate submission: one Slurm job per idempotency key, and every job of the chain is ours.
-    const auto queue = run({ "squeue", "-h", "-t", "all", "-o", "%i %k" }, 60s);
-    std::map<std::string, int> perKey;
-    std::istringstream lines(queue.output);
-    for (std::string id, key; lines >> id >> key;) {
-        if (key.rfind("baton:", 0) == 0)
-            ++perKey[key];
-    }
-    for (const auto& [key, jobsWithKey] : perKey)
-        EXPECT_EQ(jobsWithKey, 1) << key << "\n" << queue.output;
-    EXPECT_EQ(count("SELECT count(*) FROM submissions WHERE state = 'submitted'"),
-        static_cast<std::int64_t>(perKey.size()));
+    expectNoDuplicateSubmission();
 
     // Every successor was submitted before its predecessor ended, and at least one handover completed
     // with the successor resuming from the handover checkpoint.
@@ -390,6 +417,51 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     EXPECT_GE(completed, 1) << detail.body;
     EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(),
         [](const Json& c) { return c["training_done"] == true; }));
+}
+
+// The database restarted and slurmctld stopped for 30 s in the middle of a chain: batond logs, retries
+// with backoff, reports it in /readyz, recovers, and the chain finishes without a duplicate.
+TEST_F(BatondService, ChainSurvivesDatabaseRestartAndSlurmctldOutage)
+{
+    const int port = freePort();
+    Batond batond(batondArgs(port, "outage"), base_->path() / "outage.log");
+    const auto readyz = [&] { return send(port, "GET", "/readyz", "", std::nullopt); };
+    ASSERT_TRUE(waitFor([&] { return readyz().status == 200; }, 60s)) << batond.log();
+    const Reply created = submitChain(port, "outage", 1600);
+    ASSERT_EQ(created.status, 201) << created.body << batond.log();
+    std::this_thread::sleep_for(10s);
+
+    const std::string pgScript = (baton::test::sourceRoot() / "deploy/local/pg.sh").string();
+    ASSERT_EQ(run({ "bash", pgScript, "stop", pg_->dir().string() }, 90s).exitCode, 0);
+    EXPECT_TRUE(waitFor([&] { return readyz().body.find("database unreachable") != std::string::npos; }, 30s))
+        << readyz().body;
+    EXPECT_EQ(readyz().status, 503);
+    std::this_thread::sleep_for(5s);
+    ASSERT_EQ(run({ "bash", pgScript, "start", pg_->dir().string() }, 90s).exitCode, 0);
+    EXPECT_TRUE(waitFor([&] { return readyz().status == 200; }, 60s)) << readyz().body << batond.log();
+
+    std::ifstream pidFile(slurm_->dir() / "slurmctld.pid");
+    pid_t controller = 0;
+    pidFile >> controller;
+    ASSERT_GT(controller, 0);
+    ASSERT_EQ(kill(controller, SIGTERM), 0);
+    EXPECT_TRUE(waitFor([&] { return readyz().body.find("slurm unreachable") != std::string::npos; }, 60s))
+        << readyz().body;
+    std::this_thread::sleep_for(30s);
+    const auto restarted
+        = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(), "start", slurm_->dir().string(),
+                  *plugstack_ },
+            120s);
+    ASSERT_EQ(restarted.exitCode, 0) << restarted.output;
+    EXPECT_TRUE(waitFor([&] { return readyz().status == 200; }, 90s)) << readyz().body;
+
+    EXPECT_TRUE(waitFor([&] { return chainFinished("outage"); }, 300s))
+        << signedRequest(port, "GET", "/v1/chains/nobody/outage", "", nobody).body << batond.log();
+    const std::string log = batond.log();
+    EXPECT_NE(log.find("database: "), std::string::npos);
+    EXPECT_NE(log.find("slurm: "), std::string::npos);
+    EXPECT_NE(log.find("retrying in"), std::string::npos);
+    expectNoDuplicateSubmission();
 }
 
 } // namespace

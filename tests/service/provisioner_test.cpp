@@ -1,0 +1,267 @@
+// The chain state machine against a real PostgreSQL and a scripted cluster (a fake of Slurm, in
+// addition to the real-Slurm tests in batond_test): crash windows around sbatch, the retry budget, the
+// end of training, handover bookkeeping.
+#include "provisioner.hpp"
+#include "services.hpp"
+
+#include <migrations.hpp>
+#include <policy.hpp>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using namespace baton::service;
+using Json = nlohmann::json;
+
+// A queue the test writes; submissions become pending jobs carrying their comment.
+class ScriptedCluster final : public Cluster {
+public:
+    QueueSnapshot queue() override
+    {
+        QueueSnapshot snapshot;
+        snapshot.takenAt = now;
+        snapshot.jobs = jobs;
+        return snapshot;
+    }
+    std::int64_t submit(const SubmitRequest& request) override
+    {
+        submissions.push_back(request);
+        ClusterJob job;
+        job.id = nextId++;
+        job.userId = static_cast<std::int64_t>(request.ownerUid);
+        job.state = "PENDING";
+        job.comment = request.comment;
+        job.submitTime = now;
+        job.timeLimitSeconds = 3600;
+        jobs.push_back(job);
+        if (failAfterSubmit)
+            throw std::runtime_error("batond killed right after sbatch");
+        return job.id;
+    }
+    void signal(std::int64_t jobId, const std::string& name) override { signals.emplace_back(jobId, name); }
+    void cancel(std::int64_t jobId) override
+    {
+        cancelled.push_back(jobId);
+        if (ClusterJob* job = find(jobId); job && !job->ended()) {
+            job->state = "CANCELLED";
+            job->endTime = now;
+        }
+    }
+    std::string batchScript(std::int64_t) override { return "#!/bin/bash\ntrain\n"; }
+
+    ClusterJob* find(std::int64_t id)
+    {
+        for (auto& job : jobs)
+            if (job.id == id)
+                return &job;
+        return nullptr;
+    }
+    void start(std::int64_t id)
+    {
+        find(id)->state = "RUNNING";
+        find(id)->startTime = now;
+    }
+    void end(std::int64_t id, const std::string& state)
+    {
+        find(id)->state = state;
+        find(id)->endTime = now;
+    }
+
+    std::int64_t now = 1'800'000'000;
+    std::int64_t nextId = 100;
+    bool failAfterSubmit = false;
+    std::vector<ClusterJob> jobs;
+    std::vector<SubmitRequest> submissions;
+    std::vector<std::pair<std::int64_t, std::string>> signals;
+    std::vector<std::int64_t> cancelled;
+};
+
+// Submits whenever asked: the tests drive timing through the queue, not the policy.
+class AlwaysSubmit final : public baton::sim::Policy {
+public:
+    std::string name() const override { return "always"; }
+    std::size_t firstSubmit(std::span<const baton::sim::DecisionPoint>) const override { return 0; }
+};
+
+class ProvisionerTest : public testing::Test {
+protected:
+    static void SetUpTestSuite()
+    {
+        server_ = new baton::test::PostgresServer();
+        conninfo_ = new std::string(server_->createDatabase("provisioner"));
+        baton::db::Connection connection(*conninfo_);
+        baton::db::migrate(connection);
+    }
+    static void TearDownTestSuite()
+    {
+        delete conninfo_;
+        delete server_;
+    }
+
+    ProvisionerTest()
+        : connection_(*conninfo_)
+        , store_(connection_)
+    {
+        config_.retryBudget = 2;
+        config_.submitGrace = std::chrono::seconds(30);
+    }
+
+    // A chain named after the test whose first job (id 1, running) came from plain sbatch.
+    ChainRow chainWithRunningJob(std::int64_t jobId)
+    {
+        ClusterJob first;
+        first.id = jobId;
+        first.userId = 65534;
+        first.state = "RUNNING";
+        first.submitTime = first.startTime = cluster_.now - 60;
+        first.timeLimitSeconds = 3600;
+        cluster_.jobs.push_back(first);
+        const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+        const ChainRow chain = store_.createChain(65534, "nobody", name, "/chains/" + name,
+            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
+        store_.upsertJob(chain.id, 0, first);
+        return chain;
+    }
+    void tick(std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
+    {
+        Provisioner provisioner(config_, store_, cluster_, metrics_, policy,
+            [](const QueueSnapshot&, const ClusterJob& current, std::int64_t now) {
+                baton::sim::DecisionPoint point;
+                point.now = now;
+                point.remaining = current.startTime + current.timeLimitSeconds - now;
+                return point;
+            });
+        provisioner.tick();
+    }
+    ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
+
+    static baton::test::PostgresServer* server_;
+    static std::string* conninfo_;
+    ServiceConfig config_;
+    baton::db::Connection connection_;
+    Store store_;
+    ScriptedCluster cluster_;
+    Metrics metrics_;
+};
+
+baton::test::PostgresServer* ProvisionerTest::server_ = nullptr;
+std::string* ProvisionerTest::conninfo_ = nullptr;
+
+TEST_F(ProvisionerTest, HandoverThenAdvance)
+{
+    const ChainRow chain = chainWithRunningJob(1);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(cluster_.submissions[0].comment, Provisioner::submissionKey(chain.id, 1));
+    EXPECT_EQ(cluster_.submissions[0].sbatchArgs.front(), "--baton=" + chain.name);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    tick(std::make_shared<AlwaysSubmit>()); // nothing new while the successor waits
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+
+    cluster_.now += 10;
+    cluster_.start(100);
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    ASSERT_EQ(cluster_.signals.size(), 1u);
+    EXPECT_EQ(cluster_.signals[0], std::make_pair(std::int64_t { 1 }, std::string("TERM")));
+    tick(); // still running: no second signal
+    EXPECT_EQ(cluster_.signals.size(), 1u);
+
+    cluster_.now += 7;
+    cluster_.end(1, "COMPLETED");
+    tick();
+    const ChainRow after = *store_.chain(chain.id);
+    EXPECT_EQ(after.state, ChainState::Running);
+    EXPECT_EQ(after.seq, 1);
+    EXPECT_EQ(after.generation, 0);
+    const Json detail = store_.detail(after);
+    ASSERT_EQ(detail["handovers"].size(), 1u);
+    EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
+    EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
+}
+
+TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
+{
+    const ChainRow chain = chainWithRunningJob(2);
+    cluster_.failAfterSubmit = true; // sbatch ran, but its job id was never written down
+    EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
+    cluster_.failAfterSubmit = false;
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    const auto pending = store_.submission(chain.id, 1);
+    ASSERT_TRUE(pending);
+    EXPECT_NE(pending->state, "submitted");
+
+    // The next tick (a restarted batond) finds the job by its key in the queue.
+    cluster_.now += 1;
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(store_.submission(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, 100);
+}
+
+TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
+{
+    const ChainRow chain = chainWithRunningJob(3);
+    // batond died between writing the intent and running sbatch.
+    ASSERT_TRUE(store_.transition(chain.id, { ChainState::Running }, ChainState::SuccessorPending));
+    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Provisioner::submissionKey(chain.id, 1), "policy"));
+    tick();
+    EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
+    cluster_.now += 3600;
+    cluster_.find(3)->startTime = cluster_.now - 60; // keep the predecessor running
+    tick();
+    tick();
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+}
+
+TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
+{
+    const ChainRow chain = chainWithRunningJob(4);
+    cluster_.end(4, "FAILED");
+    std::int64_t failing = 4;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+        tick();
+        ASSERT_EQ(cluster_.submissions.size(), static_cast<std::size_t>(attempt + 1));
+        EXPECT_EQ(store_.submission(chain.id, attempt + 1)->reason, "retry");
+        failing = cluster_.jobs.back().id;
+        cluster_.start(failing);
+        tick();
+        EXPECT_EQ(stateOf(chain), ChainState::Running);
+        cluster_.end(failing, "FAILED");
+    }
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Failed);
+    EXPECT_NE(store_.chain(chain.id)->reason->find("retry budget of 2 spent"), std::string::npos);
+    EXPECT_EQ(cluster_.submissions.size(), 2u);
+}
+
+TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
+{
+    const ChainRow chain = chainWithRunningJob(5);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    store_.recordCheckpoint(chain.id, 5,
+        Json { { "name", "ckpt-000000000900" }, { "iteration", 900 }, { "created_unix", cluster_.now },
+            { "total_bytes", 10 }, { "final", true }, { "training_done", true } },
+        "/chains/x");
+    cluster_.end(5, "COMPLETED");
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Finished);
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 100 });
+}
+
+TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing)
+{
+    const ChainRow chain = chainWithRunningJob(6);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_TRUE(store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Paused, "test"));
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 100 });
+    cluster_.end(6, "TIMEOUT");
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(stateOf(chain), ChainState::Paused);
+}
+
+} // namespace
