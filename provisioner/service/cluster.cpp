@@ -2,20 +2,32 @@
 
 namespace baton::service {
 
+void QueueSnapshot::index() const
+{
+    if (indexed_ == jobs.size() && (jobs.empty() || !byId_.empty()))
+        return;
+    byId_.clear();
+    byComment_.clear();
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        byId_.emplace(jobs[i].id, i);
+        if (!jobs[i].comment.empty())
+            byComment_.emplace(jobs[i].comment, i);
+    }
+    indexed_ = jobs.size();
+}
+
 const ClusterJob* QueueSnapshot::find(std::int64_t id) const
 {
-    for (const ClusterJob& job : jobs)
-        if (job.id == id)
-            return &job;
-    return nullptr;
+    index();
+    const auto found = byId_.find(id);
+    return found == byId_.end() ? nullptr : &jobs[found->second];
 }
 
 const ClusterJob* QueueSnapshot::findByComment(const std::string& comment) const
 {
-    for (const ClusterJob& job : jobs)
-        if (job.comment == comment)
-            return &job;
-    return nullptr;
+    index();
+    const auto found = byComment_.find(comment);
+    return found == byComment_.end() ? nullptr : &jobs[found->second];
 }
 
 } // namespace baton::service

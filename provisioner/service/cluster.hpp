@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace baton::service {
@@ -40,8 +41,15 @@ struct QueueSnapshot {
     std::vector<ClusterJob> jobs;
     int clusterNodes = 0; // 0 when unknown
 
+    // Lookups build an index on first use: fill `jobs` completely before the first one.
     const ClusterJob* find(std::int64_t id) const;
     const ClusterJob* findByComment(const std::string& comment) const;
+
+private:
+    void index() const;
+    mutable std::unordered_map<std::int64_t, std::size_t> byId_;
+    mutable std::unordered_map<std::string, std::size_t> byComment_;
+    mutable std::size_t indexed_ = 0; // jobs.size() when the index was built
 };
 
 struct SubmitRequest {

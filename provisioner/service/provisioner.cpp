@@ -498,20 +498,13 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
 
 void Provisioner::updateGauges(const QueueSnapshot& queue)
 {
-    std::map<ChainState, int> counts;
-    std::map<ChainState, double> oldest;
-    for (const ChainRow& chain : store_.chains(std::nullopt, std::nullopt)) {
-        ++counts[chain.state];
-        if (isTerminal(chain.state))
-            continue;
-        if (const auto newest = store_.latestCheckpoint(chain.id)) {
-            const double age = static_cast<double>(queue.takenAt) - newest->value("created_unix", 0.0);
-            oldest[chain.state] = std::max(oldest[chain.state], age);
-        }
-    }
     for (const auto& [state, name] : chainStateNames) {
-        metrics_.chains(state).Set(counts[state]);
-        metrics_.checkpointAge(state).Set(oldest[state]);
+        metrics_.chains(state).Set(0);
+        metrics_.checkpointAge(state).Set(0);
+    }
+    for (const auto& summary : store_.stateSummary(queue.takenAt > 0 ? queue.takenAt : now_)) {
+        metrics_.chains(summary.state).Set(static_cast<double>(summary.chains));
+        metrics_.checkpointAge(summary.state).Set(std::max(0.0, summary.oldestCheckpointAge));
     }
 }
 

@@ -129,6 +129,13 @@ constexpr Statement selectHandovers { "svc_handovers",
     " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
     true };
 
+constexpr Statement selectStateSummary { "svc_state_summary",
+    "SELECT c.state, count(*), coalesce(max($1 - extract(epoch FROM k.created_at))"
+    " FILTER (WHERE c.state NOT IN ('finished', 'failed', 'cancelled')), 0)"
+    " FROM chains c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints WHERE chain_id = c.id"
+    " ORDER BY iteration DESC LIMIT 1) k ON true GROUP BY c.state",
+    true };
+
 ChainRow chainAt(const Result& r, int row)
 {
     ChainRow chain;
@@ -399,6 +406,14 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
     if (result.rows() == 0)
         return std::nullopt;
     return result.int64(0, 0);
+}
+
+std::vector<Store::StateSummary> Store::stateSummary(std::int64_t now)
+{
+    return connection_.exec(selectStateSummary, Params(now)).all([](const Result& r, int row) {
+        return StateSummary { chainStateFromName(r.text(row, 0)).value_or(ChainState::Failed), r.int64(row, 1),
+            r.real(row, 2) };
+    });
 }
 
 Json Store::detail(const ChainRow& chain)

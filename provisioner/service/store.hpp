@@ -122,6 +122,14 @@ public:
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
 
+    // Per state: how many chains, and the age of the oldest newest-checkpoint among the live ones.
+    struct StateSummary {
+        ChainState state;
+        std::int64_t chains = 0;
+        double oldestCheckpointAge = 0;
+    };
+    std::vector<StateSummary> stateSummary(std::int64_t now);
+
     // The detail document of GET /v1/chains/{owner}/{name}.
     nlohmann::json detail(const ChainRow& chain);
 

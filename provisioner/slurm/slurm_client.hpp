@@ -38,8 +38,8 @@ struct SubmitRequest {
     std::string key; // the idempotency key, passed as --comment (e.g. "baton:<chain id>:<seq>")
     std::vector<std::string> args; // sbatch options, placed before the script; may not set the comment
     std::filesystem::path script; // a file the owner can read, or empty with scriptText
-    std::string scriptText; // given to sbatch on standard input when `script` is empty
     std::filesystem::path workdir; // sbatch runs here (the job's default working directory)
+    std::string scriptText; // given to sbatch on standard input when `script` is empty
 };
 
 // A Slurm command failed: which command, and what it said.

@@ -128,7 +128,7 @@ TEST_F(SlurmClientTest, SubmitsAsTheOwnerAndTheKeyShowsInTheQueue)
 TEST_F(SlurmClientTest, SignalTermEndsTheJob)
 {
     const auto script = writeScript("term.sh", "#!/bin/bash\nsleep 300\n");
-    const JobId id = client_->submit({ nobody, "baton:chain-2:1", { "--time=2" }, script, dir_.path() });
+    const JobId id = client_->submit({ nobody, "baton:chain-2:1", { "--time=2" }, script, dir_.path(), {} });
     ASSERT_TRUE(waitFor(id, [](const QueueJob& j) { return j.state == "RUNNING"; }));
     client_->signal(id, "TERM");
     const auto ended = waitFor(id, [](const QueueJob& j) { return !j.active() && !j.pending(); });
@@ -136,12 +136,30 @@ TEST_F(SlurmClientTest, SignalTermEndsTheJob)
     EXPECT_NE(ended->state, "RUNNING");
 }
 
+// A script given as text reaches sbatch on standard input: no file of it exists for anyone to read.
+TEST_F(SlurmClientTest, ScriptTextIsSubmittedFromStandardInput)
+{
+    SubmitRequest request;
+    request.owner = nobody;
+    request.key = "baton:chain-5:1";
+    request.args = { "--time=5" };
+    request.workdir = dir_.path();
+    request.scriptText = loopScript;
+    const JobId id = client_->submit(request);
+    ASSERT_GT(id, 0);
+    const auto running = waitFor(id, [](const QueueJob& j) { return j.state == "RUNNING"; });
+    ASSERT_TRUE(running);
+    EXPECT_EQ(running->userId, nobody);
+    EXPECT_EQ(client_->batchScript(id), loopScript);
+    client_->cancel(id);
+}
+
 TEST_F(SlurmClientTest, FailuresSayWhatSlurmSaid)
 {
     const auto script = writeScript("ok.sh", "#!/bin/bash\ntrue\n");
     try {
         client_->submit(
-            { nobody, "baton:chain-3:1", { "--partition=no-such-partition" }, script, dir_.path() });
+            { nobody, "baton:chain-3:1", { "--partition=no-such-partition" }, script, dir_.path(), {} });
         FAIL() << "expected an error";
     } catch (const SlurmError& e) {
         EXPECT_NE(e.command().find("--partition=no-such-partition"), std::string::npos) << e.command();
@@ -151,12 +169,12 @@ TEST_F(SlurmClientTest, FailuresSayWhatSlurmSaid)
     EXPECT_THROW(client_->signal(99999999, "TERM"), SlurmError);
     EXPECT_FALSE(client_->jobDetail(99999999).has_value());
     EXPECT_THROW(
-        client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path() }), std::invalid_argument);
+        client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path(), {} }), std::invalid_argument);
     EXPECT_THROW(client_->signal(1, "TERM; rm"), std::invalid_argument);
     // nobody may not write into a directory of root's.
     baton::test::TempDir closed("baton-closed");
     chmod(closed.path().c_str(), 0700);
-    EXPECT_THROW(client_->submit({ nobody, "baton:chain-4:1", {}, script, closed.path() }), SlurmError);
+    EXPECT_THROW(client_->submit({ nobody, "baton:chain-4:1", {}, script, closed.path(), {} }), SlurmError);
 }
 
 TEST_F(SlurmClientTest, CountsTheUsableNodes)

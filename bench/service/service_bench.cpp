@@ -1,0 +1,224 @@
+// batond's service paths on a private PostgreSQL and the local munged: event ingestion over HTTP with
+// MUNGE decode (against the MUNGE round trip alone, measured in the same run), one provisioner tick
+// with 1,000 live chains in the database and a 10,000-job queue, and /metrics scrapes afterwards.
+// Targets (issue): >= 2,000 events/s on 2 cores; tick p99 < 50 ms; scrape < 20 ms.
+#include "http_api.hpp"
+#include "provisioner.hpp"
+
+#include <migrations.hpp>
+#include <munge_credential.hpp>
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <spawn.h>
+#include <string>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace baton::service;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Runs argv (no shell) and returns its standard output.
+std::string capture(const std::vector<std::string>& args)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    std::vector<char*> argv;
+    for (const auto& arg : args)
+        argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0)
+        throw std::runtime_error("cannot run " + args[0]);
+    close(fds[1]);
+    std::string out;
+    char buffer[4096];
+    for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;)
+        out.append(buffer, static_cast<std::size_t>(got));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        throw std::runtime_error(args[0] + " " + args[1] + " failed");
+    return out;
+}
+
+struct Percentiles {
+    double p50 = 0, p99 = 0;
+};
+
+Percentiles percentiles(std::vector<double> ms)
+{
+    std::sort(ms.begin(), ms.end());
+    const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * ms.size()))]; };
+    return { at(0.5), at(0.99) };
+}
+
+double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+
+// A cluster whose queue is a fixed 10,000-job snapshot: the 1,000 chains' running jobs and 9,000 others.
+class FixedCluster final : public Cluster {
+public:
+    explicit FixedCluster(std::int64_t now)
+    {
+        snapshot_.takenAt = now;
+        for (std::int64_t id = 1; id <= 10'000; ++id) {
+            ClusterJob job;
+            job.id = id;
+            job.userId = 1000 + id % 50;
+            job.state = id <= 1000 || id % 3 == 0 ? "RUNNING" : "PENDING";
+            job.submitTime = now - 3600;
+            job.startTime = job.state == "RUNNING" ? now - 600 : 0;
+            job.timeLimitSeconds = 48 * 3600;
+            job.nodes = 1 + static_cast<int>(id % 4);
+            snapshot_.jobs.push_back(job);
+        }
+    }
+    QueueSnapshot queue() override { return snapshot_; }
+    std::int64_t submit(const SubmitRequest&) override { return ++next_; }
+    void signal(std::int64_t, const std::string&) override { }
+    void cancel(std::int64_t) override { }
+    std::string batchScript(std::int64_t) override { return "#!/bin/bash\n"; }
+
+private:
+    QueueSnapshot snapshot_;
+    std::int64_t next_ = 1'000'000;
+};
+
+} // namespace
+
+int main()
+{
+    const fs::path root = BATON_SOURCE_ROOT;
+    char pattern[] = "/tmp/baton-service-bench-XXXXXX";
+    const fs::path work = mkdtemp(pattern);
+    fs::permissions(work, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read
+            | fs::perms::others_exec);
+    const std::string pgScript = (root / "deploy/local/pg.sh").string();
+    std::string started = capture({ "bash", pgScript, "start", (work / "pg").string() });
+    while (!started.empty() && started.back() == '\n')
+        started.pop_back();
+    std::string conninfo = started.substr(started.rfind('\n') + 1);
+    capture({ "createdb", "--maintenance-db=" + conninfo, "--", "bench" });
+    conninfo.replace(conninfo.find("dbname=postgres"), 15, "dbname=bench");
+    int rc = 0;
+    try {
+        baton::db::Connection connection(conninfo);
+        baton::db::migrate(connection);
+        ServiceConfig config;
+        config.listenPort = 0;
+        config.policy = "avg";
+        Metrics metrics;
+        ConnectionPool pool(conninfo, static_cast<std::size_t>(config.httpThreads), {});
+        const std::int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+                                     .count();
+        FixedCluster cluster(now);
+        HttpApi api(config, pool, cluster, metrics, [] { return Readiness { true, "ready" }; });
+        const int port = api.bind();
+        std::thread server([&] { api.serve(); });
+
+        // The floor: a credential made and checked, no HTTP and no database.
+        const int floorCount = 2000;
+        auto start = Clock::now();
+        for (int i = 0; i < floorCount; ++i)
+            baton::munge::decode(baton::munge::encode("POST /v1/events\n{}"));
+        const double mungeRate = floorCount / (msSince(start) / 1000);
+
+        // Ingestion: 4 clients, each signing and posting its own events.
+        const int clients = 4, perClient = 1500;
+        std::atomic<int> accepted { 0 };
+        start = Clock::now();
+        std::vector<std::thread> senders;
+        for (int c = 0; c < clients; ++c) {
+            senders.emplace_back([&, c] {
+                httplib::Client client("127.0.0.1", port);
+                client.set_keep_alive(true);
+                for (int i = 0; i < perClient; ++i) {
+                    const std::string body = "{\"version\":2,\"kind\":\"task_exit\",\"idempotency_key\":\"bench."
+                        + std::to_string(c) + "." + std::to_string(i)
+                        + "\",\"job_id\":1,\"chain\":\"c\",\"checkpoint\":null,\"tuning\":null}";
+                    const httplib::Headers headers { { "Authorization",
+                        "MUNGE " + baton::munge::encode(baton::munge::requestPayload("POST", "/v1/events", body)) } };
+                    const auto reply = client.Post("/v1/events", headers, body, "application/json");
+                    if (reply && reply->status == 202)
+                        ++accepted;
+                }
+            });
+        }
+        for (auto& sender : senders)
+            sender.join();
+        const double ingestRate = accepted / (msSince(start) / 1000);
+
+        // 1,000 live chains, each with a running job of the queue.
+        Store store(connection);
+        for (int i = 1; i <= 1000; ++i) {
+            const ChainRow chain = store.createChain(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
+                { { "script", "#!/bin/bash\n" }, { "workdir", "/tmp" } });
+            store.upsertJob(chain.id, 0, *cluster.queue().find(i));
+        }
+        auto policy = std::make_shared<baton::sim::AveragePolicy>();
+        std::vector<double> ticks;
+        for (int round = 0; round < 20; ++round) {
+            Provisioner provisioner(config, store, cluster, metrics, policy,
+                [](const QueueSnapshot&, const ClusterJob& current, std::int64_t at) {
+                    baton::sim::DecisionPoint point;
+                    point.now = at;
+                    point.remaining = current.startTime + current.timeLimitSeconds - at;
+                    return point;
+                });
+            start = Clock::now();
+            provisioner.tick();
+            ticks.push_back(msSince(start));
+        }
+        const Percentiles tick = percentiles(ticks);
+
+        std::vector<double> scrapes;
+        httplib::Client scraper("127.0.0.1", port);
+        std::size_t bytes = 0;
+        for (int i = 0; i < 200; ++i) {
+            start = Clock::now();
+            const auto reply = scraper.Get("/metrics");
+            scrapes.push_back(msSince(start));
+            bytes = reply ? reply->body.size() : 0;
+        }
+        const Percentiles scrape = percentiles(scrapes);
+        api.stop();
+        server.join();
+
+        std::printf("%-52s %12s %12s %10s\n", "measure", "value", "target", "ratio");
+        std::printf("%-52s %12.0f %12s %10s\n", "MUNGE encode+decode alone (events/s, baseline)", mungeRate, "", "");
+        std::printf("%-52s %12.0f %12s %10.2f\n", "events ingested over HTTP, 4 clients (events/s)", ingestRate,
+            ">= 2000", ingestRate / 2000);
+        std::printf("%-52s %12.2f %12s\n", "  fraction of the MUNGE floor", ingestRate / mungeRate, "");
+        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p50 (ms)", tick.p50, "", tick.p50 / 50);
+        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p99 (ms)", tick.p99, "< 50", tick.p99 / 50);
+        std::printf("%-52s %12.2f %12s %10.2f\n", "/metrics scrape p50 (ms)", scrape.p50, "", scrape.p50 / 20);
+        std::printf("%-52s %12.2f %12s %10.2f\n", "/metrics scrape p99 (ms)", scrape.p99, "< 20", scrape.p99 / 20);
+        std::printf("%-52s %12zu\n", "/metrics body (bytes)", bytes);
+        std::printf("(tick_bench measures the squeue parse and the features of the same tick)\n");
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "service_bench: %s\n", error.what());
+        rc = 1;
+    }
+    capture({ "bash", pgScript, "stop", (work / "pg").string() });
+    fs::remove_all(work);
+    return rc;
+}
