@@ -23,6 +23,7 @@ show() {  # show LABEL PROGRAM [ARGS...]
 }
 show baton-ckpt "$builddir/checkpointer/baton-ckpt" --version
 show batonctl "$builddir/provisioner/batonctl/batonctl" version
+show batond "$builddir/provisioner/service/batond" --version
 [ -f "$builddir/spank_plugin/spank_baton.so" ] && printf '  %-14s %s\n' spank_baton.so "$builddir/spank_plugin/spank_baton.so"
 echo "platform:"
 printf '  %-14s %s\n' Slurm "$(dpkg-query -W -f '${Version}' slurmctld)"

@@ -15,7 +15,6 @@ struct Chain {
     std::string name;
     std::optional<std::string> chainDir;
     std::string state = "running"; // see provisioner/service/chain_state.hpp
-    std::int64_t ownerUid = 0;
     std::int64_t createdAt = 0;
 };
 

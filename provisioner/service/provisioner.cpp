@@ -213,7 +213,7 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
         job.exitCode = row.exitCode;
         if (!job.ended()) {
             job.state = "UNKNOWN";
-            job.endTime = now_;
+            job.endTime = std::max(now_, job.startTime);
             store_.upsertJob(chain.id, seq, job);
         }
         return job;
@@ -439,7 +439,7 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
                 if (!store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Handover))
                     return;
                 store_.setGeneration(chain.id, chain.seq);
-                store_.startHandover(chain.id, chain.seq, current->id, successor->id);
+                store_.startHandover(chain.id, chain.seq, current->id, successor->id, now_);
                 store_.recordDecision(chain.id, config_.policy, "handover",
                     Json { { "predecessor_job_id", current->id }, { "successor_job_id", successor->id } },
                     "predecessor signalled TERM");

@@ -113,8 +113,8 @@ constexpr Statement updatePrediction { "svc_prediction_actual",
     " RETURNING predicted_wait_s",
     true };
 constexpr Statement insertHandover { "svc_handover",
-    "INSERT INTO handovers (chain_id, generation, predecessor_job_id, successor_job_id) VALUES ($1, $2, $3, $4)"
-    " ON CONFLICT DO NOTHING",
+    "INSERT INTO handovers (chain_id, generation, predecessor_job_id, successor_job_id, signalled_at)"
+    " VALUES ($1, $2, $3, $4, to_timestamp($5)) ON CONFLICT DO NOTHING",
     true };
 constexpr Statement finishHandover { "svc_handover_done",
     "UPDATE handovers SET completed_at = to_timestamp($3),"
@@ -387,9 +387,10 @@ std::optional<double> Store::resolvePrediction(std::int64_t slurmJobId, double a
     return result.real(0, 0);
 }
 
-void Store::startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor)
+void Store::startHandover(
+    std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor, std::int64_t signalledAt)
 {
-    connection_.exec(insertHandover, Params(chainId, generation, predecessor, successor));
+    connection_.exec(insertHandover, Params(chainId, generation, predecessor, successor, signalledAt));
 }
 
 std::optional<double> Store::completeHandover(std::int64_t chainId, int generation, std::int64_t endTime)

@@ -117,7 +117,9 @@ public:
     void recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds);
     // Fills in the actual wait once; returns the prediction if there was one still open.
     std::optional<double> resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds);
-    void startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor);
+    // signalledAt: the tick's clock (the queue snapshot's time), the same clock job end times come from.
+    void startHandover(
+        std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor, std::int64_t signalledAt);
     // Returns the seconds from the signal to `endTime`, if the handover was open.
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);

@@ -332,6 +332,14 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     for (const char* action : { "pause", "cancel", "resubmit", "preempt" })
         EXPECT_EQ(signedRequest(port, "POST", std::string("/v1/chains/root/private/") + action, "", nobody).status, 404);
     EXPECT_TRUE(signedRequest(port, "GET", "/v1/chains", "", nobody).json()["chains"].empty());
+    const auto missing = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "show", "root/private", "--server",
+                                 "http://127.0.0.1:" + std::to_string(port) },
+        60s);
+    EXPECT_EQ(missing.exitCode, 3) << missing.output; // batonctl's exit code for "not found"
+    const auto paused = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "pause", "root/private", "--server",
+                                "http://127.0.0.1:" + std::to_string(port) },
+        60s);
+    EXPECT_EQ(paused.exitCode, 3) << paused.output;
     EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND state = 'running'"), 1);
     // Its owner can.
     const Reply own = signedRequest(port, "GET", "/v1/chains/root/private", "", 0);
@@ -417,6 +425,18 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     EXPECT_GE(completed, 1) << detail.body;
     EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(),
         [](const Json& c) { return c["training_done"] == true; }));
+
+    // The operator's view through batonctl (root is an operator).
+    const auto shown = run({ BATONCTL_PATH, "show", "nobody/e2e", "--server",
+                               "http://127.0.0.1:" + std::to_string(ports_[1]) },
+        60s);
+    EXPECT_EQ(shown.exitCode, 0) << shown.output;
+    EXPECT_NE(shown.output.find("finished"), std::string::npos) << shown.output;
+    const auto listed = run({ BATONCTL_PATH, "chains", "--json", "--server",
+                                "http://127.0.0.1:" + std::to_string(ports_[1]) },
+        60s);
+    EXPECT_EQ(listed.exitCode, 0) << listed.output;
+    EXPECT_NE(listed.output.find("\"e2e\""), std::string::npos) << listed.output;
 }
 
 // The database restarted and slurmctld stopped for 30 s in the middle of a chain: batond logs, retries

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
+
 namespace {
 
 using namespace baton::service;
@@ -17,6 +19,7 @@ using Json = nlohmann::json;
 // A queue the test writes; submissions become pending jobs carrying their comment.
 class ScriptedCluster final : public Cluster {
 public:
+    static inline std::int64_t nextFreeId = 0;
     QueueSnapshot queue() override
     {
         QueueSnapshot snapshot;
@@ -68,8 +71,8 @@ public:
         find(id)->endTime = now;
     }
 
-    std::int64_t now = 1'800'000'000;
-    std::int64_t nextId = 100;
+    std::int64_t now = std::time(nullptr); // the database clock stamps intents
+    std::int64_t nextId = nextFreeId += 100; // Slurm never reuses a job id; the tests share a database
     bool failAfterSubmit = false;
     std::vector<ClusterJob> jobs;
     std::vector<SubmitRequest> submissions;
@@ -86,21 +89,21 @@ public:
 
 class ProvisionerTest : public testing::Test {
 protected:
-    static void SetUpTestSuite()
+    static void SetUpTestSuite() { server_ = new baton::test::PostgresServer(); }
+    static void TearDownTestSuite() { delete server_; }
+
+    // Each test gets a database of its own.
+    static std::string freshDatabase()
     {
-        server_ = new baton::test::PostgresServer();
-        conninfo_ = new std::string(server_->createDatabase("provisioner"));
-        baton::db::Connection connection(*conninfo_);
+        static int count = 0;
+        const std::string conninfo = server_->createDatabase("provisioner" + std::to_string(++count));
+        baton::db::Connection connection(conninfo);
         baton::db::migrate(connection);
-    }
-    static void TearDownTestSuite()
-    {
-        delete conninfo_;
-        delete server_;
+        return conninfo;
     }
 
     ProvisionerTest()
-        : connection_(*conninfo_)
+        : connection_(freshDatabase())
         , store_(connection_)
     {
         config_.retryBudget = 2;
@@ -137,7 +140,6 @@ protected:
     ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
 
     static baton::test::PostgresServer* server_;
-    static std::string* conninfo_;
     ServiceConfig config_;
     baton::db::Connection connection_;
     Store store_;
@@ -146,7 +148,6 @@ protected:
 };
 
 baton::test::PostgresServer* ProvisionerTest::server_ = nullptr;
-std::string* ProvisionerTest::conninfo_ = nullptr;
 
 TEST_F(ProvisionerTest, HandoverThenAdvance)
 {
@@ -160,7 +161,7 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     EXPECT_EQ(cluster_.submissions.size(), 1u);
 
     cluster_.now += 10;
-    cluster_.start(100);
+    cluster_.start(cluster_.jobs.back().id);
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
@@ -197,7 +198,7 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(store_.submission(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, 100);
+    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
 }
 
 TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
@@ -248,7 +249,7 @@ TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
     cluster_.end(5, "COMPLETED");
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Finished);
-    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 100 });
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
 }
 
 TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing)
@@ -257,7 +258,7 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_TRUE(store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Paused, "test"));
     tick(std::make_shared<AlwaysSubmit>());
-    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 100 });
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
     cluster_.end(6, "TIMEOUT");
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);
