@@ -67,11 +67,15 @@ struct Percentiles {
 Percentiles percentiles(std::vector<double> ms)
 {
     std::sort(ms.begin(), ms.end());
-    const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * ms.size()))]; };
+    const auto at
+        = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * ms.size()))]; };
     return { at(0.5), at(0.99) };
 }
 
-double msSince(Clock::time_point start) { return std::chrono::duration<double, std::milli>(Clock::now() - start).count(); }
+double msSince(Clock::time_point start)
+{
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
 
 // A cluster whose queue is a fixed 10,000-job snapshot: the 1,000 chains' running jobs and 9,000 others.
 class FixedCluster final : public Cluster {
@@ -109,7 +113,8 @@ int main()
     const fs::path root = BATON_SOURCE_ROOT;
     char pattern[] = "/tmp/baton-service-bench-XXXXXX";
     const fs::path work = mkdtemp(pattern);
-    fs::permissions(work, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read
+    fs::permissions(work,
+        fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read
             | fs::perms::others_exec);
     const std::string pgScript = (root / "deploy/local/pg.sh").string();
     std::string started = capture({ "bash", pgScript, "start", (work / "pg").string() });
@@ -152,11 +157,14 @@ int main()
                 httplib::Client client("127.0.0.1", port);
                 client.set_keep_alive(true);
                 for (int i = 0; i < perClient; ++i) {
-                    const std::string body = "{\"version\":2,\"kind\":\"task_exit\",\"idempotency_key\":\"bench."
+                    const std::string body
+                        = "{\"version\":2,\"kind\":\"task_exit\",\"idempotency_key\":\"bench."
                         + std::to_string(c) + "." + std::to_string(i)
                         + "\",\"job_id\":1,\"chain\":\"c\",\"checkpoint\":null,\"tuning\":null}";
                     const httplib::Headers headers { { "Authorization",
-                        "MUNGE " + baton::munge::encode(baton::munge::requestPayload("POST", "/v1/events", body)) } };
+                        "MUNGE "
+                            + baton::munge::encode(
+                                baton::munge::requestPayload("POST", "/v1/events", body)) } };
                     const auto reply = client.Post("/v1/events", headers, body, "application/json");
                     if (reply && reply->status == 202)
                         ++accepted;
@@ -170,8 +178,8 @@ int main()
         // 1,000 live chains, each with a running job of the queue.
         Store store(connection);
         for (int i = 1; i <= 1000; ++i) {
-            const ChainRow chain = store.createChain(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
-                { { "script", "#!/bin/bash\n" }, { "workdir", "/tmp" } });
+            const ChainRow chain = store.createChain(1000 + i % 50, "user", "chain-" + std::to_string(i),
+                "/chains", { { "script", "#!/bin/bash\n" }, { "workdir", "/tmp" } });
             store.upsertJob(chain.id, 0, *cluster.queue().find(i));
         }
         auto policy = std::make_shared<baton::sim::AveragePolicy>();
@@ -204,14 +212,19 @@ int main()
         server.join();
 
         std::printf("%-52s %12s %12s %10s\n", "measure", "value", "target", "ratio");
-        std::printf("%-52s %12.0f %12s %10s\n", "MUNGE encode+decode alone (events/s, baseline)", mungeRate, "", "");
-        std::printf("%-52s %12.0f %12s %10.2f\n", "events ingested over HTTP, 4 clients (events/s)", ingestRate,
-            ">= 2000", ingestRate / 2000);
+        std::printf(
+            "%-52s %12.0f %12s %10s\n", "MUNGE encode+decode alone (events/s, baseline)", mungeRate, "", "");
+        std::printf("%-52s %12.0f %12s %10.2f\n", "events ingested over HTTP, 4 clients (events/s)",
+            ingestRate, ">= 2000", ingestRate / 2000);
         std::printf("%-52s %12.2f %12s\n", "  fraction of the MUNGE floor", ingestRate / mungeRate, "");
-        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p50 (ms)", tick.p50, "", tick.p50 / 50);
-        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p99 (ms)", tick.p99, "< 50", tick.p99 / 50);
-        std::printf("%-52s %12.2f %12s %10.2f\n", "/metrics scrape p50 (ms)", scrape.p50, "", scrape.p50 / 20);
-        std::printf("%-52s %12.2f %12s %10.2f\n", "/metrics scrape p99 (ms)", scrape.p99, "< 20", scrape.p99 / 20);
+        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p50 (ms)", tick.p50, "",
+            tick.p50 / 50);
+        std::printf("%-52s %12.1f %12s %10.2f\n", "tick, 1,000 chains in PostgreSQL, p99 (ms)", tick.p99,
+            "< 50", tick.p99 / 50);
+        std::printf(
+            "%-52s %12.2f %12s %10.2f\n", "/metrics scrape p50 (ms)", scrape.p50, "", scrape.p50 / 20);
+        std::printf(
+            "%-52s %12.2f %12s %10.2f\n", "/metrics scrape p99 (ms)", scrape.p99, "< 20", scrape.p99 / 20);
         std::printf("%-52s %12zu\n", "/metrics body (bytes)", bytes);
         std::printf("(tick_bench measures the squeue parse and the features of the same tick)\n");
     } catch (const std::exception& error) {

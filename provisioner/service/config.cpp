@@ -1,7 +1,7 @@
 #include "config.hpp"
 
-#include <fstream>
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -64,19 +64,27 @@ using Setter = std::function<void(ServiceConfig&, const Json&, const std::string
 const std::map<std::string, Setter>& keyTable()
 {
     static const std::map<std::string, Setter> table {
-        { "listen_address", [](auto& c, const Json& v, const auto& k) { c.listenAddress = expectString(v, k); } },
+        { "listen_address",
+            [](auto& c, const Json& v, const auto& k) { c.listenAddress = expectString(v, k); } },
         { "listen_port",
-            [](auto& c, const Json& v, const auto& k) { c.listenPort = static_cast<int>(expectInteger(v, k, 0, 65535)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.listenPort = static_cast<int>(expectInteger(v, k, 0, 65535));
+            } },
         { "database", [](auto& c, const Json& v, const auto& k) { c.database = expectString(v, k); } },
-        { "instance_name", [](auto& c, const Json& v, const auto& k) { c.instanceName = expectString(v, k); } },
+        { "instance_name",
+            [](auto& c, const Json& v, const auto& k) { c.instanceName = expectString(v, k); } },
         { "tick_seconds",
             [](auto& c, const Json& v, const auto& k) {
-                c.tick = std::chrono::milliseconds(static_cast<std::int64_t>(expectNumber(v, k, 0.1, 3600) * 1000));
+                c.tick = std::chrono::milliseconds(
+                    static_cast<std::int64_t>(expectNumber(v, k, 0.1, 3600) * 1000));
             } },
-        { "policy", [](auto& c, const Json& v, const auto& k) { c.policy = parsePolicy(expectString(v, k), k); } },
+        { "policy",
+            [](auto& c, const Json& v, const auto& k) { c.policy = parsePolicy(expectString(v, k), k); } },
         { "model", [](auto& c, const Json& v, const auto& k) { c.modelName = expectString(v, k); } },
-        { "quantile", [](auto& c, const Json& v, const auto& k) { c.quantile = expectNumber(v, k, 0.01, 0.99); } },
-        { "operators_group", [](auto& c, const Json& v, const auto& k) { c.operatorsGroup = expectString(v, k); } },
+        { "quantile",
+            [](auto& c, const Json& v, const auto& k) { c.quantile = expectNumber(v, k, 0.01, 0.99); } },
+        { "operators_group",
+            [](auto& c, const Json& v, const auto& k) { c.operatorsGroup = expectString(v, k); } },
         { "slurm_users",
             [](auto& c, const Json& v, const auto& k) {
                 if (!v.is_array())
@@ -86,33 +94,52 @@ const std::map<std::string, Setter>& keyTable()
                     c.slurmUsers.push_back(expectString(name, k));
             } },
         { "submit_lead_seconds",
-            [](auto& c, const Json& v, const auto& k) { c.submitLead = std::chrono::seconds(expectInteger(v, k, 0, 86400)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.submitLead = std::chrono::seconds(expectInteger(v, k, 0, 86400));
+            } },
         { "retry_budget",
-            [](auto& c, const Json& v, const auto& k) { c.retryBudget = static_cast<int>(expectInteger(v, k, 0, 100)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.retryBudget = static_cast<int>(expectInteger(v, k, 0, 100));
+            } },
         { "handover_timeout_seconds",
-            [](auto& c, const Json& v, const auto& k) { c.handoverTimeout = std::chrono::seconds(expectInteger(v, k, 10, 86400)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.handoverTimeout = std::chrono::seconds(expectInteger(v, k, 10, 86400));
+            } },
         { "slurm_timeout_seconds",
-            [](auto& c, const Json& v, const auto& k) { c.slurmTimeout = std::chrono::seconds(expectInteger(v, k, 1, 600)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.slurmTimeout = std::chrono::seconds(expectInteger(v, k, 1, 600));
+            } },
         { "submit_grace_seconds",
-            [](auto& c, const Json& v, const auto& k) { c.submitGrace = std::chrono::seconds(expectInteger(v, k, 5, 3600)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.submitGrace = std::chrono::seconds(expectInteger(v, k, 5, 3600));
+            } },
         { "max_body_bytes",
             [](auto& c, const Json& v, const auto& k) {
                 c.maxBodyBytes = static_cast<std::size_t>(expectInteger(v, k, 1024, 16 << 20));
             } },
         { "max_json_depth",
-            [](auto& c, const Json& v, const auto& k) { c.maxJsonDepth = static_cast<int>(expectInteger(v, k, 2, 64)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.maxJsonDepth = static_cast<int>(expectInteger(v, k, 2, 64));
+            } },
         { "http_threads",
-            [](auto& c, const Json& v, const auto& k) { c.httpThreads = static_cast<int>(expectInteger(v, k, 1, 256)); } },
-        { "metrics_token", [](auto& c, const Json& v, const auto& k) { c.metricsToken = expectString(v, k); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.httpThreads = static_cast<int>(expectInteger(v, k, 1, 256));
+            } },
+        { "metrics_token",
+            [](auto& c, const Json& v, const auto& k) { c.metricsToken = expectString(v, k); } },
         { "munge_socket", [](auto& c, const Json& v, const auto& k) { c.mungeSocket = expectString(v, k); } },
         { "sbatch", [](auto& c, const Json& v, const auto& k) { c.sbatch = expectString(v, k); } },
         { "squeue", [](auto& c, const Json& v, const auto& k) { c.squeue = expectString(v, k); } },
         { "scancel", [](auto& c, const Json& v, const auto& k) { c.scancel = expectString(v, k); } },
         { "scontrol", [](auto& c, const Json& v, const auto& k) { c.scontrol = expectString(v, k); } },
         { "cluster_nodes",
-            [](auto& c, const Json& v, const auto& k) { c.clusterNodes = static_cast<int>(expectInteger(v, k, 1, 1 << 20)); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.clusterNodes = static_cast<int>(expectInteger(v, k, 1, 1 << 20));
+            } },
         { "log_level",
-            [](auto& c, const Json& v, const auto& k) { c.logLevel = parseLogLevel(expectString(v, k), k); } },
+            [](auto& c, const Json& v, const auto& k) {
+                c.logLevel = parseLogLevel(expectString(v, k), k);
+            } },
     };
     return table;
 }

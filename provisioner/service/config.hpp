@@ -27,7 +27,9 @@ struct ServiceConfig {
     std::vector<std::string> slurmUsers { "root" }; // who may send plugin events (uid 0 always may)
     std::chrono::seconds submitLead { 60 }; // successors go in at least this long before the limit
     int retryBudget = 3; // resubmissions of a job that failed without progress
-    std::chrono::seconds handoverTimeout { 600 }; // a signalled predecessor still running after this is cancelled
+    std::chrono::seconds handoverTimeout {
+        600
+    }; // a signalled predecessor still running after this is cancelled
     std::chrono::seconds slurmTimeout { 30 }; // every squeue/sbatch/scancel call
     std::chrono::seconds submitGrace { 120 }; // an intent not visible in squeue after this is retried
     std::size_t maxBodyBytes = 64 * 1024;

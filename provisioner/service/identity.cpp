@@ -7,7 +7,8 @@
 
 namespace baton::service {
 
-IdentityResolver::IdentityResolver(const std::string& operatorsGroup, const std::vector<std::string>& slurmUsers)
+IdentityResolver::IdentityResolver(
+    const std::string& operatorsGroup, const std::vector<std::string>& slurmUsers)
 {
     if (!operatorsGroup.empty()) {
         group entry {};
@@ -27,7 +28,8 @@ IdentityResolver::IdentityResolver(const std::string& operatorsGroup, const std:
 
 std::optional<std::int64_t> IdentityResolver::uidOf(const std::string& nameOrUid)
 {
-    if (!nameOrUid.empty() && std::all_of(nameOrUid.begin(), nameOrUid.end(), [](char c) { return c >= '0' && c <= '9'; })
+    if (!nameOrUid.empty()
+        && std::all_of(nameOrUid.begin(), nameOrUid.end(), [](char c) { return c >= '0' && c <= '9'; })
         && nameOrUid.size() < 11)
         return std::stoll(nameOrUid);
     passwd entry {};
@@ -54,7 +56,8 @@ Caller IdentityResolver::resolve(const munge::Identity& identity) const
     caller.uid = identity.uid;
     caller.userName = nameOf(identity.uid);
     caller.isSlurm = identity.uid == 0
-        || std::find(slurmUids_.begin(), slurmUids_.end(), static_cast<std::int64_t>(identity.uid)) != slurmUids_.end();
+        || std::find(slurmUids_.begin(), slurmUids_.end(), static_cast<std::int64_t>(identity.uid))
+            != slurmUids_.end();
     // root can cancel any job with scancel anyway: it is an operator here too.
     caller.isOperator = identity.uid == 0;
     if (operatorsGid_ && !caller.isOperator) {

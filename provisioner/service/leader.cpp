@@ -9,7 +9,8 @@ namespace baton::service {
 namespace {
 
 // One constant key for "the active batond": the bytes of "baton" as a number.
-constexpr db::Statement tryLock { "leader_try_lock", "SELECT pg_try_advisory_lock(422617853550), pg_backend_pid()" };
+constexpr db::Statement tryLock { "leader_try_lock",
+    "SELECT pg_try_advisory_lock(422617853550), pg_backend_pid()" };
 constexpr db::Statement backendPid { "leader_backend_pid", "SELECT pg_backend_pid()" };
 
 db::ConnectionOptions leaderOptions()

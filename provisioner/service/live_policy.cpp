@@ -18,7 +18,8 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
     const auto model = db::ModelRepository(connection).latest(config.modelName);
     if (!model) {
         logWarning("policy " + config.policy + ": no model named '" + config.modelName
-            + "' in the models table (train one with `batonctl sim compare --db-save`); using avg until there is");
+            + "' in the models table (train one with `batonctl sim compare --db-save`); using avg until "
+              "there is");
         return { std::make_shared<sim::AveragePolicy>(), nullptr };
     }
     auto predictor = std::make_shared<const sim::WaitPredictor>(sim::WaitPredictor::fromJson(model->params));
@@ -30,12 +31,13 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
         if (row.contains("q") && row["q"].is_number())
             q = row["q"].get<double>();
     }
-    logInfo("policy " + config.policy + ": model " + config.modelName + " version " + std::to_string(model->version)
-        + ", q = " + std::to_string(q));
+    logInfo("policy " + config.policy + ": model " + config.modelName + " version "
+        + std::to_string(model->version) + ", q = " + std::to_string(q));
     return { std::make_shared<sim::QuantilePolicy>(config.policy, predictor, q), predictor };
 }
 
-DecisionPointBuilder liveDecisionPoint(SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor)
+DecisionPointBuilder liveDecisionPoint(
+    SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor)
 {
     // One LiveQueue per squeue snapshot, shared by every chain of the tick.
     struct Cache {
@@ -43,7 +45,8 @@ DecisionPointBuilder liveDecisionPoint(SlurmCluster& cluster, std::shared_ptr<co
         std::unique_ptr<slurm::LiveQueue> queue;
     };
     auto cache = std::make_shared<Cache>();
-    return [&cluster, cache, predictor](const QueueSnapshot& snapshot, const ClusterJob& current, std::int64_t now) {
+    return [&cluster, cache, predictor](
+               const QueueSnapshot& snapshot, const ClusterJob& current, std::int64_t now) {
         if (cache->takenAt != snapshot.takenAt || !cache->queue) {
             slurm::LiveQueueOptions options;
             options.totalNodes = cluster.usableNodes();
@@ -53,7 +56,8 @@ DecisionPointBuilder liveDecisionPoint(SlurmCluster& cluster, std::shared_ptr<co
         sim::DecisionPoint point;
         point.now = now;
         point.remaining = std::max<std::int64_t>(0, current.startTime + current.timeLimitSeconds - now);
-        point.features = sim::queueFeatures(*cache->queue, sim::JobShape { current.nodes, current.timeLimitSeconds });
+        point.features
+            = sim::queueFeatures(*cache->queue, sim::JobShape { current.nodes, current.timeLimitSeconds });
         point.recentMeanWait = cache->queue->recentMeanWait();
         if (predictor)
             point.meanLogWait = predictor->predictLog({ &point.features, 1 }).front();

@@ -23,6 +23,7 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
 
 // The decision point of a chain's current job; with a predictor, its mean log-wait is filled in so that
 // the decision records what the model predicted.
-DecisionPointBuilder liveDecisionPoint(SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor);
+DecisionPointBuilder liveDecisionPoint(
+    SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor);
 
 } // namespace baton::service

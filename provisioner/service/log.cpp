@@ -29,7 +29,10 @@ const char* prefixOf(LogLevel level)
 
 } // namespace
 
-void setLogLevel(LogLevel level) { threshold = level; }
+void setLogLevel(LogLevel level)
+{
+    threshold = level;
+}
 
 void logAt(LogLevel level, std::string_view message)
 {

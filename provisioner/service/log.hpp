@@ -10,9 +10,21 @@ namespace baton::service {
 
 void setLogLevel(LogLevel level);
 void logAt(LogLevel level, std::string_view message);
-inline void logError(std::string_view message) { logAt(LogLevel::Error, message); }
-inline void logWarning(std::string_view message) { logAt(LogLevel::Warning, message); }
-inline void logInfo(std::string_view message) { logAt(LogLevel::Info, message); }
-inline void logDebug(std::string_view message) { logAt(LogLevel::Debug, message); }
+inline void logError(std::string_view message)
+{
+    logAt(LogLevel::Error, message);
+}
+inline void logWarning(std::string_view message)
+{
+    logAt(LogLevel::Warning, message);
+}
+inline void logInfo(std::string_view message)
+{
+    logAt(LogLevel::Info, message);
+}
+inline void logDebug(std::string_view message)
+{
+    logAt(LogLevel::Debug, message);
+}
 
 } // namespace baton::service

@@ -30,7 +30,10 @@ std::atomic<bool> stopRequested { false };
 std::mutex wakeMutex;
 std::condition_variable wake;
 
-extern "C" void onStopSignal(int) { stopRequested = true; }
+extern "C" void onStopSignal(int)
+{
+    stopRequested = true;
+}
 
 // Sleeps until `deadline` or until a stop signal; the signal handler only sets a flag, so the wait
 // polls it in short slices.
@@ -38,7 +41,8 @@ void sleepUntil(std::chrono::steady_clock::time_point deadline)
 {
     std::unique_lock lock(wakeMutex);
     while (!stopRequested && std::chrono::steady_clock::now() < deadline)
-        wake.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+        wake.wait_until(
+            lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
 }
 
 int run(ServiceConfig config)
@@ -55,8 +59,9 @@ int run(ServiceConfig config)
         baton::db::Connection connection(config.database);
         const auto status = baton::db::schemaStatus(connection);
         if (!status.pending.empty() || status.current != status.latestKnown) {
-            logError("the database schema is at version " + std::to_string(status.current) + ", this batond needs "
-                + std::to_string(status.latestKnown) + ": run `batonctl db migrate`");
+            logError("the database schema is at version " + std::to_string(status.current)
+                + ", this batond needs " + std::to_string(status.latestKnown)
+                + ": run `batonctl db migrate`");
             return 1;
         }
     }
@@ -72,16 +77,17 @@ int run(ServiceConfig config)
     const auto readiness = [&] {
         Readiness r;
         r.ready = databaseOk && slurmOk;
-        r.detail = std::string(r.ready ? "ready" : "not ready") + ": database " + (databaseOk ? "ok" : "unreachable")
-            + ", slurm " + (slurmOk ? "ok" : "unreachable") + ", " + (leading ? "active" : "standby") + " ("
-            + config.instanceName + ")";
+        r.detail = std::string(r.ready ? "ready" : "not ready") + ": database "
+            + (databaseOk ? "ok" : "unreachable") + ", slurm " + (slurmOk ? "ok" : "unreachable") + ", "
+            + (leading ? "active" : "standby") + " (" + config.instanceName + ")";
         return r;
     };
     HttpApi api(config, pool, cluster, metrics, readiness);
     const int port = api.bind();
     std::thread server([&] { api.serve(); });
-    logInfo("batond " + config.instanceName + " listening on " + config.listenAddress + ":" + std::to_string(port)
-        + ", policy " + config.policy + ", tick " + std::to_string(config.tick.count()) + " ms");
+    logInfo("batond " + config.instanceName + " listening on " + config.listenAddress + ":"
+        + std::to_string(port) + ", policy " + config.policy + ", tick " + std::to_string(config.tick.count())
+        + " ms");
 
     LeaderLock leader(config.database);
     std::unique_ptr<baton::db::Connection> connection;
@@ -99,8 +105,8 @@ int run(ServiceConfig config)
                 if (!policy)
                     policy = makeLivePolicy(config, *connection);
                 Store store(*connection);
-                Provisioner provisioner(
-                    config, store, cluster, metrics, policy->policy, liveDecisionPoint(cluster, policy->predictor));
+                Provisioner provisioner(config, store, cluster, metrics, policy->policy,
+                    liveDecisionPoint(cluster, policy->predictor));
                 provisioner.tick();
                 slurmOk = true;
             } else {
@@ -113,12 +119,14 @@ int run(ServiceConfig config)
             metrics.dbErrors().Increment();
             databaseOk = false;
             connection.reset();
-            logError(std::string("database: ") + error.what() + "; retrying in " + std::to_string(backoff.count()) + " ms");
+            logError(std::string("database: ") + error.what() + "; retrying in "
+                + std::to_string(backoff.count()) + " ms");
             next = std::min(next, started + backoff);
             backoff = std::min(backoff * 2, std::chrono::milliseconds(config.tick));
         } catch (const SlurmError& error) {
             slurmOk = false;
-            logError(std::string("slurm: ") + error.what() + "; retrying in " + std::to_string(backoff.count()) + " ms");
+            logError(std::string("slurm: ") + error.what() + "; retrying in "
+                + std::to_string(backoff.count()) + " ms");
             next = std::min(next, started + backoff);
             backoff = std::min(backoff * 2, std::chrono::milliseconds(config.tick));
         } catch (const std::exception& error) {

@@ -146,7 +146,9 @@ prometheus::Histogram& Metrics::slurmCall(const std::string& command)
     const std::lock_guard lock(labelsMutex_);
     auto found = slurmCalls_.find(command);
     if (found == slurmCalls_.end())
-        found = slurmCalls_.emplace(command, &slurmCallFamily_->Add({ { "command", command } }, latencyBuckets())).first;
+        found = slurmCalls_
+                    .emplace(command, &slurmCallFamily_->Add({ { "command", command } }, latencyBuckets()))
+                    .first;
     return *found->second;
 }
 

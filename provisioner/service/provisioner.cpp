@@ -20,7 +20,8 @@ using Json = nlohmann::json;
 
 std::int64_t epochNow()
 {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch())
         .count();
 }
 
@@ -138,22 +139,27 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
             } catch (const SlurmError& error) {
                 metrics_.slurmErrors("scontrol").Increment();
                 logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
-                    + std::to_string(job->id) + " (" + error.what() + "); its successors need `batonctl resubmit`");
+                    + std::to_string(job->id) + " (" + error.what()
+                    + "); its successors need `batonctl resubmit`");
             }
             const auto dir = event.payload.value("chain_dir", std::string());
             chain = store_.createChain(job->userId, userName(job->userId), *event.chainName,
                 dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
             store_.upsertJob(chain->id, 0, *job);
-            logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job " + std::to_string(job->id));
+            logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
+                + std::to_string(job->id));
         } else if (chain && !isTerminal(chain->state) && event.kind == "step_start") {
             // The owner submitted the next job by hand while the current one had ended.
             const auto jobs = store_.jobs(chain->id);
-            const auto current = std::find_if(jobs.begin(), jobs.end(), [&](const JobRow& j) { return j.seq == chain->seq; });
+            const auto current = std::find_if(
+                jobs.begin(), jobs.end(), [&](const JobRow& j) { return j.seq == chain->seq; });
             const bool currentEnded = current == jobs.end() || current->endTime.has_value();
-            if (currentEnded && !store_.submission(chain->id, chain->seq + 1) && job->comment.rfind("baton:", 0) != 0) {
+            if (currentEnded && !store_.submission(chain->id, chain->seq + 1)
+                && job->comment.rfind("baton:", 0) != 0) {
                 store_.upsertJob(chain->id, chain->seq + 1, *job);
                 store_.advance(chain->id, chain->seq, ChainState::Running);
-                logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job " + std::to_string(job->id));
+                logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job "
+                    + std::to_string(job->id));
             }
         }
     }
@@ -246,8 +252,8 @@ std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, i
         const std::int64_t jobId = cluster_.submit(request);
         store_.markSubmitted(submission->key, jobId);
         metrics_.submissions(submission->reason).Increment();
-        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId) + " (seq "
-            + std::to_string(seq) + ", " + submission->reason + ")");
+        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
+            + " (seq " + std::to_string(seq) + ", " + submission->reason + ")");
         return jobId;
     } catch (const SlurmError& error) {
         metrics_.slurmErrors("sbatch").Increment();
@@ -294,8 +300,9 @@ void Provisioner::collectSpoolHints(const ChainRow& chain)
                     continue;
                 const auto jobId = event.find("job_id");
                 store_.recordCheckpoint(chain.id,
-                    jobId != event.end() && jobId->is_number_integer() ? std::optional(jobId->get<std::int64_t>())
-                                                                       : std::nullopt,
+                    jobId != event.end() && jobId->is_number_integer()
+                        ? std::optional(jobId->get<std::int64_t>())
+                        : std::nullopt,
                     *checkpoint, *chain.chainDir);
             } catch (const std::invalid_argument&) {
                 // a damaged line of the owner's own file: skipped
@@ -311,7 +318,8 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
     collectSpoolHints(chain);
     if (store_.trainingDone(chain.id)) {
         if (store_.transition(chain.id, { chain.state }, ChainState::Finished, "training finished")) {
-            store_.recordDecision(chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
+            store_.recordDecision(
+                chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
             logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
         }
         return;
@@ -320,7 +328,8 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         // Someone cancelled the job by hand: stop the chain until its owner says otherwise.
         if (store_.transition(chain.id, { chain.state }, ChainState::Paused,
                 "job " + std::to_string(current.id) + " was cancelled outside baton"))
-            store_.recordDecision(chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
+            store_.recordDecision(
+                chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
         return;
     }
     std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
@@ -336,7 +345,8 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
                 const std::string why = "job " + std::to_string(current.id) + " " + current.state
                     + " without progress; retry budget of " + std::to_string(config_.retryBudget) + " spent";
                 if (store_.transition(chain.id, { chain.state }, ChainState::Failed, why)) {
-                    store_.recordDecision(chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
+                    store_.recordDecision(
+                        chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
                     logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
                 }
                 return;
@@ -352,8 +362,8 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
 void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
 {
     const auto current = refreshJob(chain, chain.seq, queue);
-    const auto successor = store_.submission(chain.id, chain.seq + 1) ? refreshJob(chain, chain.seq + 1, queue)
-                                                                       : std::nullopt;
+    const auto successor
+        = store_.submission(chain.id, chain.seq + 1) ? refreshJob(chain, chain.seq + 1, queue) : std::nullopt;
     const std::string label = chain.ownerName + "/" + chain.name;
     switch (chain.state) {
     case ChainState::Paused:
@@ -408,8 +418,10 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
             if (successor && !successor->ended())
                 cluster_.cancel(successor->id);
             store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "training finished");
-            store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Finished, "training finished");
-            store_.recordDecision(chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+            store_.transition(
+                chain.id, { ChainState::SuccessorPending }, ChainState::Finished, "training finished");
+            store_.recordDecision(
+                chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
             logInfo("chain " + label + " finished; its pending successor was cancelled");
             return;
         }
@@ -454,7 +466,8 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         }
         // The predecessor had ended already: the chain waited for its successor.
         if (current && current->endTime > 0)
-            metrics_.interruption().Observe(static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
+            metrics_.interruption().Observe(
+                static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
         store_.advance(chain.id, chain.seq, ChainState::Running);
         return;
     }
@@ -472,7 +485,8 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
             }
             metrics_.handovers("completed").Increment();
             if (successor && successor->startTime > 0)
-                metrics_.overlap().Observe(static_cast<double>(std::max<std::int64_t>(0, end - successor->startTime)));
+                metrics_.overlap().Observe(
+                    static_cast<double>(std::max<std::int64_t>(0, end - successor->startTime)));
             if (store_.trainingDone(chain.id) && current->state == "COMPLETED") {
                 // The handover checkpoint was the last one: nothing left for the successor to do. It
                 // resumes, sees the done checkpoint and exits; the chain finishes with it.
@@ -483,7 +497,8 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         const auto signalled = store_.handoverSignalledAt(chain.id, chain.seq);
         if (current && signalled && now_ - *signalled > config_.handoverTimeout.count()) {
             logWarning("chain " + label + ": job " + std::to_string(current->id) + " did not exit within "
-                + std::to_string(config_.handoverTimeout.count()) + " s of the handover signal; cancelling it");
+                + std::to_string(config_.handoverTimeout.count())
+                + " s of the handover signal; cancelling it");
             metrics_.handovers("timed_out").Increment();
             cluster_.cancel(current->id);
         }

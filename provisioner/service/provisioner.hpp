@@ -18,8 +18,8 @@
 namespace baton::service {
 
 // Turns the live queue into what a policy sees for a successor shaped like `current`.
-using DecisionPointBuilder
-    = std::function<sim::DecisionPoint(const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now)>;
+using DecisionPointBuilder = std::function<sim::DecisionPoint(
+    const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now)>;
 
 class Provisioner {
 public:
@@ -41,8 +41,8 @@ private:
     void step(ChainRow chain, const QueueSnapshot& queue);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
     std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue);
-    bool startSubmission(const ChainRow& chain, ChainState from, const std::string& reason,
-        const nlohmann::json& inputs);
+    bool startSubmission(
+        const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);

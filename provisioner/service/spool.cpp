@@ -21,8 +21,8 @@ namespace {
 // In the child, as the owner: rename the spool aside (so the plugin starts a new one), read it, remove it.
 [[noreturn]] void readAsOwner(const std::string& chainDir, const passwd& owner, std::size_t maxBytes, int out)
 {
-    if (setgroups(0, nullptr) != 0 || initgroups(owner.pw_name, owner.pw_gid) != 0 || setgid(owner.pw_gid) != 0
-        || setuid(owner.pw_uid) != 0 || getuid() != owner.pw_uid)
+    if (setgroups(0, nullptr) != 0 || initgroups(owner.pw_name, owner.pw_gid) != 0
+        || setgid(owner.pw_gid) != 0 || setuid(owner.pw_uid) != 0 || getuid() != owner.pw_uid)
         _exit(3);
     const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)
@@ -51,7 +51,8 @@ namespace {
 
 } // namespace
 
-std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid, std::size_t maxBytes)
+std::vector<std::string> collectSpool(
+    const std::string& chainDir, std::int64_t ownerUid, std::size_t maxBytes)
 {
     if (chainDir.empty() || chainDir.front() != '/')
         return {};
@@ -78,7 +79,8 @@ std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t 
     char buffer[65536];
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
         pollfd ready { fds[0], POLLIN, 0 };
         if (left.count() <= 0 || poll(&ready, 1, static_cast<int>(left.count())) <= 0) {
             kill(child, SIGKILL); // a stalled file system must not stall the tick
@@ -87,7 +89,9 @@ std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t 
         const ssize_t got = read(fds[0], buffer, sizeof buffer);
         if (got <= 0)
             break;
-        text.append(buffer, static_cast<std::size_t>(std::min<std::size_t>(got, maxBytes + 1 - std::min(maxBytes, text.size()))));
+        text.append(buffer,
+            static_cast<std::size_t>(
+                std::min<std::size_t>(got, maxBytes + 1 - std::min(maxBytes, text.size()))));
     }
     close(fds[0]);
     int status = 0;

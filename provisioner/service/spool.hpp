@@ -12,6 +12,7 @@ namespace baton::service {
 
 // Moves the spool file aside and returns its lines (at most `maxBytes` in all). Throws
 // std::runtime_error when the child cannot run; a missing spool is no lines.
-std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid, std::size_t maxBytes = 1 << 20);
+std::vector<std::string> collectSpool(
+    const std::string& chainDir, std::int64_t ownerUid, std::size_t maxBytes = 1 << 20);
 
 } // namespace baton::service

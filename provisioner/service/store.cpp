@@ -11,9 +11,9 @@ using db::Result;
 using db::Statement;
 using Json = nlohmann::json;
 
-#define BATON_CHAIN_COLUMNS                                                                                   \
-    "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"          \
-    " coalesce(spec, 'null'::jsonb), chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"    \
+#define BATON_CHAIN_COLUMNS                                                                                  \
+    "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"         \
+    " coalesce(spec, 'null'::jsonb), chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"  \
     " FROM chains "
 constexpr Statement insertChain { "svc_insert_chain",
     "INSERT INTO chains (owner_uid, owner_name, name, chain_dir, spec, state) VALUES ($1, $2, $3, $4, $5,"
@@ -34,7 +34,8 @@ constexpr Statement transitionChain { "svc_transition",
 constexpr Statement advanceChain { "svc_advance",
     "UPDATE chains SET seq = $2 + 1, state = $3, updated_at = now() WHERE id = $1 AND seq = $2" };
 constexpr Statement updateRetries { "svc_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
-constexpr Statement updateGeneration { "svc_generation", "UPDATE chains SET generation = $2 WHERE id = $1", true };
+constexpr Statement updateGeneration { "svc_generation", "UPDATE chains SET generation = $2 WHERE id = $1",
+    true };
 constexpr Statement updateResubmit { "svc_resubmit",
     "UPDATE chains SET resubmit_requested = $2, updated_at = now() WHERE id = $1", true };
 constexpr Statement updateChainDir { "svc_chain_dir",
@@ -65,12 +66,15 @@ constexpr Statement upsertJobRow { "svc_upsert_job",
     " start_time = EXCLUDED.start_time, end_time = EXCLUDED.end_time, time_limit_s = EXCLUDED.time_limit_s,"
     " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code",
     true };
-#define BATON_JOB_COLUMNS                                                                                     \
-    "SELECT restart_count, slurm_job_id, state, extract(epoch FROM submit_time)::bigint,"                      \
-    " extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint, time_limit_s, exit_code," \
+#define BATON_JOB_COLUMNS                                                                                    \
+    "SELECT restart_count, slurm_job_id, state, extract(epoch FROM submit_time)::bigint,"                    \
+    " extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint, time_limit_s, "          \
+    "exit_code,"                                                                                             \
     " chain_id FROM jobs "
-constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id = $1 ORDER BY restart_count", true };
-constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1", true };
+constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id = $1 ORDER BY restart_count",
+    true };
+constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1",
+    true };
 #undef BATON_JOB_COLUMNS
 
 constexpr Statement insertEventRow { "svc_insert_event",
@@ -80,7 +84,8 @@ constexpr Statement selectUnprocessed { "svc_unprocessed_events",
     "SELECT id, kind, chain_name, slurm_job_id, payload FROM events WHERE processed_at IS NULL"
     " ORDER BY id LIMIT $1",
     true };
-constexpr Statement updateProcessed { "svc_processed", "UPDATE events SET processed_at = now() WHERE id = $1", true };
+constexpr Statement updateProcessed { "svc_processed", "UPDATE events SET processed_at = now() WHERE id = $1",
+    true };
 
 constexpr Statement insertCheckpointHint { "svc_checkpoint",
     "INSERT INTO checkpoints (chain_id, slurm_job_id, iteration, path, total_bytes, created_at, manifest,"
@@ -102,7 +107,8 @@ constexpr Statement selectCheckpoints { "svc_checkpoints",
 constexpr Statement insertDecision { "svc_decision",
     "INSERT INTO decisions (chain_id, policy, action, inputs, outcome) VALUES ($1, $2, $3, $4, $5)" };
 constexpr Statement selectDecisions { "svc_decisions",
-    "SELECT extract(epoch FROM decided_at), policy, action, inputs, outcome FROM decisions WHERE chain_id = $1"
+    "SELECT extract(epoch FROM decided_at), policy, action, inputs, outcome FROM decisions WHERE chain_id = "
+    "$1"
     " ORDER BY id DESC LIMIT 50",
     true };
 
@@ -238,12 +244,16 @@ std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::o
     return connection_.exec(selectChains, Params(ownerUid, stateName)).all(chainAt);
 }
 
-std::vector<ChainRow> Store::liveChains() { return connection_.exec(selectLiveChains).all(chainAt); }
+std::vector<ChainRow> Store::liveChains()
+{
+    return connection_.exec(selectLiveChains).all(chainAt);
+}
 
 bool Store::transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
     const std::optional<std::string>& reason)
 {
-    return connection_.exec(transitionChain, Params(chainId, nameOf(to), stateArray(from), reason)).affected() == 1;
+    return connection_.exec(transitionChain, Params(chainId, nameOf(to), stateArray(from), reason)).affected()
+        == 1;
 }
 
 bool Store::advance(std::int64_t chainId, int fromSeq, ChainState to)
@@ -251,7 +261,10 @@ bool Store::advance(std::int64_t chainId, int fromSeq, ChainState to)
     return connection_.exec(advanceChain, Params(chainId, fromSeq, nameOf(to))).affected() == 1;
 }
 
-void Store::setRetries(std::int64_t chainId, int retries) { connection_.exec(updateRetries, Params(chainId, retries)); }
+void Store::setRetries(std::int64_t chainId, int retries)
+{
+    connection_.exec(updateRetries, Params(chainId, retries));
+}
 
 void Store::setGeneration(std::int64_t chainId, int generation)
 {
@@ -268,7 +281,10 @@ void Store::setChainDir(std::int64_t chainId, const std::string& dir)
     connection_.exec(updateChainDir, Params(chainId, dir));
 }
 
-void Store::setSpec(std::int64_t chainId, const Json& spec) { connection_.exec(updateSpec, Params(chainId, spec)); }
+void Store::setSpec(std::int64_t chainId, const Json& spec)
+{
+    connection_.exec(updateSpec, Params(chainId, spec));
+}
 
 bool Store::recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason)
 {
@@ -294,7 +310,10 @@ std::optional<SubmissionRow> Store::submission(std::int64_t chainId, int seq)
     });
 }
 
-void Store::forgetSubmission(std::int64_t chainId, int seq) { connection_.exec(deleteSubmission, Params(chainId, seq)); }
+void Store::forgetSubmission(std::int64_t chainId, int seq)
+{
+    connection_.exec(deleteSubmission, Params(chainId, seq));
+}
 
 void Store::upsertJob(std::int64_t chainId, int seq, const ClusterJob& job)
 {
@@ -304,7 +323,10 @@ void Store::upsertJob(std::int64_t chainId, int seq, const ClusterJob& job)
             job.exitCode, job.userId >= 0 ? std::optional<std::int64_t>(job.userId) : std::nullopt));
 }
 
-std::vector<JobRow> Store::jobs(std::int64_t chainId) { return connection_.exec(selectJobs, Params(chainId)).all(jobAt); }
+std::vector<JobRow> Store::jobs(std::int64_t chainId)
+{
+    return connection_.exec(selectJobs, Params(chainId)).all(jobAt);
+}
 
 std::optional<JobRow> Store::jobBySlurmId(std::int64_t slurmJobId, std::int64_t* chainId)
 {
@@ -316,10 +338,12 @@ std::optional<JobRow> Store::jobBySlurmId(std::int64_t slurmJobId, std::int64_t*
     return jobAt(result, 0);
 }
 
-bool Store::insertEvent(const std::string& key, const std::string& kind, const std::optional<std::string>& chain,
-    std::optional<std::int64_t> jobId, const Json& payload, std::int64_t senderUid)
+bool Store::insertEvent(const std::string& key, const std::string& kind,
+    const std::optional<std::string>& chain, std::optional<std::int64_t> jobId, const Json& payload,
+    std::int64_t senderUid)
 {
-    return connection_.exec(insertEventRow, Params(key, kind, chain, jobId, payload, senderUid)).affected() == 1;
+    return connection_.exec(insertEventRow, Params(key, kind, chain, jobId, payload, senderUid)).affected()
+        == 1;
 }
 
 std::vector<EventRow> Store::unprocessedEvents(int limit)
@@ -330,10 +354,13 @@ std::vector<EventRow> Store::unprocessedEvents(int limit)
     });
 }
 
-void Store::markProcessed(std::int64_t eventId) { connection_.exec(updateProcessed, Params(eventId)); }
+void Store::markProcessed(std::int64_t eventId)
+{
+    connection_.exec(updateProcessed, Params(eventId));
+}
 
-void Store::recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId, const Json& summary,
-    const std::string& chainDir)
+void Store::recordCheckpoint(
+    std::int64_t chainId, std::optional<std::int64_t> jobId, const Json& summary, const std::string& chainDir)
 {
     const auto number = [&](const char* key) -> std::optional<double> {
         const auto found = summary.find(key);
@@ -349,7 +376,8 @@ void Store::recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> j
     if (!iteration || *iteration < 0 || name == summary.end() || !name->is_string())
         return; // not a usable hint
     connection_.exec(insertCheckpointHint,
-        Params(chainId, jobId, static_cast<std::int64_t>(*iteration), chainDir + "/" + name->get<std::string>(),
+        Params(chainId, jobId, static_cast<std::int64_t>(*iteration),
+            chainDir + "/" + name->get<std::string>(),
             static_cast<std::int64_t>(std::max(0.0, number("total_bytes").value_or(0))),
             number("created_unix").value_or(0), summary, flag("training_done"), flag("final")));
 }
@@ -387,8 +415,8 @@ std::optional<double> Store::resolvePrediction(std::int64_t slurmJobId, double a
     return result.real(0, 0);
 }
 
-void Store::startHandover(
-    std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor, std::int64_t signalledAt)
+void Store::startHandover(std::int64_t chainId, int generation, std::int64_t predecessor,
+    std::int64_t successor, std::int64_t signalledAt)
 {
     connection_.exec(insertHandover, Params(chainId, generation, predecessor, successor, signalledAt));
 }
@@ -412,8 +440,8 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
 std::vector<Store::StateSummary> Store::stateSummary(std::int64_t now)
 {
     return connection_.exec(selectStateSummary, Params(now)).all([](const Result& r, int row) {
-        return StateSummary { chainStateFromName(r.text(row, 0)).value_or(ChainState::Failed), r.int64(row, 1),
-            r.real(row, 2) };
+        return StateSummary { chainStateFromName(r.text(row, 0)).value_or(ChainState::Failed),
+            r.int64(row, 1), r.real(row, 2) };
     });
 }
 
@@ -432,26 +460,31 @@ Json Store::detail(const ChainRow& chain)
         previousEnd = job.endTime;
         jobs.push_back(row);
     }
-    const Json checkpoints = connection_.exec(selectCheckpoints, Params(chain.id)).all([](const Result& r, int row) {
-        return Json { { "iteration", r.int64(row, 0) }, { "path", r.text(row, 1) },
-            { "created_unix", r.real(row, 2) }, { "total_bytes", r.int64(row, 3) },
-            { "training_done", r.boolean(row, 4) }, { "final", r.boolean(row, 5) },
-            { "job_id", optionalJson(r.optInt64(row, 6)) } };
-    });
-    const Json decisions = connection_.exec(selectDecisions, Params(chain.id)).all([](const Result& r, int row) {
-        const Json inputs = r.json(row, 3);
-        return Json { { "time_unix", r.real(row, 0) }, { "policy", r.text(row, 1) }, { "action", r.text(row, 2) },
-            { "inputs", inputs }, { "predicted_wait_s", inputs.value("predicted_wait_s", Json()) },
-            { "outcome", r.optText(row, 4) ? Json(*r.optText(row, 4)) : Json() } };
-    });
-    const Json handovers = connection_.exec(selectHandovers, Params(chain.id)).all([](const Result& r, int row) {
-        const bool completed = r.optReal(row, 4).has_value();
-        return Json { { "generation", r.int64(row, 0) }, { "predecessor_job_id", r.int64(row, 1) },
-            { "successor_job_id", r.int64(row, 2) }, { "from_job", r.int64(row, 1) }, { "to_job", r.int64(row, 2) },
-            { "time_unix", r.real(row, 3) }, { "completed_unix", completed ? Json(*r.optReal(row, 4)) : Json() },
-            { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() },
-            { "outcome", completed ? "completed" : "signalled" } };
-    });
+    const Json checkpoints
+        = connection_.exec(selectCheckpoints, Params(chain.id)).all([](const Result& r, int row) {
+              return Json { { "iteration", r.int64(row, 0) }, { "path", r.text(row, 1) },
+                  { "created_unix", r.real(row, 2) }, { "total_bytes", r.int64(row, 3) },
+                  { "training_done", r.boolean(row, 4) }, { "final", r.boolean(row, 5) },
+                  { "job_id", optionalJson(r.optInt64(row, 6)) } };
+          });
+    const Json decisions
+        = connection_.exec(selectDecisions, Params(chain.id)).all([](const Result& r, int row) {
+              const Json inputs = r.json(row, 3);
+              return Json { { "time_unix", r.real(row, 0) }, { "policy", r.text(row, 1) },
+                  { "action", r.text(row, 2) }, { "inputs", inputs },
+                  { "predicted_wait_s", inputs.value("predicted_wait_s", Json()) },
+                  { "outcome", r.optText(row, 4) ? Json(*r.optText(row, 4)) : Json() } };
+          });
+    const Json handovers
+        = connection_.exec(selectHandovers, Params(chain.id)).all([](const Result& r, int row) {
+              const bool completed = r.optReal(row, 4).has_value();
+              return Json { { "generation", r.int64(row, 0) }, { "predecessor_job_id", r.int64(row, 1) },
+                  { "successor_job_id", r.int64(row, 2) }, { "from_job", r.int64(row, 1) },
+                  { "to_job", r.int64(row, 2) }, { "time_unix", r.real(row, 3) },
+                  { "completed_unix", completed ? Json(*r.optReal(row, 4)) : Json() },
+                  { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() },
+                  { "outcome", completed ? "completed" : "signalled" } };
+          });
     return Json { { "chain", chain.toJson() }, { "jobs", jobs }, { "checkpoints", checkpoints },
         { "decisions", decisions }, { "handovers", handovers } };
 }

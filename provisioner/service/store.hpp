@@ -106,9 +106,10 @@ public:
     void markProcessed(std::int64_t eventId);
 
     // A checkpoint reported by the plugin (a hint: used to show progress and to see training_done).
-    void recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId, const nlohmann::json& summary,
-        const std::string& chainDir);
-    std::optional<nlohmann::json> latestCheckpoint(std::int64_t chainId); // name, iteration, created_unix, training_done
+    void recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId,
+        const nlohmann::json& summary, const std::string& chainDir);
+    std::optional<nlohmann::json> latestCheckpoint(
+        std::int64_t chainId); // name, iteration, created_unix, training_done
     bool trainingDone(std::int64_t chainId);
 
     void recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
@@ -118,8 +119,8 @@ public:
     // Fills in the actual wait once; returns the prediction if there was one still open.
     std::optional<double> resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds);
     // signalledAt: the tick's clock (the queue snapshot's time), the same clock job end times come from.
-    void startHandover(
-        std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor, std::int64_t signalledAt);
+    void startHandover(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor,
+        std::int64_t signalledAt);
     // Returns the seconds from the signal to `endTime`, if the handover was open.
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);

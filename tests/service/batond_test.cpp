@@ -13,15 +13,15 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include <csignal>
 #include <arpa/inet.h>
+#include <csignal>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <fstream>
 #include <map>
+#include <netinet/in.h>
 #include <random>
 #include <set>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -65,7 +65,8 @@ std::string credentialAs(uid_t uid, const std::string& payload)
             _exit(1);
         try {
             const std::string credential = baton::munge::encode(payload);
-            if (write(fds[1], credential.data(), credential.size()) != static_cast<ssize_t>(credential.size()))
+            if (write(fds[1], credential.data(), credential.size())
+                != static_cast<ssize_t>(credential.size()))
                 _exit(2);
         } catch (...) {
             _exit(3);
@@ -106,7 +107,8 @@ Reply send(int port, const std::string& method, const std::string& target, const
     return Reply { result->status, result->body };
 }
 
-Reply signedRequest(int port, const std::string& method, const std::string& target, const std::string& body, uid_t uid)
+Reply signedRequest(
+    int port, const std::string& method, const std::string& target, const std::string& body, uid_t uid)
 {
     return send(port, method, target, body,
         "MUNGE " + credentialAs(uid, baton::munge::requestPayload(method, target, body)));
@@ -209,8 +211,8 @@ protected:
     static std::vector<std::string> batondArgs(int port, const std::string& name)
     {
         return { "--database", *conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
-            "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name, "--submit-grace-seconds", "5",
-            "--handover-timeout-seconds", "60", "--log-level", "debug" };
+            "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name,
+            "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60", "--log-level", "debug" };
     }
 
     static std::int64_t count(const std::string& sql)
@@ -234,14 +236,16 @@ protected:
             + " --total-iterations=" + std::to_string(iterations) + "\n";
         const Json submit { { "name", name }, { "script", script }, { "workdir", work.string() },
             { "sbatch_args",
-                { "--time=1", "--ntasks=1", "--cpus-per-task=1", "--output=" + (work / "job-%j.out").string() } } };
+                { "--time=1", "--ntasks=1", "--cpus-per-task=1",
+                    "--output=" + (work / "job-%j.out").string() } } };
         return signedRequest(port, "POST", "/v1/chains", submit.dump(), nobody);
     }
     static bool chainFinished(const std::string& name)
     {
         baton::db::Connection connection(*conninfo_);
         return connection
-                   .execScript("SELECT count(*) FROM chains WHERE name = '" + name + "' AND state = 'finished'")
+                   .execScript(
+                       "SELECT count(*) FROM chains WHERE name = '" + name + "' AND state = 'finished'")
                    .int64(0, 0)
             == 1;
     }
@@ -278,18 +282,20 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
         << batond.log();
     const std::int64_t eventsBefore = count("SELECT count(*) FROM events");
 
-    const Json event { { "version", 2 }, { "kind", "step_start" }, { "idempotency_key", "1.0.n.batch.step_start" },
-        { "job_id", 1 }, { "chain", "x" } };
+    const Json event { { "version", 2 }, { "kind", "step_start" },
+        { "idempotency_key", "1.0.n.batch.step_start" }, { "job_id", 1 }, { "chain", "x" } };
     const std::string body = event.dump();
     EXPECT_EQ(send(port, "POST", "/v1/events", body, std::nullopt).status, 401) << batond.log();
     EXPECT_EQ(send(port, "POST", "/v1/events", body, "MUNGE not-a-credential").status, 401);
     // Not root nor SlurmUser: a user cannot report events about anybody's jobs.
     EXPECT_EQ(signedRequest(port, "POST", "/v1/events", body, nobody).status, 403);
     // A credential made for another request.
-    const std::string other = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", "{}"));
+    const std::string other
+        = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", "{}"));
     EXPECT_EQ(send(port, "POST", "/v1/events", body, other).status, 401);
     // A replayed credential.
-    const std::string once = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", body));
+    const std::string once
+        = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", body));
     EXPECT_EQ(send(port, "POST", "/v1/events", body, once).status, 202);
     const Reply replayed = send(port, "POST", "/v1/events", body, once);
     EXPECT_EQ(replayed.status, 401);
@@ -304,9 +310,12 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     const std::vector<std::pair<std::string, int>> bad {
         { "{\"version\": 2, ", 400 },
         { std::string("{\"version\":2,\"kind\":\"a\0b\"}", 27), 400 },
-        { "{\"version\":2,\"kind\":\"a\\u0000\",\"idempotency_key\":\"k\",\"job_id\":1,\"chain\":\"c\"}", 400 },
-        { "{\"version\":2,\"kind\":\"\xff\xfe\",\"idempotency_key\":\"k2\",\"job_id\":1,\"chain\":\"c\"}", 400 },
-        { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k3\",\"job_id\":1,\"chain\":\"c\",\"tuning\":" + deep + "}",
+        { "{\"version\":2,\"kind\":\"a\\u0000\",\"idempotency_key\":\"k\",\"job_id\":1,\"chain\":\"c\"}",
+            400 },
+        { "{\"version\":2,\"kind\":\"\xff\xfe\",\"idempotency_key\":\"k2\",\"job_id\":1,\"chain\":\"c\"}",
+            400 },
+        { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k3\",\"job_id\":1,\"chain\":\"c\",\"tuning\":"
+                + deep + "}",
             400 },
         { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k4\",\"job_id\":1,\"chain\":\"c\",\"tuning\":"
                 + std::string(40, '[') + std::string(40, ']') + "}",
@@ -326,18 +335,21 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     // A chain of root's is invisible to another user, who can neither read nor change it.
     {
         baton::db::Connection connection(*conninfo_);
-        connection.execScript("INSERT INTO chains (owner_uid, owner_name, name) VALUES (0, 'root', 'private')");
+        connection.execScript(
+            "INSERT INTO chains (owner_uid, owner_name, name) VALUES (0, 'root', 'private')");
     }
     EXPECT_EQ(signedRequest(port, "GET", "/v1/chains/root/private", "", nobody).status, 404);
     for (const char* action : { "pause", "cancel", "resubmit", "preempt" })
-        EXPECT_EQ(signedRequest(port, "POST", std::string("/v1/chains/root/private/") + action, "", nobody).status, 404);
+        EXPECT_EQ(
+            signedRequest(port, "POST", std::string("/v1/chains/root/private/") + action, "", nobody).status,
+            404);
     EXPECT_TRUE(signedRequest(port, "GET", "/v1/chains", "", nobody).json()["chains"].empty());
-    const auto missing = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "show", "root/private", "--server",
-                                 "http://127.0.0.1:" + std::to_string(port) },
+    const auto missing = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "show", "root/private",
+                                 "--server", "http://127.0.0.1:" + std::to_string(port) },
         60s);
     EXPECT_EQ(missing.exitCode, 3) << missing.output; // batonctl's exit code for "not found"
-    const auto paused = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "pause", "root/private", "--server",
-                                "http://127.0.0.1:" + std::to_string(port) },
+    const auto paused = run({ "runuser", "-u", "nobody", "--", BATONCTL_PATH, "pause", "root/private",
+                                "--server", "http://127.0.0.1:" + std::to_string(port) },
         60s);
     EXPECT_EQ(paused.exitCode, 3) << paused.output;
     EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND state = 'running'"), 1);
@@ -355,7 +367,8 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     std::ofstream(file) << metrics.body;
     const auto checked = run({ "bash", "-c", "promtool check metrics < \"$0\"", file.string() }, 60s);
     EXPECT_EQ(checked.exitCode, 0) << checked.output;
-    EXPECT_NE(metrics.body.find("baton_events_total{outcome=\"accepted\"} 1"), std::string::npos) << metrics.body;
+    EXPECT_NE(metrics.body.find("baton_events_total{outcome=\"accepted\"} 1"), std::string::npos)
+        << metrics.body;
 }
 
 // The chain: 1-minute jobs of a program that needs about 100 s of training, submitted as `nobody`.
@@ -364,7 +377,8 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     const fs::path work = base_->path() / "work";
     Batond first(batondArgs(ports_[0], "first"), base_->path() / "first.log");
     Batond second(batondArgs(ports_[1], "second"), base_->path() / "second.log");
-    ASSERT_TRUE(waitFor([&] { return send(ports_[0], "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
+    ASSERT_TRUE(
+        waitFor([&] { return send(ports_[0], "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
         << first.log();
 
     const Reply created = submitChain(ports_[0], "e2e", 2000);
@@ -375,22 +389,25 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     std::mt19937 random(12345);
     Batond* instances[] = { &first, &second };
     int kills = 0;
-    const auto finished = [&] {
-        return count("SELECT count(*) FROM chains WHERE name = 'e2e' AND state = 'finished'") == 1;
-    };
+    const auto finished
+        = [&] { return count("SELECT count(*) FROM chains WHERE name = 'e2e' AND state = 'finished'") == 1; };
     const auto deadline = std::chrono::steady_clock::now() + 6min;
     while (!finished() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(1000, 6000)(random)));
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::uniform_int_distribution<int>(1000, 6000)(random)));
         if (kills >= 20)
             continue;
         Batond* victim = instances[kills % 2];
         victim->stop(SIGKILL);
         ++kills;
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
         victim->start();
     }
     const Reply detail = signedRequest(ports_[1], "GET", "/v1/chains/nobody/e2e", "", nobody);
-    ASSERT_TRUE(finished()) << detail.body << "\n--- first\n" << first.log() << "\n--- second\n" << second.log();
+    ASSERT_TRUE(finished()) << detail.body << "\n--- first\n"
+                            << first.log() << "\n--- second\n"
+                            << second.log();
     EXPECT_EQ(kills, 20);
     const Json doc = detail.json();
     const auto& jobs = doc["jobs"];
@@ -404,7 +421,8 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     for (std::size_t i = 1; i < jobs.size(); ++i) {
         if (jobs[i]["state"] == "CANCELLED")
             continue; // the pending successor withdrawn when the training finished
-        EXPECT_LT(jobs[i]["submit_unix"].get<std::int64_t>(), jobs[i - 1]["end_unix"].get<std::int64_t>()) << detail.body;
+        EXPECT_LT(jobs[i]["submit_unix"].get<std::int64_t>(), jobs[i - 1]["end_unix"].get<std::int64_t>())
+            << detail.body;
     }
     int completed = 0;
     for (const auto& handover : doc["handovers"]) {
@@ -414,11 +432,13 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
         const std::int64_t successor = handover["successor_job_id"];
         std::ifstream out(work / ("job-" + std::to_string(successor) + ".out"));
         const std::string text((std::istreambuf_iterator<char>(out)), {});
-        const auto final = std::find_if(doc["checkpoints"].begin(), doc["checkpoints"].end(), [&](const Json& c) {
-            return c["job_id"] == handover["predecessor_job_id"] && c["final"] == true;
-        });
+        const auto final
+            = std::find_if(doc["checkpoints"].begin(), doc["checkpoints"].end(), [&](const Json& c) {
+                  return c["job_id"] == handover["predecessor_job_id"] && c["final"] == true;
+              });
         ASSERT_NE(final, doc["checkpoints"].end()) << detail.body;
-        EXPECT_NE(text.find("restored iteration " + std::to_string((*final)["iteration"].get<std::int64_t>()) + " verified"),
+        EXPECT_NE(text.find("restored iteration " + std::to_string((*final)["iteration"].get<std::int64_t>())
+                      + " verified"),
             std::string::npos)
             << text;
     }
@@ -427,13 +447,13 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
         [](const Json& c) { return c["training_done"] == true; }));
 
     // The operator's view through batonctl (root is an operator).
-    const auto shown = run({ BATONCTL_PATH, "show", "nobody/e2e", "--server",
-                               "http://127.0.0.1:" + std::to_string(ports_[1]) },
+    const auto shown = run(
+        { BATONCTL_PATH, "show", "nobody/e2e", "--server", "http://127.0.0.1:" + std::to_string(ports_[1]) },
         60s);
     EXPECT_EQ(shown.exitCode, 0) << shown.output;
     EXPECT_NE(shown.output.find("finished"), std::string::npos) << shown.output;
-    const auto listed = run({ BATONCTL_PATH, "chains", "--json", "--server",
-                                "http://127.0.0.1:" + std::to_string(ports_[1]) },
+    const auto listed = run(
+        { BATONCTL_PATH, "chains", "--json", "--server", "http://127.0.0.1:" + std::to_string(ports_[1]) },
         60s);
     EXPECT_EQ(listed.exitCode, 0) << listed.output;
     EXPECT_NE(listed.output.find("\"e2e\""), std::string::npos) << listed.output;
@@ -468,10 +488,9 @@ TEST_F(BatondService, ChainSurvivesDatabaseRestartAndSlurmctldOutage)
     EXPECT_TRUE(waitFor([&] { return readyz().body.find("slurm unreachable") != std::string::npos; }, 60s))
         << readyz().body;
     std::this_thread::sleep_for(30s);
-    const auto restarted
-        = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(), "start", slurm_->dir().string(),
-                  *plugstack_ },
-            120s);
+    const auto restarted = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(),
+                                   "start", slurm_->dir().string(), *plugstack_ },
+        120s);
     ASSERT_EQ(restarted.exitCode, 0) << restarted.output;
     EXPECT_TRUE(waitFor([&] { return readyz().status == 200; }, 90s)) << readyz().body;
 

@@ -122,11 +122,13 @@ protected:
         cluster_.jobs.push_back(first);
         const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
         const ChainRow chain = store_.createChain(65534, "nobody", name, "/chains/" + name,
-            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
+            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
+                { "workdir", "/tmp" } });
         store_.upsertJob(chain.id, 0, first);
         return chain;
     }
-    void tick(std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
+    void tick(
+        std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {
         Provisioner provisioner(config_, store_, cluster_, metrics_, policy,
             [](const QueueSnapshot&, const ClusterJob& current, std::int64_t now) {
@@ -249,7 +251,8 @@ TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
     cluster_.end(5, "COMPLETED");
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Finished);
-    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
+    EXPECT_EQ(cluster_.cancelled,
+        std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
 }
 
 TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing)
@@ -258,7 +261,8 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_TRUE(store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Paused, "test"));
     tick(std::make_shared<AlwaysSubmit>());
-    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
+    EXPECT_EQ(cluster_.cancelled,
+        std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
     cluster_.end(6, "TIMEOUT");
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);

@@ -26,7 +26,8 @@ TEST(ChainStateNames, RoundTripEveryState)
 TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
 {
     const std::string path = "/tmp/batond-config-" + std::to_string(getpid()) + ".json";
-    std::ofstream(path) << R"({"listen_port": 9000, "policy": "avg", "tick_seconds": 2.5, "slurm_users": ["root"]})";
+    std::ofstream(path)
+        << R"({"listen_port": 9000, "policy": "avg", "tick_seconds": 2.5, "slurm_users": ["root"]})";
     ServiceConfig config;
     const std::vector<std::string> args { "--config", path, "--listen-port=9100", "--retry-budget", "5" };
     ASSERT_TRUE(applyFlags(config, args));
@@ -40,10 +41,11 @@ TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
         loadConfigFile(path);
         FAIL() << "an unknown key was accepted";
     } catch (const ConfigError& error) {
-        EXPECT_NE(std::string(error.what()).find("unknown key 'listen_prot'"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("unknown key 'listen_prot'"), std::string::npos)
+            << error.what();
     }
-    for (const char* bad : { R"({"listen_port": 70000})", R"({"policy": "fastest"})", R"({"tick_seconds": "1"})",
-             R"([1, 2])", "{not json" }) {
+    for (const char* bad : { R"({"listen_port": 70000})", R"({"policy": "fastest"})",
+             R"({"tick_seconds": "1"})", R"([1, 2])", "{not json" }) {
         std::ofstream(path) << bad;
         EXPECT_THROW(loadConfigFile(path), ConfigError) << bad;
     }
