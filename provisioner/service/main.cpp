@@ -27,6 +27,7 @@ namespace {
 using namespace baton::service;
 
 std::atomic<bool> stopRequested { false };
+constexpr baton::db::Statement pingStatement { "readiness_ping", "SELECT 1", true };
 std::mutex wakeMutex;
 std::condition_variable wake;
 
@@ -73,13 +74,34 @@ int run(ServiceConfig config)
     ConnectionPool pool(config.database, static_cast<std::size_t>(config.httpThreads), httpOptions);
     SlurmCluster cluster(config, metrics);
 
-    std::atomic<bool> databaseOk { false }, slurmOk { false }, leading { false };
+    // Readiness is measured apart from the loop, so that a tick blocked on a dead service cannot
+    // hide the outage: the database is asked on every probe, Slurm counts as reachable while the last
+    // successful call is recent and no call has failed since.
+    using SteadyClock = std::chrono::steady_clock;
+    std::atomic<bool> leading { false }, slurmFailing { true };
+    std::atomic<SteadyClock::rep> slurmAnsweredAt { 0 };
+    const auto slurmStale = 3 * config.tick + config.slurmTimeout;
+    const auto markSlurm = [&](bool ok) {
+        slurmFailing = !ok;
+        if (ok)
+            slurmAnsweredAt = SteadyClock::now().time_since_epoch().count();
+    };
     const auto readiness = [&] {
+        bool databaseOk = false;
+        try {
+            auto lease = pool.borrow();
+            databaseOk = (*lease).exec(pingStatement).int64(0, 0) == 1;
+        } catch (const std::exception&) {
+            databaseOk = false;
+        }
+        const auto answered = SteadyClock::time_point(SteadyClock::duration(slurmAnsweredAt.load()));
+        const bool slurmOk = !slurmFailing && SteadyClock::now() - answered < slurmStale;
         Readiness r;
         r.ready = databaseOk && slurmOk;
         r.detail = std::string(r.ready ? "ready" : "not ready") + ": database "
             + (databaseOk ? "ok" : "unreachable") + ", slurm " + (slurmOk ? "ok" : "unreachable") + ", "
             + (leading ? "active" : "standby") + " (" + config.instanceName + ")";
+        metrics.ready().Set(r.ready ? 1 : 0);
         return r;
     };
     HttpApi api(config, pool, cluster, metrics, readiness);
@@ -89,6 +111,10 @@ int run(ServiceConfig config)
         + std::to_string(port) + ", policy " + config.policy + ", tick " + std::to_string(config.tick.count())
         + " ms");
 
+    // Short reconnection inside a call: the loop's own backoff retries, and says so in the log.
+    baton::db::ConnectionOptions loopOptions;
+    loopOptions.reconnectFor = std::chrono::milliseconds(2'000);
+    loopOptions.connectTimeout = std::chrono::seconds(5);
     LeaderLock leader(config.database);
     std::unique_ptr<baton::db::Connection> connection;
     std::optional<LivePolicy> policy;
@@ -100,7 +126,7 @@ int run(ServiceConfig config)
         metrics.leader().Set(leading ? 1 : 0);
         try {
             if (!connection)
-                connection = std::make_unique<baton::db::Connection>(config.database);
+                connection = std::make_unique<baton::db::Connection>(config.database, loopOptions);
             if (leading) {
                 if (!policy)
                     policy = makeLivePolicy(config, *connection);
@@ -108,23 +134,21 @@ int run(ServiceConfig config)
                 Provisioner provisioner(config, store, cluster, metrics, policy->policy,
                     liveDecisionPoint(cluster, policy->predictor));
                 provisioner.tick();
-                slurmOk = true;
+                markSlurm(true);
             } else {
-                slurmOk = cluster.reachable();
+                markSlurm(cluster.reachable());
                 connection->ensureSession();
             }
-            databaseOk = true;
             backoff = std::chrono::milliseconds(500);
         } catch (const baton::db::DbError& error) {
             metrics.dbErrors().Increment();
-            databaseOk = false;
             connection.reset();
             logError(std::string("database: ") + error.what() + "; retrying in "
                 + std::to_string(backoff.count()) + " ms");
             next = std::min(next, started + backoff);
             backoff = std::min(backoff * 2, std::chrono::milliseconds(config.tick));
         } catch (const SlurmError& error) {
-            slurmOk = false;
+            markSlurm(false);
             logError(std::string("slurm: ") + error.what() + "; retrying in "
                 + std::to_string(backoff.count()) + " ms");
             next = std::min(next, started + backoff);
@@ -132,7 +156,6 @@ int run(ServiceConfig config)
         } catch (const std::exception& error) {
             logError(std::string("tick: ") + error.what());
         }
-        metrics.ready().Set(databaseOk && slurmOk ? 1 : 0);
         sleepUntil(next);
     }
     logInfo("stopping");

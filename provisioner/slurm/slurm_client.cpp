@@ -155,11 +155,17 @@ QueueSnapshot SlurmClient::queue() const
     if (r.outTruncated)
         throw SlurmError(
             formatArgv(argv), "output larger than " + std::to_string(options_.maxQueueBytes) + " bytes");
+    QueueSnapshot snapshot;
     try {
-        return parseSqueueJson(r.out, takenAt);
+        snapshot = parseSqueueJson(r.out, takenAt);
     } catch (const SqueueParseError& e) {
         throw SlurmError(formatArgv(argv), e.what());
     }
+    // squeue --json exits 0 with an error list (and no jobs) when slurmctld cannot be reached: that
+    // is no answer, not an empty cluster.
+    if (!snapshot.errors.empty())
+        throw SlurmError(formatArgv(argv), snapshot.errors.front());
+    return snapshot;
 }
 
 JobId parseSbatchOutput(const std::string& out)

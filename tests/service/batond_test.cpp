@@ -212,7 +212,7 @@ protected:
     {
         return { "--database", *conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
             "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name,
-            "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60", "--log-level", "debug" };
+            "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60", "--slurm-timeout-seconds", "10", "--log-level", "debug" };
     }
 
     static std::int64_t count(const std::string& sql)
@@ -497,9 +497,9 @@ TEST_F(BatondService, ChainSurvivesDatabaseRestartAndSlurmctldOutage)
     EXPECT_TRUE(waitFor([&] { return chainFinished("outage"); }, 300s))
         << signedRequest(port, "GET", "/v1/chains/nobody/outage", "", nobody).body << batond.log();
     const std::string log = batond.log();
-    EXPECT_NE(log.find("database: "), std::string::npos);
-    EXPECT_NE(log.find("slurm: "), std::string::npos);
-    EXPECT_NE(log.find("retrying in"), std::string::npos);
+    EXPECT_NE(log.find("database: "), std::string::npos) << log;
+    EXPECT_NE(log.find("slurm: "), std::string::npos) << log;
+    EXPECT_NE(log.find("retrying in"), std::string::npos) << log;
     expectNoDuplicateSubmission();
 }
 

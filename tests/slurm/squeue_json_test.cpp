@@ -193,4 +193,11 @@ TEST(SinfoJson, CountsUsableNodes)
     EXPECT_THROW(parseSinfoUsableNodes("not json"), SqueueParseError);
 }
 
+// What slurmctld being down looks like in 22.05: exit 0, an error list, no nodes. No answer, not zero nodes.
+TEST(SinfoJson, AnErrorListIsAnError)
+{
+    EXPECT_THROW(parseSinfoUsableNodes(R"({"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []})"),
+        SqueueParseError);
+}
+
 } // namespace
