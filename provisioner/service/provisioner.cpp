@@ -333,27 +333,29 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         return;
     }
     std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
-    // Progress: the job committed a checkpoint. Only failures without progress spend the budget.
+    // Progress: the job committed a checkpoint; a job that did resets the retry count.
     const auto newest = store_.latestCheckpoint(chain.id);
     const bool progressed = newest && newest->value("job_id", Json()).is_number()
         && (*newest)["job_id"].get<std::int64_t>() == current.id;
     if (progressed && chain.retries > 0)
         store_.setRetries(chain.id, 0);
-    if (failedState(current.state)) {
-        if (!progressed) {
-            if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
-                const std::string why = "job " + std::to_string(current.id) + " " + current.state
-                    + " without progress; retry budget of " + std::to_string(config_.retryBudget) + " spent";
-                if (store_.transition(chain.id, { chain.state }, ChainState::Failed, why)) {
-                    store_.recordDecision(
-                        chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
-                    logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
-                }
-                return;
+    // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its end
+    // (a script that exits at once "completes" too): those spend the retry budget, so that a broken
+    // chain stops with a reason instead of submitting forever.
+    if (!progressed) {
+        if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
+            const std::string why = "job " + std::to_string(current.id) + " ended (" + current.state
+                + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
+            if (store_.transition(chain.id, { chain.state }, ChainState::Failed, why)) {
+                store_.recordDecision(
+                    chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
+                logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
             }
-            store_.setRetries(chain.id, chain.retries + 1);
-            reason = chain.resubmitRequested ? "resubmit" : "retry";
+            return;
         }
+        store_.setRetries(chain.id, chain.retries + 1);
+        if (failedState(current.state) && !chain.resubmitRequested)
+            reason = "retry";
     }
     startSubmission(chain, chain.state, reason,
         Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } });

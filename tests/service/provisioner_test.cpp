@@ -235,7 +235,8 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
     }
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Failed);
-    EXPECT_NE(store_.chain(chain.id)->reason->find("retry budget of 2 spent"), std::string::npos);
+    EXPECT_NE(store_.chain(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
+        std::string::npos);
     EXPECT_EQ(cluster_.submissions.size(), 2u);
 }
 
