@@ -30,32 +30,35 @@ using namespace baton::service;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-// Runs argv (no shell) and returns its standard output.
+// Runs argv (no shell) and returns its standard output. The output goes through a file, not a pipe:
+// pg.sh leaves a server running that would hold a pipe open.
 std::string capture(const std::vector<std::string>& args)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        throw std::runtime_error("pipe");
+    char name[] = "/tmp/baton-bench-out-XXXXXX";
+    const int fd = mkstemp(name);
+    if (fd < 0)
+        throw std::runtime_error("mkstemp");
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
     std::vector<char*> argv;
     for (const auto& arg : args)
         argv.push_back(const_cast<char*>(arg.c_str()));
     argv.push_back(nullptr);
     pid_t pid = 0;
-    if (posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0)
-        throw std::runtime_error("cannot run " + args[0]);
-    close(fds[1]);
+    const int spawned = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    int status = 0;
+    if (spawned == 0)
+        waitpid(pid, &status, 0);
     std::string out;
     char buffer[4096];
-    for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;)
+    lseek(fd, 0, SEEK_SET);
+    for (ssize_t got; (got = read(fd, buffer, sizeof buffer)) > 0;)
         out.append(buffer, static_cast<std::size_t>(got));
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    close(fd);
+    unlink(name);
+    if (spawned != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
         throw std::runtime_error(args[0] + " " + args[1] + " failed");
     return out;
 }
@@ -156,6 +159,7 @@ int main()
             senders.emplace_back([&, c] {
                 httplib::Client client("127.0.0.1", port);
                 client.set_keep_alive(true);
+                client.set_tcp_nodelay(true);
                 for (int i = 0; i < perClient; ++i) {
                     const std::string body
                         = "{\"version\":2,\"kind\":\"task_exit\",\"idempotency_key\":\"bench."

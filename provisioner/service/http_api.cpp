@@ -125,6 +125,7 @@ HttpApi::HttpApi(const ServiceConfig& config, ConnectionPool& pool, Cluster& clu
     server_->set_read_timeout(std::chrono::seconds(10));
     server_->set_write_timeout(std::chrono::seconds(10));
     server_->set_keep_alive_timeout(5);
+    server_->set_tcp_nodelay(true); // replies are small: no Nagle delay against the client's delayed ACK
     routes();
 }
 
@@ -250,8 +251,12 @@ void HttpApi::routes()
             auto lease = pool_.borrow();
             Store store(*lease);
             const ScopedTimer timer(metrics_.dbCall());
+            // An event is a hint that Slurm and later reports repeat: it does not wait for the disk.
+            db::Transaction transaction(*lease);
+            (*lease).execScript("SET LOCAL synchronous_commit TO off");
             const bool inserted
                 = store.insertEvent(key, kind, chain, jobId->template get<std::int64_t>(), event, caller.uid);
+            transaction.commit();
             metrics_.events(inserted ? "accepted" : "duplicate").Increment();
             reply(response, 202, Json { { "accepted", true }, { "duplicate", !inserted } });
         }));

@@ -58,6 +58,12 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
         { "source", "job " + std::to_string(job.id) } };
 }
 
+// Inside a transaction: commit it only once it is on disk, whatever the session's default.
+void durable(Store& store)
+{
+    store.connection().execScript("SET LOCAL synchronous_commit TO on");
+}
+
 } // namespace
 
 Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
@@ -89,6 +95,10 @@ void Provisioner::tick()
         }
     }
     now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
+    // Bookkeeping (job rows, wait decisions, processed events) can be rebuilt from Slurm after a crash,
+    // so it commits without waiting for the disk; the transactions that fence an action (a submission's
+    // intent, a handover) turn durability back on for themselves (durable()).
+    store_.connection().execScript("SET synchronous_commit TO off");
     processEvents(queue);
     for (ChainRow& chain : store_.liveChains()) {
         try {
@@ -271,6 +281,7 @@ bool Provisioner::startSubmission(
     const int seq = chain.seq + 1;
     {
         db::Transaction transaction(store_.connection());
+        durable(store_);
         if (!store_.transition(chain.id, { from }, ChainState::SuccessorPending))
             return false;
         store_.forgetSubmission(chain.id, seq);
@@ -450,6 +461,7 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
             // The successor runs while its predecessor does: fence the handover, then signal.
             {
                 db::Transaction transaction(store_.connection());
+                durable(store_);
                 if (!store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Handover))
                     return;
                 store_.setGeneration(chain.id, chain.seq);
