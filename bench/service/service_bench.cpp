@@ -189,13 +189,7 @@ int main()
         auto policy = std::make_shared<baton::sim::AveragePolicy>();
         std::vector<double> ticks;
         for (int round = 0; round < 20; ++round) {
-            Provisioner provisioner(config, store, cluster, metrics, policy,
-                [](const QueueSnapshot&, const ClusterJob& current, std::int64_t at) {
-                    baton::sim::DecisionPoint point;
-                    point.now = at;
-                    point.remaining = current.startTime + current.timeLimitSeconds - at;
-                    return point;
-                });
+            Provisioner provisioner(config, store, cluster, metrics, policy, timeOnlyDecisionPoint);
             start = Clock::now();
             provisioner.tick();
             ticks.push_back(msSince(start));

@@ -30,11 +30,6 @@ void reply(httplib::Response& response, int status, const Json& body)
     response.set_content(body.dump() + "\n", "application/json");
 }
 
-bool isLive(ChainState state)
-{
-    return !isTerminal(state);
-}
-
 const std::string chainPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256}))");
 const std::string actionPath(
     R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/(resubmit|preempt|pause|resume|cancel))");
@@ -339,7 +334,7 @@ void HttpApi::routes()
                 { "source", "batonctl submit" } };
             auto lease = pool_.borrow();
             Store store(*lease);
-            if (const auto existing = store.chain(caller.uid, name); existing && isLive(existing->state))
+            if (const auto existing = store.chain(caller.uid, name); existing && !isTerminal(existing->state))
                 throw HttpError(409,
                     "chain " + caller.userName + "/" + name + " exists and is "
                         + std::string(nameOf(existing->state)));

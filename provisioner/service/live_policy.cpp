@@ -53,9 +53,7 @@ DecisionPointBuilder liveDecisionPoint(
             cache->queue = std::make_unique<slurm::LiveQueue>(cluster.lastRawQueue(), options);
             cache->takenAt = snapshot.takenAt;
         }
-        sim::DecisionPoint point;
-        point.now = now;
-        point.remaining = std::max<std::int64_t>(0, current.startTime + current.timeLimitSeconds - now);
+        sim::DecisionPoint point = timeOnlyDecisionPoint(snapshot, current, now);
         point.features
             = sim::queueFeatures(*cache->queue, sim::JobShape { current.nodes, current.timeLimitSeconds });
         point.recentMeanWait = cache->queue->recentMeanWait();

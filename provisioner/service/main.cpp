@@ -15,10 +15,8 @@
 #include <migrations.hpp>
 
 #include <atomic>
-#include <condition_variable>
 #include <csignal>
 #include <iostream>
-#include <mutex>
 #include <thread>
 #include <unistd.h>
 
@@ -28,22 +26,18 @@ using namespace baton::service;
 
 std::atomic<bool> stopRequested { false };
 constexpr baton::db::Statement pingStatement { "readiness_ping", "SELECT 1", true };
-std::mutex wakeMutex;
-std::condition_variable wake;
 
 extern "C" void onStopSignal(int)
 {
     stopRequested = true;
 }
 
-// Sleeps until `deadline` or until a stop signal; the signal handler only sets a flag, so the wait
-// polls it in short slices.
+// Sleeps until `deadline` or a stop signal; the handler only sets a flag, so sleep in short slices.
 void sleepUntil(std::chrono::steady_clock::time_point deadline)
 {
-    std::unique_lock lock(wakeMutex);
     while (!stopRequested && std::chrono::steady_clock::now() < deadline)
-        wake.wait_until(
-            lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+            deadline - std::chrono::steady_clock::now(), std::chrono::milliseconds(200)));
 }
 
 int run(ServiceConfig config)

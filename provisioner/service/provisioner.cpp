@@ -1,6 +1,7 @@
 #include "provisioner.hpp"
 
 #include "http_api.hpp"
+#include "identity.hpp"
 #include "log.hpp"
 #include "spool.hpp"
 
@@ -10,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <pwd.h>
 
 namespace baton::service {
 
@@ -30,16 +30,6 @@ bool failedState(const std::string& state)
 {
     return state == "FAILED" || state == "NODE_FAIL" || state == "OUT_OF_MEMORY" || state == "BOOT_FAIL"
         || state == "DEADLINE";
-}
-
-std::string userName(std::int64_t uid)
-{
-    passwd entry {};
-    passwd* found = nullptr;
-    char buffer[4096];
-    if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) == 0 && found)
-        return entry.pw_name;
-    return std::to_string(uid);
 }
 
 // How to submit the next job of a chain that started with plain `sbatch --baton`: its own batch
@@ -65,6 +55,14 @@ void durable(Store& store)
 }
 
 } // namespace
+
+sim::DecisionPoint timeOnlyDecisionPoint(const QueueSnapshot&, const ClusterJob& current, std::int64_t now)
+{
+    sim::DecisionPoint point;
+    point.now = now;
+    point.remaining = std::max<std::int64_t>(0, current.startTime + current.timeLimitSeconds - now);
+    return point;
+}
 
 Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
     std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
@@ -133,6 +131,7 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
     if (!event.slurmJobId || !event.chainName || event.chainName->empty())
         return;
     const ClusterJob* job = queue.find(*event.slurmJobId);
+    const auto dir = event.payload.value("chain_dir", std::string());
     std::int64_t knownChain = 0;
     const auto knownJob = store_.jobBySlurmId(*event.slurmJobId, &knownChain);
     std::optional<ChainRow> chain;
@@ -152,8 +151,7 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
                     + std::to_string(job->id) + " (" + error.what()
                     + "); its successors need `batonctl resubmit`");
             }
-            const auto dir = event.payload.value("chain_dir", std::string());
-            chain = store_.createChain(job->userId, userName(job->userId), *event.chainName,
+            chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), *event.chainName,
                 dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
             store_.upsertJob(chain->id, 0, *job);
             logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
@@ -175,7 +173,6 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
     }
     if (!chain)
         return;
-    const auto dir = event.payload.value("chain_dir", std::string());
     if (!chain->chainDir && !dir.empty())
         store_.setChainDir(chain->id, dir);
     const auto checkpoint = event.payload.find("checkpoint");
@@ -183,9 +180,11 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
         store_.recordCheckpoint(chain->id, event.slurmJobId, *checkpoint, chain->chainDir.value_or(dir));
 }
 
-std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue)
+std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
+    const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission)
 {
-    const auto submission = store_.submission(chain.id, seq);
+    const auto row
+        = std::find_if(jobs.begin(), jobs.end(), [seq](const JobRow& job) { return job.seq == seq; });
     std::optional<std::int64_t> jobId;
     if (submission && submission->slurmJobId)
         jobId = submission->slurmJobId;
@@ -204,37 +203,31 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
             return std::nullopt; // a submission may be in flight
         }
     }
-    if (!jobId) {
-        for (const JobRow& row : store_.jobs(chain.id))
-            if (row.seq == seq)
-                jobId = row.slurmJobId;
-    }
+    if (!jobId && row != jobs.end())
+        jobId = row->slurmJobId;
     if (!jobId)
         return std::nullopt;
     if (const ClusterJob* found = queue.find(*jobId)) {
         store_.upsertJob(chain.id, seq, *found);
         return *found;
     }
+    if (row == jobs.end() || row->slurmJobId != *jobId)
+        return std::nullopt;
     // Gone from squeue (older than MinJobAge): what the database last saw, ended now if it was live.
-    for (const JobRow& row : store_.jobs(chain.id)) {
-        if (row.seq != seq)
-            continue;
-        ClusterJob job;
-        job.id = row.slurmJobId;
-        job.state = row.state;
-        job.submitTime = row.submitTime.value_or(0);
-        job.startTime = row.startTime.value_or(0);
-        job.endTime = row.endTime.value_or(0);
-        job.timeLimitSeconds = row.timeLimitSeconds.value_or(0);
-        job.exitCode = row.exitCode;
-        if (!job.ended()) {
-            job.state = "UNKNOWN";
-            job.endTime = std::max(now_, job.startTime);
-            store_.upsertJob(chain.id, seq, job);
-        }
-        return job;
+    ClusterJob job;
+    job.id = row->slurmJobId;
+    job.state = row->state;
+    job.submitTime = row->submitTime.value_or(0);
+    job.startTime = row->startTime.value_or(0);
+    job.endTime = row->endTime.value_or(0);
+    job.timeLimitSeconds = row->timeLimitSeconds.value_or(0);
+    job.exitCode = row->exitCode;
+    if (!job.ended()) {
+        job.state = "UNKNOWN";
+        job.endTime = std::max(now_, job.startTime);
+        store_.upsertJob(chain.id, seq, job);
     }
-    return std::nullopt;
+    return job;
 }
 
 std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, int seq)
@@ -374,9 +367,12 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
 
 void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
 {
-    const auto current = refreshJob(chain, chain.seq, queue);
+    // One read of the chain's jobs and submissions per step.
+    const std::vector<JobRow> jobs = store_.jobs(chain.id);
+    const auto current = refreshJob(chain, chain.seq, queue, jobs, store_.submission(chain.id, chain.seq));
+    const auto nextSubmission = store_.submission(chain.id, chain.seq + 1);
     const auto successor
-        = store_.submission(chain.id, chain.seq + 1) ? refreshJob(chain, chain.seq + 1, queue) : std::nullopt;
+        = nextSubmission ? refreshJob(chain, chain.seq + 1, queue, jobs, nextSubmission) : std::nullopt;
     const std::string label = chain.ownerName + "/" + chain.name;
     switch (chain.state) {
     case ChainState::Paused:

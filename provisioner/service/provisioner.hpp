@@ -21,6 +21,11 @@ namespace baton::service {
 using DecisionPointBuilder = std::function<sim::DecisionPoint(
     const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now)>;
 
+// The decision point without queue features: the clock and the current job's remaining time, which is
+// all reactive and avg need. The live builder adds the features to it.
+sim::DecisionPoint timeOnlyDecisionPoint(
+    const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now);
+
 class Provisioner {
 public:
     Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
@@ -40,7 +45,8 @@ private:
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
     void step(ChainRow chain, const QueueSnapshot& queue);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
-    std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue);
+    std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
+        const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission);
     bool startSubmission(
         const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).

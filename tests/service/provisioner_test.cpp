@@ -130,13 +130,7 @@ protected:
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {
-        Provisioner provisioner(config_, store_, cluster_, metrics_, policy,
-            [](const QueueSnapshot&, const ClusterJob& current, std::int64_t now) {
-                baton::sim::DecisionPoint point;
-                point.now = now;
-                point.remaining = current.startTime + current.timeLimitSeconds - now;
-                return point;
-            });
+        Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoint);
         provisioner.tick();
     }
     ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
