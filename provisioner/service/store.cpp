@@ -1,6 +1,9 @@
 #include "store.hpp"
 
 #include <errors.hpp>
+#include <repositories.hpp>
+
+#include <chrono>
 
 namespace baton::service {
 
@@ -104,16 +107,12 @@ constexpr Statement selectCheckpoints { "svc_checkpoints",
     " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 50",
     true };
 
-constexpr Statement insertDecision { "svc_decision",
-    "INSERT INTO decisions (chain_id, policy, action, inputs, outcome) VALUES ($1, $2, $3, $4, $5)" };
 constexpr Statement selectDecisions { "svc_decisions",
     "SELECT extract(epoch FROM decided_at), policy, action, inputs, outcome FROM decisions WHERE chain_id = "
     "$1"
     " ORDER BY id DESC LIMIT 50",
     true };
 
-constexpr Statement insertPrediction { "svc_prediction",
-    "INSERT INTO predictions (chain_id, slurm_job_id, predicted_wait_s) VALUES ($1, $2, $3)" };
 constexpr Statement updatePrediction { "svc_prediction_actual",
     "UPDATE predictions SET actual_wait_s = $2 WHERE slurm_job_id = $1 AND actual_wait_s IS NULL"
     " RETURNING predicted_wait_s",
@@ -190,6 +189,13 @@ std::string stateArray(std::initializer_list<ChainState> states)
         text += nameOf(state);
     }
     return text + "}";
+}
+
+std::int64_t epochSeconds()
+{
+    return std::chrono::duration_cast<std::chrono::seconds>(
+        std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 Json optionalJson(const std::optional<std::int64_t>& value)
@@ -399,12 +405,19 @@ bool Store::trainingDone(std::int64_t chainId)
 void Store::recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
     const Json& inputs, const std::string& outcome)
 {
-    connection_.exec(insertDecision, Params(chainId, policy, action, inputs, outcome));
+    db::DecisionRepository(connection_)
+        .insert(db::Decision {
+            0, chainId, epochSeconds(), policy, action, inputs, std::optional<std::string>(outcome) });
 }
 
 void Store::recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds)
 {
-    connection_.exec(insertPrediction, Params(chainId, slurmJobId, predictedWaitSeconds));
+    db::Prediction prediction;
+    prediction.chainId = chainId;
+    prediction.slurmJobId = slurmJobId;
+    prediction.predictedAt = epochSeconds();
+    prediction.predictedWaitSeconds = predictedWaitSeconds;
+    db::PredictionRepository(connection_).insert(prediction);
 }
 
 std::optional<double> Store::resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds)
