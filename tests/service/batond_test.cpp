@@ -243,12 +243,10 @@ protected:
     }
     static bool chainFinished(const std::string& name)
     {
+        static constexpr baton::db::Statement finished { "test_chain_finished",
+            "SELECT count(*) FROM chains WHERE name = $1 AND state = 'finished'", true };
         baton::db::Connection connection(*conninfo_);
-        return connection
-                   .execScript(
-                       "SELECT count(*) FROM chains WHERE name = '" + name + "' AND state = 'finished'")
-                   .int64(0, 0)
-            == 1;
+        return connection.exec(finished, baton::db::Params(name)).int64(0, 0) == 1;
     }
     // No idempotency key was submitted twice.
     static void expectNoDuplicateSubmission()
@@ -391,8 +389,7 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     std::mt19937 random(12345);
     Batond* instances[] = { &first, &second };
     int kills = 0;
-    const auto finished
-        = [&] { return count("SELECT count(*) FROM chains WHERE name = 'e2e' AND state = 'finished'") == 1; };
+    const auto finished = [] { return chainFinished("e2e"); };
     const auto deadline = std::chrono::steady_clock::now() + 6min;
     while (!finished() && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(
