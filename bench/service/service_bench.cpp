@@ -189,7 +189,7 @@ int main()
         auto policy = std::make_shared<baton::sim::AveragePolicy>();
         std::vector<double> ticks;
         for (int round = 0; round < 20; ++round) {
-            Provisioner provisioner(config, store, cluster, metrics, policy, timeOnlyDecisionPoint);
+            Provisioner provisioner(config, store, cluster, metrics, policy, timeOnlyDecisionPoints);
             start = Clock::now();
             provisioner.tick();
             ticks.push_back(msSince(start));

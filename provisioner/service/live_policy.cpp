@@ -36,30 +36,29 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
     return { std::make_shared<sim::QuantilePolicy>(config.policy, predictor, q), predictor };
 }
 
-DecisionPointBuilder liveDecisionPoint(
-    SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor)
+DecisionPointBuilder liveDecisionPoints(
+    RawQueueSource& source, std::shared_ptr<const sim::WaitPredictor> predictor)
 {
-    // One LiveQueue per squeue snapshot, shared by every chain of the tick.
-    struct Cache {
-        std::int64_t takenAt = -1;
-        std::unique_ptr<slurm::LiveQueue> queue;
-    };
-    auto cache = std::make_shared<Cache>();
-    return [&cluster, cache, predictor](
-               const QueueSnapshot& snapshot, const ClusterJob& current, std::int64_t now) {
-        if (cache->takenAt != snapshot.takenAt || !cache->queue) {
-            slurm::LiveQueueOptions options;
-            options.totalNodes = cluster.usableNodes();
-            cache->queue = std::make_unique<slurm::LiveQueue>(cluster.lastRawQueue(), options);
-            cache->takenAt = snapshot.takenAt;
+    return [&source, predictor](
+               const QueueSnapshot& snapshot, std::span<const ClusterJob> current, std::int64_t now) {
+        slurm::LiveQueueOptions options;
+        options.totalNodes = source.usableNodes();
+        const slurm::LiveQueue queue(source.lastRawQueue(), options);
+        std::vector<sim::JobShape> shapes;
+        shapes.reserve(current.size());
+        for (const ClusterJob& job : current)
+            shapes.push_back(sim::JobShape { job.nodes, job.timeLimitSeconds });
+        auto points = timeOnlyDecisionPoints(snapshot, current, now);
+        auto features = sim::queueFeatures(queue, std::span<const sim::JobShape>(shapes));
+        const std::vector<double> meanLogWaits
+            = predictor ? predictor->predictLog(features) : std::vector<double>();
+        for (std::size_t i = 0; i < points.size(); ++i) {
+            points[i].features = features[i];
+            points[i].recentMeanWait = queue.recentMeanWait();
+            if (predictor)
+                points[i].meanLogWait = meanLogWaits[i];
         }
-        sim::DecisionPoint point = timeOnlyDecisionPoint(snapshot, current, now);
-        point.features
-            = sim::queueFeatures(*cache->queue, sim::JobShape { current.nodes, current.timeLimitSeconds });
-        point.recentMeanWait = cache->queue->recentMeanWait();
-        if (predictor)
-            point.meanLogWait = predictor->predictLog({ &point.features, 1 }).front();
-        return point;
+        return points;
     };
 }
 

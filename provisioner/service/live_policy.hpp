@@ -21,9 +21,10 @@ struct LivePolicy {
 };
 LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connection);
 
-// The decision point of a chain's current job; with a predictor, its mean log-wait is filled in so that
+// The decision points of the chains' current jobs, with the queue features of the live queue computed
+// for all of them in one pass; with a predictor, each mean log-wait is filled in (one batch) so that
 // the decision records what the model predicted.
-DecisionPointBuilder liveDecisionPoint(
-    SlurmCluster& cluster, std::shared_ptr<const sim::WaitPredictor> predictor);
+DecisionPointBuilder liveDecisionPoints(
+    RawQueueSource& source, std::shared_ptr<const sim::WaitPredictor> predictor);
 
 } // namespace baton::service

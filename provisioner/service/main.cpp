@@ -112,6 +112,9 @@ int run(ServiceConfig config)
     LeaderLock leader(config.database);
     std::unique_ptr<baton::db::Connection> connection;
     std::optional<LivePolicy> policy;
+    // Kept from tick to tick (it remembers which decisions it wrote), renewed with the connection.
+    std::unique_ptr<Store> store;
+    std::unique_ptr<Provisioner> provisioner;
     auto backoff = std::chrono::milliseconds(500);
     while (!stopRequested) {
         const auto started = std::chrono::steady_clock::now();
@@ -124,18 +127,23 @@ int run(ServiceConfig config)
             if (leading) {
                 if (!policy)
                     policy = makeLivePolicy(config, *connection);
-                Store store(*connection);
-                Provisioner provisioner(config, store, cluster, metrics, policy->policy,
-                    liveDecisionPoint(cluster, policy->predictor));
-                provisioner.tick();
+                if (!provisioner) {
+                    store = std::make_unique<Store>(*connection);
+                    provisioner = std::make_unique<Provisioner>(config, *store, cluster, metrics,
+                        policy->policy, liveDecisionPoints(cluster, policy->predictor));
+                }
+                provisioner->tick();
                 markSlurm(true);
             } else {
+                provisioner.reset(); // a leader again later starts from what the database says
                 markSlurm(cluster.reachable());
                 connection->ensureSession();
             }
             backoff = std::chrono::milliseconds(500);
         } catch (const baton::db::DbError& error) {
             metrics.dbErrors().Increment();
+            provisioner.reset();
+            store.reset();
             connection.reset();
             logError(std::string("database: ") + error.what() + "; retrying in "
                 + std::to_string(backoff.count()) + " ms");

@@ -56,12 +56,16 @@ void durable(Store& store)
 
 } // namespace
 
-sim::DecisionPoint timeOnlyDecisionPoint(const QueueSnapshot&, const ClusterJob& current, std::int64_t now)
+std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
+    const QueueSnapshot&, std::span<const ClusterJob> current, std::int64_t now)
 {
-    sim::DecisionPoint point;
-    point.now = now;
-    point.remaining = std::max<std::int64_t>(0, current.startTime + current.timeLimitSeconds - now);
-    return point;
+    std::vector<sim::DecisionPoint> points(current.size());
+    for (std::size_t i = 0; i < current.size(); ++i) {
+        points[i].now = now;
+        points[i].remaining
+            = std::max<std::int64_t>(0, current[i].startTime + current[i].timeLimitSeconds - now);
+    }
+    return points;
 }
 
 Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
@@ -98,20 +102,26 @@ void Provisioner::tick()
     // intent, a handover) turn durability back on for themselves (durable()).
     store_.connection().execScript("SET synchronous_commit TO off");
     processEvents(queue);
-    for (ChainRow& chain : store_.liveChains()) {
+    std::vector<AwaitingDecision> awaiting;
+    for (LiveChain& live : store_.liveChainsForTick()) {
+        const std::string label = live.chain.ownerName + "/" + live.chain.name;
         try {
-            step(std::move(chain), queue);
+            step(std::move(live), queue, awaiting);
         } catch (const db::DbError&) {
             throw; // the database is gone: the whole tick is retried
         } catch (const std::exception& error) {
-            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+            logError("chain " + label + ": " + error.what());
         }
     }
+    decide(awaiting, queue);
     updateGauges(queue);
 }
 
 void Provisioner::processEvents(const QueueSnapshot& queue)
 {
+    // Processing an event again is harmless (each effect is keyed), so a tick that stops half-way leaves
+    // its events for the next one and the marks go in one statement at the end.
+    std::vector<std::int64_t> processed;
     for (const EventRow& event : store_.unprocessedEvents(1000)) {
         try {
             processEvent(event, queue);
@@ -120,8 +130,9 @@ void Provisioner::processEvents(const QueueSnapshot& queue)
         } catch (const std::exception& error) {
             logWarning("event " + std::to_string(event.id) + ": " + error.what());
         }
-        store_.markProcessed(event.id);
+        processed.push_back(event.id);
     }
+    store_.markProcessed(processed);
 }
 
 // An event is a hint: the job it names is looked up in the queue, and its owner there decides which
@@ -208,7 +219,7 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
     if (!jobId)
         return std::nullopt;
     if (const ClusterJob* found = queue.find(*jobId)) {
-        store_.upsertJob(chain.id, seq, *found);
+        recordJob(chain, seq, *found, jobs);
         return *found;
     }
     if (row == jobs.end() || row->slurmJobId != *jobId)
@@ -230,19 +241,36 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
     return job;
 }
 
+// Most ticks change nothing about most jobs: a row is written only when slurmctld's facts changed.
+void Provisioner::recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs)
+{
+    const auto known = [](std::int64_t value) {
+        return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;
+    };
+    const auto row = std::find_if(
+        jobs.begin(), jobs.end(), [&](const JobRow& r) { return r.seq == seq && r.slurmJobId == job.id; });
+    if (row != jobs.end() && row->state == job.state && row->submitTime == known(job.submitTime)
+        && row->startTime == known(job.startTime) && row->endTime == known(job.endTime)
+        && row->timeLimitSeconds == known(job.timeLimitSeconds) && row->exitCode == job.exitCode)
+        return;
+    store_.upsertJob(chain.id, seq, job);
+}
+
 std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, int seq)
 {
     const auto submission = store_.submission(chain.id, seq);
     if (!submission)
         return std::nullopt;
+    // A tick reads chains without their specs (a batch script each): read it now that it is needed.
+    const Json spec = chain.spec.is_null() ? store_.spec(chain.id) : chain.spec;
     SubmitRequest request;
     request.ownerUid = chain.ownerUid;
-    request.workdir = chain.spec.value("workdir", std::string());
-    request.script = chain.spec.value("script", std::string());
+    request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
+    request.script = spec.is_object() ? spec.value("script", std::string()) : std::string();
     request.comment = submission->key;
     // The plugin must run the job as this chain's: the option on the command line wins over the script's.
     request.sbatchArgs.push_back("--baton=" + chain.name);
-    if (const auto args = chain.spec.find("sbatch_args"); args != chain.spec.end() && args->is_array())
+    if (const auto args = spec.find("sbatch_args"); args != spec.end() && args->is_array())
         for (const auto& arg : *args)
             if (arg.is_string())
                 request.sbatchArgs.push_back(arg.get<std::string>());
@@ -365,14 +393,12 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } });
 }
 
-void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
+void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting)
 {
-    // One read of the chain's jobs and submissions per step.
-    const std::vector<JobRow> jobs = store_.jobs(chain.id);
-    const auto current = refreshJob(chain, chain.seq, queue, jobs, store_.submission(chain.id, chain.seq));
-    const auto nextSubmission = store_.submission(chain.id, chain.seq + 1);
+    const ChainRow& chain = live.chain;
+    const auto current = refreshJob(chain, chain.seq, queue, live.jobs, live.current);
     const auto successor
-        = nextSubmission ? refreshJob(chain, chain.seq + 1, queue, jobs, nextSubmission) : std::nullopt;
+        = live.next ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
     const std::string label = chain.ownerName + "/" + chain.name;
     switch (chain.state) {
     case ChainState::Paused:
@@ -393,7 +419,7 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
             onCurrentEnded(chain, *current);
             return;
         }
-        if (store_.trainingDone(chain.id))
+        if (live.trainingDone)
             return; // the training is complete: this job only exits, nothing follows it
         if (chain.resubmitRequested) {
             startSubmission(chain, ChainState::Running, "resubmit", Json { { "requested", true } });
@@ -401,23 +427,7 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
         }
         if (!current->running() || current->timeLimitSeconds <= 0)
             return;
-        sim::DecisionPoint point = decisionPoint_(queue, *current, now_);
-        // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle take
-        // time, and a successor submitted at the last second always leaves a gap.
-        const bool submit = policy_->submitNow(point)
-            || (config_.policy != "reactive" && point.remaining <= config_.submitLead.count());
-        Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
-            { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
-            { "free_nodes", point.features[8] } };
-        // What the policy expects the successor to wait: the model's, or avg's recent mean.
-        if (std::isfinite(point.meanLogWait))
-            inputs["predicted_wait_s"] = std::expm1(point.meanLogWait);
-        else if (config_.policy != "reactive")
-            inputs["predicted_wait_s"] = point.recentMeanWait;
-        if (submit)
-            startSubmission(chain, ChainState::Running, "policy", inputs);
-        else
-            store_.recordDecision(chain.id, config_.policy, "wait", inputs, "");
+        awaiting.push_back(AwaitingDecision { chain, *current });
         return;
     }
     case ChainState::SuccessorPending: {
@@ -519,6 +529,54 @@ void Provisioner::step(ChainRow chain, const QueueSnapshot& queue)
     case ChainState::Cancelled:
         return;
     }
+}
+
+void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSnapshot& queue)
+{
+    std::vector<ClusterJob> current;
+    current.reserve(awaiting.size());
+    for (const AwaitingDecision& a : awaiting)
+        current.push_back(a.current);
+    const std::vector<sim::DecisionPoint> points = awaiting.empty()
+        ? std::vector<sim::DecisionPoint>()
+        : decisionPoint_(queue, std::span<const ClusterJob>(current), now_);
+    std::vector<DecisionInput> waits;
+    std::unordered_map<std::int64_t, std::int64_t> waitRecordedAt; // of the chains still waiting
+    for (std::size_t i = 0; i < awaiting.size(); ++i) {
+        const ChainRow& chain = awaiting[i].chain;
+        const sim::DecisionPoint& point = points.at(i);
+        try {
+            // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle
+            // take time, and a successor submitted at the last second always leaves a gap.
+            const bool submit = policy_->submitNow(point)
+                || (config_.policy != "reactive" && point.remaining <= config_.submitLead.count());
+            Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
+                { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
+                { "free_nodes", point.features[8] } };
+            // What the policy expects the successor to wait: the model's, or avg's recent mean.
+            if (std::isfinite(point.meanLogWait))
+                inputs["predicted_wait_s"] = std::expm1(point.meanLogWait);
+            else if (config_.policy != "reactive")
+                inputs["predicted_wait_s"] = point.recentMeanWait;
+            if (submit) {
+                startSubmission(chain, ChainState::Running, "policy", inputs);
+                continue;
+            }
+            const auto last = waitRecordedAt_.find(chain.id);
+            if (last != waitRecordedAt_.end() && now_ - last->second < waitRecordSeconds) {
+                waitRecordedAt.emplace(chain.id, last->second);
+                continue;
+            }
+            waits.push_back(DecisionInput { chain.id, "wait", std::move(inputs), "" });
+            waitRecordedAt.emplace(chain.id, now_);
+        } catch (const db::DbError&) {
+            throw;
+        } catch (const std::exception& error) {
+            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+        }
+    }
+    store_.recordDecisions(config_.policy, waits);
+    waitRecordedAt_ = std::move(waitRecordedAt);
 }
 
 void Provisioner::updateGauges(const QueueSnapshot& queue)

@@ -1,5 +1,8 @@
 // The provisioner's engine: on every tick (leader only) one squeue snapshot, the events received since
-// the last tick, and one step of each live chain's state machine. Each step writes its compare-and-set
+// the last tick, and one step of each live chain's state machine. A tick is set-based: the live chains
+// are read in four queries, a job row is written only when slurmctld's facts about it changed, and the
+// policy decides for every waiting chain at once (one pass of queue features, one batch of predictions,
+// one statement for the decisions), so its cost grows with the changes, not with the chains. Each step writes its compare-and-set
 // before it acts (sbatch, scancel), and every action carries an idempotency key that the next tick
 // reconciles against squeue, so a batond killed at any instant neither loses a chain nor submits a
 // successor twice.
@@ -14,17 +17,25 @@
 
 #include <functional>
 #include <memory>
+#include <span>
+#include <unordered_map>
 
 namespace baton::service {
 
-// Turns the live queue into what a policy sees for a successor shaped like `current`.
-using DecisionPointBuilder = std::function<sim::DecisionPoint(
-    const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now)>;
+// Turns the live queue into what a policy sees for successors shaped like each of `current`, all at once.
+using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
+    const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now)>;
 
-// The decision point without queue features: the clock and the current job's remaining time, which is
-// all reactive and avg need. The live builder adds the features to it.
-sim::DecisionPoint timeOnlyDecisionPoint(
-    const QueueSnapshot& queue, const ClusterJob& current, std::int64_t now);
+// The decision points without queue features: the clock and each current job's remaining time, which is
+// all reactive and avg need. The live builder adds the features to them.
+std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
+    const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now);
+
+// A chain whose policy decides this tick whether to submit its successor.
+struct AwaitingDecision {
+    ChainRow chain;
+    ClusterJob current;
+};
 
 class Provisioner {
 public:
@@ -43,10 +54,14 @@ public:
 private:
     void processEvents(const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
-    void step(ChainRow chain, const QueueSnapshot& queue);
+    // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
+    void step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting);
+    // The policy's decisions for every awaiting chain together.
+    void decide(std::vector<AwaitingDecision>& awaiting, const QueueSnapshot& queue);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
     std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
         const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission);
+    void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
     bool startSubmission(
         const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
@@ -61,6 +76,10 @@ private:
     std::shared_ptr<const sim::Policy> policy_;
     DecisionPointBuilder decisionPoint_;
     std::int64_t now_ = 0;
+    // When each chain's last "wait" decision was written: one every waitRecordSeconds is enough to show
+    // what the policy saw, where one per tick would grow the table by a row per chain per tick.
+    std::unordered_map<std::int64_t, std::int64_t> waitRecordedAt_;
+    static constexpr std::int64_t waitRecordSeconds = 300;
 };
 
 } // namespace baton::service

@@ -45,6 +45,16 @@ ClusterJob toClusterJob(const slurm::QueueJob& job)
 
 } // namespace
 
+QueueSnapshot toClusterSnapshot(const slurm::QueueSnapshot& raw)
+{
+    QueueSnapshot snapshot;
+    snapshot.takenAt = raw.takenAt;
+    snapshot.jobs.reserve(raw.jobs.size());
+    for (const auto& job : raw.jobs)
+        snapshot.jobs.push_back(toClusterJob(job));
+    return snapshot;
+}
+
 SlurmCluster::SlurmCluster(const ServiceConfig& config, Metrics& metrics)
     : config_(config)
     , metrics_(metrics)
@@ -68,12 +78,7 @@ template<typename Call> auto SlurmCluster::timed(const char* command, Call call)
 QueueSnapshot SlurmCluster::queue()
 {
     lastRaw_ = timed("squeue", [&] { return client_.queue(); });
-    QueueSnapshot snapshot;
-    snapshot.takenAt = lastRaw_.takenAt;
-    snapshot.jobs.reserve(lastRaw_.jobs.size());
-    for (const auto& job : lastRaw_.jobs)
-        snapshot.jobs.push_back(toClusterJob(job));
-    return snapshot;
+    return toClusterSnapshot(lastRaw_);
 }
 
 std::int64_t SlurmCluster::submit(const SubmitRequest& request)

@@ -10,7 +10,19 @@
 
 namespace baton::service {
 
-class SlurmCluster final : public Cluster {
+// Where the live policy's queue features come from: the queue as the Slurm client parsed it (the fields
+// the simulator's features need), and the nodes that can run jobs.
+class RawQueueSource {
+public:
+    virtual ~RawQueueSource() = default;
+    virtual const slurm::QueueSnapshot& lastRawQueue() const = 0;
+    virtual int usableNodes() = 0;
+};
+
+// slurmctld's jobs as batond's state machine sees them.
+QueueSnapshot toClusterSnapshot(const slurm::QueueSnapshot& raw);
+
+class SlurmCluster final : public Cluster, public RawQueueSource {
 public:
     SlurmCluster(const ServiceConfig& config, Metrics& metrics);
 
@@ -22,10 +34,10 @@ public:
     // A cheap question to slurmctld, for the readiness of a standby.
     bool reachable();
     // Nodes that can run jobs: the configured cluster_nodes, else sinfo's count (asked once a minute).
-    int usableNodes();
+    int usableNodes() override;
 
     // The last queue as the Slurm client parsed it, for the live policy's features.
-    const slurm::QueueSnapshot& lastRawQueue() const { return lastRaw_; }
+    const slurm::QueueSnapshot& lastRawQueue() const override { return lastRaw_; }
 
 private:
     template<typename Call> auto timed(const char* command, Call call);

@@ -2,8 +2,10 @@
 
 #include <errors.hpp>
 #include <repositories.hpp>
+#include <transaction.hpp>
 
 #include <chrono>
+#include <unordered_map>
 
 namespace baton::service {
 
@@ -30,6 +32,13 @@ constexpr Statement selectChains { "svc_chains",
     true };
 constexpr Statement selectLiveChains { "svc_live_chains",
     BATON_CHAIN_COLUMNS "WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id", true };
+constexpr Statement selectTickChains { "svc_tick_chains",
+    "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"
+    " 'null'::jsonb, chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"
+    " FROM chains WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id",
+    true };
+constexpr Statement selectSpec { "svc_spec", "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1",
+    true };
 #undef BATON_CHAIN_COLUMNS
 constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
@@ -58,6 +67,12 @@ constexpr Statement selectSubmission { "svc_submission",
     "SELECT seq, idempotency_key, reason, state, slurm_job_id, extract(epoch FROM created_at)::bigint,"
     " coalesce(error, '') FROM submissions WHERE chain_id = $1 AND seq = $2",
     true };
+constexpr Statement selectTickSubmissions { "svc_tick_submissions",
+    "SELECT s.seq, s.idempotency_key, s.reason, s.state, s.slurm_job_id,"
+    " extract(epoch FROM s.created_at)::bigint, coalesce(s.error, ''), s.chain_id"
+    " FROM submissions s JOIN chains c ON c.id = s.chain_id"
+    " WHERE c.state NOT IN ('finished', 'failed', 'cancelled') AND s.seq IN (c.seq, c.seq + 1)",
+    true };
 constexpr Statement deleteSubmission { "svc_forget_submission",
     "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
 
@@ -78,6 +93,12 @@ constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id =
     true };
 constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1",
     true };
+constexpr Statement selectTickJobs { "svc_tick_jobs",
+    "SELECT j.restart_count, j.slurm_job_id, j.state, extract(epoch FROM j.submit_time)::bigint,"
+    " extract(epoch FROM j.start_time)::bigint, extract(epoch FROM j.end_time)::bigint, j.time_limit_s,"
+    " j.exit_code, j.chain_id FROM jobs j JOIN chains c ON c.id = j.chain_id"
+    " WHERE c.state NOT IN ('finished', 'failed', 'cancelled') AND j.restart_count IN (c.seq, c.seq + 1)",
+    true };
 #undef BATON_JOB_COLUMNS
 
 constexpr Statement insertEventRow { "svc_insert_event",
@@ -88,6 +109,13 @@ constexpr Statement selectUnprocessed { "svc_unprocessed_events",
     " ORDER BY id LIMIT $1",
     true };
 constexpr Statement updateProcessed { "svc_processed", "UPDATE events SET processed_at = now() WHERE id = $1",
+    true };
+
+constexpr Statement updateProcessedMany { "svc_processed_many",
+    "UPDATE events SET processed_at = now() WHERE id = ANY($1::bigint[])", true };
+constexpr Statement insertDecisions { "svc_decisions_many",
+    "INSERT INTO decisions (chain_id, decided_at, policy, action, inputs, outcome)"
+    " SELECT (d->>0)::bigint, to_timestamp($3), $2, d->>1, d->2, d->>3 FROM jsonb_array_elements($1::jsonb) d",
     true };
 
 constexpr Statement insertCheckpointHint { "svc_checkpoint",
@@ -102,6 +130,10 @@ constexpr Statement selectLatestCheckpoint { "svc_latest_checkpoint",
     true };
 constexpr Statement selectTrainingDone { "svc_training_done",
     "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done)", true };
+constexpr Statement selectTickTrainingDone { "svc_tick_training_done",
+    "SELECT DISTINCT k.chain_id FROM checkpoints k JOIN chains c ON c.id = k.chain_id"
+    " WHERE k.training_done AND c.state NOT IN ('finished', 'failed', 'cancelled')",
+    true };
 constexpr Statement selectCheckpoints { "svc_checkpoints",
     "SELECT iteration, path, extract(epoch FROM created_at), total_bytes, training_done, final, slurm_job_id"
     " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 50",
@@ -173,6 +205,13 @@ JobRow jobAt(const Result& r, int row)
     if (auto code = r.optInt64(row, 7))
         job.exitCode = static_cast<int>(*code);
     return job;
+}
+
+SubmissionRow submissionAt(const Result& r, int row)
+{
+    return SubmissionRow { static_cast<int>(r.int64(row, 0)), std::string(r.text(row, 1)),
+        std::string(r.text(row, 2)), std::string(r.text(row, 3)), r.optInt64(row, 4), r.int64(row, 5),
+        std::string(r.text(row, 6)) };
 }
 
 std::optional<std::int64_t> positive(std::int64_t value)
@@ -255,6 +294,45 @@ std::vector<ChainRow> Store::liveChains()
     return connection_.exec(selectLiveChains).all(chainAt);
 }
 
+std::vector<LiveChain> Store::liveChainsForTick()
+{
+    db::Transaction snapshot(connection_);
+    connection_.execScript("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+    std::vector<LiveChain> live;
+    std::unordered_map<std::int64_t, std::size_t> index;
+    for (ChainRow& chain : connection_.exec(selectTickChains).all(chainAt)) {
+        index.emplace(chain.id, live.size());
+        live.push_back(LiveChain { std::move(chain), {}, {}, {}, false });
+    }
+    const auto of = [&](std::int64_t chainId) -> LiveChain* {
+        const auto found = index.find(chainId);
+        return found == index.end() ? nullptr : &live[found->second];
+    };
+    const Result jobs = connection_.exec(selectTickJobs);
+    for (int row = 0; row < jobs.rows(); ++row)
+        if (LiveChain* chain = of(jobs.int64(row, 8)))
+            chain->jobs.push_back(jobAt(jobs, row));
+    const Result submissions = connection_.exec(selectTickSubmissions);
+    for (int row = 0; row < submissions.rows(); ++row)
+        if (LiveChain* chain = of(submissions.int64(row, 7))) {
+            SubmissionRow submission = submissionAt(submissions, row);
+            (submission.seq == chain->chain.seq ? chain->current : chain->next) = std::move(submission);
+        }
+    const Result done = connection_.exec(selectTickTrainingDone);
+    for (int row = 0; row < done.rows(); ++row)
+        if (LiveChain* chain = of(done.int64(row, 0)))
+            chain->trainingDone = true;
+    snapshot.commit();
+    return live;
+}
+
+Json Store::spec(std::int64_t chainId)
+{
+    return connection_.exec(selectSpec, Params(chainId)).first([](const Result& r, int row) {
+        return r.json(row, 0);
+    }).value_or(Json());
+}
+
 bool Store::transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
     const std::optional<std::string>& reason)
 {
@@ -309,11 +387,7 @@ void Store::markSubmission(const std::string& key, const std::string& state, con
 
 std::optional<SubmissionRow> Store::submission(std::int64_t chainId, int seq)
 {
-    return connection_.exec(selectSubmission, Params(chainId, seq)).first([](const Result& r, int row) {
-        return SubmissionRow { static_cast<int>(r.int64(row, 0)), std::string(r.text(row, 1)),
-            std::string(r.text(row, 2)), std::string(r.text(row, 3)), r.optInt64(row, 4), r.int64(row, 5),
-            std::string(r.text(row, 6)) };
-    });
+    return connection_.exec(selectSubmission, Params(chainId, seq)).first(submissionAt);
 }
 
 void Store::forgetSubmission(std::int64_t chainId, int seq)
@@ -365,6 +439,16 @@ void Store::markProcessed(std::int64_t eventId)
     connection_.exec(updateProcessed, Params(eventId));
 }
 
+void Store::markProcessed(const std::vector<std::int64_t>& eventIds)
+{
+    if (eventIds.empty())
+        return;
+    std::string array = "{";
+    for (const std::int64_t id : eventIds)
+        array += (array.size() > 1 ? "," : "") + std::to_string(id);
+    connection_.exec(updateProcessedMany, Params(array + "}"));
+}
+
 void Store::recordCheckpoint(
     std::int64_t chainId, std::optional<std::int64_t> jobId, const Json& summary, const std::string& chainDir)
 {
@@ -408,6 +492,16 @@ void Store::recordDecision(std::int64_t chainId, const std::string& policy, cons
     db::DecisionRepository(connection_)
         .insert(db::Decision {
             0, chainId, epochSeconds(), policy, action, inputs, std::optional<std::string>(outcome) });
+}
+
+void Store::recordDecisions(const std::string& policy, const std::vector<DecisionInput>& decisions)
+{
+    if (decisions.empty())
+        return;
+    Json rows = Json::array();
+    for (const DecisionInput& d : decisions)
+        rows.push_back(Json::array({ d.chainId, d.action, d.inputs, d.outcome }));
+    connection_.exec(insertDecisions, Params(rows, policy, epochSeconds()));
 }
 
 void Store::recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds)

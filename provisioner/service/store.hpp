@@ -62,6 +62,24 @@ struct EventRow {
     nlohmann::json payload;
 };
 
+// What one tick knows of a live chain: the chain (its spec left out: Store::spec reads it when a job is
+// submitted), the job rows and submissions of its current and next job, and whether a checkpoint said
+// the training is done.
+struct LiveChain {
+    ChainRow chain;
+    std::vector<JobRow> jobs; // of seq and seq + 1
+    std::optional<SubmissionRow> current, next; // the submissions of seq and seq + 1
+    bool trainingDone = false;
+};
+
+// One decision of a tick, for recordDecisions.
+struct DecisionInput {
+    std::int64_t chainId = 0;
+    std::string action;
+    nlohmann::json inputs;
+    std::string outcome;
+};
+
 class Store {
 public:
     explicit Store(db::Connection& connection)
@@ -76,6 +94,10 @@ public:
     // Every chain, or the owner's; optionally only those in `state`.
     std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
     std::vector<ChainRow> liveChains();
+    // Every live chain with what a tick reads of it, from one snapshot of the database: four queries
+    // whatever the number of chains.
+    std::vector<LiveChain> liveChainsForTick();
+    nlohmann::json spec(std::int64_t chainId);
     // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
     bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
         const std::optional<std::string>& reason = std::nullopt);
@@ -104,6 +126,7 @@ public:
         std::optional<std::int64_t> jobId, const nlohmann::json& payload, std::int64_t senderUid);
     std::vector<EventRow> unprocessedEvents(int limit);
     void markProcessed(std::int64_t eventId);
+    void markProcessed(const std::vector<std::int64_t>& eventIds); // in one statement
 
     // A checkpoint reported by the plugin (a hint: used to show progress and to see training_done).
     void recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId,
@@ -114,6 +137,7 @@ public:
 
     void recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
         const nlohmann::json& inputs, const std::string& outcome);
+    void recordDecisions(const std::string& policy, const std::vector<DecisionInput>& decisions); // in one
     // The queue wait predicted for a submitted job, and later what it really waited.
     void recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds);
     // Fills in the actual wait once; returns the prediction if there was one still open.

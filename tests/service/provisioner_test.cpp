@@ -130,7 +130,7 @@ protected:
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {
-        Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoint);
+        Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
         provisioner.tick();
     }
     ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
@@ -265,3 +265,88 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
 }
 
 } // namespace
+
+// A running chain whose job did not change: the tick writes no job row, and the policy's "wait" is
+// written once per interval, not once per tick.
+class NeverSubmit final : public baton::sim::Policy {
+public:
+    std::string name() const override { return "never"; }
+    std::size_t firstSubmit(std::span<const baton::sim::DecisionPoint> points) const override
+    {
+        return points.size();
+    }
+};
+
+TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInterval)
+{
+    config_.policy = "avg"; // so that the lead floor would apply; the job has an hour left
+    const ChainRow chain = chainWithRunningJob(21);
+    const std::int64_t jobId = 21;
+    auto rowVersion = [&] {
+        return std::string(connection_
+                               .exec(baton::db::Statement { "test_job_xmin",
+                                         "SELECT xmin::text FROM jobs WHERE slurm_job_id = $1", true },
+                                   baton::db::Params(jobId))
+                               .text(0, 0));
+    };
+    auto waits = [&] {
+        return connection_
+            .exec(baton::db::Statement { "test_waits",
+                      "SELECT count(*) FROM decisions WHERE chain_id = $1 AND action = 'wait'", true },
+                baton::db::Params(chain.id))
+            .int64(0, 0);
+    };
+    Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(),
+        timeOnlyDecisionPoints);
+    provisioner.tick();
+    const std::string before = rowVersion();
+    EXPECT_EQ(waits(), 1);
+    cluster_.now += 30;
+    provisioner.tick();
+    EXPECT_EQ(rowVersion(), before) << "an unchanged job was written again";
+    EXPECT_EQ(waits(), 1) << "a wait decision per tick";
+    cluster_.now += 300;
+    provisioner.tick();
+    EXPECT_EQ(waits(), 2);
+    // A change of slurmctld's facts is written.
+    cluster_.end(jobId, "TIMEOUT");
+    provisioner.tick();
+    EXPECT_NE(rowVersion(), before);
+    EXPECT_EQ(store_.jobs(chain.id).front().state, "TIMEOUT");
+}
+
+// The tick's set-based read sees what the per-chain reads see: the current and next job and
+// submission, and the end of training.
+TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
+{
+    const ChainRow chain = chainWithRunningJob(11);
+    ClusterJob second = cluster_.jobs.front();
+    second.id = 12;
+    cluster_.jobs.push_back(second);
+    const ChainRow other = store_.createChain(65534, "nobody", "other", "/chains/other",
+        Json { { "script", "#!/bin/bash\ntrain\n" }, { "workdir", "/tmp" } });
+    store_.upsertJob(other.id, 0, second);
+    tick(std::make_shared<AlwaysSubmit>()); // successors submitted for both
+    ASSERT_EQ(cluster_.submissions.size(), 2u) << "the spec is read for the submission";
+    EXPECT_EQ(cluster_.submissions.back().script, "#!/bin/bash\ntrain\n");
+    store_.recordCheckpoint(other.id, std::nullopt,
+        Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
+    const auto live = store_.liveChainsForTick();
+    ASSERT_EQ(live.size(), 2u);
+    for (const LiveChain& view : live) {
+        const ChainRow row = *store_.chain(view.chain.id);
+        EXPECT_EQ(view.chain.state, row.state);
+        EXPECT_TRUE(view.chain.spec.is_null()) << "specs are read when a job is submitted";
+        EXPECT_EQ(view.trainingDone, store_.trainingDone(row.id));
+        ASSERT_TRUE(view.next.has_value());
+        EXPECT_EQ(view.next->key, store_.submission(row.id, row.seq + 1)->key);
+        EXPECT_EQ(view.current.has_value(), store_.submission(row.id, row.seq).has_value());
+        std::size_t expectedJobs = 0;
+        for (const JobRow& job : store_.jobs(row.id))
+            expectedJobs += job.seq == row.seq || job.seq == row.seq + 1;
+        EXPECT_EQ(view.jobs.size(), expectedJobs);
+    }
+    EXPECT_TRUE(std::any_of(live.begin(), live.end(), [&](const LiveChain& v) { return v.trainingDone; }));
+    for (const LiveChain& view : live)
+        EXPECT_EQ(view.trainingDone, view.chain.id == other.id) << chain.id;
+}
