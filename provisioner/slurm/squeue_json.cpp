@@ -7,7 +7,9 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <thread>
 
 namespace baton::slurm {
 
@@ -17,9 +19,12 @@ namespace {
 // everything else is skipped by matching brackets and strings. No recursion on input depth.
 class Scanner {
 public:
-    explicit Scanner(std::string_view text)
+    explicit Scanner(std::string_view text, std::size_t position = 0)
         : t_(text)
+        , pos_(position)
     { }
+
+    std::size_t position() const { return pos_; }
 
     [[noreturn]] void fail(const std::string& what) const
     {
@@ -523,6 +528,93 @@ QueueJob readJob(Scanner& s)
     return job;
 }
 
+// A busy cluster's queue is tens of megabytes: its jobs list is read by several threads, each from a
+// guessed element boundary. A guess is only trusted once the reader before it, itself started at a true
+// boundary, arrives exactly there; any doubt (or error) and the list is read again by one thread, which
+// also gives the error messages. So the result is always the one-thread result.
+constexpr std::size_t parallelFrom = 4 << 20; // bytes of document
+constexpr unsigned maxReaders = 4;
+
+// The next position at or after `from` that looks like the start of an element of the jobs list: a
+// '{' preceded by "}," and spaces. Inside a string this can be wrong, which the check above catches.
+std::size_t guessJobStart(std::string_view t, std::size_t from)
+{
+    for (std::size_t at = t.find("},", from); at != std::string_view::npos; at = t.find("},", at + 2)) {
+        std::size_t next = at + 2;
+        while (next < t.size() && static_cast<unsigned char>(t[next]) <= ' ')
+            ++next;
+        if (next < t.size() && t[next] == '{')
+            return next;
+    }
+    return std::string_view::npos;
+}
+
+// Reads the jobs list whose '[' is at `open`; returns the position after its ']', or npos when the
+// parallel read cannot vouch for its result (then `jobs` is left empty).
+std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector<QueueJob>& jobs)
+{
+    const unsigned readers = std::min(maxReaders, std::max(1u, std::thread::hardware_concurrency()));
+    if (readers < 2 || t.size() < parallelFrom)
+        return std::string_view::npos;
+    Scanner first(t, open);
+    first.expect('[');
+    if (first.peek() != '{')
+        return std::string_view::npos; // empty or odd: the plain reader says what is wrong
+    std::vector<std::size_t> starts { first.position() };
+    for (unsigned k = 1; k < readers; ++k) {
+        const std::size_t guess
+            = guessJobStart(t, starts.front() + (t.size() - starts.front()) * k / readers);
+        if (guess == std::string_view::npos || guess <= starts.back())
+            break;
+        starts.push_back(guess);
+    }
+    if (starts.size() < 2)
+        return std::string_view::npos;
+    struct Part {
+        std::vector<QueueJob> jobs;
+        std::size_t end = std::string_view::npos; // after ']' for the last part, else the next start
+        bool ok = false;
+    };
+    std::vector<Part> parts(starts.size());
+    auto read = [&](std::size_t k) {
+        try {
+            Scanner s(t, starts[k]);
+            const bool last = k + 1 == starts.size();
+            while (true) {
+                parts[k].jobs.push_back(readJob(s));
+                if (!s.consume(',')) {
+                    s.expect(']');
+                    parts[k].end = s.position();
+                    parts[k].ok = last; // only the last part may end the list
+                    return;
+                }
+                s.peek();
+                if (!last && s.position() >= starts[k + 1]) {
+                    parts[k].ok = s.position() == starts[k + 1];
+                    return;
+                }
+            }
+        } catch (const SqueueParseError&) {
+            parts[k].ok = false;
+        }
+    };
+    std::vector<std::thread> threads;
+    for (std::size_t k = 1; k < starts.size(); ++k)
+        threads.emplace_back(read, k);
+    read(0);
+    for (auto& thread : threads)
+        thread.join();
+    if (!std::all_of(parts.begin(), parts.end(), [](const Part& part) { return part.ok; }))
+        return std::string_view::npos;
+    std::size_t total = 0;
+    for (const Part& part : parts)
+        total += part.jobs.size();
+    jobs.reserve(total);
+    for (Part& part : parts)
+        std::move(part.jobs.begin(), part.jobs.end(), std::back_inserter(jobs));
+    return parts.back().end;
+}
+
 } // namespace
 
 QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
@@ -538,6 +630,12 @@ QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
             if (s.isNull())
                 return;
             haveJobs = true;
+            const std::size_t open = (s.peek(), s.position());
+            if (const std::size_t end = readJobsInParallel(text, open, snapshot.jobs);
+                end != std::string_view::npos) {
+                s = Scanner(text, end);
+                return;
+            }
             s.array([&] { snapshot.jobs.push_back(readJob(s)); });
         } else if (key == "meta" && s.peek() == '{') {
             s.object([&](std::string_view metaKey) {

@@ -201,3 +201,49 @@ TEST(SinfoJson, AnErrorListIsAnError)
 }
 
 } // namespace
+
+// A queue large enough to be read by several threads: the result is the one-thread result, also when
+// strings hold what looks like a boundary between jobs, and a damaged document is still an error.
+std::string largeDocument(int jobs, const std::string& command)
+{
+    std::string doc = "{\"meta\": {\"Slurm\": {\"release\": \"22.05.8\"}}, \"errors\": [], \"jobs\": [\n";
+    for (int i = 0; i < jobs; ++i) {
+        doc += i ? ",\n  " : "  ";
+        doc += "{\"job_id\": " + std::to_string(i + 1) + ", \"name\": \"job-" + std::to_string(i)
+            + "\", \"command\": \"" + command + "\", \"job_state\": \"RUNNING\", \"user_id\": "
+            + std::to_string(i % 7) + "}";
+    }
+    return doc + "\n], \"last\": {\"after\": [1, 2]}}";
+}
+
+TEST(SqueueJson, LargeQueuesReadInParallelGiveTheSequentialResult)
+{
+    const std::string plain(1200, 'x');
+    // Every 100 bytes something that looks like the start of the next job, inside a string.
+    std::string tricky;
+    while (tricky.size() < 1200)
+        tricky += "ab},{\\\"job_id\\\": 99, \\\"name\\\": \\\"},  {\\\"} ,{\\\\\\\"},{ padding padding padding";
+    for (const std::string& command : { plain, tricky }) {
+        const std::string doc = largeDocument(6000, command);
+        ASSERT_GT(doc.size(), 6u << 20);
+        const auto snapshot = parseSqueueJson(doc, 1);
+        ASSERT_EQ(snapshot.jobs.size(), 6000u);
+        for (int i = 0; i < 6000; ++i) {
+            ASSERT_EQ(snapshot.jobs[i].jobId, i + 1);
+            ASSERT_EQ(snapshot.jobs[i].name, "job-" + std::to_string(i));
+            ASSERT_EQ(snapshot.jobs[i].userId, i % 7);
+        }
+        EXPECT_EQ(snapshot.slurmRelease, "22.05.8");
+    }
+}
+
+TEST(SqueueJson, LargeDamagedQueuesAreErrors)
+{
+    const std::string doc = largeDocument(6000, std::string(1200, 'y'));
+    // A job broken in the second half, where another thread reads.
+    std::string broken = doc;
+    broken.replace(broken.find("\"job_id\": 5000,"), 15, "\"job_id\": 5000 ");
+    EXPECT_THROW(parseSqueueJson(broken, 1), SqueueParseError);
+    EXPECT_THROW(parseSqueueJson(doc.substr(0, doc.size() * 3 / 4), 1), SqueueParseError);
+    EXPECT_THROW(parseSqueueJson(doc.substr(0, doc.size() - 3), 1), SqueueParseError);
+}
