@@ -5,6 +5,7 @@
 // (a DOM parse of the same document with nlohmann::json; the features one chain at a time).
 #include "live_queue.hpp"
 #include "squeue_json.hpp"
+#include "synthetic_squeue.hpp"
 
 #include <features.hpp>
 
@@ -31,58 +32,6 @@ constexpr int chainCount = 1000;
 constexpr double targetMs = 50;
 constexpr std::int64_t now = 1'795'000'000;
 
-std::string syntheticDocument()
-{
-    std::ifstream in(std::filesystem::path(BATON_SOURCE_ROOT) / "tests" / "data" / "squeue_2205.json");
-    nlohmann::json recorded = nlohmann::json::parse(in);
-    const nlohmann::json templateJob = recorded["jobs"][0];
-    std::mt19937_64 rng(42);
-    auto uniform = [&](std::int64_t lo, std::int64_t hi) {
-        return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
-    };
-    nlohmann::json doc = recorded;
-    doc["jobs"] = nlohmann::json::array();
-    int busy = 0;
-    for (int i = 0; i < jobCount; ++i) {
-        nlohmann::json j = templateJob;
-        const int nodes = static_cast<int>(std::min<std::int64_t>(uniform(1, 16), uniform(1, 16)));
-        const std::int64_t limitMin = uniform(1, 48) * 60;
-        const std::int64_t submit = now - uniform(0, 3 * 86400);
-        j["job_id"] = 1'000'000 + i;
-        j["user_id"] = 1000 + i % 300;
-        j["user_name"] = "user" + std::to_string(i % 300);
-        j["name"] = "job-" + std::to_string(i);
-        j["node_count"] = nodes;
-        j["time_limit"] = limitMin;
-        j["submit_time"] = submit;
-        j["priority"] = 4'294'000'000 - i;
-        j["comment"] = i % 10 == 0 ? "baton:chain-" + std::to_string(i) + ":3" : "";
-        const int kind = i % 10; // 3 running, 5 pending, 2 finished
-        if (kind < 3 && busy + nodes <= clusterNodes) {
-            const std::int64_t start = std::max(submit, now - uniform(0, limitMin * 60));
-            j["job_state"] = "RUNNING";
-            j["state_reason"] = "None";
-            j["start_time"] = start;
-            j["end_time"] = start + limitMin * 60;
-            busy += nodes;
-        } else if (kind < 8) {
-            j["job_state"] = "PENDING";
-            j["state_reason"] = kind == 7 ? "Resources" : "Priority";
-            j["start_time"] = 0;
-            j["end_time"] = 0;
-            j["nodes"] = "";
-        } else {
-            const std::int64_t start = std::min(now, submit + uniform(0, 7200));
-            j["job_state"] = "COMPLETED";
-            j["state_reason"] = "None";
-            j["start_time"] = start;
-            j["end_time"] = std::min(now, start + uniform(60, 3600));
-        }
-        doc["jobs"].push_back(std::move(j));
-    }
-    return doc.dump(2);
-}
-
 struct Stats {
     double p50 = 0, p99 = 0;
 };
@@ -105,7 +54,11 @@ double msSince(std::chrono::steady_clock::time_point t0)
 
 int main()
 {
-    const std::string doc = syntheticDocument();
+    baton::bench::SyntheticQueue shape;
+    shape.jobs = jobCount;
+    shape.clusterNodes = clusterNodes;
+    shape.now = now;
+    const std::string doc = baton::bench::syntheticSqueueDocument(shape);
     std::mt19937_64 rng(7);
     std::vector<JobShape> shapes;
     for (int c = 0; c < chainCount; ++c)

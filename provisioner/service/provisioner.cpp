@@ -299,24 +299,50 @@ std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, i
 bool Provisioner::startSubmission(
     const ChainRow& chain, ChainState from, const std::string& reason, const Json& inputs)
 {
-    const int seq = chain.seq + 1;
+    std::vector<SubmissionStart> one { SubmissionStart { &chain, from, reason, inputs } };
+    return startSubmissions(one) == 1;
+}
+
+// The intents of all the chains that submit in this tick are written in a few statements and made
+// durable together (one flush to disk, however many chains reached their lead at once), before any
+// sbatch runs.
+std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> starts)
+{
+    std::vector<const SubmissionStart*> recorded;
     {
+        std::vector<IntentRequest> requests;
+        for (const SubmissionStart& start : starts) {
+            const int seq = start.chain->seq + 1;
+            requests.push_back(
+                IntentRequest { start.chain->id, start.from, seq, submissionKey(start.chain->id, seq), start.reason });
+        }
         db::Transaction transaction(store_.connection());
         durable(store_);
-        if (!store_.transition(chain.id, { from }, ChainState::SuccessorPending))
-            return false;
-        store_.forgetSubmission(chain.id, seq);
-        if (!store_.recordIntent(chain.id, seq, submissionKey(chain.id, seq), reason))
-            return false; // rolled back: an intent for seq exists already
-        store_.recordDecision(chain.id, config_.policy, "submit", inputs, reason);
-        if (chain.resubmitRequested)
-            store_.setResubmitRequested(chain.id, false);
+        const std::vector<std::int64_t> ids = store_.recordIntents(requests);
+        std::vector<DecisionInput> decisions;
+        for (const SubmissionStart& start : starts)
+            if (std::find(ids.begin(), ids.end(), start.chain->id) != ids.end()) {
+                recorded.push_back(&start);
+                decisions.push_back(DecisionInput { start.chain->id, "submit", start.inputs, start.reason });
+            }
+        store_.recordDecisions(config_.policy, decisions);
         transaction.commit();
     }
-    const auto jobId = submitRecorded(chain, seq);
-    if (jobId && inputs.contains("predicted_wait_s") && inputs["predicted_wait_s"].is_number())
-        store_.recordPrediction(chain.id, *jobId, inputs["predicted_wait_s"].get<double>());
-    return true;
+    for (const SubmissionStart* start : recorded) {
+        const ChainRow& chain = *start->chain;
+        try {
+            const auto jobId = submitRecorded(chain, chain.seq + 1);
+            const auto predicted = start->inputs.find("predicted_wait_s");
+            if (jobId && predicted != start->inputs.end() && predicted->is_number())
+                store_.recordPrediction(chain.id, *jobId, predicted->get<double>());
+        } catch (const db::DbError&) {
+            throw;
+        } catch (const std::exception& error) {
+            // The intent stays: the next tick reconciles it against the queue or submits it again.
+            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+        }
+    }
+    return recorded.size();
 }
 
 void Provisioner::collectSpoolHints(const ChainRow& chain)
@@ -541,7 +567,8 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
         ? std::vector<sim::DecisionPoint>()
         : decisionPoint_(queue, std::span<const ClusterJob>(current), now_);
     std::vector<DecisionInput> waits;
-    std::unordered_map<std::int64_t, std::int64_t> waitRecordedAt; // of the chains still waiting
+    std::vector<SubmissionStart> submissions;
+    std::unordered_map<std::int64_t, std::int64_t> waitSlots; // of the chains still waiting
     for (std::size_t i = 0; i < awaiting.size(); ++i) {
         const ChainRow& chain = awaiting[i].chain;
         const sim::DecisionPoint& point = points.at(i);
@@ -559,16 +586,17 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
             else if (config_.policy != "reactive")
                 inputs["predicted_wait_s"] = point.recentMeanWait;
             if (submit) {
-                startSubmission(chain, ChainState::Running, "policy", inputs);
+                submissions.push_back(SubmissionStart { &chain, ChainState::Running, "policy", std::move(inputs) });
                 continue;
             }
-            const auto last = waitRecordedAt_.find(chain.id);
-            if (last != waitRecordedAt_.end() && now_ - last->second < waitRecordSeconds) {
-                waitRecordedAt.emplace(chain.id, last->second);
+            // A wait is written when the chain is first seen waiting and then once in each interval, at
+            // a phase of its own, so that many chains spread their rows over the ticks of an interval.
+            const std::int64_t phase = chain.id * 7919 % waitRecordSeconds;
+            const std::int64_t slot = (now_ + phase) / waitRecordSeconds;
+            waitSlots.emplace(chain.id, slot);
+            if (const auto last = waitSlot_.find(chain.id); last != waitSlot_.end() && last->second == slot)
                 continue;
-            }
             waits.push_back(DecisionInput { chain.id, "wait", std::move(inputs), "" });
-            waitRecordedAt.emplace(chain.id, now_);
         } catch (const db::DbError&) {
             throw;
         } catch (const std::exception& error) {
@@ -576,7 +604,8 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
         }
     }
     store_.recordDecisions(config_.policy, waits);
-    waitRecordedAt_ = std::move(waitRecordedAt);
+    waitSlot_ = std::move(waitSlots);
+    startSubmissions(submissions);
 }
 
 void Provisioner::updateGauges(const QueueSnapshot& queue)

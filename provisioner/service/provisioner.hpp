@@ -31,6 +31,14 @@ using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
 std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
     const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now);
 
+// A chain about to submit its next job, and why.
+struct SubmissionStart {
+    const ChainRow* chain = nullptr;
+    ChainState from = ChainState::Running; // the state its compare-and-set expects
+    std::string reason;
+    nlohmann::json inputs; // what the decision saw
+};
+
 // A chain whose policy decides this tick whether to submit its successor.
 struct AwaitingDecision {
     ChainRow chain;
@@ -64,6 +72,8 @@ private:
     void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
     bool startSubmission(
         const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
+    // Returns how many were recorded (and then handed to sbatch).
+    std::size_t startSubmissions(std::span<const SubmissionStart> starts);
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
@@ -76,9 +86,9 @@ private:
     std::shared_ptr<const sim::Policy> policy_;
     DecisionPointBuilder decisionPoint_;
     std::int64_t now_ = 0;
-    // When each chain's last "wait" decision was written: one every waitRecordSeconds is enough to show
-    // what the policy saw, where one per tick would grow the table by a row per chain per tick.
-    std::unordered_map<std::int64_t, std::int64_t> waitRecordedAt_;
+    // The interval in which each waiting chain's last "wait" decision was written: one per
+    // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.
+    std::unordered_map<std::int64_t, std::int64_t> waitSlot_;
     static constexpr std::int64_t waitRecordSeconds = 300;
 };
 

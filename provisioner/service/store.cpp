@@ -4,6 +4,7 @@
 #include <repositories.hpp>
 #include <transaction.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_map>
 
@@ -37,7 +38,7 @@ constexpr Statement selectTickChains { "svc_tick_chains",
     " 'null'::jsonb, chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"
     " FROM chains WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id",
     true };
-constexpr Statement selectSpec { "svc_spec", "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1",
+constexpr Statement selectSpec { "svc_chain_spec", "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1",
     true };
 #undef BATON_CHAIN_COLUMNS
 constexpr Statement transitionChain { "svc_transition",
@@ -57,6 +58,25 @@ constexpr Statement updateSpec { "svc_spec", "UPDATE chains SET spec = $2 WHERE 
 constexpr Statement insertIntent { "svc_intent",
     "INSERT INTO submissions (chain_id, seq, idempotency_key, reason) VALUES ($1, $2, $3, $4)"
     " ON CONFLICT DO NOTHING" };
+constexpr Statement lockIntentChains { "svc_lock_intent_chains",
+    "SELECT c.id FROM chains c"
+    " JOIN jsonb_to_recordset($1::jsonb) AS r(chain_id bigint, state text, seq int)"
+    " ON c.id = r.chain_id AND c.state = r.state AND c.seq + 1 = r.seq"
+    " WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.chain_id = c.id AND s.seq = r.seq"
+    " AND s.state NOT IN ('failed', 'cancelled')) ORDER BY c.id FOR UPDATE OF c",
+    true };
+constexpr Statement moveToSuccessorPending { "svc_successor_pending",
+    "UPDATE chains SET state = 'successor_pending', resubmit_requested = false, updated_at = now()"
+    " WHERE id = ANY($1::bigint[])",
+    true };
+constexpr Statement insertIntents { "svc_intents",
+    "INSERT INTO submissions (chain_id, seq, idempotency_key, reason)"
+    " SELECT chain_id, seq, key, reason FROM jsonb_to_recordset($1::jsonb)"
+    " AS r(chain_id bigint, seq int, key text, reason text)"
+    " ON CONFLICT (chain_id, seq) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key,"
+    " reason = EXCLUDED.reason, state = 'intent', slurm_job_id = NULL, error = NULL, created_at = now(),"
+    " submitted_at = NULL WHERE submissions.state IN ('failed', 'cancelled')",
+    true };
 constexpr Statement updateSubmitted { "svc_submitted",
     "UPDATE submissions SET state = 'submitted', slurm_job_id = $2, submitted_at = now(), error = NULL"
     " WHERE idempotency_key = $1",
@@ -373,6 +393,32 @@ void Store::setSpec(std::int64_t chainId, const Json& spec)
 bool Store::recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason)
 {
     return connection_.exec(insertIntent, Params(chainId, seq, key, reason)).affected() == 1;
+}
+
+std::vector<std::int64_t> Store::recordIntents(const std::vector<IntentRequest>& requests)
+{
+    if (requests.empty())
+        return {};
+    Json wanted = Json::array();
+    for (const IntentRequest& r : requests)
+        wanted.push_back({ { "chain_id", r.chainId }, { "state", nameOf(r.from) }, { "seq", r.seq } });
+    const Result locked = connection_.exec(lockIntentChains, Params(wanted));
+    std::vector<std::int64_t> ids;
+    for (int row = 0; row < locked.rows(); ++row)
+        ids.push_back(locked.int64(row, 0));
+    if (ids.empty())
+        return ids;
+    std::string array = "{";
+    Json intents = Json::array();
+    for (const IntentRequest& r : requests)
+        if (std::find(ids.begin(), ids.end(), r.chainId) != ids.end()) {
+            array += (array.size() > 1 ? "," : "") + std::to_string(r.chainId);
+            intents.push_back(
+                { { "chain_id", r.chainId }, { "seq", r.seq }, { "key", r.key }, { "reason", r.reason } });
+        }
+    connection_.exec(moveToSuccessorPending, Params(array + "}"));
+    connection_.exec(insertIntents, Params(intents));
+    return ids;
 }
 
 void Store::markSubmitted(const std::string& key, std::int64_t slurmJobId)

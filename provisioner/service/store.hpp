@@ -80,6 +80,15 @@ struct DecisionInput {
     std::string outcome;
 };
 
+// A chain that is to submit job `seq` (its current seq + 1), if it is still in `from`.
+struct IntentRequest {
+    std::int64_t chainId = 0;
+    ChainState from = ChainState::Running;
+    int seq = 0;
+    std::string key;
+    std::string reason;
+};
+
 class Store {
 public:
     explicit Store(db::Connection& connection)
@@ -111,6 +120,10 @@ public:
 
     // Writes the intent to submit job `seq`; false if one exists already (then nothing changes).
     bool recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason);
+    // For many chains at once, inside the caller's transaction: locks those still in their `from` state
+    // and without a live submission of `seq`, moves them to successor_pending (their resubmit request
+    // answered) and writes their intents (replacing a failed or cancelled one). Returns their ids.
+    std::vector<std::int64_t> recordIntents(const std::vector<IntentRequest>& requests);
     void markSubmitted(const std::string& key, std::int64_t slurmJobId);
     void markSubmission(const std::string& key, const std::string& state, const std::string& error);
     std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);

@@ -459,8 +459,6 @@ QueueJob readJob(Scanner& s)
         case 'c':
             if (key == "comment")
                 return s.readString(job.comment);
-            if (key == "command")
-                return s.readString(job.command);
             if (key == "current_working_directory")
                 return s.readString(job.workdir);
             break;
@@ -503,10 +501,6 @@ QueueJob readJob(Scanner& s)
                 return integer(job.startTime);
             if (key == "state_reason")
                 return s.readString(job.stateReason);
-            if (key == "standard_output")
-                return s.readString(job.standardOutput);
-            if (key == "standard_error")
-                return s.readString(job.standardError);
             break;
         case 't':
             if (key == "time_limit")

@@ -39,9 +39,7 @@ struct QueueJob {
     std::int32_t exitSignal = 0; // ... or the signal that ended it
     bool batch = false;
     std::string workdir; // current_working_directory
-    std::string command; // the batch script's path as submitted
-    std::string standardOutput; // often empty in 22.05's squeue output
-    std::string standardError;
+    // Not read: what batond does not use (command, output paths...) costs an allocation per job per tick.
 
     bool pending() const { return state == "PENDING"; }
     // Holds nodes now (COMPLETING jobs still occupy theirs).

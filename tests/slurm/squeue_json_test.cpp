@@ -53,7 +53,6 @@ TEST(SqueueJson, ReadsTheRecorded2205Document)
     EXPECT_EQ(cancelled.exitStatus, 143); // bash ended by the TERM of scancel
     EXPECT_TRUE(cancelled.batch);
     EXPECT_EQ(cancelled.workdir, "/home/alice/run");
-    EXPECT_EQ(cancelled.command, "/home/alice/run/job.sh");
     EXPECT_EQ(cancelled.partition, "debug");
     EXPECT_EQ(cancelled.nodes, "node001");
     EXPECT_TRUE(cancelled.started());
