@@ -589,10 +589,7 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
                 submissions.push_back(SubmissionStart { &chain, ChainState::Running, "policy", std::move(inputs) });
                 continue;
             }
-            // A wait is written when the chain is first seen waiting and then once in each interval, at
-            // a phase of its own, so that many chains spread their rows over the ticks of an interval.
-            const std::int64_t phase = chain.id * 7919 % waitRecordSeconds;
-            const std::int64_t slot = (now_ + phase) / waitRecordSeconds;
+            const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;
             waitSlots.emplace(chain.id, slot);
             if (const auto last = waitSlot_.find(chain.id); last != waitSlot_.end() && last->second == slot)
                 continue;

@@ -59,6 +59,11 @@ public:
 
     static std::string submissionKey(std::int64_t chainId, int seq);
 
+    // A waiting chain's "wait" decision is written when it is first seen waiting and then once in each
+    // interval of waitRecordSeconds, starting at its own phase so that many chains spread their rows.
+    static constexpr std::int64_t waitRecordSeconds = 300;
+    static constexpr std::int64_t waitRecordPhase(std::int64_t chainId) { return chainId * 7919 % waitRecordSeconds; }
+
 private:
     void processEvents(const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
@@ -89,7 +94,6 @@ private:
     // The interval in which each waiting chain's last "wait" decision was written: one per
     // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.
     std::unordered_map<std::int64_t, std::int64_t> waitSlot_;
-    static constexpr std::int64_t waitRecordSeconds = 300;
 };
 
 } // namespace baton::service

@@ -298,6 +298,8 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     };
     Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(),
         timeOnlyDecisionPoints);
+    // Start at the beginning of the chain's interval.
+    cluster_.now -= (cluster_.now + Provisioner::waitRecordPhase(chain.id)) % Provisioner::waitRecordSeconds;
     provisioner.tick();
     const std::string before = rowVersion();
     EXPECT_EQ(waits(), 1);
@@ -305,7 +307,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     provisioner.tick();
     EXPECT_EQ(rowVersion(), before) << "an unchanged job was written again";
     EXPECT_EQ(waits(), 1) << "a wait decision per tick";
-    cluster_.now += 300;
+    cluster_.now += 270; // the next interval
     provisioner.tick();
     EXPECT_EQ(waits(), 2);
     // A change of slurmctld's facts is written.
