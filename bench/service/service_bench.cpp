@@ -240,13 +240,13 @@ int main()
         // One provisioner for every tick, as batond keeps it, on the live policy path (the features of
         // the parsed queue for every waiting chain); each tick 60 s after the last.
         config.submitLead = std::chrono::seconds(leadSeconds);
-        Provisioner provisioner(
-            config, store, cluster, metrics, std::make_shared<LeadOnly>(), liveDecisionPoints(cluster, nullptr));
+        Provisioner provisioner(config, store, cluster, metrics, std::make_shared<LeadOnly>(),
+            liveDecisionPoints(cluster, nullptr));
         // The first ticks work off the events posted above (1,000 a tick); then the steady ticks.
         const auto backlog = [&] {
             return connection
-                .exec(baton::db::Statement { "bench_backlog",
-                    "SELECT count(*) FROM events WHERE processed_at IS NULL", true })
+                .exec(baton::db::Statement {
+                    "bench_backlog", "SELECT count(*) FROM events WHERE processed_at IS NULL", true })
                 .int64(0, 0);
         };
         const std::int64_t events = backlog();
@@ -299,11 +299,12 @@ int main()
             tick.p50, "", tick.p50 / 50);
         std::printf("%-52s %12.1f %12s %10.2f\n", "tick (10,000-job squeue doc, 1,000 chains), p99 ms",
             tick.p99, "< 50", tick.p99 / 50);
-        std::printf("%-52s %12.1f %12s %10.2f\n", "  of which the squeue document read, p50 ms", parse.p50, "",
-            parse.p50 / tick.p50);
-        std::printf("%-52s %12lld %12s\n", "  successors submitted (10 a tick)", static_cast<long long>(submitted),
-            "");
-        std::printf("%-52s %12.1f %12s\n", "first tick (1,000 waits written, 1,000 events), ms", firstTickMs, "");
+        std::printf("%-52s %12.1f %12s %10.2f\n", "  of which the squeue document read, p50 ms", parse.p50,
+            "", parse.p50 / tick.p50);
+        std::printf("%-52s %12lld %12s\n", "  successors submitted (10 a tick)",
+            static_cast<long long>(submitted), "");
+        std::printf(
+            "%-52s %12.1f %12s\n", "first tick (1,000 waits written, 1,000 events), ms", firstTickMs, "");
         std::printf("%-52s %12.0f %12s\n", "events worked off by the ticks (events/s)",
             static_cast<double>(events) / (drainMs / 1000), "");
         std::printf(

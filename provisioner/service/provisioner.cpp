@@ -242,11 +242,11 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
 }
 
 // Most ticks change nothing about most jobs: a row is written only when slurmctld's facts changed.
-void Provisioner::recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs)
+void Provisioner::recordJob(
+    const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs)
 {
-    const auto known = [](std::int64_t value) {
-        return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;
-    };
+    const auto known
+        = [](std::int64_t value) { return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt; };
     const auto row = std::find_if(
         jobs.begin(), jobs.end(), [&](const JobRow& r) { return r.seq == seq && r.slurmJobId == job.id; });
     if (row != jobs.end() && row->state == job.state && row->submitTime == known(job.submitTime)
@@ -313,8 +313,8 @@ std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> start
         std::vector<IntentRequest> requests;
         for (const SubmissionStart& start : starts) {
             const int seq = start.chain->seq + 1;
-            requests.push_back(
-                IntentRequest { start.chain->id, start.from, seq, submissionKey(start.chain->id, seq), start.reason });
+            requests.push_back(IntentRequest {
+                start.chain->id, start.from, seq, submissionKey(start.chain->id, seq), start.reason });
         }
         db::Transaction transaction(store_.connection());
         durable(store_);
@@ -586,7 +586,8 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
             else if (config_.policy != "reactive")
                 inputs["predicted_wait_s"] = point.recentMeanWait;
             if (submit) {
-                submissions.push_back(SubmissionStart { &chain, ChainState::Running, "policy", std::move(inputs) });
+                submissions.push_back(
+                    SubmissionStart { &chain, ChainState::Running, "policy", std::move(inputs) });
                 continue;
             }
             const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;

@@ -2,9 +2,9 @@
 // the last tick, and one step of each live chain's state machine. A tick is set-based: the live chains
 // are read in four queries, a job row is written only when slurmctld's facts about it changed, and the
 // policy decides for every waiting chain at once (one pass of queue features, one batch of predictions,
-// one statement for the decisions), so its cost grows with the changes, not with the chains. Each step writes its compare-and-set
-// before it acts (sbatch, scancel), and every action carries an idempotency key that the next tick
-// reconciles against squeue, so a batond killed at any instant neither loses a chain nor submits a
+// one statement for the decisions), so its cost grows with the changes, not with the chains. Each step writes
+// its compare-and-set before it acts (sbatch, scancel), and every action carries an idempotency key that the
+// next tick reconciles against squeue, so a batond killed at any instant neither loses a chain nor submits a
 // successor twice.
 #pragma once
 
@@ -62,7 +62,10 @@ public:
     // A waiting chain's "wait" decision is written when it is first seen waiting and then once in each
     // interval of waitRecordSeconds, starting at its own phase so that many chains spread their rows.
     static constexpr std::int64_t waitRecordSeconds = 300;
-    static constexpr std::int64_t waitRecordPhase(std::int64_t chainId) { return chainId * 7919 % waitRecordSeconds; }
+    static constexpr std::int64_t waitRecordPhase(std::int64_t chainId)
+    {
+        return chainId * 7919 % waitRecordSeconds;
+    }
 
 private:
     void processEvents(const QueueSnapshot& queue);

@@ -38,8 +38,8 @@ constexpr Statement selectTickChains { "svc_tick_chains",
     " 'null'::jsonb, chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"
     " FROM chains WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id",
     true };
-constexpr Statement selectSpec { "svc_chain_spec", "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1",
-    true };
+constexpr Statement selectSpec { "svc_chain_spec",
+    "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
 #undef BATON_CHAIN_COLUMNS
 constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
@@ -135,7 +135,8 @@ constexpr Statement updateProcessedMany { "svc_processed_many",
     "UPDATE events SET processed_at = now() WHERE id = ANY($1::bigint[])", true };
 constexpr Statement insertDecisions { "svc_decisions_many",
     "INSERT INTO decisions (chain_id, decided_at, policy, action, inputs, outcome)"
-    " SELECT (d->>0)::bigint, to_timestamp($3), $2, d->>1, d->2, d->>3 FROM jsonb_array_elements($1::jsonb) d",
+    " SELECT (d->>0)::bigint, to_timestamp($3), $2, d->>1, d->2, d->>3 FROM jsonb_array_elements($1::jsonb) "
+    "d",
     true };
 
 constexpr Statement insertCheckpointHint { "svc_checkpoint",
@@ -348,9 +349,9 @@ std::vector<LiveChain> Store::liveChainsForTick()
 
 Json Store::spec(std::int64_t chainId)
 {
-    return connection_.exec(selectSpec, Params(chainId)).first([](const Result& r, int row) {
-        return r.json(row, 0);
-    }).value_or(Json());
+    return connection_.exec(selectSpec, Params(chainId))
+        .first([](const Result& r, int row) { return r.json(row, 0); })
+        .value_or(Json());
 }
 
 bool Store::transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,

@@ -675,7 +675,8 @@ int parseSinfoUsableNodes(std::string_view text)
     if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array())
         throw SqueueParseError("sinfo JSON: the document has no nodes list");
     // sinfo --json exits 0 with an error list (and no nodes) when slurmctld cannot be reached.
-    if (const auto errors = doc.find("errors"); errors != doc.end() && errors->is_array() && !errors->empty()) {
+    if (const auto errors = doc.find("errors");
+        errors != doc.end() && errors->is_array() && !errors->empty()) {
         const auto& first = errors->front();
         throw SqueueParseError("sinfo reported: "
             + (first.is_object() && first.contains("error") && first["error"].is_string()

@@ -296,8 +296,8 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
                 baton::db::Params(chain.id))
             .int64(0, 0);
     };
-    Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(),
-        timeOnlyDecisionPoints);
+    Provisioner provisioner(
+        config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
     // Start at the beginning of the chain's interval.
     cluster_.now -= (cluster_.now + Provisioner::waitRecordPhase(chain.id)) % Provisioner::waitRecordSeconds;
     provisioner.tick();

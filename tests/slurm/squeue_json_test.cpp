@@ -195,7 +195,8 @@ TEST(SinfoJson, CountsUsableNodes)
 // What slurmctld being down looks like in 22.05: exit 0, an error list, no nodes. No answer, not zero nodes.
 TEST(SinfoJson, AnErrorListIsAnError)
 {
-    EXPECT_THROW(parseSinfoUsableNodes(R"({"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []})"),
+    EXPECT_THROW(
+        parseSinfoUsableNodes(R"({"errors": [{"error": "Unspecified error", "errno": -1}], "nodes": []})"),
         SqueueParseError);
 }
 
@@ -209,8 +210,8 @@ std::string largeDocument(int jobs, const std::string& command)
     for (int i = 0; i < jobs; ++i) {
         doc += i ? ",\n  " : "  ";
         doc += "{\"job_id\": " + std::to_string(i + 1) + ", \"name\": \"job-" + std::to_string(i)
-            + "\", \"command\": \"" + command + "\", \"job_state\": \"RUNNING\", \"user_id\": "
-            + std::to_string(i % 7) + "}";
+            + "\", \"command\": \"" + command
+            + "\", \"job_state\": \"RUNNING\", \"user_id\": " + std::to_string(i % 7) + "}";
     }
     return doc + "\n], \"last\": {\"after\": [1, 2]}}";
 }
@@ -221,7 +222,8 @@ TEST(SqueueJson, LargeQueuesReadInParallelGiveTheSequentialResult)
     // Every 100 bytes something that looks like the start of the next job, inside a string.
     std::string tricky;
     while (tricky.size() < 1200)
-        tricky += "ab},{\\\"job_id\\\": 99, \\\"name\\\": \\\"},  {\\\"} ,{\\\\\\\"},{ padding padding padding";
+        tricky
+            += "ab},{\\\"job_id\\\": 99, \\\"name\\\": \\\"},  {\\\"} ,{\\\\\\\"},{ padding padding padding";
     for (const std::string& command : { plain, tricky }) {
         const std::string doc = largeDocument(6000, command);
         ASSERT_GT(doc.size(), 6u << 20);
