@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cstring>
@@ -218,8 +219,31 @@ private:
     {
         // Other control characters are no valid JSON anywhere outside strings: taking them for space
         // only makes the reader more lenient, never wrong about a valid document.
+        // squeue indents its output: whole runs of eight spaces first.
+        while (pos_ + 8 <= t_.size() && load8(t_.data() + pos_) == broadcast(' '))
+            pos_ += 8;
         while (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) <= ' ')
             ++pos_;
+    }
+
+    // Eight bytes at p as one word, and the word of eight copies of c.
+    static std::uint64_t load8(const char* p)
+    {
+        std::uint64_t word;
+        std::memcpy(&word, p, sizeof word);
+        return word;
+    }
+    static constexpr std::uint64_t broadcast(unsigned char c) { return 0x0101010101010101ULL * c; }
+
+    // The index of the first byte of `word` (in memory order) that is '"', '\\' or a control
+    // character, or 8. Borrows can mark bytes after the first true one, never before it.
+    static int firstSpecial(std::uint64_t word)
+    {
+        constexpr std::uint64_t high = broadcast(0x80);
+        const auto zeroAt = [](std::uint64_t v) { return (v - broadcast(1)) & ~v & high; };
+        const std::uint64_t marks = zeroAt(word ^ broadcast('"')) | zeroAt(word ^ broadcast('\\'))
+            | ((word - broadcast(0x20)) & ~word & high);
+        return marks ? std::countr_zero(marks) / 8 : 8;
     }
 
     void literal(std::string_view word)
@@ -309,7 +333,17 @@ private:
         const std::size_t begin = ++pos_;
         // The common case, short and without escapes, in one pass: most strings here are member
         // names of a dozen characters, where a library call costs more than the loop.
-        for (std::size_t i = pos_; i < t_.size(); ++i) {
+        std::size_t i = pos_;
+        if constexpr (std::endian::native == std::endian::little) {
+            // Eight bytes at a time up to the first one that ends the plain part.
+            while (i + 8 <= t_.size()) {
+                const int at = firstSpecial(load8(t_.data() + i));
+                i += static_cast<std::size_t>(at);
+                if (at < 8)
+                    break;
+            }
+        }
+        for (; i < t_.size(); ++i) {
             const auto c = static_cast<unsigned char>(t_[i]);
             if (c == '"') {
                 pos_ = i + 1;

@@ -248,3 +248,21 @@ TEST(SqueueJson, LargeDamagedQueuesAreErrors)
     EXPECT_THROW(parseSqueueJson(doc.substr(0, doc.size() * 3 / 4), 1), SqueueParseError);
     EXPECT_THROW(parseSqueueJson(doc.substr(0, doc.size() - 3), 1), SqueueParseError);
 }
+
+// Strings are scanned eight bytes at a time: an escape, a quote, a multi-byte character or a control
+// character at any offset in a word is found where it is.
+TEST(SqueueJson, StringsAreReadRightAtEveryOffset)
+{
+    for (int k = 0; k < 20; ++k) {
+        const std::string a(static_cast<std::size_t>(k), 'a'), b(static_cast<std::size_t>(k % 7), 'b');
+        const std::string doc = "{\"jobs\": [{\"job_id\": 1, \"name\": \"" + a + "\\\"" + b
+            + "\", \"comment\": \"" + a + "\xc3\xa9\\\\" + b + "\", \"partition\": \"" + a + "\"}]}";
+        const auto snapshot = parseSqueueJson(doc, 1);
+        ASSERT_EQ(snapshot.jobs.size(), 1u);
+        EXPECT_EQ(snapshot.jobs[0].name, a + "\"" + b) << k;
+        EXPECT_EQ(snapshot.jobs[0].comment, a + "\xc3\xa9\\" + b) << k;
+        EXPECT_EQ(snapshot.jobs[0].partition, a) << k;
+        const std::string control = "{\"jobs\": [{\"job_id\": 1, \"name\": \"" + a + "\t" + b + "\"}]}";
+        EXPECT_THROW(parseSqueueJson(control, 1), SqueueParseError) << k;
+    }
+}
