@@ -20,7 +20,7 @@ packages=(
     nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
     libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev
     pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn
-    prometheus valgrind procps curl ca-certificates
+    prometheus systemd valgrind procps curl ca-certificates
 )
 prometheus_runtime=(libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)
 prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc

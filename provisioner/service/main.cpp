@@ -14,6 +14,7 @@
 #include <errors.hpp>
 #include <migrations.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <iostream>
@@ -175,13 +176,22 @@ int main(int argc, char** argv)
     std::signal(SIGPIPE, SIG_IGN);
     ServiceConfig config;
     try {
-        const std::vector<std::string> args(argv + 1, argv + argc);
+        std::vector<std::string> args(argv + 1, argv + argc);
         if (!args.empty() && args[0] == "--version") {
             std::cout << "batond " << BATON_VERSION << "\n";
             return 0;
         }
+        // --check-config: validate the file and flags, start nothing (for packaging and deploy tests).
+        const auto check = std::find(args.begin(), args.end(), "--check-config");
+        const bool checkOnly = check != args.end();
+        if (checkOnly)
+            args.erase(check);
         if (!applyFlags(config, args)) {
-            std::cout << flagsHelp();
+            std::cout << flagsHelp() << "  --check-config   validate the settings and exit\n";
+            return 0;
+        }
+        if (checkOnly) {
+            std::cout << "batond: configuration is valid\n";
             return 0;
         }
     } catch (const ConfigError& error) {

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,6 +130,15 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
             childFail(reportFd, Stage::setgid);
         if (setuid(c.uid) != 0)
             childFail(reportFd, Stage::setuid);
+        // From root, setuid cleared every capability. A non-root service user that holds CAP_SETUID and
+        // CAP_SETGID (systemd's AmbientCapabilities) keeps them across setuid, and ambient ones even
+        // across exec: clear them all, or the program could become root again.
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+            childFail(reportFd, Stage::verify);
+        __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+        __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] {};
+        if (syscall(SYS_capset, &header, none) != 0)
+            childFail(reportFd, Stage::verify);
         // setuid may succeed partially (saved ids) on odd systems: check what we really are now, and
         // that root could not be regained.
         if (getuid() != c.uid || geteuid() != c.uid || getgid() != c.gid || getegid() != c.gid) {

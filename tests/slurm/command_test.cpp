@@ -7,8 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <chrono>
 #include <filesystem>
@@ -226,6 +233,53 @@ TEST(Command, WorkdirIsEnteredAsTheUser)
     spec.workdir = dir.path();
     spec.credentials = Credentials { 65534, 65534, {} };
     EXPECT_THROW(runCommand(spec), std::system_error);
+}
+
+// batond's systemd unit runs it as a non-root user holding CAP_SETUID and CAP_SETGID as ambient
+// capabilities. Such a process keeps its capabilities across setuid (only a change away from uid 0
+// clears them), so the helper must drop them itself: the program it runs has none, ambient included,
+// and cannot become root again.
+TEST(Command, ServiceUserWithCapabilitiesDropsThemAll)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to set up a capability-holding service user";
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // As systemd sets up User=daemon with AmbientCapabilities=CAP_SETUID CAP_SETGID.
+        constexpr unsigned caps = (1U << CAP_SETUID) | (1U << CAP_SETGID);
+        __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+        __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] {};
+        data[0].effective = data[0].permitted = data[0].inheritable = caps;
+        if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0 || setgroups(0, nullptr) != 0 || setresgid(1, 1, 1) != 0
+            || setresuid(1, 1, 1) != 0 || syscall(SYS_capset, &header, data) != 0
+            || prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETUID, 0, 0) != 0
+            || prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETGID, 0, 0) != 0) {
+            std::perror("setting up the service user");
+            _exit(2);
+        }
+        try {
+            auto spec = script("grep -E '^(Uid|Gid|CapPrm|CapEff|CapAmb):' /proc/self/status");
+            spec.env = { "PATH=/usr/bin:/bin" };
+            spec.credentials = Credentials { 65534, 65534, { 65534 } };
+            const auto r = runCommand(spec);
+            const std::string expected = "Uid:\t65534\t65534\t65534\t65534\nGid:\t65534\t65534\t65534\t65534\n"
+                                         "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+                                         "CapAmb:\t0000000000000000\n";
+            if (!r.ok() || r.out != expected) {
+                std::fprintf(stderr, "got (%s):\n%s%s", r.describe().c_str(), r.out.c_str(), r.err.c_str());
+                _exit(1);
+            }
+        } catch (const std::exception& error) {
+            std::fprintf(stderr, "runCommand: %s\n", error.what());
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the dropped program kept capabilities or could not start";
 }
 
 } // namespace
