@@ -72,11 +72,13 @@ public:
     virtual QueueSnapshot queue() = 0;
     // Submits as the owner; returns the job id. Throws SlurmError.
     virtual std::int64_t submit(const SubmitRequest& request) = 0;
+    // Job controls act as the job's owner (the chain's): a user may control their own jobs, so batond
+    // needs no Slurm operator rights.
     // `scancel --full --signal=SIG`: every step and the batch shell with its children.
-    virtual void signal(std::int64_t jobId, const std::string& signal) = 0;
-    virtual void cancel(std::int64_t jobId) = 0;
+    virtual void signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid) = 0;
+    virtual void cancel(std::int64_t jobId, std::int64_t ownerUid) = 0;
     // The batch script of a job (to resubmit a chain that started with plain sbatch).
-    virtual std::string batchScript(std::int64_t jobId) = 0;
+    virtual std::string batchScript(std::int64_t jobId, std::int64_t ownerUid) = 0;
 };
 
 } // namespace baton::service

@@ -401,14 +401,14 @@ void HttpApi::routes()
                 // Written first, then acted on: the chain is cancelled even if a scancel fails.
                 for (const int seq : { chain.seq, chain.seq + 1 })
                     if (const auto job = jobOf(seq))
-                        cluster_.cancel(*job);
+                        cluster_.cancel(*job, chain.ownerUid);
             } else if (action == "preempt") {
                 if (chain.state != ChainState::Running && chain.state != ChainState::SuccessorPending)
                     refuse();
                 const auto job = jobOf(chain.seq);
                 if (!job)
                     throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
-                cluster_.signal(*job, "TERM");
+                cluster_.signal(*job, "TERM", chain.ownerUid);
             } else if (action == "resubmit") {
                 // A failed chain runs again with a fresh retry budget; a live one gets its next job now.
                 if (chain.state == ChainState::Failed || chain.state == ChainState::Cancelled) {

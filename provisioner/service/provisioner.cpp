@@ -155,7 +155,7 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
             std::string script;
             try {
                 const ScopedTimer slurmTimer(metrics_.slurmCall("scontrol"));
-                script = cluster_.batchScript(job->id);
+                script = cluster_.batchScript(job->id, job->userId);
             } catch (const SlurmError& error) {
                 metrics_.slurmErrors("scontrol").Increment();
                 logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
@@ -430,7 +430,7 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
     case ChainState::Paused:
         // Paused means no job after the current one: a successor still pending is withdrawn.
         if (successor && successor->pending()) {
-            cluster_.cancel(successor->id);
+            cluster_.cancel(successor->id, chain.ownerUid);
             store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "chain paused");
         }
         return;
@@ -461,7 +461,7 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
             collectSpoolHints(chain);
         if (current && current->ended() && store_.trainingDone(chain.id)) {
             if (successor && !successor->ended())
-                cluster_.cancel(successor->id);
+                cluster_.cancel(successor->id, chain.ownerUid);
             store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "training finished");
             store_.transition(
                 chain.id, { ChainState::SuccessorPending }, ChainState::Finished, "training finished");
@@ -505,7 +505,7 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
             }
             metrics_.handovers("started").Increment();
             const ScopedTimer timer(metrics_.slurmCall("scancel"));
-            cluster_.signal(current->id, "TERM");
+            cluster_.signal(current->id, "TERM", chain.ownerUid);
             logInfo("chain " + label + ": job " + std::to_string(successor->id) + " started; job "
                 + std::to_string(current->id) + " asked to checkpoint and exit");
             return;
@@ -546,7 +546,7 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 + std::to_string(config_.handoverTimeout.count())
                 + " s of the handover signal; cancelling it");
             metrics_.handovers("timed_out").Increment();
-            cluster_.cancel(current->id);
+            cluster_.cancel(current->id, chain.ownerUid);
         }
         return;
     }

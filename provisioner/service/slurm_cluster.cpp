@@ -92,25 +92,25 @@ std::int64_t SlurmCluster::submit(const SubmitRequest& request)
     return timed("sbatch", [&] { return client_.submit(submission); });
 }
 
-void SlurmCluster::signal(std::int64_t jobId, const std::string& signal)
+void SlurmCluster::signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid)
 {
     timed("scancel", [&] {
-        client_.signal(jobId, signal);
+        client_.signal(jobId, signal, static_cast<uid_t>(ownerUid));
         return 0;
     });
 }
 
-void SlurmCluster::cancel(std::int64_t jobId)
+void SlurmCluster::cancel(std::int64_t jobId, std::int64_t ownerUid)
 {
     timed("scancel", [&] {
-        client_.cancel(jobId);
+        client_.cancel(jobId, static_cast<uid_t>(ownerUid));
         return 0;
     });
 }
 
-std::string SlurmCluster::batchScript(std::int64_t jobId)
+std::string SlurmCluster::batchScript(std::int64_t jobId, std::int64_t ownerUid)
 {
-    return timed("scontrol", [&] { return client_.batchScript(jobId); });
+    return timed("scontrol", [&] { return client_.batchScript(jobId, static_cast<uid_t>(ownerUid)); });
 }
 
 bool SlurmCluster::reachable()

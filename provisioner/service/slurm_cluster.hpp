@@ -28,9 +28,9 @@ public:
 
     QueueSnapshot queue() override;
     std::int64_t submit(const SubmitRequest& request) override;
-    void signal(std::int64_t jobId, const std::string& signal) override;
-    void cancel(std::int64_t jobId) override;
-    std::string batchScript(std::int64_t jobId) override;
+    void signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid) override;
+    void cancel(std::int64_t jobId, std::int64_t ownerUid) override;
+    std::string batchScript(std::int64_t jobId, std::int64_t ownerUid) override;
     // A cheap question to slurmctld, for the readiness of a standby.
     bool reachable();
     // Nodes that can run jobs: the configured cluster_nodes, else sinfo's count (asked once a minute).

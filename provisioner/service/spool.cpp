@@ -1,5 +1,7 @@
 #include "spool.hpp"
 
+#include <command.hpp>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -23,6 +25,9 @@ namespace {
 {
     if (setgroups(0, nullptr) != 0 || initgroups(owner.pw_name, owner.pw_gid) != 0
         || setgid(owner.pw_gid) != 0 || setuid(owner.pw_uid) != 0 || getuid() != owner.pw_uid)
+        _exit(3);
+    // A service user's CAP_SETUID/CAP_SETGID survive setuid: nothing of batond's rights stays here.
+    if (!slurm::clearCapabilities())
         _exit(3);
     const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)

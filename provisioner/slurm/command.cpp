@@ -22,6 +22,15 @@
 
 namespace baton::slurm {
 
+bool clearCapabilities() noexcept
+{
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+        return false;
+    __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] {};
+    return syscall(SYS_capset, &header, none) == 0;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -133,11 +142,7 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
         // From root, setuid cleared every capability. A non-root service user that holds CAP_SETUID and
         // CAP_SETGID (systemd's AmbientCapabilities) keeps them across setuid, and ambient ones even
         // across exec: clear them all, or the program could become root again.
-        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-            childFail(reportFd, Stage::verify);
-        __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
-        __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] {};
-        if (syscall(SYS_capset, &header, none) != 0)
+        if (!clearCapabilities())
             childFail(reportFd, Stage::verify);
         // setuid may succeed partially (saved ids) on odd systems: check what we really are now, and
         // that root could not be regained.

@@ -21,6 +21,10 @@ struct Credentials {
     std::vector<gid_t> groups; // supplementary groups; empty = none
 };
 
+// Clears every capability of the calling process (effective, permitted, inheritable, ambient); for a
+// child that has dropped to a user's uid. Only raw system calls: safe after fork. False on failure.
+bool clearCapabilities() noexcept;
+
 struct CommandSpec {
     // argv[0] is the program's path; it is not looked up in PATH (the child's PATH is not ours).
     std::vector<std::string> argv;

@@ -216,7 +216,8 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
     }
     const auto r = [&] {
         try {
-            auto result = run(argv, options_.submitTimeout, 1 << 20, request.owner, request.workdir, scriptFd);
+            auto result
+                = run(argv, options_.submitTimeout, 1 << 20, request.owner, request.workdir, scriptFd);
             if (scriptFd >= 0)
                 ::close(scriptFd);
             return result;
@@ -235,29 +236,29 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
     }
 }
 
-void SlurmClient::signal(JobId job, const std::string& name) const
+void SlurmClient::signal(JobId job, const std::string& name, std::optional<uid_t> asUser) const
 {
     if (name.empty() || name.size() > 16
         || !std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c); }))
         throw std::invalid_argument("signal: bad signal name '" + name + "'");
     std::vector<std::string> argv { options_.scancel, "--full", "--signal=" + name, std::to_string(job) };
-    const auto r = run(argv, options_.controlTimeout, 1 << 20);
+    const auto r = run(argv, options_.controlTimeout, 1 << 20, asUser);
     if (!r.ok())
         throw SlurmError(formatArgv(argv), failureText(r));
 }
 
-void SlurmClient::cancel(JobId job) const
+void SlurmClient::cancel(JobId job, std::optional<uid_t> asUser) const
 {
     std::vector<std::string> argv { options_.scancel, std::to_string(job) };
-    const auto r = run(argv, options_.controlTimeout, 1 << 20);
+    const auto r = run(argv, options_.controlTimeout, 1 << 20, asUser);
     if (!r.ok())
         throw SlurmError(formatArgv(argv), failureText(r));
 }
 
-std::string SlurmClient::batchScript(JobId job) const
+std::string SlurmClient::batchScript(JobId job, std::optional<uid_t> asUser) const
 {
     std::vector<std::string> argv { options_.scontrol, "write", "batch_script", std::to_string(job), "-" };
-    const auto r = run(argv, options_.queryTimeout, options_.maxScriptBytes);
+    const auto r = run(argv, options_.queryTimeout, options_.maxScriptBytes, asUser);
     // scontrol exits 0 even when it could not fetch the script; an empty stdout is the real sign.
     if (!r.ok() || r.out.empty())
         throw SlurmError(formatArgv(argv), failureText(r));

@@ -62,13 +62,16 @@ public:
     QueueSnapshot queue() const;
     // `sbatch --parsable --comment=<key> [args...] <script>` as the owner in the workdir; the job id.
     JobId submit(const SubmitRequest& request) const;
+    // The job controls below run as `asUser` when given (the job's owner, with the owner's groups):
+    // every user may signal, cancel and read the script of their own jobs, so batond needs no Slurm
+    // operator rights, only the CAP_SETUID/CAP_SETGID its submissions need anyway.
     // `scancel --full --signal=<name> <id>`: the batch shell and every step. `name` e.g. "TERM", "USR1".
-    void signal(JobId job, const std::string& name) const;
+    void signal(JobId job, const std::string& name, std::optional<uid_t> asUser = std::nullopt) const;
     // `scancel <id>`. Cancelling a job that already ended is not an error.
-    void cancel(JobId job) const;
+    void cancel(JobId job, std::optional<uid_t> asUser = std::nullopt) const;
     // The batch script Slurm stored for the job (`scontrol write batch_script <id> -`): what a chain
     // started with plain sbatch resubmits.
-    std::string batchScript(JobId job) const;
+    std::string batchScript(JobId job, std::optional<uid_t> asUser = std::nullopt) const;
     // The job's record, if Slurm still knows it. Slurm 22.05 has no `scontrol show job --json` and its
     // `squeue --json` ignores job filters, so this reads the whole queue.
     std::optional<QueueJob> jobDetail(JobId job) const;

@@ -42,8 +42,11 @@ public:
             throw std::runtime_error("batond killed right after sbatch");
         return job.id;
     }
-    void signal(std::int64_t jobId, const std::string& name) override { signals.emplace_back(jobId, name); }
-    void cancel(std::int64_t jobId) override
+    void signal(std::int64_t jobId, const std::string& name, std::int64_t) override
+    {
+        signals.emplace_back(jobId, name);
+    }
+    void cancel(std::int64_t jobId, std::int64_t) override
     {
         cancelled.push_back(jobId);
         if (ClusterJob* job = find(jobId); job && !job->ended()) {
@@ -51,7 +54,7 @@ public:
             job->endTime = now;
         }
     }
-    std::string batchScript(std::int64_t) override { return "#!/bin/bash\ntrain\n"; }
+    std::string batchScript(std::int64_t, std::int64_t) override { return "#!/bin/bash\ntrain\n"; }
 
     ClusterJob* find(std::int64_t id)
     {

@@ -124,12 +124,19 @@ TEST_F(SlurmClientTest, SubmitsAsTheOwnerAndTheKeyShowsInTheQueue)
     EXPECT_NO_THROW(client_->cancel(id)); // cancelling again is harmless
 }
 
-TEST_F(SlurmClientTest, SignalTermEndsTheJob)
+TEST_F(SlurmClientTest, SignalTermAsTheOwnerEndsTheJob)
 {
     const auto script = writeScript("term.sh", "#!/bin/bash\nsleep 300\n");
     const JobId id = client_->submit({ nobody, "baton:chain-2:1", { "--time=2" }, script, dir_.path(), {} });
     ASSERT_TRUE(waitFor(id, [](const QueueJob& j) { return j.state == "RUNNING"; }));
-    client_->signal(id, "TERM");
+    // batond controls a job as its owner: another user may not, the owner may.
+    const uid_t daemonUid = 1;
+    EXPECT_THROW(client_->signal(id, "TERM", daemonUid), SlurmError);
+    EXPECT_THROW(client_->cancel(id, daemonUid), SlurmError);
+    EXPECT_THROW(client_->batchScript(id, daemonUid), SlurmError);
+    EXPECT_EQ(client_->batchScript(id, nobody), "#!/bin/bash\nsleep 300\n");
+    EXPECT_EQ(client_->jobDetail(id)->state, "RUNNING");
+    client_->signal(id, "TERM", nobody);
     const auto ended = waitFor(id, [](const QueueJob& j) { return !j.active() && !j.pending(); });
     ASSERT_TRUE(ended);
     EXPECT_NE(ended->state, "RUNNING");
@@ -167,8 +174,8 @@ TEST_F(SlurmClientTest, FailuresSayWhatSlurmSaid)
     EXPECT_THROW(client_->batchScript(99999999), SlurmError);
     EXPECT_THROW(client_->signal(99999999, "TERM"), SlurmError);
     EXPECT_FALSE(client_->jobDetail(99999999).has_value());
-    EXPECT_THROW(
-        client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path(), {} }), std::invalid_argument);
+    EXPECT_THROW(client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path(), {} }),
+        std::invalid_argument);
     EXPECT_THROW(client_->signal(1, "TERM; rm"), std::invalid_argument);
     // nobody may not write into a directory of root's.
     baton::test::TempDir closed("baton-closed");
