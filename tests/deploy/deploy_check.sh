@@ -3,7 +3,8 @@
 #   1. systemd-analyze verify on batond.service as configured by meson, with ExecStart pointed at the
 #      built batond (verify needs the binary to exist); any message fails, and a copy with a misspelt
 #      key must produce one (so the check can fail at all); systemd-sysusers --dry-run on the user;
-#   2. batond --check-config on deploy/config/batond.json (and a bad copy must be refused);
+#   2. batond --check-config on deploy/config/batond.json (and a bad copy must be refused); the
+#      plugstack line names spank_baton.so and only keys the plugin knows (spank_plugin/config.cpp);
 #   3. promtool check rules and promtool test rules on the alert rules;
 #   4. promtool check config on the scrape config (rule file and token file paths made local);
 #   5. every PromQL expression of the Grafana dashboard, Grafana variables replaced, through
@@ -55,6 +56,24 @@ if "$batond" --config "$work/bad.json" --check-config 2>"$work/bad.err"; then
     fail "batond --check-config accepted tick_seconds 0"
 fi
 grep -q "tick_seconds" "$work/bad.err" || fail "the refusal does not name the key: $(cat "$work/bad.err")"
+
+echo "== plugstack.conf.d/baton.conf"
+python3 - "$src/spank_plugin/config.cpp" "$deploy/slurm/plugstack.conf.d/baton.conf" <<'PY'
+import re, sys
+known = set(re.findall(r'key == "([a-z_]+)"', open(sys.argv[1]).read()))
+if len(known) < 5:
+    sys.exit(f"found only {len(known)} plugstack keys in {sys.argv[1]}: the pattern is out of date")
+lines = [l.split() for l in open(sys.argv[2]) if l.strip() and not l.lstrip().startswith("#")]
+if len(lines) != 1:
+    sys.exit(f"{sys.argv[2]}: expected one plugin line, found {len(lines)}")
+flag, path, *args = lines[0]
+if flag not in ("optional", "required") or not path.startswith("/") or not path.endswith("/spank_baton.so"):
+    sys.exit(f"{sys.argv[2]}: not 'optional|required /PATH/spank_baton.so ...': {' '.join(lines[0])}")
+unknown = [a for a in args if a.partition("=")[0] not in known or "=" not in a]
+if unknown:
+    sys.exit(f"{sys.argv[2]}: keys the plugin does not know: {unknown} (known: {sorted(known)})")
+print(f"{len(args)} plugin arguments, all known")
+PY
 
 echo "== alert rules"
 promtool check rules "$deploy/prometheus/baton.rules.yml"
