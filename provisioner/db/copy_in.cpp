@@ -102,7 +102,13 @@ void CopyIn::text(std::string_view value)
 
 void CopyIn::timestamp(std::int64_t epochSeconds)
 {
-    int64(epochSeconds * 1'000'000LL - postgresEpochOffset);
+    // Callers pass checked times (the trace readers reject rows outside 1970..9999); a time whose
+    // microseconds do not fit is a bug, and must not reach the server as a wrapped value.
+    std::int64_t micros;
+    if (__builtin_mul_overflow(epochSeconds, 1'000'000LL, &micros)
+        || __builtin_sub_overflow(micros, postgresEpochOffset, &micros))
+        throw DbError("COPY: the time " + std::to_string(epochSeconds) + " is out of range");
+    int64(micros);
 }
 
 void CopyIn::waitWritable(std::chrono::steady_clock::time_point deadline)

@@ -163,6 +163,41 @@ TEST(TraceImport, MalformedInputsLeaveNothing)
     EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 3);
 }
 
+// A submit time of 10^13 seconds and a state with an invalid UTF-8 byte reject their rows with a
+// reason; the other rows import, with the values they had. (Before: the timestamp's microseconds
+// overflowed into a wrapped value, and PostgreSQL refused the state's bytes, aborting the import.)
+TEST(TraceImport, HugeAndInvalidFieldsRejectTheirRowsNotTheImport)
+{
+    Connection connection = migrated();
+    baton::test::TempDir dir;
+    const auto swf = dir.path() / "huge.swf";
+    const auto sacct = dir.path() / "bad_state.txt";
+    {
+        std::ofstream out(swf);
+        out << "; UnixStartTime: 1672531200\n";
+        for (int i = 1; i <= 40; ++i)
+            out << i << (i == 20 ? " 10000000000000" : " 60") << " 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n";
+        std::ofstream text(sacct, std::ios::binary);
+        text << "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State\n";
+        for (int i = 1; i <= 40; ++i)
+            text << i << "|j|alice|2023-01-01T00:00:00|2023-01-01T00:10:00|2023-01-01T01:00:00|02:00:00|1|"
+                 << (i == 7 ? "RUN\xc3(NING" : "COMPLETED") << "\n";
+    }
+    ImportOptions options;
+    auto result = importTrace(connection, swf, options);
+    EXPECT_EQ(result.rowsStored, 39u);
+    EXPECT_EQ(result.summary.rejected.at("time out of range").count, 1u);
+    auto row = connection.exec(selectJob, Params(20)); // seq counts stored rows: job 21 follows job 19
+    ASSERT_EQ(row.rows(), 1);
+    EXPECT_EQ(row.int64(0, 0), 21);
+    EXPECT_EQ(row.int64(0, 3), 1672531200 + 60);
+
+    result = importTrace(connection, sacct, options);
+    EXPECT_EQ(result.rowsStored, 39u);
+    EXPECT_EQ(result.summary.rejected.at("invalid characters in state").count, 1u);
+    EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 78);
+}
+
 // A COPY that cannot proceed (the table is locked elsewhere) ends at the call deadline, cancelled,
 // and the import leaves nothing behind.
 TEST(TraceImport, BlockedCopyTimesOutAndLeavesNothing)
