@@ -198,6 +198,43 @@ TEST(TraceImport, HugeAndInvalidFieldsRejectTheirRowsNotTheImport)
     EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 78);
 }
 
+// Writes an SWF trace of `rows` jobs: what a long import reads.
+void writeSwf(const std::filesystem::path& path, int rows)
+{
+    std::ofstream out(path);
+    out << "; UnixStartTime: 1672531200\n";
+    for (int i = 1; i <= rows; ++i)
+        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64
+            << " -1 -1 " << 1 + i % 64 << ' ' << 7200 << " -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
+}
+
+// The session's statement_timeout is far shorter than the import: the import must not be cancelled
+// by it (a COPY is one statement) while the client still parses and sends rows; other statements
+// of the session keep the limit.
+TEST(TraceImport, LongImportOutlivesTheStatementTimeout)
+{
+    const std::string database = baton::test::freshDatabase();
+    {
+        Connection setup(database);
+        migrate(setup);
+    }
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "long.swf";
+    constexpr int rows = 300'000;
+    writeSwf(path, rows);
+    ConnectionOptions options;
+    options.statementTimeout = std::chrono::milliseconds(100);
+    Connection connection(database, options);
+    const auto started = std::chrono::steady_clock::now();
+    auto result = importTrace(connection, path, ImportOptions {});
+    const auto took = std::chrono::steady_clock::now() - started;
+    EXPECT_GT(took, std::chrono::milliseconds(300)) << "the import must outlast the statement timeout";
+    EXPECT_EQ(result.rowsStored, static_cast<std::uint64_t>(rows));
+    EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), rows);
+    // Lifted for the import's transaction only.
+    EXPECT_THROW(connection.execScript("SELECT pg_sleep(1)"), DbTimeout);
+}
+
 // A COPY that cannot proceed (the table is locked elsewhere) ends at the call deadline, cancelled,
 // and the import leaves nothing behind.
 TEST(TraceImport, BlockedCopyTimesOutAndLeavesNothing)
