@@ -244,8 +244,8 @@ void writeSyntheticSwf(const fs::path& path, long rows)
     std::ofstream out(path);
     out << "; UnixStartTime: 1672531200\n";
     for (long i = 1; i <= rows; ++i)
-        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64
-            << " -1 -1 " << 1 + i % 64 << " 7200 -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
+        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64 << " -1 -1 "
+            << 1 + i % 64 << " 7200 -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
 }
 
 double median(std::vector<double> values)
@@ -360,14 +360,16 @@ int main(int argc, char** argv)
             const auto traceId = connection.exec(insertTrace, baton::db::Params("csv-long")).int64(0, 0);
             const fs::path csv = work.path() / "synthetic.csv";
             const auto rowsLong = writeCsv(synthetic, csv, traceId);
-            const std::string copy = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, "
-                                     "start_time, end_time, time_limit_s, nodes, priority, exit_code, state, "
-                                     "requested_procs, requested_time_s, run_time_s, wait_s) FROM '"
+            const std::string copy
+                = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, "
+                  "start_time, end_time, time_limit_s, nodes, priority, exit_code, state, "
+                  "requested_procs, requested_time_s, run_time_s, wait_s) FROM '"
                 + csv.string() + "' WITH (FORMAT csv)";
             const double psqlSeconds
-                = mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log).seconds;
-            auto imported = mustRun(
-                { batonctl, "trace", "import", synthetic.string(), "--name", "synthetic", "--database", database },
+                = mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log)
+                      .seconds;
+            auto imported = mustRun({ batonctl, "trace", "import", synthetic.string(), "--name", "synthetic",
+                                        "--database", database },
                 log, true);
             if (imported.output.find("accepted " + std::to_string(rowsLong)) == std::string::npos)
                 throw std::runtime_error("the long import did not store every row:\n" + imported.output);
@@ -377,11 +379,12 @@ int main(int argc, char** argv)
                 "vs psql \\copy");
             std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
                 std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
-            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n", "psql \\copy of pre-converted CSV (baseline)",
-                rowsLong, psqlSeconds, static_cast<double>(rowsLong) / psqlSeconds, 1.0);
-            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n", "batonctl trace import (parse + COPY)",
-                rowsLong, imported.seconds, static_cast<double>(rowsLong) / imported.seconds,
-                psqlSeconds / imported.seconds);
+            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n",
+                "psql \\copy of pre-converted CSV (baseline)", rowsLong, psqlSeconds,
+                static_cast<double>(rowsLong) / psqlSeconds, 1.0);
+            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n",
+                "batonctl trace import (parse + COPY)", rowsLong, imported.seconds,
+                static_cast<double>(rowsLong) / imported.seconds, psqlSeconds / imported.seconds);
             std::printf("peak RSS of the long import: %ld KiB\n", imported.maxRssKiB);
         }
     } catch (const std::exception& error) {

@@ -124,7 +124,8 @@ bool Connection::cancel(Clock::time_point deadline)
 
 std::chrono::milliseconds Connection::cancelGrace() const
 {
-    return std::clamp(options_.callTimeout / 2, std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
+    return std::clamp(
+        options_.callTimeout / 2, std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
 }
 
 void Connection::abandon() noexcept
@@ -175,7 +176,8 @@ PgResultPtr Connection::awaitResult(Clock::time_point deadline)
             bool clean = cancel(grace);
             while (clean) {
                 while (PQisBusy(conn) && Clock::now() < grace) {
-                    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(grace - Clock::now());
+                    const auto wait
+                        = std::chrono::duration_cast<std::chrono::milliseconds>(grace - Clock::now());
                     pollfd fd { PQsocket(conn), POLLIN, 0 };
                     if ((::poll(&fd, 1, static_cast<int>(std::clamp<long long>(wait.count(), 1, 100))) < 0
                             && errno != EINTR)
@@ -190,7 +192,8 @@ PgResultPtr Connection::awaitResult(Clock::time_point deadline)
                 if (!rest)
                     break;
                 // A COPY that the cancel ended leaves the session in COPY state: only a new one helps.
-                if (PQresultStatus(rest.get()) == PGRES_COPY_IN || PQresultStatus(rest.get()) == PGRES_COPY_OUT) {
+                if (PQresultStatus(rest.get()) == PGRES_COPY_IN
+                    || PQresultStatus(rest.get()) == PGRES_COPY_OUT) {
                     clean = false;
                     break;
                 }

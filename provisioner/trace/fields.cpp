@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <initializer_list>
-#include <utility>
 #include <limits>
+#include <utility>
 
 namespace baton::trace {
 
@@ -147,7 +147,8 @@ std::optional<std::int64_t> parseSlurmDuration(std::string_view text)
         text.remove_prefix(colon + 1);
     }
     // Checked: "99999999999999-00:00:00" is a bad duration, not a wrapped one.
-    auto sum = [](std::initializer_list<std::pair<std::int64_t, std::int64_t>> terms) -> std::optional<std::int64_t> {
+    auto sum = [](std::initializer_list<std::pair<std::int64_t, std::int64_t>> terms)
+        -> std::optional<std::int64_t> {
         std::int64_t total = 0;
         for (auto [value, unit] : terms) {
             auto term = checkedMultiply(value, unit);

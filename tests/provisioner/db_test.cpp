@@ -434,7 +434,8 @@ pid_t parentOf(pid_t pid)
 
 // Runs `body` on another thread; fails the test (and returns false) if it does not return within
 // `limit`. `unstick` is called before waiting for it further, so that a hung call can end.
-template<typename Body> bool endsWithin(std::chrono::seconds limit, Body body, const std::function<void()>& unstick)
+template<typename Body>
+bool endsWithin(std::chrono::seconds limit, Body body, const std::function<void()>& unstick)
 {
     auto done = std::async(std::launch::async, body);
     if (done.wait_for(limit) == std::future_status::ready) {

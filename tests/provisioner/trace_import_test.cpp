@@ -176,7 +176,8 @@ TEST(TraceImport, HugeAndInvalidFieldsRejectTheirRowsNotTheImport)
         std::ofstream out(swf);
         out << "; UnixStartTime: 1672531200\n";
         for (int i = 1; i <= 40; ++i)
-            out << i << (i == 20 ? " 10000000000000" : " 60") << " 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n";
+            out << i << (i == 20 ? " 10000000000000" : " 60")
+                << " 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n";
         std::ofstream text(sacct, std::ios::binary);
         text << "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State\n";
         for (int i = 1; i <= 40; ++i)
@@ -204,8 +205,8 @@ void writeSwf(const std::filesystem::path& path, int rows)
     std::ofstream out(path);
     out << "; UnixStartTime: 1672531200\n";
     for (int i = 1; i <= rows; ++i)
-        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64
-            << " -1 -1 " << 1 + i % 64 << ' ' << 7200 << " -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
+        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64 << " -1 -1 "
+            << 1 + i % 64 << ' ' << 7200 << " -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
 }
 
 // The session's statement_timeout is far shorter than the import: the import must not be cancelled

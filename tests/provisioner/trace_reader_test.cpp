@@ -252,7 +252,8 @@ TEST(Swf, ReadsFieldsAndUnixStartTime)
 }
 
 // Writes `text` to a file in `dir` and reads it as `format`.
-ReadTrace readText(const baton::test::TempDir& dir, const char* name, const std::string& text, TraceFormat format)
+ReadTrace readText(
+    const baton::test::TempDir& dir, const char* name, const std::string& text, TraceFormat format)
 {
     const auto path = dir.path() / name;
     {
@@ -272,17 +273,18 @@ TEST(Overflow, SwfHugeValuesRejectTheirRowOnly)
     auto [jobs, summary] = readText(dir, "huge.swf",
         "; UnixStartTime: 1672531200\n"
         "1" + good
-        + "2 10000000000000 10 100  4 -1 -1  4  200 -1 1 7 1 -1 0 -1 -1 -1\n" // submit 10^13
-          "3 9223372036854775807 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // + UnixStartTime overflows
-          "4 0 9223372036854775000 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // submit + wait overflows
-          "5 0 10 9223372036854775000 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // start + run overflows
-          "6 0 10 100 4 -1 -1 3000000000 200 -1 1 7 1 -1 0 -1 -1 -1\n" // requested procs > int32
-          "7 0 10 100 -1 -1 -1 5000000000 200 -1 1 7 1 -1 0 -1 -1 -1\n" // procs from requested, > int32
-          "8 0 10 100 4 -1 -1 4 4000000000000000000 -1 1 7 1 -1 0 -1 -1 -1\n" // requested time absurd
-          "9 0 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1 99999999999999999999\n" // not 18 fields
-          "10 0 10 100 4 -1 -1 4 200 -1 1 99999999999999999999 1 -1 0 -1 -1 -1\n" // > int64: bad number
-          "11"
-        + good,
+            + "2 10000000000000 10 100  4 -1 -1  4  200 -1 1 7 1 -1 0 -1 -1 -1\n" // submit 10^13
+              "3 9223372036854775807 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // + UnixStartTime
+                                                                                    // overflows
+              "4 0 9223372036854775000 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // submit + wait overflows
+              "5 0 10 9223372036854775000 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n" // start + run overflows
+              "6 0 10 100 4 -1 -1 3000000000 200 -1 1 7 1 -1 0 -1 -1 -1\n" // requested procs > int32
+              "7 0 10 100 -1 -1 -1 5000000000 200 -1 1 7 1 -1 0 -1 -1 -1\n" // procs from requested, > int32
+              "8 0 10 100 4 -1 -1 4 4000000000000000000 -1 1 7 1 -1 0 -1 -1 -1\n" // requested time absurd
+              "9 0 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1 99999999999999999999\n" // not 18 fields
+              "10 0 10 100 4 -1 -1 4 200 -1 1 99999999999999999999 1 -1 0 -1 -1 -1\n" // > int64: bad number
+              "11"
+            + good,
         TraceFormat::Swf);
     ASSERT_EQ(jobs.size(), 2u) << summary.toString();
     EXPECT_EQ(jobs[0].jobId, 1);
@@ -302,12 +304,14 @@ TEST(Overflow, SacctHugeValuesAndInvalidUtf8RejectTheirRowOnly)
     const std::string head = "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State|ExitCode|ReqCPUS\n";
     const std::string times = "|2023-01-01T00:00:00|2023-01-01T00:10:00|2023-01-01T01:00:00|";
     auto [jobs, summary] = readText(dir, "huge.txt",
-        head + "1|ok|alice" + times + "02:00:00|1|COMPLETED|0:0|4\n"
-            + "2|a|alice" + times + "999999999999999-00:00:00|1|COMPLETED|0:0|4\n" // days * 86400 overflows
+        head + "1|ok|alice" + times + "02:00:00|1|COMPLETED|0:0|4\n" + "2|a|alice" + times
+            + "999999999999999-00:00:00|1|COMPLETED|0:0|4\n" // days * 86400 overflows
             + "9|a|alice" + times + "99999999-00:00:00|1|COMPLETED|0:0|4\n" // fits, but 270 000 years
             + "3|a|alice" + times + "02:00:00|1|COMPLETED|4294967297:0|4\n" // exit code > int32
             + "4|a|alice" + times + "02:00:00|1|COMPLETED|0:0|4294967296\n" // cpus > int32
-            + "5|a|alice" + times + "02:00:00|1|COMPL\xff" "ETED|0:0|4\n" // state: invalid UTF-8
+            + "5|a|alice" + times
+            + "02:00:00|1|COMPL\xff"
+              "ETED|0:0|4\n" // state: invalid UTF-8
             + "6|a|alice" + times + "02:00:00|1|COMPLETED\x01|0:0|4\n" // state: a control character
             + "7|a|alice" + times + "9999999999999999:00:00|1|COMPLETED|0:0|4\n" // hours * 3600 overflows
             + "8|ok|bob" + times + "1-00:00:00|2|TIMEOUT|0:15|8\n",
@@ -349,8 +353,7 @@ TEST(Overflow, SacctJsonHugeNumbersRejectTheirJobOnly)
             + job("6", ok, ", \"exit_code\": {\"return_code\": 4294967297}") + ","
             + job("7", ok, ", \"required\": {\"CPUs\": 4294967296}") + ","
             + job("8", ok, ", \"state\": {\"current\": [\"RUN\\u0000NING\"]}") + ","
-            + job("9", ok, ", \"priority\": 1e30") + ","
-            + job("10", ok) + "]}",
+            + job("9", ok, ", \"priority\": 1e30") + "," + job("10", ok) + "]}",
         TraceFormat::SacctJson);
     ASSERT_EQ(jobs.size(), 2u) << summary.toString();
     EXPECT_EQ(jobs[0].jobId, 1);
