@@ -25,6 +25,18 @@ fi
 meson compile -C "$builddir"
 meson test -C "$builddir" --print-errorlogs "$@"
 
+# The trace readers parse untrusted files: their tests run once more under UBSan, so that a signed
+# overflow or an out-of-range conversion fails the run instead of storing a wrapped value. Only the
+# reader test is compiled in that build directory (it takes seconds, not a second full build).
+if [ $# -eq 0 ]; then
+    ubsandir=$builddir-ubsan
+    [ -f "$ubsandir/build.ninja" ] || meson setup "$ubsandir" -Dcuda=disabled -Dbench=false \
+        -Db_sanitize=undefined -Db_lundef=false >/dev/null
+    meson compile -C "$ubsandir" trace_reader_test
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C "$ubsandir" --no-rebuild --print-errorlogs trace_reader_test
+fi
+
 # Where nvcc made a CUDA build, the host-only build (what a machine without CUDA gets) is tested too.
 if [ $# -eq 0 ] && grep -q 'BATON_HAVE_CUDA 1' "$builddir/baton_version.h"; then
     hostdir=$builddir-host

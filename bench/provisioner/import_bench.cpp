@@ -2,7 +2,10 @@
 // pre-converted to CSV, on a private PostgreSQL server, and batonctl's peak memory on the trace and
 // on a concatenation of it several times over (it must not grow with the file).
 //
-//   import_bench [--repeat N] [--scale K]     (BATONCTL, BATON_TRACE_DIR from the environment)
+// Then a long import: a generated SWF trace of --rows rows (default 3,000,000), imported by batonctl
+// with the session's default statement_timeout (60 s), against psql \copy of the same rows.
+//
+//   import_bench [--repeat N] [--scale K] [--rows R]   (BATONCTL, BATON_TRACE_DIR from the environment)
 #include "connection.hpp"
 #include "fields.hpp"
 #include "migrations.hpp"
@@ -235,6 +238,16 @@ void concatenate(const fs::path& trace, const fs::path& out, int times)
         file << body;
 }
 
+// A synthetic SWF trace of `rows` jobs (varied waits, run times and sizes).
+void writeSyntheticSwf(const fs::path& path, long rows)
+{
+    std::ofstream out(path);
+    out << "; UnixStartTime: 1672531200\n";
+    for (long i = 1; i <= rows; ++i)
+        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64 << " -1 -1 "
+            << 1 + i % 64 << " 7200 -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
+}
+
 double median(std::vector<double> values)
 {
     std::sort(values.begin(), values.end());
@@ -250,9 +263,12 @@ int main(int argc, char** argv)
 {
     int repeat = 3;
     int scale = 4;
+    long longRows = 3'000'000;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string option = argv[i];
-        if (option == "--repeat")
+        if (option == "--rows")
+            longRows = std::max(0L, std::atol(argv[i + 1]));
+        else if (option == "--repeat")
             repeat = std::max(1, std::atoi(argv[i + 1]));
         else if (option == "--scale")
             scale = std::max(2, std::atoi(argv[i + 1]));
@@ -335,6 +351,42 @@ int main(int argc, char** argv)
             baseSeconds / ourSeconds, scale, static_cast<double>(big.maxRssKiB) / median(oursRss));
         if (big.output.find("accepted " + std::to_string(bigRows)) == std::string::npos)
             throw std::runtime_error("the scaled import did not store every row:\n" + big.output);
+
+        if (longRows > 0) {
+            // One import longer than the session's statement_timeout (60 s by default) on a slow
+            // machine: it must not be cancelled while batonctl still parses and sends rows.
+            const fs::path synthetic = work.path() / "synthetic.swf";
+            writeSyntheticSwf(synthetic, longRows);
+            const auto traceId = connection.exec(insertTrace, baton::db::Params("csv-long")).int64(0, 0);
+            const fs::path csv = work.path() / "synthetic.csv";
+            const auto rowsLong = writeCsv(synthetic, csv, traceId);
+            const std::string copy
+                = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, "
+                  "start_time, end_time, time_limit_s, nodes, priority, exit_code, state, "
+                  "requested_procs, requested_time_s, run_time_s, wait_s) FROM '"
+                + csv.string() + "' WITH (FORMAT csv)";
+            const double psqlSeconds
+                = mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log)
+                      .seconds;
+            auto imported = mustRun({ batonctl, "trace", "import", synthetic.string(), "--name", "synthetic",
+                                        "--database", database },
+                log, true);
+            if (imported.output.find("accepted " + std::to_string(rowsLong)) == std::string::npos)
+                throw std::runtime_error("the long import did not store every row:\n" + imported.output);
+            std::printf("\nLong import: generated SWF, %zu rows (%.1f MiB), one run each\n\n", rowsLong,
+                static_cast<double>(fs::file_size(synthetic)) / 1048576.0);
+            std::printf("| %-44s | %8s | %9s | %10s | %14s |\n", "method", "rows", "seconds", "rows/s",
+                "vs psql \\copy");
+            std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
+                std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
+            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n",
+                "psql \\copy of pre-converted CSV (baseline)", rowsLong, psqlSeconds,
+                static_cast<double>(rowsLong) / psqlSeconds, 1.0);
+            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n",
+                "batonctl trace import (parse + COPY)", rowsLong, imported.seconds,
+                static_cast<double>(rowsLong) / imported.seconds, psqlSeconds / imported.seconds);
+            std::printf("peak RSS of the long import: %ld KiB\n", imported.maxRssKiB);
+        }
     } catch (const std::exception& error) {
         std::cerr << "import_bench: " << error.what() << "\n";
         return 1;

@@ -3,9 +3,12 @@
 #include "errors.hpp"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -50,6 +53,12 @@ PgConnPtr Connection::connectOnce(std::string& error) const
     // Server notices ("relation already exists, skipping") are not errors; keep them off stderr.
     PQsetNoticeProcessor(
         conn.get(), [](void*, const char*) {}, nullptr);
+    // Non-blocking for the whole session: libpq never waits on the socket by itself, every wait is a
+    // poll of ours with a deadline (see flushWithin, awaitResult).
+    if (PQsetnonblocking(conn.get(), 1) != 0) {
+        error = "cannot make the connection non-blocking: " + trimmed(PQerrorMessage(conn.get()));
+        return nullptr;
+    }
     return conn;
 }
 
@@ -97,40 +106,100 @@ void Connection::reconnect()
     connectWithBackoff();
 }
 
-void Connection::cancel()
+bool Connection::cancel(Clock::time_point deadline)
 {
-    PgCancelPtr handle(PQgetCancel(conn_.get()));
-    char error[256];
-    if (handle)
-        PQcancel(handle.get(), error, sizeof error);
+    std::shared_ptr<PGcancel> handle(PQgetCancel(conn_.get()), PQfreeCancel);
+    if (!handle)
+        return false;
+    // PQcancel connects to the server and waits for it to close that connection, with no timeout of
+    // its own. On a thread, it can only keep that thread (and the handle it shares) past the deadline.
+    auto sent = std::make_shared<std::promise<bool>>();
+    auto result = sent->get_future();
+    std::thread([handle, sent] {
+        char error[256];
+        sent->set_value(PQcancel(handle.get(), error, sizeof error) == 1);
+    }).detach();
+    return result.wait_until(deadline) == std::future_status::ready && result.get();
+}
+
+std::chrono::milliseconds Connection::cancelGrace() const
+{
+    return std::clamp(
+        options_.callTimeout / 2, std::chrono::milliseconds(200), std::chrono::milliseconds(5000));
+}
+
+void Connection::abandon() noexcept
+{
+    if (conn_) {
+        if (const int socket = PQsocket(conn_.get()); socket >= 0)
+            ::shutdown(socket, SHUT_RDWR);
+        conn_.reset();
+    }
+    prepared_.clear();
+    poisoned_ = true;
+}
+
+void Connection::flushWithin(Clock::time_point deadline, const char* what)
+{
+    PGconn* conn = conn_.get();
+    int pending;
+    while ((pending = PQflush(conn)) == 1) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        if (left.count() <= 0) {
+            abandon();
+            throw DbTimeout(std::string(what) + ": the server did not accept data within "
+                + std::to_string(options_.callTimeout.count()) + " ms; the session was given up");
+        }
+        // Read too while waiting: the server may have to send before it reads again.
+        pollfd fd { PQsocket(conn), POLLOUT | POLLIN, 0 };
+        if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR)
+            throw ConnectionLost(std::string(what) + ": poll on the database socket failed");
+        if ((fd.revents & POLLIN) && !PQconsumeInput(conn))
+            throwSendFailure(what);
+    }
+    if (pending < 0)
+        throwSendFailure(what);
 }
 
 PgResultPtr Connection::awaitResult(Clock::time_point deadline)
 {
     PGconn* conn = conn_.get();
+    if (!conn)
+        return nullptr;
+    flushWithin(deadline, "sending the call");
     while (PQisBusy(conn)) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         if (left.count() <= 0) {
-            cancel();
-            // Give the cancelled call a moment to end; if it does not, the session is unusable.
-            const auto grace = Clock::now() + std::chrono::seconds(5);
-            bool clean = false;
-            for (;;) {
+            // Cancel, then give the cancelled call a moment to end; both within one grace period.
+            // If it does not end, the session is given up (the next call reconnects).
+            const auto grace = Clock::now() + cancelGrace();
+            bool clean = cancel(grace);
+            while (clean) {
                 while (PQisBusy(conn) && Clock::now() < grace) {
+                    const auto wait
+                        = std::chrono::duration_cast<std::chrono::milliseconds>(grace - Clock::now());
                     pollfd fd { PQsocket(conn), POLLIN, 0 };
-                    if ((::poll(&fd, 1, 100) < 0 && errno != EINTR) || !PQconsumeInput(conn))
+                    if ((::poll(&fd, 1, static_cast<int>(std::clamp<long long>(wait.count(), 1, 100))) < 0
+                            && errno != EINTR)
+                        || !PQconsumeInput(conn))
                         break;
                 }
-                if (PQisBusy(conn))
+                if (PQisBusy(conn)) {
+                    clean = false;
                     break;
+                }
                 PgResultPtr rest(PQgetResult(conn));
-                if (!rest) {
-                    clean = true;
+                if (!rest)
+                    break;
+                // A COPY that the cancel ended leaves the session in COPY state: only a new one helps.
+                if (PQresultStatus(rest.get()) == PGRES_COPY_IN
+                    || PQresultStatus(rest.get()) == PGRES_COPY_OUT) {
+                    clean = false;
                     break;
                 }
             }
             if (!clean)
-                poisoned_ = true; // the next call reconnects
+                abandon();
             throw DbTimeout("the database call did not finish within "
                 + std::to_string(options_.callTimeout.count()) + " ms and was cancelled");
         }

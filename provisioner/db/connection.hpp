@@ -63,6 +63,14 @@ public:
     }
     // Reads and discards the results still pending from the last call.
     void drain();
+    // Sends what libpq still holds for the server, by `deadline`. The session is non-blocking
+    // throughout: a server that stops reading cannot stall a send past its deadline. On timeout the
+    // session is abandoned and DbTimeout names `what`.
+    void flushWithin(std::chrono::steady_clock::time_point deadline, const char* what);
+    // Gives the session up at once: the socket is shut down (so that nothing waits on it, not even
+    // libpq's goodbye) and closed; the server ends the backend and rolls back what was open. The next
+    // call reconnects. For a server that no longer answers.
+    void abandon() noexcept;
     // Throws ConnectionLost or DbError for a failed send.
     [[noreturn]] void throwSendFailure(const char* what);
 
@@ -73,7 +81,11 @@ private:
     void prepare(const Statement& statement);
     Result finish(PgResultPtr result, const char* what);
     Result execOnce(const Statement& statement, const Params& params);
-    void cancel();
+    // Asks the server to cancel the running call; false if that could not be done by `deadline`
+    // (PQcancel itself blocks on a stalled server, so it runs on a thread of its own).
+    bool cancel(std::chrono::steady_clock::time_point deadline);
+    // How long a cancelled call may take to end before the session is given up.
+    std::chrono::milliseconds cancelGrace() const;
     bool broken() const { return poisoned_ || PQstatus(conn_.get()) != CONNECTION_OK; }
 
     std::string conninfo_;

@@ -31,9 +31,6 @@ CopyIn::CopyIn(Connection& connection, std::string_view copySql)
         throw DbError("COPY did not start: " + message);
     }
     open_ = true;
-    // Non-blocking while data flows, so that a server that stops reading cannot hang us past the
-    // deadline (see send()).
-    PQsetnonblocking(connection_.raw(), 1);
     buffer_.reserve(flushBytes + 4096);
     buffer_.append(signature, sizeof signature);
     put32(0); // flags
@@ -42,16 +39,24 @@ CopyIn::CopyIn(Connection& connection, std::string_view copySql)
 
 CopyIn::~CopyIn()
 {
-    if (!open_) {
-        PQsetnonblocking(connection_.raw(), 0);
+    if (!open_ || !connection_.raw())
         return;
-    }
-    // Abort: the server discards everything this COPY sent.
-    PQsetnonblocking(connection_.raw(), 0);
-    if (PQputCopyEnd(connection_.raw(), "aborted by the client") == 1) {
-        try {
-            connection_.drain();
-        } catch (const DbError&) { }
+    // Abort: the server discards everything this COPY sent. Every wait has the call deadline; a
+    // server that does not take the abort by then loses the session instead (abandon), which
+    // aborts the COPY and its transaction on the server just the same.
+    const auto deadline = connection_.callDeadline();
+    try {
+        int ended;
+        while ((ended = PQputCopyEnd(connection_.raw(), "aborted by the client")) == 0)
+            waitWritable(deadline);
+        if (ended < 0) {
+            connection_.abandon();
+            return;
+        }
+        connection_.flushWithin(deadline, "COPY abort");
+        connection_.drain();
+    } catch (const DbError&) {
+        connection_.abandon();
     }
 }
 
@@ -102,7 +107,13 @@ void CopyIn::text(std::string_view value)
 
 void CopyIn::timestamp(std::int64_t epochSeconds)
 {
-    int64(epochSeconds * 1'000'000LL - postgresEpochOffset);
+    // Callers pass checked times (the trace readers reject rows outside 1970..9999); a time whose
+    // microseconds do not fit is a bug, and must not reach the server as a wrapped value.
+    std::int64_t micros;
+    if (__builtin_mul_overflow(epochSeconds, 1'000'000LL, &micros)
+        || __builtin_sub_overflow(micros, postgresEpochOffset, &micros))
+        throw DbError("COPY: the time " + std::to_string(epochSeconds) + " is out of range");
+    int64(micros);
 }
 
 void CopyIn::waitWritable(std::chrono::steady_clock::time_point deadline)
@@ -110,9 +121,14 @@ void CopyIn::waitWritable(std::chrono::steady_clock::time_point deadline)
     PGconn* conn = connection_.raw();
     const auto left
         = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0)
+    if (left.count() <= 0) {
+        // The server stopped reading: nothing can end this COPY politely (its end and its abort
+        // would wait behind the unsent data), so the session is given up now.
+        open_ = false;
+        connection_.abandon();
         throw DbTimeout("COPY: the server did not accept data within "
-            + std::to_string(connection_.options().callTimeout.count()) + " ms");
+            + std::to_string(connection_.options().callTimeout.count()) + " ms; the session was given up");
+    }
     pollfd fd { PQsocket(conn), POLLOUT | POLLIN, 0 };
     if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000))) < 0 && errno != EINTR)
         throw ConnectionLost("COPY: poll on the database socket failed");
@@ -151,15 +167,14 @@ std::uint64_t CopyIn::finish()
     buffer_.push_back('\xff'); // trailer: field count -1
     buffer_.push_back('\xff');
     flush();
-    open_ = false;
     const auto deadline = connection_.callDeadline();
     int ended;
     while ((ended = PQputCopyEnd(connection_.raw(), nullptr)) == 0)
         waitWritable(deadline);
+    open_ = false;
     int pending = ended < 0 ? -1 : 0;
     while (ended > 0 && (pending = PQflush(connection_.raw())) == 1)
         waitWritable(deadline);
-    PQsetnonblocking(connection_.raw(), 0);
     if (ended < 0 || pending < 0)
         connection_.throwSendFailure("COPY end");
     PgResultPtr result = connection_.awaitResult(connection_.callDeadline());

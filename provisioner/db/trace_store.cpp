@@ -11,6 +11,12 @@ namespace {
 constexpr Statement deleteTraceByName { "delete_trace_by_name", "DELETE FROM traces WHERE name = $1" };
 constexpr Statement insertTrace { "insert_trace",
     "INSERT INTO traces (name, format, source) VALUES ($1, $2, $3) RETURNING id" };
+// A COPY is one statement: the session's statement_timeout would cut a long import off while the
+// client is still reading and sending rows. The import lifts it for its own transaction only
+// (is_local): every wait of the client still has its call deadline, which runs per call, not per
+// import.
+constexpr Statement liftStatementTimeout { "lift_statement_timeout",
+    "SELECT set_config('statement_timeout', '0', true)" };
 constexpr Statement finishTrace { "finish_trace",
     "UPDATE traces SET rows_read = $2, rows_accepted = $3, rejected = $4 WHERE id = $1" };
 constexpr const char* copyTraceJobs
@@ -93,6 +99,7 @@ ImportResult importTrace(
     auto reader = trace::openTrace(path, options.format);
 
     Transaction transaction(connection);
+    connection.exec(liftStatementTimeout);
     if (options.replace)
         connection.exec(deleteTraceByName, Params(result.name));
     try {

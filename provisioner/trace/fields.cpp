@@ -3,6 +3,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <utility>
 
 namespace baton::trace {
 
@@ -13,6 +16,29 @@ std::string_view trim(std::string_view text)
         return {};
     const auto last = text.find_last_not_of(" \t");
     return text.substr(first, last - first + 1);
+}
+
+std::optional<std::int64_t> checkedAdd(std::int64_t a, std::int64_t b)
+{
+    std::int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return std::nullopt;
+    return sum;
+}
+
+std::optional<std::int64_t> checkedMultiply(std::int64_t a, std::int64_t b)
+{
+    std::int64_t product;
+    if (__builtin_mul_overflow(a, b, &product))
+        return std::nullopt;
+    return product;
+}
+
+std::optional<std::int32_t> toInt32(std::int64_t value)
+{
+    if (value < std::numeric_limits<std::int32_t>::min() || value > std::numeric_limits<std::int32_t>::max())
+        return std::nullopt;
+    return static_cast<std::int32_t>(value);
 }
 
 std::optional<std::int64_t> parseInteger(std::string_view text)
@@ -120,15 +146,25 @@ std::optional<std::int64_t> parseSlurmDuration(std::string_view text)
             break;
         text.remove_prefix(colon + 1);
     }
-    std::int64_t seconds = 0;
-    if (count == 1)
-        seconds = days > 0 ? parts[0] * 3600 : parts[0] * 60; // "D-HH" or "MM"
-    else if (count == 2)
-        seconds
-            = days > 0 ? parts[0] * 3600 + parts[1] * 60 : parts[0] * 60 + parts[1]; // "D-HH:MM" / "MM:SS"
-    else
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2];
-    return days * 86400 + seconds;
+    // Checked: "99999999999999-00:00:00" is a bad duration, not a wrapped one.
+    auto sum = [](std::initializer_list<std::pair<std::int64_t, std::int64_t>> terms)
+        -> std::optional<std::int64_t> {
+        std::int64_t total = 0;
+        for (auto [value, unit] : terms) {
+            auto term = checkedMultiply(value, unit);
+            auto next = term ? checkedAdd(total, *term) : std::nullopt;
+            if (!next)
+                return std::nullopt;
+            total = *next;
+        }
+        return total;
+    };
+    if (count == 1) // "D-HH" or "MM"
+        return days > 0 ? sum({ { days, 86400 }, { parts[0], 3600 } }) : sum({ { parts[0], 60 } });
+    if (count == 2) // "D-HH:MM" or "MM:SS"
+        return days > 0 ? sum({ { days, 86400 }, { parts[0], 3600 }, { parts[1], 60 } })
+                        : sum({ { parts[0], 60 }, { parts[1], 1 } });
+    return sum({ { days, 86400 }, { parts[0], 3600 }, { parts[1], 60 }, { parts[2], 1 } });
 }
 
 bool isValidUtf8(std::string_view text)

@@ -10,7 +10,19 @@
 
 namespace baton::trace {
 
+// The range of times a trace job may carry: 1970-01-01 up to 9999-12-31 23:59:59 UTC. Anything else
+// is a broken field (a submit time of 10^13 seconds), and would overflow the microseconds of a
+// PostgreSQL timestamp.
+inline constexpr std::int64_t maxEpochSeconds = 253'402'300'799;
+// Durations (time limit, run time, wait) are at most that long as well.
+inline constexpr std::int64_t maxDurationSeconds = maxEpochSeconds;
+
 std::string_view trim(std::string_view text);
+// a + b, a * b; nullopt instead of an overflow.
+std::optional<std::int64_t> checkedAdd(std::int64_t a, std::int64_t b);
+std::optional<std::int64_t> checkedMultiply(std::int64_t a, std::int64_t b);
+// `value` as an int32_t; nullopt if it does not fit.
+std::optional<std::int32_t> toInt32(std::int64_t value);
 std::optional<std::int64_t> parseInteger(std::string_view text);
 // "2022-11-01T15:34:14" (also with a space instead of 'T'), read as UTC. Not a time: nullopt.
 std::optional<std::int64_t> parseTimestamp(std::string_view text);

@@ -1,6 +1,36 @@
 #include "readers.hpp"
 
+#include "fields.hpp"
+
 namespace baton::trace {
+
+namespace {
+
+bool isTime(std::int64_t epoch)
+{
+    return epoch >= 0 && epoch <= maxEpochSeconds;
+}
+
+// What every reader's accepted job must satisfy before it is handed on (and stored): times within
+// 1970..9999, durations that fit them, text that is valid UTF-8 without control characters. A reader
+// that lets a wild value through rejects its row here, with a reason, instead of aborting an import.
+const char* checkJob(const TraceJob& job)
+{
+    if (!isTime(job.submit) || (job.start && !isTime(*job.start)) || (job.end && !isTime(*job.end)))
+        return "time out of range";
+    for (std::int64_t duration : { job.timeLimit, job.requestedTime, job.runTime, job.wait })
+        if (duration > maxDurationSeconds)
+            return "duration out of range";
+    if (!isValidUtf8(job.name))
+        return "invalid characters in name";
+    if (!isValidUtf8(job.user))
+        return "invalid characters in user";
+    if (!isValidUtf8(job.state))
+        return "invalid characters in state";
+    return nullptr;
+}
+
+} // namespace
 
 RowReader::RowReader(const std::filesystem::path& path, TraceFormat format, const char* noRowsError)
     : source_(path)
@@ -14,7 +44,10 @@ bool RowReader::next(TraceJob& job)
 {
     while (nextRow()) {
         ++summary_.rowsRead;
-        if (const char* reason = rowToJob(job)) {
+        const char* reason = rowToJob(job);
+        if (!reason)
+            reason = checkJob(job);
+        if (reason) {
             rejectRow(reason);
             continue;
         }

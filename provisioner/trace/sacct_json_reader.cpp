@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 namespace baton::trace {
 
 namespace {
@@ -12,28 +14,50 @@ using nlohmann::json;
 
 constexpr std::size_t maxJobObjectBytes = 64u << 20;
 
+// A number of a job object: absent (or not set, or infinite), a value, or present but unusable
+// (not a number, a fraction beyond int64, an unsigned number above 2^63 - 1). Unusable rejects the job:
+// converting it would wrap (or, for a double, be undefined).
+struct Number {
+    bool bad = false;
+    std::optional<std::int64_t> value;
+};
+
 // Slurm writes numbers either plain or, since 23.02, as {"set": true, "infinite": false, "number": N}.
-std::optional<std::int64_t> number(const json& value)
+Number number(const json& value)
 {
+    if (value.is_number_unsigned()) {
+        const auto u = value.get<std::uint64_t>();
+        if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+            return { true, std::nullopt };
+        return { false, static_cast<std::int64_t>(u) };
+    }
     if (value.is_number_integer())
-        return value.get<std::int64_t>();
-    if (value.is_number_float())
-        return static_cast<std::int64_t>(value.get<double>());
+        return { false, value.get<std::int64_t>() };
+    if (value.is_number_float()) {
+        const double d = value.get<double>();
+        // 2^63 is exactly representable; every double below it (and at or above -2^63) converts.
+        if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0))
+            return { true, std::nullopt };
+        return { false, static_cast<std::int64_t>(d) };
+    }
     if (value.is_object()) {
         if (!value.value("set", true) || value.value("infinite", false))
-            return std::nullopt;
+            return {};
         if (auto it = value.find("number"); it != value.end())
             return number(*it);
+        return {};
     }
-    return std::nullopt;
+    if (value.is_null())
+        return {};
+    return { true, std::nullopt };
 }
 
-std::optional<std::int64_t> numberAt(const json& object, const char* key)
+Number numberAt(const json& object, const char* key)
 {
     if (!object.is_object())
-        return std::nullopt;
+        return {};
     auto it = object.find(key);
-    return it == object.end() ? std::nullopt : number(*it);
+    return it == object.end() ? Number {} : number(*it);
 }
 
 // A string, or the first string of an array (newer Slurm reports states as lists).
@@ -52,60 +76,85 @@ const char* toJob(const json& object, TraceJob& job)
         return "malformed job object";
     job = TraceJob {};
     auto id = numberAt(object, "job_id");
-    if (!id || *id < 0)
+    if (id.bad || !id.value || *id.value < 0)
         return "bad job id";
-    job.jobId = *id;
+    job.jobId = *id.value;
     if (auto it = object.find("name"); it != object.end() && it->is_string())
         job.name = it->get<std::string>();
     if (auto it = object.find("user"); it != object.end() && it->is_string())
         job.user = it->get<std::string>();
-    else if (auto uid = numberAt(object, "user_id"))
-        job.user = std::to_string(*uid);
+    else if (auto uid = numberAt(object, "user_id"); uid.value)
+        job.user = std::to_string(*uid.value);
     const json empty = json::object();
     auto timeIt = object.find("time");
     const json& time = timeIt != object.end() && timeIt->is_object() ? *timeIt : empty;
     auto submit = numberAt(time, "submission");
-    if (!submit || *submit <= 0)
+    if (submit.bad || !submit.value || *submit.value <= 0)
         return "bad submit time";
-    job.submit = *submit;
+    job.submit = *submit.value;
     auto start = numberAt(time, "start");
-    if (!start || *start <= 0)
+    if (start.bad)
+        return "bad start time";
+    if (!start.value || *start.value <= 0)
         return "never started";
-    job.start = start;
-    if (auto end = numberAt(time, "end"); end && *end > 0) {
-        if (*end < *start)
+    job.start = start.value;
+    auto end = numberAt(time, "end");
+    if (end.bad)
+        return "bad end time";
+    if (end.value && *end.value > 0) {
+        if (*end.value < *start.value)
             return "end before start";
-        job.end = end;
+        job.end = end.value;
     }
-    if (*start < job.submit)
+    if (*start.value < job.submit)
         return "start before submit";
-    if (auto limit = numberAt(time, "limit"); limit && *limit >= 0)
-        job.timeLimit = *limit * 60; // minutes
+    auto limit = numberAt(time, "limit");
+    if (limit.bad)
+        return "bad time limit";
+    if (limit.value && *limit.value >= 0) {
+        auto seconds = checkedMultiply(*limit.value, 60); // minutes
+        if (!seconds)
+            return "bad time limit";
+        job.timeLimit = *seconds;
+    }
     auto nodes = numberAt(object, "allocation_nodes");
-    if (!nodes || *nodes < 1) {
+    if (!nodes.value || *nodes.value < 1) {
         auto requiredIt = object.find("required");
         if (requiredIt != object.end())
             nodes = numberAt(*requiredIt, "nodes");
     }
-    if (!nodes || *nodes < 1 || *nodes > 1'000'000)
+    if (nodes.bad || !nodes.value || *nodes.value < 1 || *nodes.value > 1'000'000)
         return "bad node count";
-    job.nodes = static_cast<std::int32_t>(*nodes);
-    if (auto priority = numberAt(object, "priority"))
-        job.priority = *priority;
-    if (auto exitIt = object.find("exit_code"); exitIt != object.end())
-        if (auto code = numberAt(*exitIt, "return_code"))
-            job.exitCode = static_cast<std::int32_t>(*code);
+    job.nodes = static_cast<std::int32_t>(*nodes.value);
+    auto priority = numberAt(object, "priority");
+    if (priority.bad)
+        return "bad priority";
+    if (priority.value)
+        job.priority = *priority.value;
+    if (auto exitIt = object.find("exit_code"); exitIt != object.end()) {
+        auto code = numberAt(*exitIt, "return_code");
+        auto code32 = code.value ? toInt32(*code.value) : std::nullopt;
+        if (code.bad || (code.value && !code32))
+            return "bad exit code";
+        if (code32)
+            job.exitCode = *code32;
+    }
     if (auto stateIt = object.find("state"); stateIt != object.end())
         job.state
             = stateIt->is_object() ? firstString(stateIt->value("current", json())) : firstString(*stateIt);
-    if (auto requiredIt = object.find("required"); requiredIt != object.end())
-        if (auto cpus = numberAt(*requiredIt, "CPUs"))
-            job.requestedProcs = static_cast<std::int32_t>(*cpus);
+    if (auto requiredIt = object.find("required"); requiredIt != object.end()) {
+        auto cpus = numberAt(*requiredIt, "CPUs");
+        auto cpus32 = cpus.value ? toInt32(*cpus.value) : std::nullopt;
+        if (cpus.bad || (cpus.value && !cpus32))
+            return "bad cpu count";
+        if (cpus32)
+            job.requestedProcs = *cpus32;
+    }
     if (!isValidUtf8(job.name) || !isValidUtf8(job.user))
         return "invalid characters in name";
-    job.wait = *start - job.submit;
+    job.wait = *job.start - job.submit;
     if (job.end)
-        job.runTime = *job.end - *start;
+        job.runTime = *job.end - *job.start;
     job.requestedTime = job.timeLimit;
     return nullptr;
 }

@@ -150,18 +150,23 @@ const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, Trac
         case Column::Timelimit: {
             if (field == "UNLIMITED" || field == "Partition_Limit" || field.empty())
                 break;
-            auto limit
-                = columns_[i] == Column::TimelimitRaw ? parseInteger(field) : parseSlurmDuration(field);
+            std::optional<std::int64_t> limit;
+            if (columns_[i] == Column::Timelimit)
+                limit = parseSlurmDuration(field);
+            else if (auto minutes = parseInteger(field))
+                limit = checkedMultiply(*minutes, 60); // checked: a huge TimelimitRaw must not wrap
+
             if (!limit || *limit < 0)
                 return "bad time limit";
-            job.timeLimit = columns_[i] == Column::TimelimitRaw ? *limit * 60 : *limit;
+            job.timeLimit = *limit;
             break;
         }
         case Column::ExitCode: {
-            auto code = parseInteger(field.substr(0, field.find(':')));
+            auto code64 = parseInteger(field.substr(0, field.find(':')));
+            auto code = code64 ? toInt32(*code64) : std::nullopt;
             if (!code)
                 return "bad exit code";
-            job.exitCode = static_cast<std::int32_t>(*code);
+            job.exitCode = *code;
             break;
         }
         case Column::State:
@@ -178,10 +183,11 @@ const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, Trac
             break;
         }
         case Column::ReqCpus: {
-            auto cpus = parseInteger(field);
+            auto cpus64 = parseInteger(field);
+            auto cpus = cpus64 ? toInt32(*cpus64) : std::nullopt;
             if (!cpus || *cpus < 0)
                 return "bad cpu count";
-            job.requestedProcs = static_cast<std::int32_t>(*cpus);
+            job.requestedProcs = *cpus;
             break;
         }
         }

@@ -88,15 +88,27 @@ const char* SwfReader::rowToJob(TraceJob& job)
     if (value[SubmitTime] < 0)
         return "bad submit time";
     job.jobId = value[JobNumber];
-    job.submit = unixStartTime_ + value[SubmitTime];
+    // Checked sums: a submit time of 10^13 or a wait near 2^63 rejects the row instead of wrapping.
+    auto submit = checkedAdd(unixStartTime_, value[SubmitTime]);
+    if (!submit)
+        return "time out of range";
+    job.submit = *submit;
     job.wait = value[WaitTime];
     job.runTime = value[RunTime];
     if (job.wait >= 0) {
-        job.start = job.submit + job.wait;
-        if (job.runTime >= 0)
-            job.end = *job.start + job.runTime;
+        job.start = checkedAdd(job.submit, job.wait);
+        if (!job.start)
+            return "time out of range";
+        if (job.runTime >= 0) {
+            job.end = checkedAdd(*job.start, job.runTime);
+            if (!job.end)
+                return "time out of range";
+        }
     }
-    job.requestedProcs = static_cast<std::int32_t>(value[RequestedProcs]);
+    auto requestedProcs = toInt32(value[RequestedProcs]);
+    if (!requestedProcs)
+        return "bad processor count";
+    job.requestedProcs = *requestedProcs;
     const std::int64_t procs = value[AllocatedProcs] > 0 ? value[AllocatedProcs] : value[RequestedProcs];
     if (procs < 1 || procs > 100'000'000)
         return "bad processor count";

@@ -163,6 +163,79 @@ TEST(TraceImport, MalformedInputsLeaveNothing)
     EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 3);
 }
 
+// A submit time of 10^13 seconds and a state with an invalid UTF-8 byte reject their rows with a
+// reason; the other rows import, with the values they had. (Before: the timestamp's microseconds
+// overflowed into a wrapped value, and PostgreSQL refused the state's bytes, aborting the import.)
+TEST(TraceImport, HugeAndInvalidFieldsRejectTheirRowsNotTheImport)
+{
+    Connection connection = migrated();
+    baton::test::TempDir dir;
+    const auto swf = dir.path() / "huge.swf";
+    const auto sacct = dir.path() / "bad_state.txt";
+    {
+        std::ofstream out(swf);
+        out << "; UnixStartTime: 1672531200\n";
+        for (int i = 1; i <= 40; ++i)
+            out << i << (i == 20 ? " 10000000000000" : " 60")
+                << " 10 100 4 -1 -1 4 200 -1 1 7 1 -1 0 -1 -1 -1\n";
+        std::ofstream text(sacct, std::ios::binary);
+        text << "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State\n";
+        for (int i = 1; i <= 40; ++i)
+            text << i << "|j|alice|2023-01-01T00:00:00|2023-01-01T00:10:00|2023-01-01T01:00:00|02:00:00|1|"
+                 << (i == 7 ? "RUN\xc3(NING" : "COMPLETED") << "\n";
+    }
+    ImportOptions options;
+    auto result = importTrace(connection, swf, options);
+    EXPECT_EQ(result.rowsStored, 39u);
+    EXPECT_EQ(result.summary.rejected.at("time out of range").count, 1u);
+    auto row = connection.exec(selectJob, Params(20)); // seq counts stored rows: job 21 follows job 19
+    ASSERT_EQ(row.rows(), 1);
+    EXPECT_EQ(row.int64(0, 0), 21);
+    EXPECT_EQ(row.int64(0, 3), 1672531200 + 60);
+
+    result = importTrace(connection, sacct, options);
+    EXPECT_EQ(result.rowsStored, 39u);
+    EXPECT_EQ(result.summary.rejected.at("invalid characters in state").count, 1u);
+    EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 78);
+}
+
+// Writes an SWF trace of `rows` jobs: what a long import reads.
+void writeSwf(const std::filesystem::path& path, int rows)
+{
+    std::ofstream out(path);
+    out << "; UnixStartTime: 1672531200\n";
+    for (int i = 1; i <= rows; ++i)
+        out << i << ' ' << i * 7 << ' ' << i % 600 << ' ' << 60 + i % 3600 << ' ' << 1 + i % 64 << " -1 -1 "
+            << 1 + i % 64 << ' ' << 7200 << " -1 1 " << i % 97 << " 1 -1 0 -1 -1 -1\n";
+}
+
+// The session's statement_timeout is far shorter than the import: the import must not be cancelled
+// by it (a COPY is one statement) while the client still parses and sends rows; other statements
+// of the session keep the limit.
+TEST(TraceImport, LongImportOutlivesTheStatementTimeout)
+{
+    const std::string database = baton::test::freshDatabase();
+    {
+        Connection setup(database);
+        migrate(setup);
+    }
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "long.swf";
+    constexpr int rows = 300'000;
+    writeSwf(path, rows);
+    ConnectionOptions options;
+    options.statementTimeout = std::chrono::milliseconds(100);
+    Connection connection(database, options);
+    const auto started = std::chrono::steady_clock::now();
+    auto result = importTrace(connection, path, ImportOptions {});
+    const auto took = std::chrono::steady_clock::now() - started;
+    EXPECT_GT(took, std::chrono::milliseconds(300)) << "the import must outlast the statement timeout";
+    EXPECT_EQ(result.rowsStored, static_cast<std::uint64_t>(rows));
+    EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), rows);
+    // Lifted for the import's transaction only.
+    EXPECT_THROW(connection.execScript("SELECT pg_sleep(1)"), DbTimeout);
+}
+
 // A COPY that cannot proceed (the table is locked elsewhere) ends at the call deadline, cancelled,
 // and the import leaves nothing behind.
 TEST(TraceImport, BlockedCopyTimesOutAndLeavesNothing)

@@ -93,6 +93,36 @@ def _plain(value: Any, where: str) -> Any:
     raise TypeError(f"{where}: cannot checkpoint a value of type {type(value).__name__} (plain data only)")
 
 
+# What a scheduler's constructor builds anew: functions (a LambdaLR's lambdas, a user's curve), bound
+# methods (OneCycleLR's anneal_func in PyTorch 1.13) and partials. Objects with a __call__ of their own
+# are not among them: they may hold state that leaving them out would lose.
+_CODE_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType,
+               functools.partial)
+
+
+def _is_code(value: Any) -> bool:
+    if isinstance(value, _CODE_TYPES):
+        return True
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, _CODE_TYPES) for v in value)
+
+
+def _without_code(value: Any) -> Any:
+    """`value` with every dict entry that holds a function, a bound method or a list of them left out,
+    at any depth (SequentialLR and ChainedScheduler nest their schedulers' state dicts). Scheduler
+    load_state_dict() methods update the instance's __dict__, so an entry left out keeps what the
+    constructor made; saving the code instead would mean running code from the checkpoint to load it."""
+    if isinstance(value, dict):
+        return {k: _without_code(v) for k, v in value.items() if not _is_code(v)}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_without_code(v) for v in value)
+    return value
+
+
+def _scheduler_state(scheduler: Any, where: str) -> Any:
+    """The scheduler's state_dict() as plain data, its callables left out (see _without_code)."""
+    return _plain(_without_code(scheduler.state_dict()), where)
+
+
 def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, protocol=4)
 
@@ -224,6 +254,10 @@ class ResumableSampler(torch.utils.data.Sampler):
 class Checkpointer:
     """Checkpoints a model, its optimizer, scheduler, sampler and RNGs through baton's native checkpointer.
 
+    scheduler: any LR scheduler (or None); its ``state_dict()`` is saved without the functions and bound
+    methods it holds (a LambdaLR's lambdas, OneCycleLR's ``anneal_func``): the scheduler built before
+    ``restore()`` already has them from its constructor, and a checkpoint never carries code.
+    scaler: a ``torch.cuda.amp.GradScaler`` (or None): its scale and growth count are saved and restored.
     chain_dir: the chain directory; default ``BATON_CHAIN_DIR`` (and ``BATON_KEEP``) from the
     environment, as the SPANK plugin sets it.
     interval: checkpoint every `interval` iterations. ``None`` (the default) hands the decision to the
@@ -237,7 +271,8 @@ class Checkpointer:
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
-                 sampler: Optional[ResumableSampler] = None, *, chain_dir: Optional[str] = None,
+                 sampler: Optional[ResumableSampler] = None, *, scaler: Any = None,
+                 chain_dir: Optional[str] = None,
                  interval: Optional[int] = None, keep: Optional[int] = None, strict: bool = True,
                  signals: bool = True, options: Optional["_native.Options"] = None,
                  policy_options: Optional["_native.PolicyOptions"] = None):
@@ -253,6 +288,7 @@ class Checkpointer:
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.sampler = sampler
+        self.scaler = scaler
         self.interval = interval
         self.strict = strict
         self.iteration = 0
@@ -541,7 +577,8 @@ class Checkpointer:
                 "param_groups": _plain(optimizer["param_groups"], "optimizer.param_groups"),
                 "state": plain_state,
             },
-            "scheduler": None if self.scheduler is None else _plain(self.scheduler.state_dict(), "scheduler"),
+            "scheduler": None if self.scheduler is None else _scheduler_state(self.scheduler, "scheduler"),
+            "scaler": None if self.scaler is None else _plain(self.scaler.state_dict(), "scaler"),
             "sampler": None if self.sampler is None else self.sampler.state_dict(),
             "user": _plain(self.state, "state"),
         }
@@ -687,6 +724,16 @@ class Checkpointer:
             if state["scheduler"] is None:
                 raise RestoreError("the checkpoint has no scheduler state")
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None:
+            if state.get("scaler") is None:
+                raise RestoreError("the checkpoint has no gradient scaler state")
+            if state["scaler"] or self.scaler.state_dict():
+                # An enabled scaler refuses the empty state of a disabled one with a RuntimeError of
+                # its own; a disabled scaler ignores whatever it is given.
+                try:
+                    self.scaler.load_state_dict(state["scaler"])
+                except (RuntimeError, KeyError) as error:
+                    raise RestoreError(f"the checkpoint's gradient scaler state does not fit: {error}") from None
         if self.sampler is not None:
             if state["sampler"] is None:
                 raise RestoreError("the checkpoint has no sampler state")
