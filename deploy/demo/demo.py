@@ -324,8 +324,10 @@ class Progress:
     def show(self):
         lines = self.lines()
         if self.tty:
-            out = "".join(f"\x1b[1A\x1b[2K" for _ in range(self.printed_lines))
-            out += "".join(line + "\n" for line in lines)
+            # Lines cut to the terminal's width: a wrapped line would throw off the cursor movement.
+            width = shutil.get_terminal_size().columns - 1
+            out = "".join("\x1b[1A\x1b[2K" for _ in range(self.printed_lines))
+            out += "".join(line[:width] + "\n" for line in lines)
             sys.stdout.write(out)
             sys.stdout.flush()
             self.printed_lines = len(lines)
@@ -336,12 +338,14 @@ class Progress:
             words = line.split()
             key = " ".join(words[:2])
             state_key = words[2] if line.startswith("chain") else " ".join(words[4:6])
+            # A checkpoint's age changes every second: it alone does not make a new line.
+            line_key = re.sub(r"\(\d+ s ago\)", "", line)
             previous = self.last_plain.get(key)
-            if previous and previous[1] == line:
+            if previous and previous[1] == line_key:
                 continue
             if previous and previous[2] == state_key and now - previous[0] < 15:
                 continue
-            self.last_plain[key] = (now, line, state_key)
+            self.last_plain[key] = (now, line_key, state_key)
             print(time.strftime("%H:%M:%S ") + line.strip(), flush=True)
 
 
@@ -440,7 +444,11 @@ def demo(args, services, state):
     with open(f"{output}/chain.json", "w") as f:
         json.dump(progress.doc, f, indent=1)
     with open(f"{output}/manifests.json", "w") as f:
-        json.dump(sorted(progress.manifests.values(), key=lambda m: m["iteration"]), f, indent=1)
+        # The contract's fields without the per-region lists (checksums, offsets): small enough to read.
+        fields = ("iteration", "epoch", "created_unix", "total_bytes", "job_id", "restart_count", "final",
+                  "training_done", "timings", "tuning")
+        json.dump([{k: m.get(k) for k in fields}
+                   for m in sorted(progress.manifests.values(), key=lambda m: m["iteration"])], f, indent=1)
     os.makedirs(f"{output}/jobs")
     for path in glob.glob(f"{state}/work/job-*.out"):
         shutil.copy(path, f"{output}/jobs/")
@@ -477,6 +485,7 @@ def main():
         print("demo: must run as root (Slurm's daemons, munge, and jobs as another user)", file=sys.stderr)
         return 2
     args.build_dir = os.path.abspath(args.build_dir)
+    shown_output = args.output
     args.output = os.path.abspath(args.output)
     for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
                    "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
@@ -530,7 +539,7 @@ def main():
             shutil.rmtree(state, ignore_errors=True)
             os.remove(marker)
     if code == 0:
-        log(f"done; output in {args.output}")
+        log(f"done; output in {shown_output}")
     return code
 
 

@@ -206,15 +206,16 @@ def timeline(output, s):
         ax.barh(y, j["start_unix"] - j["submit_unix"], left=j["submit_unix"] - t0, height=0.5,
                 color="#d0d7e1", edgecolor="#8a96a8")
         ax.barh(y, end - j["start_unix"], left=j["start_unix"] - t0, height=0.5, color="#4878a8")
-        ax.text(j["start_unix"] - t0 + 1, y, f"job {j['job_id']}  steps {j['resumed_step']}-{j['reached_step']}",
+        ax.text(j["start_unix"] - t0 + 1, y - 0.08, f"job {j['job_id']}  steps {j['resumed_step']}-{j['reached_step']}",
                 va="center", color="white", fontsize=8)
     for c in s["checkpoints"]:
         if c["job_id"] not in rows:
             continue
         y = rows[c["job_id"]]
         final = c.get("final")
-        ax.plot([c["created_unix"] - t0] * 2, [y - 0.32, y + 0.32], color="#d62728" if final else "#f2c14e",
-                linewidth=2.2 if final else 0.8)
+        # Ordinary checkpoints as short ticks in the bar's lower part, so that the bar stays visible.
+        ax.plot([c["created_unix"] - t0] * 2, [y - 0.32, y + 0.32] if final else [y + 0.08, y + 0.25],
+                color="#d62728" if final else "#f2c14e", linewidth=2.2 if final else 0.6)
     for t in s["transitions"]:
         a, b = rows[t["from_job"]], rows[t["to_job"]]
         pred = jobs[a]
@@ -242,7 +243,7 @@ def timeline(output, s):
                        Patch(color="#2ca02c", alpha=0.15, label="overlap"),
                        Patch(color="#d62728", alpha=0.2, label="gap"),
                        Line2D([], [], color="black", marker=">", label="handover (TERM to end)")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(jobs) < 4 else -0.15), ncol=7, fontsize=7,
+              loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(jobs) < 4 else -0.1), ncol=7, fontsize=7,
               frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
