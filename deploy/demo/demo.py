@@ -90,6 +90,7 @@ class Services:
         self.port = None
         self.conninfo = None
         self.slurm_conf = None
+        self.started_munge = False
 
     # -- start --
 
@@ -99,6 +100,8 @@ class Services:
         run([f"{self.build}/provisioner/batonctl/batonctl", "db", "migrate", "--database", self.conninfo])
 
     def start_slurm(self):
+        # slurm.sh starts munged when none answers; then the demo stops it again at the end.
+        self.started_munge = not munge_answers()
         self.port = free_port()
         # The plugin settings of the e2e test: short report timeout, a 10-s margin, handover wait.
         plugstack = (f"required {self.build}/spank_plugin/spank_baton.so chain_root={self.state}/chains/%u "
@@ -141,6 +144,28 @@ class Services:
         for process in (self.reference, self.batond):
             stop_process(process)
         stop_leftovers(self.state)
+        if self.started_munge:
+            stop_munged()
+
+
+def munge_answers():
+    try:
+        credential = subprocess.run(["munge", "-n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    timeout=10)
+        return credential.returncode == 0 and subprocess.run(
+            ["unmunge"], input=credential.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def stop_munged():
+    try:
+        pid = int(open("/run/munge/munged.pid").read())
+        if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "munged":
+            os.kill(pid, signal.SIGTERM)
+    except (ValueError, OSError):
+        pass
 
 
 def stop_process(process):
