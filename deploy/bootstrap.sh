@@ -19,7 +19,7 @@ packages=(
     slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
     nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
     libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev
-    pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn
+    pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
     prometheus systemd valgrind procps curl ca-certificates
 )
 prometheus_runtime=(libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)

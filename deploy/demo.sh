@@ -1,31 +1,43 @@
 #!/usr/bin/env bash
-# The main job: bootstrap the machine if needed, build baton, and show what was built.
-# (This grows into the one-command demo of a checkpointed job chain under Slurm.)
+# The main job: bootstrap the machine if needed, build baton, then run a real chained training end to
+# end (deploy/demo/demo.py): private PostgreSQL, single-node Slurm with the plugin and munge, batond,
+# the PyTorch example as a chain of short jobs, a report and a timeline in the output folder.
+#
+#   deploy/demo.sh [--quick] [--output DIR] [--no-build] [--steps N] [--keep-state]
+#
+# --quick: a shorter training in 1-minute jobs (what the e2e suite runs). --output: default
+# demo-output/. --no-build: use the build directory as it is (BATON_BUILD_DIR, default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ "$(id -u)" -eq 0 ]; then deploy/bootstrap.sh; fi
-if [ -x /usr/local/cuda/bin/nvcc ]; then PATH=$PATH:/usr/local/cuda/bin; fi
+build=1
+args=()
+output=demo-output
+while [ $# -gt 0 ]; do
+    case $1 in
+    --no-build) build=0 ;;
+    --output) [ $# -ge 2 ] || { echo "demo.sh: --output needs a folder" >&2; exit 2; }; output=$2; shift ;;
+    --quick | --keep-state) args+=("$1") ;;
+    --steps) [ $# -ge 2 ] || { echo "demo.sh: --steps needs a number" >&2; exit 2; }; args+=("$1" "$2"); shift ;;
+    -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$(id -u)" -eq 0 ] || { echo "demo.sh: run it as root (it starts Slurm's daemons and munge)" >&2; exit 2; }
 
 builddir=${BATON_BUILD_DIR:-build}
-if [ -f "$builddir/build.ninja" ]; then
-    meson setup --reconfigure "$builddir" >/dev/null
-else
-    meson setup "$builddir" >/dev/null
+if [ "$build" -eq 1 ]; then
+    deploy/bootstrap.sh
+    if [ -x /usr/local/cuda/bin/nvcc ]; then PATH=$PATH:/usr/local/cuda/bin; fi
+    if [ -f "$builddir/build.ninja" ]; then
+        meson setup --reconfigure "$builddir" >/dev/null
+    else
+        meson setup "$builddir" >/dev/null
+    fi
+    echo "demo.sh: building in $builddir (the first build takes a while)"
+    meson compile -C "$builddir" >/dev/null
 fi
-meson compile -C "$builddir" >/dev/null
 
-echo "baton $(meson introspect --projectinfo "$builddir" | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])')"
-echo "components:"
-show() {  # show LABEL PROGRAM [ARGS...]
-    local label=$1; shift
-    if [ -x "$1" ]; then printf '  %-14s %s\n' "$label" "$("$@" 2>&1 | head -n1)"; fi
-}
-show baton-ckpt "$builddir/checkpointer/baton-ckpt" --version
-show batonctl "$builddir/provisioner/batonctl/batonctl" version
-show batond "$builddir/provisioner/service/batond" --version
-[ -f "$builddir/spank_plugin/spank_baton.so" ] && printf '  %-14s %s\n' spank_baton.so "$builddir/spank_plugin/spank_baton.so"
-echo "platform:"
-printf '  %-14s %s\n' Slurm "$(dpkg-query -W -f '${Version}' slurmctld)"
-printf '  %-14s %s\n' PostgreSQL "$(psql --version)"
-printf '  %-14s %s\n' CUDA "$(grep -q 'BATON_HAVE_CUDA 1' "$builddir/baton_version.h" && echo "built in (host path used when no GPU is present)" || echo "not built")"
+# exec: Ctrl-C and SIGTERM reach the driver, which stops everything it started.
+exec /usr/bin/python3 deploy/demo/demo.py --build-dir "$builddir" --output "$output" "${args[@]}"

@@ -62,7 +62,7 @@ def submit(args, env, output, steps, extra=()):
 def chain_test(args, base, env):
     # A long run that one job cannot finish: it must stop at its final checkpoint.
     first_out = os.path.join(base, "job1.out")
-    job, text = submit(args, env, first_out, 1_000_000, ["--time=1", "--baton-margin=20", "--signal=USR1@10"])
+    job, text = submit(args, env, first_out, 1_000_000, ["--time=1", "--baton-margin=20", "--signal=B:USR1@10"])
     stopped = re.search(r"stopped at step (\d+): the final checkpoint of this job has committed", text)
     if not stopped:
         raise Failure(f"job {job} did not stop at a final checkpoint:\n{text}")

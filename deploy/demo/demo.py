@@ -1,0 +1,572 @@
+#!/usr/bin/python3
+"""The one-command demo: a PyTorch training run as a chain of short Slurm jobs kept moving by batond.
+
+Starts a private PostgreSQL, a private single-node Slurm with spank_baton.so and munge, and batond (all
+in a fresh state directory, the way the e2e tests run them); submits examples/train_digits.sbatch as a
+chain with `batonctl submit` as an unprivileged user; shows one line per chain job while it runs;
+trains the same run once straight through without checkpoints as the reference; then prints a report
+and leaves the metrics, the chain document, the job outputs and a timeline picture in the output
+folder. Everything it started is stopped when it ends, also on Ctrl-C or SIGTERM.
+
+Run through deploy/demo.sh, which builds the tree first.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402  (the analysis and the timeline, importable by the test)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+USER = "nobody"  # the jobs' owner, as in the e2e tests: any non-root user works
+CHAIN = "digits"
+
+# Full run: about 6 minutes of training on an idle 2-core machine in 2-minute jobs.
+# Quick run (CI): about 1.5 minutes of training, at least two jobs.
+PROFILES = {
+    "full": {"steps": 15000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 1800},
+    "quick": {"steps": 4000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 480},
+}
+BATCH_SIZE = 128
+MARGIN_S = 10  # the final checkpoint is committed this long before a job's time limit
+
+
+class DemoError(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    pass
+
+
+def log(message):
+    print(f"demo: {message}", flush=True)
+
+
+def run(argv, timeout=120, check=True, **kwargs):
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout,
+                            text=True, **kwargs)
+    if check and result.returncode != 0:
+        raise DemoError(f"{' '.join(argv)} exited with {result.returncode}:\n{result.stdout}")
+    return result
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_get(url, timeout=5):
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+    except OSError as error:
+        return 0, str(error)
+
+
+class Services:
+    """What the demo starts, recorded in STATE/started so that a later run can stop leftovers of a
+    run that was killed with SIGKILL."""
+
+    def __init__(self, state, build):
+        self.state = state
+        self.build = build
+        self.batond = None
+        self.reference = None
+        self.port = None
+        self.conninfo = None
+        self.slurm_conf = None
+        self.started_munge = False
+
+    # -- start --
+
+    def start_postgres(self):
+        text = run(["bash", f"{ROOT}/deploy/local/pg.sh", "start", f"{self.state}/pg"], timeout=120).stdout
+        self.conninfo = text.strip().splitlines()[-1]
+        run([f"{self.build}/provisioner/batonctl/batonctl", "db", "migrate", "--database", self.conninfo])
+
+    def start_slurm(self):
+        # slurm.sh starts munged when none answers; then the demo stops it again at the end.
+        self.started_munge = not munge_answers()
+        self.port = free_port()
+        # The plugin settings of the e2e test: short report timeout, a 10-s margin, handover wait.
+        plugstack = (f"required {self.build}/spank_plugin/spank_baton.so chain_root={self.state}/chains/%u "
+                     f"url=http://127.0.0.1:{self.port} report_timeout=2 margin={MARGIN_S} "
+                     "handover_wait=60 keep=2")
+        text = run(["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack],
+                   timeout=180).stdout
+        self.slurm_conf = text.strip().splitlines()[-1].split("=", 1)[1]
+        os.environ["SLURM_CONF"] = self.slurm_conf
+        os.chmod(f"{self.state}/slurm", 0o755)  # the job owner's sbatch reads slurm.conf
+
+    def start_batond(self, submit_lead_s):
+        args = [f"{self.build}/provisioner/service/batond", "--database", self.conninfo,
+                "--listen-address", "127.0.0.1", "--listen-port", str(self.port), "--tick-seconds", "1",
+                "--policy", "avg", "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
+                "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60",
+                "--slurm-timeout-seconds", "10"]
+        with open(f"{self.state}/batond.log", "ab") as out:
+            # Its own session: Ctrl-C on the terminal reaches the demo, which stops batond in order.
+            self.batond = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(f"{self.state}/batond.pid", "w") as f:
+            f.write(str(self.batond.pid))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.batond.poll() is not None:
+                raise DemoError(f"batond exited with {self.batond.returncode}; see {self.state}/batond.log:\n"
+                                + tail(f"{self.state}/batond.log"))
+            if http_get(f"{self.url}/readyz")[0] == 200:
+                return
+            time.sleep(0.5)
+        raise DemoError("batond is not ready after 60 s: " + " ".join(map(str, http_get(f"{self.url}/readyz"))))
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- stop --
+
+    def stop(self):
+        for process in (self.reference, self.batond):
+            stop_process(process)
+        stop_leftovers(self.state)
+        if self.started_munge:
+            stop_munged()
+
+
+def munge_answers():
+    try:
+        credential = subprocess.run(["munge", "-n"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    timeout=10)
+        return credential.returncode == 0 and subprocess.run(
+            ["unmunge"], input=credential.stdout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def stop_munged():
+    try:
+        pid = int(open("/run/munge/munged.pid").read())
+        if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "munged":
+            os.kill(pid, signal.SIGTERM)
+    except (ValueError, OSError):
+        pass
+
+
+def stop_process(process):
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    except ProcessLookupError:
+        pass
+
+
+def stop_leftovers(state):
+    """Stops whatever a run with this state directory started: batond (by its pid file, only if that
+    process is still batond), Slurm, PostgreSQL. Each script touches only its own directory."""
+    pidfile = f"{state}/batond.pid"
+    if os.path.exists(pidfile):
+        try:
+            pid = int(open(pidfile).read())
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "batond":
+                os.kill(pid, signal.SIGTERM)
+                for _ in range(100):
+                    if not os.path.exists(f"/proc/{pid}"):
+                        break
+                    time.sleep(0.1)
+        except (ValueError, OSError):
+            pass
+    if os.path.exists(f"{state}/slurm/slurm.conf"):
+        run(["bash", f"{ROOT}/deploy/local/slurm.sh", "stop", f"{state}/slurm"], timeout=120, check=False)
+    if os.path.exists(f"{state}/pg"):
+        run(["bash", f"{ROOT}/deploy/local/pg.sh", "stop", f"{state}/pg"], timeout=120, check=False)
+
+
+def tail(path, lines=30):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def stage_app(state, build):
+    """Copies what the jobs run into the state directory: the job owner may not be able to read the
+    source tree or the build directory (a clone under /root). The binding finds libbaton-ckpt through
+    its relative run path, so the layout of the build directory is kept."""
+    app = f"{state}/app"
+    os.makedirs(f"{app}/checkpointer/python/baton")
+    for name in ("train_digits.py", "train_digits.sbatch"):
+        shutil.copy(f"{ROOT}/examples/{name}", f"{app}/{name}")
+    for path in glob.glob(f"{build}/checkpointer/python/baton/*"):
+        if os.path.isfile(path):
+            shutil.copy(path, f"{app}/checkpointer/python/baton/")
+    shutil.copy(f"{build}/checkpointer/libbaton-ckpt.so.0", f"{app}/checkpointer/")
+    shutil.copy(f"{build}/provisioner/batonctl/batonctl", f"{app}/batonctl")
+    for dirpath, dirnames, filenames in os.walk(app):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o755)
+    return app
+
+
+def as_user(argv):
+    return ["/usr/sbin/runuser", "-u", USER, "--", *argv]
+
+
+def batonctl(app, url, *args, timeout=30):
+    return run(as_user([f"{app}/batonctl", *args, "--server", url]), timeout=timeout, check=False)
+
+
+# -- live progress --
+
+class Progress:
+    """Collects the chain's state once a second: batond's document, the checkpoint manifests, the loss
+    log and the job outputs, and shows one line per job."""
+
+    def __init__(self, state, app, url, steps, tty):
+        self.state, self.app, self.url, self.steps, self.tty = state, app, url, steps, tty
+        self.chain_dir = f"{state}/chains/{USER}/{CHAIN}"
+        self.work = f"{state}/work"
+        self.doc = None
+        self.manifests = {}  # name -> manifest (all seen, although the chain keeps only 2)
+        self.reached = {}  # job id -> highest step it was seen training
+        self.printed_lines = 0
+        self.last_plain = {}
+
+    def poll(self):
+        result = batonctl(self.app, self.url, "show", f"{USER}/{CHAIN}", "--json")
+        if result.returncode == 0:
+            try:
+                self.doc = json.loads(result.stdout)
+            except json.JSONDecodeError:
+                pass
+        for path in glob.glob(f"{self.chain_dir}/ckpt-*/manifest.json"):
+            name = os.path.basename(os.path.dirname(path))
+            if name in self.manifests:
+                continue
+            try:
+                with open(path) as f:
+                    self.manifests[name] = json.load(f)
+            except (OSError, json.JSONDecodeError):
+                pass  # being replaced or pruned right now: the next poll sees the next one
+        step = self.current_step()
+        training = self.training_job()
+        if step is not None and training is not None:
+            self.reached[training] = max(self.reached.get(training, 0), step)
+
+    def current_step(self):
+        try:
+            with open(f"{self.chain_dir}/loss.log", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 200))
+                lines = f.read().splitlines()
+            return int(lines[-1].split()[0]) if lines else 0
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def jobs(self):
+        return (self.doc or {}).get("jobs", [])
+
+    def output(self, job_id):
+        return report.read_text(f"{self.work}/job-{job_id}.out")
+
+    def training_job(self):
+        """The newest started job that has restored (or is the first) and has not ended."""
+        candidate = None
+        for job in self.jobs():
+            if job.get("start_unix") is None or job.get("end_unix") is not None:
+                continue
+            text = self.output(job["job_id"])
+            if "test accuracy" in text:
+                continue
+            if job["seq"] == 0 or "resumed from step" in text:
+                candidate = job["job_id"]
+        return candidate
+
+    def lines(self):
+        now = time.time()
+        chain = (self.doc or {}).get("chain", {})
+        step = self.current_step() or 0
+        lines = [f"chain {USER}/{CHAIN}: {chain.get('state', 'submitting')}, step {step}/{self.steps} "
+                 + bar(step / self.steps, 30 if self.tty else 0)]
+        training = self.training_job()
+        previous_end = None
+        for job in self.jobs():
+            job_id = job["job_id"]
+            ckpts = [m for m in self.manifests.values() if m.get("job_id") == job_id]
+            last = max(ckpts, key=lambda m: m["iteration"]) if ckpts else None
+            text = self.output(job_id)
+            resumed = re.search(r"resumed from step (\d+)", text)
+            finished = re.search(r"step (\d+) test accuracy", text)
+            state = job.get("state", "?")
+            if job_id == training:
+                doing = f"training, step {step}"
+            elif finished:
+                doing = f"ended at step {finished.group(1)}"
+            elif job.get("start_unix") is not None and job.get("end_unix") is None:
+                doing = "waiting for the handover checkpoint" if not resumed else f"resumed at {resumed.group(1)}"
+            elif job.get("start_unix") is None:
+                doing = "queued"
+            else:
+                doing = f"reached step {self.reached.get(job_id, '?')}"
+            ckpt = "-"
+            if last:
+                ckpt = f"{last['iteration']}{' final' if last.get('final') else ''} " \
+                       f"({now - last['created_unix']:.0f} s ago)"
+            relation = ""
+            start = job.get("start_unix")
+            if start is not None and job["seq"] > 0:
+                if previous_end is None:
+                    relation = f"overlap {now - start:.0f} s (so far)"
+                else:
+                    gap = start - previous_end
+                    relation = f"gap {gap:.0f} s" if gap > 0 else f"overlap {-gap:.0f} s"
+            previous_end = job.get("end_unix")
+            lines.append(f"  job {job_id:>4} seq {job['seq']:>2} {state:<10} {doing:<38} ckpt {ckpt:<28} {relation}")
+        return lines
+
+    def show(self):
+        lines = self.lines()
+        if self.tty:
+            # Lines cut to the terminal's width: a wrapped line would throw off the cursor movement.
+            width = shutil.get_terminal_size().columns - 1
+            out = "".join("\x1b[1A\x1b[2K" for _ in range(self.printed_lines))
+            out += "".join(line[:width] + "\n" for line in lines)
+            sys.stdout.write(out)
+            sys.stdout.flush()
+            self.printed_lines = len(lines)
+            return
+        # Plain lines: a line when it changed, at most every 15 s unless its state changed.
+        now = time.monotonic()
+        for line in lines:
+            words = line.split()
+            key = " ".join(words[:2])
+            state_key = words[2] if line.startswith("chain") else " ".join(words[4:6])
+            # A checkpoint's age changes every second: it alone does not make a new line.
+            line_key = re.sub(r"\(\d+ s ago\)", "", line)
+            previous = self.last_plain.get(key)
+            if previous and previous[1] == line_key:
+                continue
+            if previous and previous[2] == state_key and now - previous[0] < 15:
+                continue
+            self.last_plain[key] = (now, line_key, state_key)
+            print(time.strftime("%H:%M:%S ") + line.strip(), flush=True)
+
+
+def bar(fraction, width):
+    fraction = min(max(fraction, 0.0), 1.0)
+    if width == 0:
+        return f"{fraction * 100:.0f}%"
+    full = int(fraction * width)
+    return "[" + "#" * full + "." * (width - full) + f"] {fraction * 100:3.0f}%"
+
+
+# -- the run --
+
+def prepare_output(output):
+    os.makedirs(output, exist_ok=True)
+    for name in report.OUTPUT_FILES + ["jobs"]:
+        path = os.path.join(output, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
+
+
+def demo(args, services, state):
+    profile = dict(PROFILES["quick" if args.quick else "full"])
+    if args.steps:
+        profile["steps"] = args.steps
+    steps = profile["steps"]
+    build = services.build
+    app = stage_app(state, build)
+    for name in ("chains", "work", "reference"):
+        os.makedirs(f"{state}/{name}")
+        os.chmod(f"{state}/{name}", 0o1777)
+
+    log("starting PostgreSQL, Slurm (slurmctld, slurmd, munge, spank_baton.so) and batond")
+    services.start_postgres()
+    services.start_slurm()
+    services.start_batond(profile["submit_lead_s"])
+    log(f"batond ready at {services.url}; state in {state}")
+
+    pythonpath = f"{app}/checkpointer/python"
+    # The reference: the same training straight through, no Slurm, no checkpoints.
+    reference_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1",
+                     "HOME": f"{state}/reference"}
+    with open(f"{state}/reference/out.txt", "wb") as out:
+        services.reference = subprocess.Popen(
+            as_user(["/usr/bin/python3", f"{app}/train_digits.py", "--no-checkpoint", "--steps", str(steps),
+                     "--batch-size", str(BATCH_SIZE), "--loss-log", f"{state}/reference/loss.log",
+                     "--final-state", f"{state}/reference/final.pt"]),
+            stdout=out, stderr=subprocess.STDOUT, env=reference_env, start_new_session=True)
+
+    export = ",".join(["ALL", f"STEPS={steps}", f"BATCH_SIZE={BATCH_SIZE}", "PYTHON=/usr/bin/python3",
+                       f"TRAIN_SCRIPT={app}/train_digits.py", f"PYTHONPATH={pythonpath}",
+                       "PYTHONDONTWRITEBYTECODE=1", f"HOME={state}/work", f"FINAL_STATE={state}/work/final.pt"])
+    limit = profile["time_limit_min"]
+    submitted = run(as_user([f"{app}/batonctl", "submit", "--chain", CHAIN, "--workdir", f"{state}/work",
+                             "--server", services.url, f"{app}/train_digits.sbatch", "--",
+                             f"--time={limit}", f"--signal=B:USR1@{MARGIN_S + 10}",
+                             f"--output={state}/work/job-%j.out", f"--export={export}"]), check=False)
+    if submitted.returncode != 0:
+        raise DemoError(f"batonctl submit failed:\n{submitted.stdout}")
+    log(submitted.stdout.strip())
+    log(f"training {steps} steps in jobs of {limit} min; the reference trains the same steps outside Slurm")
+
+    progress = Progress(state, app, services.url, steps, sys.stdout.isatty())
+    deadline = time.monotonic() + profile["timeout_s"]
+    while True:
+        progress.poll()
+        progress.show()
+        chain_state = (progress.doc or {}).get("chain", {}).get("state")
+        if chain_state in ("finished", "failed", "cancelled"):
+            break
+        if time.monotonic() > deadline:
+            raise DemoError(f"the chain did not finish within {profile['timeout_s']} s (state {chain_state})")
+        time.sleep(1)
+    # The last job may still be writing its output and final weights: wait until none runs.
+    for _ in range(60):
+        progress.poll()
+        if all(j.get("end_unix") is not None or j.get("start_unix") is None for j in progress.jobs()):
+            break
+        time.sleep(1)
+    progress.show()
+    if chain_state != "finished":
+        raise DemoError(f"the chain ended {chain_state}:\n{json.dumps(progress.doc, indent=1)}")
+
+    log("waiting for the reference run")
+    if services.reference.wait(timeout=profile["timeout_s"]) != 0:
+        raise DemoError("the reference run failed:\n" + tail(f"{state}/reference/out.txt"))
+
+    output = args.output
+    status, metrics = http_get(f"{services.url}/metrics")
+    if status != 200:
+        raise DemoError(f"GET /metrics answered {status}")
+    with open(f"{output}/metrics.txt", "w") as f:
+        f.write(metrics)
+    with open(f"{output}/chain.json", "w") as f:
+        json.dump(progress.doc, f, indent=1)
+    with open(f"{output}/manifests.json", "w") as f:
+        # The contract's fields without the per-region lists (checksums, offsets): small enough to read.
+        fields = ("iteration", "epoch", "created_unix", "total_bytes", "job_id", "restart_count", "final",
+                  "training_done", "timings", "tuning")
+        json.dump([{k: m.get(k) for k in fields}
+                   for m in sorted(progress.manifests.values(), key=lambda m: m["iteration"])], f, indent=1)
+    os.makedirs(f"{output}/jobs")
+    for path in glob.glob(f"{state}/work/job-*.out"):
+        shutil.copy(path, f"{output}/jobs/")
+    shutil.copy(f"{state}/reference/out.txt", f"{output}/jobs/reference.out")
+    for source, name in ((f"{state}/work/final.pt", "weights-chain.pt"),
+                         (f"{state}/reference/final.pt", "weights-reference.pt"),
+                         (f"{progress.chain_dir}/loss.log", "loss-chain.log"),
+                         (f"{state}/reference/loss.log", "loss-reference.log")):
+        if os.path.exists(source):
+            shutil.copy(source, f"{output}/{name}")
+
+    summary = report.analyse(output, progress.reached, steps, profile["time_limit_min"])
+    with open(f"{output}/summary.json", "w") as f:
+        json.dump(summary, f, indent=1)
+    report.timeline(output, summary)
+    text = report.text(summary)
+    with open(f"{output}/report.txt", "w") as f:
+        f.write(text)
+    print()
+    print(text, end="", flush=True)
+    if not summary["weights_identical"]:
+        raise DemoError("the chain's final weights differ from the uninterrupted run's")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--output", required=True, help="folder for metrics, chain document, timeline")
+    parser.add_argument("--quick", action="store_true", help="a shorter training in 1-minute jobs (CI)")
+    parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 4000)")
+    parser.add_argument("--keep-state", action="store_true", help="leave the state directory for inspection")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("demo: must run as root (Slurm's daemons, munge, and jobs as another user)", file=sys.stderr)
+        return 2
+    args.build_dir = os.path.abspath(args.build_dir)
+    shown_output = args.output
+    args.output = os.path.abspath(args.output)
+    for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
+                   "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
+        if not os.path.exists(f"{args.build_dir}/{needed}"):
+            print(f"demo: {args.build_dir}/{needed} missing: build first (deploy/demo.sh does)", file=sys.stderr)
+            return 2
+    if not glob.glob(f"{args.build_dir}/checkpointer/python/baton/_native*.so"):
+        print("demo: the Python binding was not built (needs pybind11 and torch)", file=sys.stderr)
+        return 2
+
+    prepare_output(args.output)
+    # A run killed with SIGKILL leaves its state directory named here: stop what it started.
+    marker = f"{args.output}/.state-dir"
+    if os.path.exists(marker):
+        old = open(marker).read().strip()
+        if old.startswith(tempfile.gettempdir() + "/baton-demo-") and os.path.isdir(old):
+            log(f"stopping what an earlier run left in {old}")
+            stop_leftovers(old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.remove(marker)
+
+    def interrupt(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGHUP, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+
+    state = tempfile.mkdtemp(prefix="baton-demo-")
+    os.chmod(state, 0o755)
+    with open(marker, "w") as f:
+        f.write(state + "\n")
+    services = Services(state, args.build_dir)
+    code = 0
+    try:
+        demo(args, services, state)
+    except Interrupted as why:
+        print(f"\ndemo: interrupted ({why}); stopping everything", file=sys.stderr, flush=True)
+        code = 130
+    except (DemoError, subprocess.TimeoutExpired) as error:
+        print(f"\ndemo: FAILED: {error}", file=sys.stderr, flush=True)
+        print(f"--- batond log (last lines)\n{tail(state + '/batond.log')}", file=sys.stderr)
+        code = 1
+    finally:
+        # No second Ctrl-C in the middle of stopping: it would leave daemons behind.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        services.stop()
+        if args.keep_state:
+            log(f"state left in {state}")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
+            os.remove(marker)
+    if code == 0:
+        log(f"done; output in {shown_output}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
