@@ -641,6 +641,12 @@ RestoreResult Checkpointer::restore()
                 "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory");
             continue;
         }
+        // The staging pool is sized by the manifest only after the manifest's layout matched the data file
+        // on disk: an absurd total_bytes never turns into an allocation.
+        if (std::string reason = checkLayout(it->dir, manifest); !reason.empty()) {
+            skip(reason);
+            continue;
+        }
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
             if (found != impl_->regions.end() && found->second.size != entry.size)
@@ -649,45 +655,25 @@ RestoreResult Checkpointer::restore()
                     + " bytes are registered");
         }
         impl_->ensureStaging(io::roundUp(manifest.totalBytes, io::kDirectAlignment));
-        // Host regions are filled while the file streams in, so that restore runs at read speed. If the
-        // checkpoint then fails to verify, an older one overwrites them again.
-        std::vector<Piece> hostTargets; // `from` points into the staging copy of the file
-        for (const auto& entry : manifest.regions) {
-            auto found = impl_->regions.find(entry.name);
-            if (found != impl_->regions.end() && found->second.device < 0 && entry.size > 0)
-                hostTargets.push_back({ static_cast<std::byte*>(found->second.data),
-                    impl_->staging + entry.offset, entry.size });
-        }
-        std::sort(hostTargets.begin(), hostTargets.end(),
-            [](const Piece& a, const Piece& b) { return a.from < b.from; });
-        std::size_t nextTarget = 0;
-        TaskGroup copies(impl_->pool);
-        // Copies run on the pool while this thread checks the next chunk and the reader reads ahead.
-        auto copyArrived = [&](const std::byte* begin, std::uint64_t, std::size_t length) {
-            const std::byte* end = begin + length;
-            while (nextTarget < hostTargets.size()
-                && hostTargets[nextTarget].from + hostTargets[nextTarget].size <= begin)
-                ++nextTarget;
-            std::vector<Piece> pieces;
-            for (std::size_t i = nextTarget; i < hostTargets.size() && hostTargets[i].from < end; ++i) {
-                const Piece& t = hostTargets[i];
-                const std::byte* from = std::max(begin, t.from);
-                const std::byte* until = std::min(end, t.from + t.size);
-                pieces.push_back({ t.to + (from - t.from), from, static_cast<std::size_t>(until - from) });
-            }
-            if (pieces.empty())
-                return;
-            result.regionsOverwritten = true;
-            copies.post([pieces = std::move(pieces)] { copyPieces(pieces); });
-        };
-        std::string reason
-            = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo, copyArrived);
-        copies.wait();
+        // The whole file goes into the staging pool and is verified there (reading runs ahead of
+        // checking); only a checkpoint that verified reaches the registered regions, so a failed restore
+        // leaves them exactly as they were.
+        std::string reason = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo);
         if (!reason.empty()) {
             skip(reason);
             continue;
         }
-
+        std::vector<Piece> hostCopies;
+        for (const auto& entry : manifest.regions) {
+            auto found = impl_->regions.find(entry.name);
+            if (found != impl_->regions.end() && found->second.device < 0 && entry.size > 0)
+                hostCopies.push_back({ static_cast<std::byte*>(found->second.data),
+                    impl_->staging + entry.offset, entry.size });
+        }
+        // Host copies run on every pool thread while this thread starts the device copies.
+        TaskGroup copies(impl_->pool);
+        for (auto& task : makeCopyTasks(hostCopies, impl_->pool.size()))
+            copies.post([task = std::move(task)] { copyPieces(task); });
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
             if (found == impl_->regions.end()) {
@@ -699,6 +685,8 @@ RestoreResult Checkpointer::restore()
                 impl_->backend->restoreToDevice(
                     { impl_->staging + entry.offset, spec.data, entry.size, spec.device, spec.stream });
         }
+
+        copies.wait();
 
         for (const auto& entry : manifest.blobs) {
             const std::byte* from = impl_->staging + entry.offset;
@@ -716,9 +704,6 @@ RestoreResult Checkpointer::restore()
         impl_->epoch = result.epoch;
         return result;
     }
-    if (result.regionsOverwritten)
-        impl_->log("no checkpoint verified; the registered host regions hold data of a rejected checkpoint "
-                   "and must be initialized again");
     return result;
 }
 
