@@ -154,6 +154,8 @@ struct Checkpointer::Impl {
     void persistLoop();
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
+    void commitDirectory(const fs::path& temporary, const fs::path& final);
+    void commitWithPlainRename(const fs::path& temporary, const fs::path& final);
 
     Options options;
     std::unique_ptr<DeviceBackend> backend;
@@ -184,6 +186,7 @@ struct Checkpointer::Impl {
     std::string lastError;
     bool lastCommitted = true;
     bool handoverChecked = false; // restore() waits for a handover only the first time
+    bool renameFlagsRefused = false; // the chain's file system answered EINVAL to renameat2 flags
 
     std::thread persister;
 };
@@ -399,18 +402,63 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
 
     // The commit point: the complete directory appears under its final name in one rename.
-    fs::path final = chain / name;
-    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) != 0) {
-        if (errno != EEXIST && errno != ENOTEMPTY)
+    commitDirectory(temporary, chain / name);
+}
+
+// renameat2 with RENAME_NOREPLACE, then RENAME_EXCHANGE for a checkpoint of the same iteration. NFS (and
+// FUSE without rename2) refuse any rename flags with EINVAL: then plain rename(2) does the same job, and
+// the Checkpointer stops trying the flags.
+void Checkpointer::Impl::commitDirectory(const fs::path& temporary, const fs::path& final)
+{
+    const fs::path chain = final.parent_path();
+    if (!renameFlagsRefused) {
+        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) == 0) {
+            io::fsyncDirectory(chain);
+            return;
+        }
+        if (errno == EEXIST || errno == ENOTEMPTY) {
+            // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
+            if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
+                io::fsyncDirectory(chain);
+                std::error_code ec;
+                fs::remove_all(temporary, ec);
+                return;
+            }
+        }
+        if (errno != EINVAL && errno != ENOSYS)
             io::throwErrno("cannot commit " + final.string());
-        // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
-        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) != 0)
-            io::throwErrno("cannot replace " + final.string());
+        renameFlagsRefused = true;
+        log("the file system of " + chain.string()
+            + " refuses rename flags (as NFS does): committing with plain rename(2)");
+    }
+    commitWithPlainRename(temporary, final);
+}
+
+// rename(2) of a directory never replaces a non-empty one (EEXIST / ENOTEMPTY), so a fresh name commits
+// exactly as RENAME_NOREPLACE does. Replacing a checkpoint of the same iteration takes two renames: the
+// old one moves aside to ".ckpt-N.replaced-<host>-<pid>" first. A crash between them leaves no ckpt-N;
+// removeStaleTemporaries() then moves the old checkpoint back, so a committed iteration never vanishes.
+void Checkpointer::Impl::commitWithPlainRename(const fs::path& temporary, const fs::path& final)
+{
+    const fs::path chain = final.parent_path();
+    if (::rename(temporary.c_str(), final.c_str()) == 0) {
         io::fsyncDirectory(chain);
-        fs::remove_all(temporary, ec);
         return;
     }
+    if (errno != EEXIST && errno != ENOTEMPTY)
+        io::throwErrno("cannot commit " + final.string());
+    const fs::path aside = chain / ("." + final.filename().string() + ".replaced-" + temporaryOwnerTag());
+    std::error_code ec;
+    fs::remove_all(aside, ec);
+    io::renameDurably(final, aside);
+    if (::rename(temporary.c_str(), final.c_str()) != 0) {
+        const int error = errno;
+        if (::rename(aside.c_str(), final.c_str()) == 0)
+            io::fsyncDirectory(chain);
+        throw io::IoError(error, "cannot commit " + final.string());
+    }
     io::fsyncDirectory(chain);
+    fs::remove_all(aside, ec);
 }
 
 Checkpointer::Checkpointer(Options options)
@@ -623,6 +671,10 @@ RestoreResult Checkpointer::restore()
             impl_->log("skipping " + it->dir.string() + ": " + reason);
             result.fallbacks.push_back({ it->dir, reason });
         };
+        if (it->statError != 0) {
+            skip(io::IoError(it->statError, "cannot examine " + (it->dir / kManifestName).string()).what());
+            continue;
+        }
         if (!it->committed) {
             skip("not committed (no manifest.json): an interrupted checkpoint");
             continue;
