@@ -107,6 +107,80 @@ struct Job {
     CheckpointFlags flags;
 };
 
+// Length in bytes of the UTF-8 sequence at text[at] (strict: no overlong forms, no surrogates, nothing
+// above U+10FFFF), or 0 if it is not one.
+std::size_t utf8SequenceLength(std::string_view text, std::size_t at)
+{
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const unsigned char lead = byte(at);
+    if (lead < 0x80)
+        return 1;
+    std::size_t length;
+    unsigned char low = 0x80, high = 0xbf; // the allowed range of the second byte
+    if (lead >= 0xc2 && lead <= 0xdf) {
+        length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+        length = 3;
+        if (lead == 0xe0)
+            low = 0xa0; // overlong
+        else if (lead == 0xed)
+            high = 0x9f; // surrogates
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+        length = 4;
+        if (lead == 0xf0)
+            low = 0x90; // overlong
+        else if (lead == 0xf4)
+            high = 0x8f; // above U+10FFFF
+    } else {
+        return 0;
+    }
+    if (at + length > text.size() || byte(at + 1) < low || byte(at + 1) > high)
+        return 0;
+    for (std::size_t i = 2; i < length; ++i) {
+        if (byte(at + i) < 0x80 || byte(at + i) > 0xbf)
+            return 0;
+    }
+    return length;
+}
+
+constexpr std::size_t kMaxNameBytes = 1024;
+
+// Names go into the manifest (JSON, which must be UTF-8) and may name files in tools: a name that would
+// make every later checkpoint fail is refused when it is given.
+void validateName(const char* kind, const std::string& name)
+{
+    auto refuse = [&](const std::string& why) {
+        std::string shown;
+        for (unsigned char c : name.substr(0, 64)) {
+            if (c >= 0x20 && c < 0x7f) {
+                shown += static_cast<char>(c);
+            } else {
+                char escaped[8];
+                std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+                shown += escaped;
+            }
+        }
+        throw Error(std::string(kind) + " name '" + shown + (name.size() > 64 ? "...'" : "'") + " " + why);
+    };
+    if (name.empty())
+        refuse("is empty: a " + std::string(kind) + " needs a name");
+    if (name.size() > kMaxNameBytes)
+        refuse("is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+    if (name == "." || name == "..")
+        refuse("is a path component ('.' or '..')");
+    for (std::size_t at = 0; at < name.size();) {
+        const char c = name[at];
+        if (c == '\0')
+            refuse("contains a NUL byte");
+        if (c == '/' || c == '\\')
+            refuse("contains a path separator ('/' or '\\')");
+        const std::size_t length = utf8SequenceLength(name, at);
+        if (length == 0)
+            refuse("is not valid UTF-8 (byte " + std::to_string(at) + ")");
+        at += length;
+    }
+}
+
 nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
 {
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -493,8 +567,7 @@ Checkpointer::~Checkpointer()
 
 void Checkpointer::registerRegion(const std::string& name, void* data, std::size_t size)
 {
-    if (name.empty())
-        throw Error("a region needs a name");
+    validateName("region", name);
     if (data == nullptr && size > 0)
         throw Error("region '" + name + "': null pointer with a non-zero size");
     std::unique_lock lock(impl_->mutex);
@@ -505,8 +578,7 @@ void Checkpointer::registerRegion(const std::string& name, void* data, std::size
 void Checkpointer::registerDeviceRegion(
     const std::string& name, void* devicePtr, std::size_t size, int device, void* stream)
 {
-    if (name.empty())
-        throw Error("a region needs a name");
+    validateName("region", name);
     if (device < 0)
         throw Error("region '" + name + "': device must be >= 0");
     impl_->backend->checkDeviceRegion(devicePtr, size, device);
@@ -524,8 +596,7 @@ void Checkpointer::unregisterRegion(const std::string& name)
 
 void Checkpointer::setBlob(const std::string& name, std::span<const std::byte> bytes)
 {
-    if (name.empty())
-        throw Error("a blob needs a name");
+    validateName("blob", name);
     std::lock_guard lock(impl_->mutex);
     impl_->blobs[name].assign(bytes.begin(), bytes.end());
 }
@@ -549,9 +620,14 @@ void Checkpointer::setEpoch(std::uint64_t epoch)
 
 void Checkpointer::setManifestField(const std::string& key, nlohmann::json value)
 {
-    if (key.empty()
-        || std::find(kReservedFields.begin(), kReservedFields.end(), key) != kReservedFields.end())
+    validateName("manifest field", key);
+    if (std::find(kReservedFields.begin(), kReservedFields.end(), key) != kReservedFields.end())
         throw Error("manifest field '" + key + "' is reserved by the format");
+    try {
+        (void)value.dump(); // throws for a string that is not UTF-8: refused now, not at every commit
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("manifest field '" + key + "': its value cannot be written as JSON: " + e.what());
+    }
     std::lock_guard lock(impl_->mutex);
     impl_->fields[key] = std::move(value);
 }

@@ -250,6 +250,52 @@ TEST(Checkpointer, ManifestFieldsRideAlongAndReservedOnesAreRefused)
     EXPECT_TRUE(result.manifest["timings"].contains("persist_seconds"));
 }
 
+// A name that cannot go into the manifest (not UTF-8) or that would be a path is refused when it is given,
+// with a message saying why; before, it registered and then every checkpoint failed.
+TEST(Checkpointer, NamesAreValidatedAtRegistration)
+{
+    TempDir dir("ckpt-names");
+    Checkpointer ckpt(quietOptions(dir.path()));
+    std::vector<std::byte> state(100);
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        { "bad\xff", "not valid UTF-8" },
+        { "caf\xc3", "not valid UTF-8" }, // truncated sequence
+        { "\xc0\xaf", "not valid UTF-8" }, // overlong '/'
+        { "\xed\xa0\x80", "not valid UTF-8" }, // UTF-16 surrogate
+        { "\xf4\x90\x80\x80", "not valid UTF-8" }, // above U+10FFFF
+        { std::string("a\0b", 3), "NUL" },
+        { "layers/0", "path separator" },
+        { "layers\\0", "path separator" },
+        { "..", "path component" },
+        { "", "empty" },
+        { std::string(2000, 'a'), "longer than" },
+    };
+    for (const auto& [name, why] : bad) {
+        for (int api = 0; api < 3; ++api) {
+            try {
+                if (api == 0)
+                    ckpt.registerRegion(name, state.data(), state.size());
+                else if (api == 1)
+                    ckpt.setBlob(name, std::string_view("x"));
+                else
+                    ckpt.setManifestField(name, 1);
+                ADD_FAILURE() << "accepted " << ::testing::PrintToString(name) << " (api " << api << ")";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+            }
+        }
+    }
+    EXPECT_THROW(ckpt.setManifestField("note", std::string("bad\xff")), Error);
+    EXPECT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+
+    // Names in any script, dots and dashes are fine.
+    ckpt.registerRegion("model.layers.0.weight", state.data(), state.size());
+    ckpt.registerRegion("gewichte-\xc3\xa4\xe2\x82\xac\xf0\x9f\x98\x80", state.data(), state.size());
+    ckpt.setBlob("rng\xe7\x8a\xb6\xe6\x80\x81", std::string_view("x"));
+    ckpt.setManifestField("t\xc3\xbcning", { { "k", "v\xc3\xa9" } });
+    EXPECT_TRUE(ckpt.checkpointNow(2)) << ckpt.lastError();
+}
+
 TEST(Checkpointer, RetentionKeepsTheNewestN)
 {
     TempDir dir("ckpt-keep");
