@@ -166,14 +166,23 @@ void validateName(const char* kind, const std::string& name)
         refuse("is empty: a " + std::string(kind) + " needs a name");
     if (name.size() > kMaxNameBytes)
         refuse("is longer than " + std::to_string(kMaxNameBytes) + " bytes");
-    if (name == "." || name == "..")
-        refuse("is a path component ('.' or '..')");
+    // '/' separates the levels of a hierarchical name ("model/layer.0.weight", as baton.torch names its
+    // tensors); a name read as a relative path must still stay below where it is put.
+    if (name.front() == '/' || name.back() == '/')
+        refuse("starts or ends with '/'");
+    for (std::size_t begin = 0; begin <= name.size();) {
+        std::size_t end = std::min(name.find('/', begin), name.size());
+        std::string_view component(name.data() + begin, end - begin);
+        if (component.empty() || component == "." || component == "..")
+            refuse("has an empty, '.' or '..' path component");
+        begin = end + 1;
+    }
     for (std::size_t at = 0; at < name.size();) {
         const char c = name[at];
         if (c == '\0')
             refuse("contains a NUL byte");
-        if (c == '/' || c == '\\')
-            refuse("contains a path separator ('/' or '\\')");
+        if (c == '\\')
+            refuse("contains a path separator '\\'");
         const std::size_t length = utf8SequenceLength(name, at);
         if (length == 0)
             refuse("is not valid UTF-8 (byte " + std::to_string(at) + ")");

@@ -264,8 +264,11 @@ TEST(Checkpointer, NamesAreValidatedAtRegistration)
         { "\xed\xa0\x80", "not valid UTF-8" }, // UTF-16 surrogate
         { "\xf4\x90\x80\x80", "not valid UTF-8" }, // above U+10FFFF
         { std::string("a\0b", 3), "NUL" },
-        { "layers/0", "path separator" },
         { "layers\\0", "path separator" },
+        { "/layers", "starts or ends with '/'" },
+        { "layers/", "starts or ends with '/'" },
+        { "layers//0", "path component" },
+        { "layers/../0", "path component" },
         { "..", "path component" },
         { "", "empty" },
         { std::string(2000, 'a'), "longer than" },
@@ -288,8 +291,8 @@ TEST(Checkpointer, NamesAreValidatedAtRegistration)
     EXPECT_THROW(ckpt.setManifestField("note", std::string("bad\xff")), Error);
     EXPECT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
 
-    // Names in any script, dots and dashes are fine.
-    ckpt.registerRegion("model.layers.0.weight", state.data(), state.size());
+    // Names in any script, dots, dashes and '/' between levels (as baton.torch names tensors) are fine.
+    ckpt.registerRegion("model/layers.0.weight", state.data(), state.size());
     ckpt.registerRegion("gewichte-\xc3\xa4\xe2\x82\xac\xf0\x9f\x98\x80", state.data(), state.size());
     ckpt.setBlob("rng\xe7\x8a\xb6\xe6\x80\x81", std::string_view("x"));
     ckpt.setManifestField("t\xc3\xbcning", { { "k", "v\xc3\xa9" } });
