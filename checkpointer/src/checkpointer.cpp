@@ -1,6 +1,7 @@
 #include "baton/ckpt/checkpointer.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -434,8 +435,8 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     fs::path temporary = chain / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
     fs::remove_all(temporary, ec);
-    if (!fs::create_directory(temporary, ec) || ec)
-        throw io::IoError(ec ? ec.value() : EEXIST, "cannot create " + temporary.string());
+    if (::mkdir(temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
+        io::throwErrno("cannot create " + temporary.string());
 
     {
         // Checksums are computed on the (otherwise idle) copy threads while the data goes to the device.
@@ -454,7 +455,8 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
             for (auto* entry : small)
                 entry->checksum = checksum(staging + entry->offset, entry->size);
         });
-        io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+        io::writeFileDurably(
+            temporary / kDataFileName, staging, job.totalBytes, options.directIo, options.fileMode);
         hashing.wait();
     }
 
@@ -481,7 +483,7 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
         { "persist_seconds", seconds(Clock::now() - persistStart) } };
     document["created_unix"] = unixNow();
 
-    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document));
+    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document), options.fileMode);
     io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
 
     // The commit point: the complete directory appears under its final name in one rename.
@@ -548,9 +550,7 @@ Checkpointer::Checkpointer(Options options)
 {
     options.validate();
     std::error_code ec;
-    fs::create_directories(options.chainDir, ec);
-    if (ec)
-        throw io::IoError(ec.value(), "cannot create chain directory " + options.chainDir.string());
+    io::createDirectories(options.chainDir, io::directoryMode(options.fileMode));
     if (!fs::is_directory(options.chainDir, ec))
         throw Error("chain directory " + options.chainDir.string() + " is not a directory");
     removeStaleTemporaries(options.chainDir);

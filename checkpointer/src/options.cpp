@@ -1,6 +1,7 @@
 #include "baton/ckpt/options.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -102,6 +103,13 @@ void Options::validate() const
     if (!(handoverWaitSeconds >= 0 && handoverWaitSeconds <= kMaxHandoverWait))
         throw ConfigError(
             "handover wait must be 0..3600 seconds (got " + std::to_string(handoverWaitSeconds) + ")");
+    if ((fileMode & ~0777u) != 0 || (fileMode & 0600u) != 0600u) {
+        char text[16];
+        std::snprintf(text, sizeof text, "%o", fileMode);
+        throw ConfigError(std::string("fileMode must be permission bits (at most 0777) that let the owner read "
+                                      "and write (got 0")
+            + text + ")");
+    }
     if (copyThreads > 256)
         throw ConfigError("copyThreads must be <= 256 (got " + std::to_string(copyThreads) + ")");
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -297,6 +298,51 @@ TEST(Checkpointer, NamesAreValidatedAtRegistration)
     ckpt.setBlob("rng\xe7\x8a\xb6\xe6\x80\x81", std::string_view("x"));
     ckpt.setManifestField("t\xc3\xbcning", { { "k", "v\xc3\xa9" } });
     EXPECT_TRUE(ckpt.checkpointNow(2)) << ckpt.lastError();
+}
+
+unsigned modeOf(const std::filesystem::path& path)
+{
+    struct stat st { };
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+}
+
+// Checkpoints hold a user's model: what the library creates is private unless the caller asks otherwise.
+TEST(Checkpointer, FilesAndDirectoriesArePrivateUnlessAsked)
+{
+    TempDir dir("ckpt-modes");
+    const mode_t saved = ::umask(022);
+    std::vector<std::byte> state(5000);
+    {
+        Checkpointer ckpt(quietOptions(dir.path() / "runs" / "chain"));
+        ckpt.registerRegion("s", state.data(), state.size());
+        ASSERT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+    }
+    auto checkpoint = dir.path() / "runs" / "chain" / checkpointDirName(1);
+    EXPECT_EQ(modeOf(dir.path() / "runs"), 0700u);
+    EXPECT_EQ(modeOf(dir.path() / "runs" / "chain"), 0700u);
+    EXPECT_EQ(modeOf(checkpoint), 0700u);
+    EXPECT_EQ(modeOf(checkpoint / kDataFileName), 0600u);
+    EXPECT_EQ(modeOf(checkpoint / kManifestName), 0600u);
+
+    auto options = quietOptions(dir.path() / "shared");
+    options.fileMode = 0640;
+    {
+        Checkpointer ckpt(options);
+        ckpt.registerRegion("s", state.data(), state.size());
+        ASSERT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+    }
+    checkpoint = dir.path() / "shared" / checkpointDirName(1);
+    EXPECT_EQ(modeOf(dir.path() / "shared"), 0750u);
+    EXPECT_EQ(modeOf(checkpoint), 0750u);
+    EXPECT_EQ(modeOf(checkpoint / kDataFileName), 0640u);
+    EXPECT_EQ(modeOf(checkpoint / kManifestName), 0640u);
+    ::umask(saved);
+
+    for (unsigned bad : { 0400u, 0200u, 01700u, 010600u }) {
+        options.fileMode = bad;
+        EXPECT_THROW(Checkpointer { options }, ConfigError) << std::oct << bad;
+    }
 }
 
 TEST(Checkpointer, RetentionKeepsTheNewestN)

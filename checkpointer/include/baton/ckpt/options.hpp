@@ -23,6 +23,11 @@ struct Options {
     unsigned copyThreads = 0;
     // Write and read data with O_DIRECT where the file system supports it.
     bool directIo = true;
+    // Permissions of the checkpoint files the Checkpointer creates; the directories it creates (the chain
+    // directory and its missing parents, checkpoint directories) get the same bits plus search where read
+    // is granted. Default 0600 / 0700: private to the user. E.g. 0640 shares checkpoints with the group
+    // (0750 directories). The umask applies on top; existing directories are left as they are.
+    unsigned fileMode = 0600;
     // Receives warnings and errors (one line each); default: standard error.
     std::function<void(std::string_view)> log;
     // The writer's Slurm job id and restart count, recorded in every manifest (`job_id`,
