@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "baton/ckpt/error.hpp"
+#include "baton_contract.hpp"
 #include "io.hpp"
 #include "verify.hpp"
 
@@ -21,23 +22,12 @@ namespace fs = std::filesystem;
 
 std::string checkpointDirName(std::uint64_t iteration)
 {
-    char name[32];
-    std::snprintf(name, sizeof name, "ckpt-%012llu", static_cast<unsigned long long>(iteration));
-    return name;
+    return contract::checkpointDirName(iteration);
 }
 
 std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name)
 {
-    constexpr std::string_view prefix = "ckpt-";
-    if (name.size() < prefix.size() + 12 || name.size() > prefix.size() + 20 || !name.starts_with(prefix))
-        return std::nullopt;
-    std::uint64_t value = 0;
-    for (char c : name.substr(prefix.size())) {
-        if (c < '0' || c > '9')
-            return std::nullopt;
-        value = value * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    return value;
+    return contract::parseCheckpointDirName(name);
 }
 
 std::vector<CheckpointInfo> listCheckpoints(const fs::path& chainDir)

@@ -11,9 +11,10 @@
 
 namespace baton::ckpt {
 
-// "ckpt-000000001200" for iteration 1200.
+// "ckpt-000000001200" for iteration 1200 (docs/contracts.md: zero-padded to 12 digits, up to 20).
 std::string checkpointDirName(std::uint64_t iteration);
-// The iteration a directory name stands for, if it is a checkpoint directory name.
+// The iteration a directory name stands for, if it is exactly the name checkpointDirName() gives it
+// (the plugin reads chain directories with the same rule).
 std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name);
 
 struct CheckpointInfo {

@@ -39,7 +39,7 @@ struct Options {
     // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
     double handoverWaitSeconds = 0;
 
-    // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer >= 1), BATON_JOB_ID,
+    // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer 1..1000), BATON_JOB_ID,
     // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600). Throws ConfigError
     // naming the variable.
     static Options fromEnvironment();
