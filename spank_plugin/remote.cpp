@@ -247,10 +247,10 @@ void prepareStep(spank_t sp)
         && setJobEnv(sp, contract::kJobIdVar, std::to_string(state.jobId))
         && setJobEnv(sp, contract::kRestartCountVar, std::to_string(state.restartCount))
         && (!state.deadline || setJobEnv(sp, contract::kDeadlineVar, std::to_string(*state.deadline)))
-        && setJobEnv(
-            sp, contract::kDeadlineMarginVar, std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
-        && setJobEnv(
-            sp, contract::kOverheadVar, formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
+        && setJobEnv(sp, contract::kDeadlineMarginVar,
+            std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
+        && setJobEnv(sp, contract::kOverheadVar,
+            formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
         && setJobEnv(sp, contract::kKeepVar, std::to_string(config.keep))
         // Only a successor can have a predecessor still writing its final checkpoint.
         && (state.restartCount == 0 || config.handoverWaitSeconds == 0

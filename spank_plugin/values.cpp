@@ -61,7 +61,8 @@ int parseMarginSeconds(std::string_view text)
 {
     return static_cast<int>(parseInteger(text, static_cast<long long>(contract::kMarginMin),
         static_cast<long long>(contract::kMarginMax),
-        "margin must be a whole number of seconds from 0 to " + std::to_string(static_cast<long long>(contract::kMarginMax))));
+        "margin must be a whole number of seconds from 0 to "
+            + std::to_string(static_cast<long long>(contract::kMarginMax))));
 }
 
 std::chrono::milliseconds parseTimeoutSeconds(std::string_view text)

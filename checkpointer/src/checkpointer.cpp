@@ -1,8 +1,8 @@
 #include "baton/ckpt/checkpointer.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -110,8 +110,9 @@ void Options::validate() const
     if ((fileMode & ~0777u) != 0 || (fileMode & 0600u) != 0600u) {
         char text[16];
         std::snprintf(text, sizeof text, "%o", fileMode);
-        throw ConfigError(std::string("fileMode must be permission bits (at most 0777) that let the owner read "
-                                      "and write (got 0")
+        throw ConfigError(
+            std::string("fileMode must be permission bits (at most 0777) that let the owner read "
+                        "and write (got 0")
             + text + ")");
     }
     if (copyThreads > 256)

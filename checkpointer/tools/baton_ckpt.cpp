@@ -101,7 +101,8 @@ int listChain(const fs::path& chain)
     for (const auto& info : listCheckpoints(chain)) {
         std::string created = "-", size = "-", status;
         if (info.statError != 0) {
-            status = std::string("unknown (cannot examine the manifest: ") + std::strerror(info.statError) + ")";
+            status
+                = std::string("unknown (cannot examine the manifest: ") + std::strerror(info.statError) + ")";
         } else if (!info.committed) {
             status = "incomplete (no manifest)";
         } else {

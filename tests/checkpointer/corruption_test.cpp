@@ -221,7 +221,8 @@ TEST_F(Corruption, AbsurdSizesAreSkippedBeforeAnyAllocation)
     expectFallback("region of 1 PiB");
 
     // total_bytes alone beyond the file.
-    rewrite([&](nlohmann::json& doc) { doc["total_bytes"] = doc["total_bytes"].get<std::uint64_t>() + 4096; });
+    rewrite(
+        [&](nlohmann::json& doc) { doc["total_bytes"] = doc["total_bytes"].get<std::uint64_t>() + 4096; });
     expectFallback("total_bytes beyond the file");
 
     writeAll(path, original);

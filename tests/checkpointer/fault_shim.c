@@ -43,24 +43,25 @@ static int statFault(const char* path)
         return 0;
     const char* suffix = end + 1;
     size_t pathLength = strlen(path), suffixLength = strlen(suffix);
-    if (suffixLength == 0 || pathLength < suffixLength || strcmp(path + pathLength - suffixLength, suffix) != 0)
+    if (suffixLength == 0 || pathLength < suffixLength
+        || strcmp(path + pathLength - suffixLength, suffix) != 0)
         return 0;
     return (int)code;
 }
 
-#define FORWARD(name, signature, ...)                                                                           \
-    typedef int(*name##_fn) signature;                                                                        \
-    int name signature                                                                                        \
-    {                                                                                                         \
-        int fault = statFault(path);                                                                          \
-        if (fault != 0) {                                                                                     \
-            errno = fault;                                                                                    \
-            return -1;                                                                                        \
-        }                                                                                                     \
-        static name##_fn next = NULL;                                                                         \
-        if (next == NULL)                                                                                     \
-            next = (name##_fn)dlsym(RTLD_NEXT, #name);                                                        \
-        return next(__VA_ARGS__);                                                                             \
+#define FORWARD(name, signature, ...)                                                                        \
+    typedef int(*name##_fn) signature;                                                                       \
+    int name signature                                                                                       \
+    {                                                                                                        \
+        int fault = statFault(path);                                                                         \
+        if (fault != 0) {                                                                                    \
+            errno = fault;                                                                                   \
+            return -1;                                                                                       \
+        }                                                                                                    \
+        static name##_fn next = NULL;                                                                        \
+        if (next == NULL)                                                                                    \
+            next = (name##_fn)dlsym(RTLD_NEXT, #name);                                                       \
+        return next(__VA_ARGS__);                                                                            \
     }
 
 FORWARD(stat, (const char* path, struct stat* buf), path, buf)

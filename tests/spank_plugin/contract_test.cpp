@@ -102,9 +102,9 @@ TEST(Contract, CheckpointDirectoryNames)
         EXPECT_EQ(baton::ckpt::checkpointDirName(it), checkpointDirName(it));
     }
     // One name per iteration; nothing that overflows or merely looks like one.
-    for (const char* bad : { "ckpt-", "ckpt-7", "ckpt-00000000007", "ckpt-0000000000007", "ckpt-18446744073709551616",
-             "ckpt-99999999999999999999", "ckpt-000000000000000000001", "ckpt-00000000000x", "ckpt--00000000001",
-             "xckpt-000000000001", "ckpt-+00000000001" }) {
+    for (const char* bad : { "ckpt-", "ckpt-7", "ckpt-00000000007", "ckpt-0000000000007",
+             "ckpt-18446744073709551616", "ckpt-99999999999999999999", "ckpt-000000000000000000001",
+             "ckpt-00000000000x", "ckpt--00000000001", "xckpt-000000000001", "ckpt-+00000000001" }) {
         EXPECT_FALSE(parseCheckpointDirName(bad).has_value()) << bad;
         EXPECT_FALSE(baton::ckpt::parseCheckpointDirName(bad).has_value()) << bad;
     }

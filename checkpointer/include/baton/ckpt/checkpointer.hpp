@@ -141,10 +141,11 @@ public:
 
     // Restores the newest committed checkpoint whose checksums all verify into the registered regions,
     // falling back to older ones; regions receive bytes only from a checkpoint that verified. A manifest
-    // whose sizes do not match its data file is skipped before anything is allocated for it. Throws FormatError for a newer format, Error when a checkpoint's
-    // region has a different size than the registered one. With Options::handoverWaitSeconds > 0 and
-    // restartCount n > 0, the first call first waits (at most that long) for the predecessor's final
-    // checkpoint (waitForHandover), so that a successor never resumes from a stale one.
+    // whose sizes do not match its data file is skipped before anything is allocated for it. Throws
+    // FormatError for a newer format, Error when a checkpoint's region has a different size than the
+    // registered one. With Options::handoverWaitSeconds > 0 and restartCount n > 0, the first call first
+    // waits (at most that long) for the predecessor's final checkpoint (waitForHandover), so that a successor
+    // never resumes from a stale one.
     RestoreResult restore();
 
     CheckpointStats lastCheckpoint() const;
