@@ -807,9 +807,16 @@ RestoreResult Checkpointer::restore()
                 hostCopies.push_back({ static_cast<std::byte*>(found->second.data),
                     impl_->staging + entry.offset, entry.size });
         }
-        // Host copies run on every pool thread while this thread starts the device copies.
+        // The copy is the one step that cannot overlap the read: it runs on every pool thread and on this
+        // one, after this thread has started the device copies.
         TaskGroup copies(impl_->pool);
-        for (auto& task : makeCopyTasks(hostCopies, impl_->pool.size()))
+        auto tasks = makeCopyTasks(hostCopies, impl_->pool.size() + 1);
+        std::vector<Piece> own;
+        if (tasks.size() > 1) {
+            own = std::move(tasks.back());
+            tasks.pop_back();
+        }
+        for (auto& task : tasks)
             copies.post([task = std::move(task)] { copyPieces(task); });
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
@@ -823,6 +830,7 @@ RestoreResult Checkpointer::restore()
                     { impl_->staging + entry.offset, spec.data, entry.size, spec.device, spec.stream });
         }
 
+        copyPieces(own);
         copies.wait();
 
         for (const auto& entry : manifest.blobs) {
