@@ -1,5 +1,6 @@
 #include "checkpoint_scan.hpp"
 
+#include "baton_contract.hpp"
 #include "unique_fd.hpp"
 
 #include <algorithm>
@@ -28,25 +29,6 @@ constexpr const char* tuningKeys[] = { "interval", "iteration_seconds", "snapsho
 struct DirCloser {
     void operator()(DIR* dir) const { ::closedir(dir); }
 };
-
-// Returns the iteration encoded in a `ckpt-<digits>` name (at most 18 digits, so it fits), or -1.
-long long iterationOf(const char* name)
-{
-    const std::string_view text = name;
-    const std::string_view prefix = "ckpt-";
-    if (text.size() <= prefix.size() || text.size() > prefix.size() + 18
-        || text.substr(0, prefix.size()) != prefix) {
-        return -1;
-    }
-    long long value = 0;
-    for (const char c : text.substr(prefix.size())) {
-        if (c < '0' || c > '9') {
-            return -1;
-        }
-        value = value * 10 + (c - '0');
-    }
-    return value;
-}
 
 std::optional<std::string> readManifest(int chainDirFd, const std::string& name, std::size_t maxBytes)
 {
@@ -166,16 +148,17 @@ std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimi
     ::rewinddir(dir.get());
     // Only the newest maxCandidates names are kept (a min-heap), so a directory with millions of
     // entries costs no more memory than one with a few.
-    using Candidate = std::pair<long long, std::string>;
+    using Candidate = std::pair<std::uint64_t, std::string>;
     std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> newest;
     while (const dirent* entry = ::readdir(dir.get())) {
-        const long long iteration = iterationOf(entry->d_name);
-        if (iteration >= 0 && limits.maxCandidates > 0) {
+        // The checkpointer's own rule (baton_contract.hpp): a name it would not restore is no candidate.
+        const auto iteration = contract::parseCheckpointDirName(entry->d_name);
+        if (iteration && limits.maxCandidates > 0) {
             if (newest.size() < limits.maxCandidates) {
-                newest.emplace(iteration, entry->d_name);
-            } else if (iteration > newest.top().first) {
+                newest.emplace(*iteration, entry->d_name);
+            } else if (*iteration > newest.top().first) {
                 newest.pop();
-                newest.emplace(iteration, entry->d_name);
+                newest.emplace(*iteration, entry->d_name);
             }
         }
         if (Clock::now() >= deadline) {

@@ -2,6 +2,7 @@
 // Everything that touches the chain directory runs with the job user's credentials; only the MUNGE
 // credential that signs an event is made as root, so that batond can tell the plugin's events from
 // anything the user could send.
+#include "baton_contract.hpp"
 #include "chain_files.hpp"
 #include "contexts.hpp"
 #include "credentials.hpp"
@@ -241,20 +242,20 @@ void prepareStep(spank_t sp)
     }
     state.deadline = jobEndTime(sp, state.jobId);
     const BatonOptions& options = batonOptions();
-    const bool set = setJobEnv(sp, "BATON_CHAIN", state.location.chain)
-        && setJobEnv(sp, "BATON_CHAIN_DIR", state.location.dir)
-        && setJobEnv(sp, "BATON_JOB_ID", std::to_string(state.jobId))
-        && setJobEnv(sp, "BATON_RESTART_COUNT", std::to_string(state.restartCount))
-        && (!state.deadline || setJobEnv(sp, "BATON_DEADLINE", std::to_string(*state.deadline)))
-        && setJobEnv(
-            sp, "BATON_DEADLINE_MARGIN", std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
-        && setJobEnv(
-            sp, "BATON_OVERHEAD", formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
-        && setJobEnv(sp, "BATON_KEEP", std::to_string(config.keep))
+    const bool set = setJobEnv(sp, contract::kChainVar, state.location.chain)
+        && setJobEnv(sp, contract::kChainDirVar, state.location.dir)
+        && setJobEnv(sp, contract::kJobIdVar, std::to_string(state.jobId))
+        && setJobEnv(sp, contract::kRestartCountVar, std::to_string(state.restartCount))
+        && (!state.deadline || setJobEnv(sp, contract::kDeadlineVar, std::to_string(*state.deadline)))
+        && setJobEnv(sp, contract::kDeadlineMarginVar,
+            std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
+        && setJobEnv(sp, contract::kOverheadVar,
+            formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
+        && setJobEnv(sp, contract::kKeepVar, std::to_string(config.keep))
         // Only a successor can have a predecessor still writing its final checkpoint.
         && (state.restartCount == 0 || config.handoverWaitSeconds == 0
-            || setJobEnv(sp, "BATON_HANDOVER_WAIT", std::to_string(config.handoverWaitSeconds)))
-        && (config.url.empty() || setJobEnv(sp, "BATON_PROVISIONER_URL", config.url));
+            || setJobEnv(sp, contract::kHandoverWaitVar, std::to_string(config.handoverWaitSeconds)))
+        && (config.url.empty() || setJobEnv(sp, contract::kProvisionerUrlVar, config.url));
     if (!set) {
         throw std::runtime_error("cannot set the BATON_* environment");
     }

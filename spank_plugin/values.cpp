@@ -1,5 +1,7 @@
 #include "values.hpp"
 
+#include "baton_contract.hpp"
+
 #include <charconv>
 #include <cmath>
 #include <stdexcept>
@@ -49,7 +51,7 @@ double parseOverheadPercent(std::string_view text)
 {
     const std::string what = "overhead must be a percentage greater than 0 and less than 100";
     const double value = parseNumber(text, what);
-    if (value <= 0 || value >= 100) {
+    if (!contract::overheadInRange(value)) {
         throw std::invalid_argument(what + ", got " + quoted(text));
     }
     return value;
@@ -57,8 +59,10 @@ double parseOverheadPercent(std::string_view text)
 
 int parseMarginSeconds(std::string_view text)
 {
-    return static_cast<int>(
-        parseInteger(text, 0, 86400, "margin must be a whole number of seconds from 0 to 86400"));
+    return static_cast<int>(parseInteger(text, static_cast<long long>(contract::kMarginMin),
+        static_cast<long long>(contract::kMarginMax),
+        "margin must be a whole number of seconds from 0 to "
+            + std::to_string(static_cast<long long>(contract::kMarginMax))));
 }
 
 std::chrono::milliseconds parseTimeoutSeconds(std::string_view text)
@@ -73,13 +77,17 @@ std::chrono::milliseconds parseTimeoutSeconds(std::string_view text)
 
 int parseKeepCount(std::string_view text)
 {
-    return static_cast<int>(parseInteger(text, 1, 1000, "keep must be a whole number from 1 to 1000"));
+    return static_cast<int>(parseInteger(text, contract::kKeepMin, contract::kKeepMax,
+        "keep must be a whole number from " + std::to_string(contract::kKeepMin) + " to "
+            + std::to_string(contract::kKeepMax)));
 }
 
 int parseHandoverWaitSeconds(std::string_view text)
 {
-    return static_cast<int>(
-        parseInteger(text, 0, 3600, "handover wait must be a whole number of seconds from 0 to 3600"));
+    return static_cast<int>(parseInteger(text, static_cast<long long>(contract::kHandoverWaitMin),
+        static_cast<long long>(contract::kHandoverWaitMax),
+        "handover wait must be a whole number of seconds from 0 to "
+            + std::to_string(static_cast<long long>(contract::kHandoverWaitMax))));
 }
 
 bool isValidChainName(std::string_view name)

@@ -8,7 +8,8 @@
 
 namespace baton::spank {
 
-// Each parser throws std::invalid_argument with a message that names the value's meaning.
+// Each parser throws std::invalid_argument with a message that names the value's meaning. The ranges of
+// the values that become BATON_* variables are the contract's (common/baton_contract.hpp).
 double parseOverheadPercent(std::string_view text); // > 0 and < 100
 int parseMarginSeconds(std::string_view text); // integer, 0 .. 86400
 std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 .. 60, fractions allowed

@@ -1,5 +1,7 @@
 #include "baton/ckpt/deadline.hpp"
 
+#include "baton_contract.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -46,7 +48,11 @@ std::optional<double> parseDeadline(std::string_view name, const char* value)
 
 std::optional<double> parseMargin(std::string_view name, const char* value)
 {
-    return parseSeconds(name, value, true);
+    auto seconds = parseSeconds(name, value, true);
+    if (seconds && !contract::marginInRange(*seconds))
+        throw std::invalid_argument(std::string(name) + ": '" + value + "' is more than "
+            + std::to_string(static_cast<long long>(contract::kMarginMax)) + " seconds");
+    return seconds;
 }
 
 DeadlinePlanner::DeadlinePlanner(Clock clock)

@@ -1,5 +1,7 @@
 #include "baton/ckpt/policy.hpp"
 
+#include "baton_contract.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -32,9 +34,9 @@ double parsePercent(const char* name, const char* value)
     const std::string_view text(value);
     double percent = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), percent);
-    if (ec != std::errc {} || end != text.data() + text.size() || !(percent > 0 && percent <= 100))
-        throw std::invalid_argument(
-            std::string(name) + ": '" + std::string(text) + "' is not a percentage in (0, 100]");
+    if (ec != std::errc {} || end != text.data() + text.size() || !contract::overheadInRange(percent))
+        throw std::invalid_argument(std::string(name) + ": '" + std::string(text)
+            + "' is not a percentage greater than 0 and less than 100");
     return percent;
 }
 
@@ -82,8 +84,8 @@ Policy::Policy(PolicyOptions options, Clock clock)
     , lastTick_(clock_())
     , planner_(clock_)
 {
-    if (!(options_.targetPercent > 0 && options_.targetPercent <= 100))
-        throw std::invalid_argument("overhead target must be a percentage in (0, 100]");
+    if (!contract::overheadInRange(options_.targetPercent))
+        throw std::invalid_argument("overhead target must be a percentage greater than 0 and less than 100");
     options_.profileIterations = std::max(1u, options_.profileIterations);
     planner_.setDeadline(options_.deadline);
     planner_.setMargin(options_.deadlineMargin);

@@ -1,6 +1,7 @@
 #include "baton/ckpt/session.hpp"
 
 #include "baton/ckpt/error.hpp"
+#include "baton_contract.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -18,9 +19,9 @@ double seconds(std::chrono::steady_clock::duration duration)
 // Bad policy settings are configuration errors, like the checkpointer's own.
 PolicyOptions checked(PolicyOptions options)
 {
-    if (!(options.targetPercent > 0 && options.targetPercent <= 100))
-        throw ConfigError(
-            "overhead target must be a percentage in (0, 100], got " + std::to_string(options.targetPercent));
+    if (!contract::overheadInRange(options.targetPercent))
+        throw ConfigError("overhead target must be a percentage greater than 0 and less than 100, got "
+            + std::to_string(options.targetPercent));
     if (!(options.deadlineMargin >= 0) || !std::isfinite(options.deadlineMargin))
         throw ConfigError("deadline margin must be zero or a positive number of seconds");
     if (!(options.safetyFactor >= 1) || !std::isfinite(options.safetyFactor))

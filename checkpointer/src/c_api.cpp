@@ -43,6 +43,11 @@ const char* baton_ckpt_version(void)
 
 baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep)
 {
+    return baton_ckpt_create_with_mode(chain_dir, keep, Options {}.fileMode);
+}
+
+baton_ckpt* baton_ckpt_create_with_mode(const char* chain_dir, int keep, unsigned file_mode)
+{
     return createError.created([&] {
         Options options;
         if (chain_dir == nullptr) {
@@ -52,6 +57,7 @@ baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep)
         }
         if (keep > 0)
             options.keep = keep;
+        options.fileMode = file_mode;
         auto handle = std::make_unique<baton_ckpt>();
         handle->checkpointer = std::make_unique<Checkpointer>(std::move(options));
         createError.clear();

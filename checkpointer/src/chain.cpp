@@ -1,6 +1,7 @@
 #include "baton/ckpt/chain.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "baton/ckpt/error.hpp"
+#include "baton_contract.hpp"
 #include "io.hpp"
 #include "verify.hpp"
 
@@ -20,23 +22,12 @@ namespace fs = std::filesystem;
 
 std::string checkpointDirName(std::uint64_t iteration)
 {
-    char name[32];
-    std::snprintf(name, sizeof name, "ckpt-%012llu", static_cast<unsigned long long>(iteration));
-    return name;
+    return contract::checkpointDirName(iteration);
 }
 
 std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name)
 {
-    constexpr std::string_view prefix = "ckpt-";
-    if (name.size() < prefix.size() + 12 || name.size() > prefix.size() + 20 || !name.starts_with(prefix))
-        return std::nullopt;
-    std::uint64_t value = 0;
-    for (char c : name.substr(prefix.size())) {
-        if (c < '0' || c > '9')
-            return std::nullopt;
-        value = value * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    return value;
+    return contract::parseCheckpointDirName(name);
 }
 
 std::vector<CheckpointInfo> listCheckpoints(const fs::path& chainDir)
@@ -53,7 +44,14 @@ std::vector<CheckpointInfo> listCheckpoints(const fs::path& chainDir)
         CheckpointInfo info;
         info.dir = entry.path();
         info.iteration = *iteration;
-        info.committed = fs::is_regular_file(entry.path() / kManifestName, ec);
+        // Only ENOENT says "no manifest": EIO or ESTALE (NFS) says nothing, and retention must not take
+        // such a checkpoint for an interrupted one.
+        const fs::path manifest = entry.path() / kManifestName;
+        struct stat st { };
+        if (::stat(manifest.c_str(), &st) == 0)
+            info.committed = S_ISREG(st.st_mode);
+        else if (errno != ENOENT)
+            info.statError = errno;
         found.push_back(std::move(info));
     }
     std::sort(found.begin(), found.end(),
@@ -111,7 +109,7 @@ std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
         removed.push_back(committed[i]->dir);
     }
     for (const auto& info : all) {
-        if (!info.committed && info.iteration < newest) {
+        if (!info.committed && info.statError == 0 && info.iteration < newest) {
             removeCheckpoint(info.dir);
             removed.push_back(info.dir);
         }
@@ -197,9 +195,14 @@ void removeStaleTemporaries(const fs::path& chainDir)
         if (!name.starts_with(".ckpt-"))
             continue;
         std::size_t tagAt = std::string::npos;
-        for (std::string_view marker : { ".tmp-", ".deleting-" }) {
-            if (auto at = name.find(marker); at != std::string::npos)
+        std::size_t markerAt = std::string::npos;
+        bool replaced = false;
+        for (std::string_view marker : { ".tmp-", ".deleting-", ".replaced-" }) {
+            if (auto at = name.find(marker); at != std::string::npos) {
                 tagAt = at + marker.size();
+                markerAt = at;
+                replaced = marker == ".replaced-";
+            }
         }
         auto dash = name.rfind('-');
         if (tagAt == std::string::npos || dash == std::string::npos || dash < tagAt)
@@ -217,8 +220,24 @@ void removeStaleTemporaries(const fs::path& chainDir)
             auto modified = fs::last_write_time(entry.path(), ec);
             stale = !ec && fs::file_time_type::clock::now() - modified > kForeignAge;
         }
-        if (stale)
-            fs::remove_all(entry.path(), ec);
+        if (!stale)
+            continue;
+        // A replacement on a file system without rename flags was interrupted after the old checkpoint
+        // moved aside: if the new one did not take its name, the old one goes back.
+        if (replaced) {
+            fs::path final = chainDir / name.substr(1, markerAt - 1);
+            struct stat st { };
+            if (parseCheckpointDirName(final.filename().string()) && ::lstat(final.c_str(), &st) != 0
+                && errno == ENOENT && ::rename(entry.path().c_str(), final.c_str()) == 0) {
+                try {
+                    io::fsyncDirectory(chainDir);
+                } catch (const Error&) {
+                    // The rename is done; a later fsync of the directory makes it durable.
+                }
+                continue;
+            }
+        }
+        fs::remove_all(entry.path(), ec);
     }
 }
 

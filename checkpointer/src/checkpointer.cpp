@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -107,6 +108,89 @@ struct Job {
     CheckpointFlags flags;
 };
 
+// Length in bytes of the UTF-8 sequence at text[at] (strict: no overlong forms, no surrogates, nothing
+// above U+10FFFF), or 0 if it is not one.
+std::size_t utf8SequenceLength(std::string_view text, std::size_t at)
+{
+    const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+    const unsigned char lead = byte(at);
+    if (lead < 0x80)
+        return 1;
+    std::size_t length;
+    unsigned char low = 0x80, high = 0xbf; // the allowed range of the second byte
+    if (lead >= 0xc2 && lead <= 0xdf) {
+        length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+        length = 3;
+        if (lead == 0xe0)
+            low = 0xa0; // overlong
+        else if (lead == 0xed)
+            high = 0x9f; // surrogates
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+        length = 4;
+        if (lead == 0xf0)
+            low = 0x90; // overlong
+        else if (lead == 0xf4)
+            high = 0x8f; // above U+10FFFF
+    } else {
+        return 0;
+    }
+    if (at + length > text.size() || byte(at + 1) < low || byte(at + 1) > high)
+        return 0;
+    for (std::size_t i = 2; i < length; ++i) {
+        if (byte(at + i) < 0x80 || byte(at + i) > 0xbf)
+            return 0;
+    }
+    return length;
+}
+
+constexpr std::size_t kMaxNameBytes = 1024;
+
+// Names go into the manifest (JSON, which must be UTF-8) and may name files in tools: a name that would
+// make every later checkpoint fail is refused when it is given.
+void validateName(const char* kind, const std::string& name)
+{
+    auto refuse = [&](const std::string& why) {
+        std::string shown;
+        for (unsigned char c : name.substr(0, 64)) {
+            if (c >= 0x20 && c < 0x7f) {
+                shown += static_cast<char>(c);
+            } else {
+                char escaped[8];
+                std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+                shown += escaped;
+            }
+        }
+        throw Error(std::string(kind) + " name '" + shown + (name.size() > 64 ? "...'" : "'") + " " + why);
+    };
+    if (name.empty())
+        refuse("is empty: a " + std::string(kind) + " needs a name");
+    if (name.size() > kMaxNameBytes)
+        refuse("is longer than " + std::to_string(kMaxNameBytes) + " bytes");
+    // '/' separates the levels of a hierarchical name ("model/layer.0.weight", as baton.torch names its
+    // tensors); a name read as a relative path must still stay below where it is put.
+    if (name.front() == '/' || name.back() == '/')
+        refuse("starts or ends with '/'");
+    for (std::size_t begin = 0; begin <= name.size();) {
+        std::size_t end = std::min(name.find('/', begin), name.size());
+        std::string_view component(name.data() + begin, end - begin);
+        if (component.empty() || component == "." || component == "..")
+            refuse("has an empty, '.' or '..' path component");
+        begin = end + 1;
+    }
+    for (std::size_t at = 0; at < name.size();) {
+        const char c = name[at];
+        if (c == '\0')
+            refuse("contains a NUL byte");
+        if (c == '\\')
+            refuse("contains a path separator '\\'");
+        const std::size_t length = utf8SequenceLength(name, at);
+        if (length == 0)
+            refuse("is not valid UTF-8 (byte " + std::to_string(at) + ")");
+        at += length;
+    }
+}
+
 nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
 {
     return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
@@ -154,6 +238,8 @@ struct Checkpointer::Impl {
     void persistLoop();
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
+    void commitDirectory(const fs::path& temporary, const fs::path& final);
+    void commitWithPlainRename(const fs::path& temporary, const fs::path& final);
 
     Options options;
     std::unique_ptr<DeviceBackend> backend;
@@ -184,6 +270,7 @@ struct Checkpointer::Impl {
     std::string lastError;
     bool lastCommitted = true;
     bool handoverChecked = false; // restore() waits for a handover only the first time
+    bool renameFlagsRefused = false; // the chain's file system answered EINVAL to renameat2 flags
 
     std::thread persister;
 };
@@ -348,8 +435,8 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     fs::path temporary = chain / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
     fs::remove_all(temporary, ec);
-    if (!fs::create_directory(temporary, ec) || ec)
-        throw io::IoError(ec ? ec.value() : EEXIST, "cannot create " + temporary.string());
+    if (::mkdir(temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
+        io::throwErrno("cannot create " + temporary.string());
 
     {
         // Checksums are computed on the (otherwise idle) copy threads while the data goes to the device.
@@ -368,7 +455,8 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
             for (auto* entry : small)
                 entry->checksum = checksum(staging + entry->offset, entry->size);
         });
-        io::writeFileDurably(temporary / kDataFileName, staging, job.totalBytes, options.directIo);
+        io::writeFileDurably(
+            temporary / kDataFileName, staging, job.totalBytes, options.directIo, options.fileMode);
         hashing.wait();
     }
 
@@ -395,31 +483,74 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
         { "persist_seconds", seconds(Clock::now() - persistStart) } };
     document["created_unix"] = unixNow();
 
-    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document));
+    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document), options.fileMode);
     io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
 
     // The commit point: the complete directory appears under its final name in one rename.
-    fs::path final = chain / name;
-    if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) != 0) {
-        if (errno != EEXIST && errno != ENOTEMPTY)
+    commitDirectory(temporary, chain / name);
+}
+
+// renameat2 with RENAME_NOREPLACE, then RENAME_EXCHANGE for a checkpoint of the same iteration. NFS (and
+// FUSE without rename2) refuse any rename flags with EINVAL: then plain rename(2) does the same job, and
+// the Checkpointer stops trying the flags.
+void Checkpointer::Impl::commitDirectory(const fs::path& temporary, const fs::path& final)
+{
+    const fs::path chain = final.parent_path();
+    if (!renameFlagsRefused) {
+        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) == 0) {
+            io::fsyncDirectory(chain);
+            return;
+        }
+        if (errno == EEXIST || errno == ENOTEMPTY) {
+            // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
+            if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
+                io::fsyncDirectory(chain);
+                std::error_code ec;
+                fs::remove_all(temporary, ec);
+                return;
+            }
+        }
+        if (errno != EINVAL && errno != ENOSYS)
             io::throwErrno("cannot commit " + final.string());
-        // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
-        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) != 0)
-            io::throwErrno("cannot replace " + final.string());
+        renameFlagsRefused = true;
+        log("the file system of " + chain.string()
+            + " refuses rename flags (as NFS does): committing with plain rename(2)");
+    }
+    commitWithPlainRename(temporary, final);
+}
+
+// rename(2) of a directory never replaces a non-empty one (EEXIST / ENOTEMPTY), so a fresh name commits
+// exactly as RENAME_NOREPLACE does. Replacing a checkpoint of the same iteration takes two renames: the
+// old one moves aside to ".ckpt-N.replaced-<host>-<pid>" first. A crash between them leaves no ckpt-N;
+// removeStaleTemporaries() then moves the old checkpoint back, so a committed iteration never vanishes.
+void Checkpointer::Impl::commitWithPlainRename(const fs::path& temporary, const fs::path& final)
+{
+    const fs::path chain = final.parent_path();
+    if (::rename(temporary.c_str(), final.c_str()) == 0) {
         io::fsyncDirectory(chain);
-        fs::remove_all(temporary, ec);
         return;
     }
+    if (errno != EEXIST && errno != ENOTEMPTY)
+        io::throwErrno("cannot commit " + final.string());
+    const fs::path aside = chain / ("." + final.filename().string() + ".replaced-" + temporaryOwnerTag());
+    std::error_code ec;
+    fs::remove_all(aside, ec);
+    io::renameDurably(final, aside);
+    if (::rename(temporary.c_str(), final.c_str()) != 0) {
+        const int error = errno;
+        if (::rename(aside.c_str(), final.c_str()) == 0)
+            io::fsyncDirectory(chain);
+        throw io::IoError(error, "cannot commit " + final.string());
+    }
     io::fsyncDirectory(chain);
+    fs::remove_all(aside, ec);
 }
 
 Checkpointer::Checkpointer(Options options)
 {
     options.validate();
     std::error_code ec;
-    fs::create_directories(options.chainDir, ec);
-    if (ec)
-        throw io::IoError(ec.value(), "cannot create chain directory " + options.chainDir.string());
+    io::createDirectories(options.chainDir, io::directoryMode(options.fileMode));
     if (!fs::is_directory(options.chainDir, ec))
         throw Error("chain directory " + options.chainDir.string() + " is not a directory");
     removeStaleTemporaries(options.chainDir);
@@ -445,8 +576,7 @@ Checkpointer::~Checkpointer()
 
 void Checkpointer::registerRegion(const std::string& name, void* data, std::size_t size)
 {
-    if (name.empty())
-        throw Error("a region needs a name");
+    validateName("region", name);
     if (data == nullptr && size > 0)
         throw Error("region '" + name + "': null pointer with a non-zero size");
     std::unique_lock lock(impl_->mutex);
@@ -457,8 +587,7 @@ void Checkpointer::registerRegion(const std::string& name, void* data, std::size
 void Checkpointer::registerDeviceRegion(
     const std::string& name, void* devicePtr, std::size_t size, int device, void* stream)
 {
-    if (name.empty())
-        throw Error("a region needs a name");
+    validateName("region", name);
     if (device < 0)
         throw Error("region '" + name + "': device must be >= 0");
     impl_->backend->checkDeviceRegion(devicePtr, size, device);
@@ -476,8 +605,7 @@ void Checkpointer::unregisterRegion(const std::string& name)
 
 void Checkpointer::setBlob(const std::string& name, std::span<const std::byte> bytes)
 {
-    if (name.empty())
-        throw Error("a blob needs a name");
+    validateName("blob", name);
     std::lock_guard lock(impl_->mutex);
     impl_->blobs[name].assign(bytes.begin(), bytes.end());
 }
@@ -501,9 +629,14 @@ void Checkpointer::setEpoch(std::uint64_t epoch)
 
 void Checkpointer::setManifestField(const std::string& key, nlohmann::json value)
 {
-    if (key.empty()
-        || std::find(kReservedFields.begin(), kReservedFields.end(), key) != kReservedFields.end())
+    validateName("manifest field", key);
+    if (std::find(kReservedFields.begin(), kReservedFields.end(), key) != kReservedFields.end())
         throw Error("manifest field '" + key + "' is reserved by the format");
+    try {
+        (void)value.dump(); // throws for a string that is not UTF-8: refused now, not at every commit
+    } catch (const nlohmann::json::exception& e) {
+        throw Error("manifest field '" + key + "': its value cannot be written as JSON: " + e.what());
+    }
     std::lock_guard lock(impl_->mutex);
     impl_->fields[key] = std::move(value);
 }
@@ -623,6 +756,10 @@ RestoreResult Checkpointer::restore()
             impl_->log("skipping " + it->dir.string() + ": " + reason);
             result.fallbacks.push_back({ it->dir, reason });
         };
+        if (it->statError != 0) {
+            skip(io::IoError(it->statError, "cannot examine " + (it->dir / kManifestName).string()).what());
+            continue;
+        }
         if (!it->committed) {
             skip("not committed (no manifest.json): an interrupted checkpoint");
             continue;
@@ -641,6 +778,12 @@ RestoreResult Checkpointer::restore()
                 "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory");
             continue;
         }
+        // The staging pool is sized by the manifest only after the manifest's layout matched the data file
+        // on disk: an absurd total_bytes never turns into an allocation.
+        if (std::string reason = checkLayout(it->dir, manifest); !reason.empty()) {
+            skip(reason);
+            continue;
+        }
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
             if (found != impl_->regions.end() && found->second.size != entry.size)
@@ -649,45 +792,32 @@ RestoreResult Checkpointer::restore()
                     + " bytes are registered");
         }
         impl_->ensureStaging(io::roundUp(manifest.totalBytes, io::kDirectAlignment));
-        // Host regions are filled while the file streams in, so that restore runs at read speed. If the
-        // checkpoint then fails to verify, an older one overwrites them again.
-        std::vector<Piece> hostTargets; // `from` points into the staging copy of the file
-        for (const auto& entry : manifest.regions) {
-            auto found = impl_->regions.find(entry.name);
-            if (found != impl_->regions.end() && found->second.device < 0 && entry.size > 0)
-                hostTargets.push_back({ static_cast<std::byte*>(found->second.data),
-                    impl_->staging + entry.offset, entry.size });
-        }
-        std::sort(hostTargets.begin(), hostTargets.end(),
-            [](const Piece& a, const Piece& b) { return a.from < b.from; });
-        std::size_t nextTarget = 0;
-        TaskGroup copies(impl_->pool);
-        // Copies run on the pool while this thread checks the next chunk and the reader reads ahead.
-        auto copyArrived = [&](const std::byte* begin, std::uint64_t, std::size_t length) {
-            const std::byte* end = begin + length;
-            while (nextTarget < hostTargets.size()
-                && hostTargets[nextTarget].from + hostTargets[nextTarget].size <= begin)
-                ++nextTarget;
-            std::vector<Piece> pieces;
-            for (std::size_t i = nextTarget; i < hostTargets.size() && hostTargets[i].from < end; ++i) {
-                const Piece& t = hostTargets[i];
-                const std::byte* from = std::max(begin, t.from);
-                const std::byte* until = std::min(end, t.from + t.size);
-                pieces.push_back({ t.to + (from - t.from), from, static_cast<std::size_t>(until - from) });
-            }
-            if (pieces.empty())
-                return;
-            result.regionsOverwritten = true;
-            copies.post([pieces = std::move(pieces)] { copyPieces(pieces); });
-        };
-        std::string reason
-            = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo, copyArrived);
-        copies.wait();
+        // The whole file goes into the staging pool and is verified there (reading runs ahead of
+        // checking); only a checkpoint that verified reaches the registered regions, so a failed restore
+        // leaves them exactly as they were.
+        std::string reason = readAndVerify(it->dir, manifest, impl_->staging, impl_->options.directIo);
         if (!reason.empty()) {
             skip(reason);
             continue;
         }
-
+        std::vector<Piece> hostCopies;
+        for (const auto& entry : manifest.regions) {
+            auto found = impl_->regions.find(entry.name);
+            if (found != impl_->regions.end() && found->second.device < 0 && entry.size > 0)
+                hostCopies.push_back({ static_cast<std::byte*>(found->second.data),
+                    impl_->staging + entry.offset, entry.size });
+        }
+        // The copy is the one step that cannot overlap the read: it runs on every pool thread and on this
+        // one, after this thread has started the device copies.
+        TaskGroup copies(impl_->pool);
+        auto tasks = makeCopyTasks(hostCopies, impl_->pool.size() + 1);
+        std::vector<Piece> own;
+        if (tasks.size() > 1) {
+            own = std::move(tasks.back());
+            tasks.pop_back();
+        }
+        for (auto& task : tasks)
+            copies.post([task = std::move(task)] { copyPieces(task); });
         for (const auto& entry : manifest.regions) {
             auto found = impl_->regions.find(entry.name);
             if (found == impl_->regions.end()) {
@@ -699,6 +829,9 @@ RestoreResult Checkpointer::restore()
                 impl_->backend->restoreToDevice(
                     { impl_->staging + entry.offset, spec.data, entry.size, spec.device, spec.stream });
         }
+
+        copyPieces(own);
+        copies.wait();
 
         for (const auto& entry : manifest.blobs) {
             const std::byte* from = impl_->staging + entry.offset;
@@ -716,9 +849,6 @@ RestoreResult Checkpointer::restore()
         impl_->epoch = result.epoch;
         return result;
     }
-    if (result.regionsOverwritten)
-        impl_->log("no checkpoint verified; the registered host regions hold data of a rejected checkpoint "
-                   "and must be initialized again");
     return result;
 }
 

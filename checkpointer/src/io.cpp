@@ -16,7 +16,7 @@ namespace {
 
 constexpr std::size_t kWriteChunk = 64 << 20;
 
-Fd openOrThrow(const std::filesystem::path& path, int flags, mode_t mode = 0644)
+Fd openOrThrow(const std::filesystem::path& path, int flags, mode_t mode = kPrivateFileMode)
 {
     int fd;
     do {
@@ -136,13 +136,13 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept
 }
 
 void writeFileDurably(
-    const std::filesystem::path& path, const std::byte* data, std::size_t size, bool directIo)
+    const std::filesystem::path& path, const std::byte* data, std::size_t size, bool directIo, unsigned mode)
 {
     constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC;
     Fd fd;
     bool direct = false;
     if (directIo && size >= kDirectAlignment) {
-        int raw = ::open(path.c_str(), kFlags | O_DIRECT | O_CLOEXEC, 0644);
+        int raw = ::open(path.c_str(), kFlags | O_DIRECT | O_CLOEXEC, static_cast<mode_t>(mode));
         if (raw >= 0) {
             fd = Fd(raw);
             direct = true;
@@ -151,7 +151,7 @@ void writeFileDurably(
         }
     }
     if (!direct)
-        fd = openOrThrow(path, kFlags);
+        fd = openOrThrow(path, kFlags, static_cast<mode_t>(mode));
 
     if (direct) {
         // Whole aligned blocks go straight to the device; the file is then cut to its real size.
@@ -166,9 +166,9 @@ void writeFileDurably(
     fd.close(path.string());
 }
 
-void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text)
+void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text, unsigned mode)
 {
-    Fd fd = openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC);
+    Fd fd = openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(mode));
     writeAll(fd.get(), reinterpret_cast<const std::byte*>(text.data()), text.size(), path);
     if (::fsync(fd.get()) != 0)
         throwErrno("cannot sync " + path.string());
@@ -189,6 +189,26 @@ std::string readSmallFile(const std::filesystem::path& path, std::size_t limit)
             throw Error(path.string() + " is larger than " + std::to_string(limit) + " bytes");
     }
     return text;
+}
+
+void createDirectories(const std::filesystem::path& dir, unsigned mode)
+{
+    // Outermost missing component first; a concurrent creator (another job of the chain) is fine.
+    std::filesystem::path built;
+    for (const auto& part : dir.lexically_normal()) {
+        built /= part;
+        if (part == built.root_path() || part.empty())
+            continue;
+        if (::mkdir(built.c_str(), static_cast<mode_t>(mode)) == 0)
+            continue;
+        if (errno != EEXIST)
+            throwErrno("cannot create directory " + built.string());
+        struct stat st { };
+        if (::stat(built.c_str(), &st) != 0)
+            throwErrno("cannot create directory " + built.string());
+        if (!S_ISDIR(st.st_mode))
+            throw Error(built.string() + " exists and is not a directory");
+    }
 }
 
 void fsyncDirectory(const std::filesystem::path& dir)

@@ -61,11 +61,25 @@ private:
     std::size_t size_ = 0;
 };
 
-// Writes `size` bytes and makes them durable. With directIo, `data` must be page-aligned and readable
-// up to `size` rounded up to kDirectAlignment; falls back to buffered writes where O_DIRECT is refused.
-void writeFileDurably(
-    const std::filesystem::path& path, const std::byte* data, std::size_t size, bool directIo);
-void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text);
+// Permissions of what the library creates unless the caller chooses others (Options::fileMode): private.
+inline constexpr unsigned kPrivateFileMode = 0600;
+
+// The mode of a directory that holds files of `fileMode`: search permission wherever read is granted.
+inline unsigned directoryMode(unsigned fileMode)
+{
+    return fileMode | ((fileMode & 0444) >> 2);
+}
+
+// Writes `size` bytes and makes them durable; a new file gets `mode` (less the umask). With directIo,
+// `data` must be page-aligned and readable up to `size` rounded up to kDirectAlignment; falls back to
+// buffered writes where O_DIRECT is refused.
+void writeFileDurably(const std::filesystem::path& path, const std::byte* data, std::size_t size,
+    bool directIo, unsigned mode = kPrivateFileMode);
+void writeSmallFileDurably(
+    const std::filesystem::path& path, std::string_view text, unsigned mode = kPrivateFileMode);
+// Creates `dir` and any missing parents with `mode` (less the umask); existing ones are left as they are.
+// Throws IoError, or Error when a component exists and is not a directory.
+void createDirectories(const std::filesystem::path& dir, unsigned mode);
 std::string readSmallFile(const std::filesystem::path& path, std::size_t limit = 64 << 20);
 void fsyncDirectory(const std::filesystem::path& dir);
 void renameDurably(const std::filesystem::path& from, const std::filesystem::path& to);

@@ -1,12 +1,16 @@
 #include "baton/ckpt/options.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "baton/ckpt/error.hpp"
+#include "baton_contract.hpp"
 
 namespace baton::ckpt {
+
+static_assert(kMaxHandoverWait == contract::kHandoverWaitMax, "options.hpp states the contract's bound");
 
 namespace {
 
@@ -17,8 +21,9 @@ int parseKeep(const char* text)
     char* end = nullptr;
     errno = 0;
     long keep = std::strtol(value.c_str(), &end, 10);
-    if (value.empty() || *end != '\0' || errno == ERANGE || keep < 1 || keep > 1000000)
-        throw ConfigError("BATON_KEEP='" + value + "' is not a whole number of checkpoints >= 1");
+    if (value.empty() || *end != '\0' || errno == ERANGE || !contract::keepInRange(keep))
+        throw ConfigError("BATON_KEEP='" + value + "' is not a whole number of checkpoints from "
+            + std::to_string(contract::kKeepMin) + " to " + std::to_string(contract::kKeepMax));
     return static_cast<int>(keep);
 }
 
@@ -50,7 +55,7 @@ double parseHandoverWait(const char* text)
     errno = 0;
     double seconds = std::strtod(value.c_str(), &end);
     // "!(a <= b)" also refuses NaN.
-    if (value.empty() || *end != '\0' || errno == ERANGE || !(seconds >= 0 && seconds <= kMaxHandoverWait))
+    if (value.empty() || *end != '\0' || errno == ERANGE || !contract::handoverWaitInRange(seconds))
         throw ConfigError("BATON_HANDOVER_WAIT='" + value + "' is not a number of seconds in 0.."
             + std::to_string(static_cast<int>(kMaxHandoverWait)));
     return seconds;
@@ -102,6 +107,14 @@ void Options::validate() const
     if (!(handoverWaitSeconds >= 0 && handoverWaitSeconds <= kMaxHandoverWait))
         throw ConfigError(
             "handover wait must be 0..3600 seconds (got " + std::to_string(handoverWaitSeconds) + ")");
+    if ((fileMode & ~0777u) != 0 || (fileMode & 0600u) != 0600u) {
+        char text[16];
+        std::snprintf(text, sizeof text, "%o", fileMode);
+        throw ConfigError(
+            std::string("fileMode must be permission bits (at most 0777) that let the owner read "
+                        "and write (got 0")
+            + text + ")");
+    }
     if (copyThreads > 256)
         throw ConfigError("copyThreads must be <= 256 (got " + std::to_string(copyThreads) + ")");
 }

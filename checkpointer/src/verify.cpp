@@ -1,6 +1,9 @@
 #include "verify.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <limits>
 #include <memory>
@@ -190,12 +193,10 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
     return reason;
 }
 
-} // namespace
-
-std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
-    std::byte* destination, bool directIo, const ChunkSink& onChunk)
+// The entries sorted by offset, or the reason they cannot describe one data file.
+std::string sortedEntries(const Manifest& manifest, std::vector<const ManifestEntry*>& sorted)
 {
-    std::vector<const ManifestEntry*> sorted;
+    sorted.clear();
     for (const auto* list : { &manifest.regions, &manifest.blobs }) {
         for (const auto& entry : *list) {
             if (entry.file != kDataFileName)
@@ -211,11 +212,40 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
     for (const auto* entry : sorted) {
         if (entry->offset < expectedSize)
             return "entries overlap at '" + entry->name + "'";
-        expectedSize = entry->offset + entry->size;
+        expectedSize = entry->offset + entry->size; // parseManifest refused offset + size overflows
     }
     if (expectedSize != manifest.totalBytes)
         return "total_bytes " + std::to_string(manifest.totalBytes) + " does not match the entries ("
             + std::to_string(expectedSize) + ")";
+    return {};
+}
+
+} // namespace
+
+std::string checkLayout(const std::filesystem::path& checkpointDir, const Manifest& manifest)
+{
+    std::vector<const ManifestEntry*> sorted;
+    if (std::string reason = sortedEntries(manifest, sorted); !reason.empty())
+        return reason;
+    auto path = checkpointDir / kDataFileName;
+    struct stat st { };
+    if (::stat(path.c_str(), &st) != 0)
+        return io::IoError(errno, "cannot stat " + path.string()).what();
+    if (!S_ISREG(st.st_mode))
+        return path.string() + " is not a regular file";
+    if (static_cast<std::uint64_t>(st.st_size) != manifest.totalBytes)
+        return path.string() + " has " + std::to_string(st.st_size) + " bytes, the manifest says "
+            + std::to_string(manifest.totalBytes);
+    return {};
+}
+
+std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
+    std::byte* destination, bool directIo, const ChunkSink& onChunk)
+{
+    std::vector<const ManifestEntry*> sorted;
+    if (std::string reason = sortedEntries(manifest, sorted); !reason.empty())
+        return reason;
+    const std::uint64_t expectedSize = manifest.totalBytes;
 
     auto path = checkpointDir / kDataFileName;
     try {

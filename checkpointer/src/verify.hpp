@@ -17,6 +17,11 @@ namespace baton::ckpt {
 //
 // With a destination, reading runs on its own thread, one chunk ahead of checking; `onChunk` (optional)
 // sees each chunk right after it was checked, before the whole file is known to be good.
+// Checks, without reading data, that the manifest's entries lie in its data file without overlapping,
+// that they add up to total_bytes and that the data file on disk has exactly that size. Returns an empty
+// string when they do, else the reason. Nothing is allocated by the manifest's numbers before this passed.
+std::string checkLayout(const std::filesystem::path& checkpointDir, const Manifest& manifest);
+
 using ChunkSink = std::function<void(const std::byte* data, std::uint64_t fileOffset, std::size_t length)>;
 std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
     std::byte* destination, bool directIo, const ChunkSink& onChunk = {});

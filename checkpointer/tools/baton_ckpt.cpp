@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -99,7 +100,10 @@ int listChain(const fs::path& chain)
     std::printf("%-14s  %-20s  %10s  %s\n", "ITERATION", "CREATED", "SIZE", "STATUS");
     for (const auto& info : listCheckpoints(chain)) {
         std::string created = "-", size = "-", status;
-        if (!info.committed) {
+        if (info.statError != 0) {
+            status
+                = std::string("unknown (cannot examine the manifest: ") + std::strerror(info.statError) + ")";
+        } else if (!info.committed) {
             status = "incomplete (no manifest)";
         } else {
             try {

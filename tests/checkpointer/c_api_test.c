@@ -119,6 +119,28 @@ int main(void)
     baton_ckpt_destroy(reader);
     baton_ckpt_destroy(NULL);
 
+    /* Checkpoints are private (0600 files) unless the caller asks for other permissions. */
+    {
+        char path[1024];
+        struct stat st;
+        mode_t saved = umask(022);
+        snprintf(path, sizeof path, "%s/ckpt-000000000020/data.bin", dir);
+        CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+        char shared[256];
+        snprintf(shared, sizeof shared, "%s/shared", dir);
+        baton_ckpt* group = baton_ckpt_create_with_mode(shared, 2, 0640);
+        CHECK(group != NULL);
+        if (group != NULL) {
+            CHECK(baton_ckpt_checkpoint_now(group, 1) == 0);
+            baton_ckpt_destroy(group);
+        }
+        CHECK(stat(shared, &st) == 0 && (st.st_mode & 0777) == 0750);
+        snprintf(path, sizeof path, "%s/ckpt-000000000001/manifest.json", shared);
+        CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640);
+        CHECK(baton_ckpt_create_with_mode(shared, 2, 0444) == NULL);
+        umask(saved);
+    }
+
     free(weights);
     free(restored);
     nftw(dir, removeEntry, 16, FTW_DEPTH | FTW_PHYS);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -248,6 +249,100 @@ TEST(Checkpointer, ManifestFieldsRideAlongAndReservedOnesAreRefused)
         EXPECT_TRUE(result.manifest.contains(key)) << key;
     EXPECT_TRUE(result.manifest["timings"].contains("snapshot_seconds"));
     EXPECT_TRUE(result.manifest["timings"].contains("persist_seconds"));
+}
+
+// A name that cannot go into the manifest (not UTF-8) or that would be a path is refused when it is given,
+// with a message saying why; before, it registered and then every checkpoint failed.
+TEST(Checkpointer, NamesAreValidatedAtRegistration)
+{
+    TempDir dir("ckpt-names");
+    Checkpointer ckpt(quietOptions(dir.path()));
+    std::vector<std::byte> state(100);
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        { "bad\xff", "not valid UTF-8" },
+        { "caf\xc3", "not valid UTF-8" }, // truncated sequence
+        { "\xc0\xaf", "not valid UTF-8" }, // overlong '/'
+        { "\xed\xa0\x80", "not valid UTF-8" }, // UTF-16 surrogate
+        { "\xf4\x90\x80\x80", "not valid UTF-8" }, // above U+10FFFF
+        { std::string("a\0b", 3), "NUL" },
+        { "layers\\0", "path separator" },
+        { "/layers", "starts or ends with '/'" },
+        { "layers/", "starts or ends with '/'" },
+        { "layers//0", "path component" },
+        { "layers/../0", "path component" },
+        { "..", "path component" },
+        { "", "empty" },
+        { std::string(2000, 'a'), "longer than" },
+    };
+    for (const auto& [name, why] : bad) {
+        for (int api = 0; api < 3; ++api) {
+            try {
+                if (api == 0)
+                    ckpt.registerRegion(name, state.data(), state.size());
+                else if (api == 1)
+                    ckpt.setBlob(name, std::string_view("x"));
+                else
+                    ckpt.setManifestField(name, 1);
+                ADD_FAILURE() << "accepted " << ::testing::PrintToString(name) << " (api " << api << ")";
+            } catch (const Error& e) {
+                EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+            }
+        }
+    }
+    EXPECT_THROW(ckpt.setManifestField("note", std::string("bad\xff")), Error);
+    EXPECT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+
+    // Names in any script, dots, dashes and '/' between levels (as baton.torch names tensors) are fine.
+    ckpt.registerRegion("model/layers.0.weight", state.data(), state.size());
+    ckpt.registerRegion("gewichte-\xc3\xa4\xe2\x82\xac\xf0\x9f\x98\x80", state.data(), state.size());
+    ckpt.setBlob("rng\xe7\x8a\xb6\xe6\x80\x81", std::string_view("x"));
+    ckpt.setManifestField("t\xc3\xbcning", { { "k", "v\xc3\xa9" } });
+    EXPECT_TRUE(ckpt.checkpointNow(2)) << ckpt.lastError();
+}
+
+unsigned modeOf(const std::filesystem::path& path)
+{
+    struct stat st { };
+    EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+    return st.st_mode & 07777;
+}
+
+// Checkpoints hold a user's model: what the library creates is private unless the caller asks otherwise.
+TEST(Checkpointer, FilesAndDirectoriesArePrivateUnlessAsked)
+{
+    TempDir dir("ckpt-modes");
+    const mode_t saved = ::umask(022);
+    std::vector<std::byte> state(5000);
+    {
+        Checkpointer ckpt(quietOptions(dir.path() / "runs" / "chain"));
+        ckpt.registerRegion("s", state.data(), state.size());
+        ASSERT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+    }
+    auto checkpoint = dir.path() / "runs" / "chain" / checkpointDirName(1);
+    EXPECT_EQ(modeOf(dir.path() / "runs"), 0700u);
+    EXPECT_EQ(modeOf(dir.path() / "runs" / "chain"), 0700u);
+    EXPECT_EQ(modeOf(checkpoint), 0700u);
+    EXPECT_EQ(modeOf(checkpoint / kDataFileName), 0600u);
+    EXPECT_EQ(modeOf(checkpoint / kManifestName), 0600u);
+
+    auto options = quietOptions(dir.path() / "shared");
+    options.fileMode = 0640;
+    {
+        Checkpointer ckpt(options);
+        ckpt.registerRegion("s", state.data(), state.size());
+        ASSERT_TRUE(ckpt.checkpointNow(1)) << ckpt.lastError();
+    }
+    checkpoint = dir.path() / "shared" / checkpointDirName(1);
+    EXPECT_EQ(modeOf(dir.path() / "shared"), 0750u);
+    EXPECT_EQ(modeOf(checkpoint), 0750u);
+    EXPECT_EQ(modeOf(checkpoint / kDataFileName), 0640u);
+    EXPECT_EQ(modeOf(checkpoint / kManifestName), 0640u);
+    ::umask(saved);
+
+    for (unsigned bad : { 0400u, 0200u, 01700u, 010600u }) {
+        options.fileMode = bad;
+        EXPECT_THROW(Checkpointer { options }, ConfigError) << std::oct << bad;
+    }
 }
 
 TEST(Checkpointer, RetentionKeepsTheNewestN)

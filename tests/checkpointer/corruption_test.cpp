@@ -162,11 +162,71 @@ TEST_F(Corruption, BothDamagedMeansNothingToRestore)
     auto result = reader_->restore();
     EXPECT_FALSE(result.restored);
     EXPECT_EQ(result.fallbacks.size(), 2u);
-    // The regions were filled while the rejected checkpoints streamed in: the caller is told.
-    EXPECT_TRUE(result.regionsOverwritten);
+    EXPECT_FALSE(result.regionsOverwritten);
     auto verdict = verifyCheckpoint(newest_);
     EXPECT_FALSE(verdict.ok);
     EXPECT_NE(verdict.reason.find("checksum mismatch in 'r0'"), std::string::npos) << verdict.reason;
+}
+
+// Every checkpoint is damaged in its last bytes (the blob after all regions): the regions must not receive
+// a byte of it, so that a caller who falls back to a fresh start trains from its own initial state.
+TEST_F(Corruption, EveryCheckpointCorruptedLeavesRegionsUntouched)
+{
+    build({ 3 << 20, 1000, (1 << 20) + 7, 300 });
+    for (std::uint64_t it : { 1, 2 }) {
+        auto file = dir_.path() / checkpointDirName(it) / kDataFileName;
+        std::string bytes = readAll(file);
+        bytes[bytes.size() - 1] = static_cast<char>(bytes[bytes.size() - 1] ^ 0x40);
+        writeAll(file, bytes);
+    }
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+        fillPattern(state_[i].data(), sizes_[i], 100 + i, 0); // the caller's own initial state
+    auto result = reader_->restore();
+    EXPECT_FALSE(result.restored);
+    ASSERT_EQ(result.fallbacks.size(), 2u);
+    for (const auto& fallback : result.fallbacks)
+        EXPECT_NE(fallback.reason.find("checksum mismatch in 'note'"), std::string::npos) << fallback.reason;
+    EXPECT_FALSE(result.regionsOverwritten);
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+        EXPECT_TRUE(matchesPattern(state_[i].data(), sizes_[i], 100 + i, 0))
+            << "region r" << i << " was overwritten by a checkpoint that failed to verify";
+}
+
+// A manifest (intact, with a valid checksum) whose sizes do not fit its data file is skipped with the
+// reason before anything is allocated for it: a total of 1 PiB would fail any allocation.
+TEST_F(Corruption, AbsurdSizesAreSkippedBeforeAnyAllocation)
+{
+    build({ 1000, 5000 });
+    auto path = newest_ / kManifestName;
+    const std::string original = readAll(path);
+    auto rewrite = [&](auto&& change) {
+        auto manifest = parseManifest(original);
+        change(manifest.document);
+        writeAll(path, renderManifest(manifest.document));
+    };
+    const std::uint64_t huge = std::uint64_t(1) << 50;
+
+    // total_bytes and the last entry (the blob) grow together: the layout is consistent, the file is not.
+    rewrite([&](nlohmann::json& doc) {
+        auto& last = doc["blobs"][0];
+        last["size"] = huge - last["offset"].get<std::uint64_t>();
+        doc["total_bytes"] = huge;
+    });
+    expectFallback("total_bytes of 1 PiB");
+    EXPECT_NE(reader_->restore().fallbacks.at(0).reason.find("the manifest says " + std::to_string(huge)),
+        std::string::npos);
+
+    // A region larger than the data file, total_bytes unchanged.
+    rewrite([&](nlohmann::json& doc) { doc["regions"][0]["size"] = huge; });
+    expectFallback("region of 1 PiB");
+
+    // total_bytes alone beyond the file.
+    rewrite(
+        [&](nlohmann::json& doc) { doc["total_bytes"] = doc["total_bytes"].get<std::uint64_t>() + 4096; });
+    expectFallback("total_bytes beyond the file");
+
+    writeAll(path, original);
+    EXPECT_EQ(reader_->restore().iteration, 2u);
 }
 
 } // namespace

@@ -401,7 +401,8 @@ TEST(CheckpointScan, StopsAfterTheNewestCandidates)
     }
     EXPECT_FALSE(newestCheckpoint(openDir(temp.path()).get()).has_value());
     // Names that only look like checkpoints are not candidates.
-    for (const char* name : { "ckpt-", "ckpt-12a", "ckpt--1", "ckpt-1234567890123456789", "xckpt-5" }) {
+    for (const char* name : { "ckpt-", "ckpt-12a", "ckpt--1", "ckpt-5", "ckpt-0000000000005",
+             "ckpt-99999999999999999999", "ckpt-000000000005x", "xckpt-5" }) {
         commitManifest(temp.path(), name, manifest(5));
     }
     ScanLimits one;

@@ -45,6 +45,8 @@ void bindOptions(py::module_& module)
         .def_readwrite("staging_bytes", &ckpt::Options::stagingBytes)
         .def_readwrite("copy_threads", &ckpt::Options::copyThreads)
         .def_readwrite("direct_io", &ckpt::Options::directIo)
+        .def_readwrite("file_mode", &ckpt::Options::fileMode,
+            "Permissions of checkpoint files (default 0o600; directories get search bits: 0o700).")
         .def_readwrite("job_id", &ckpt::Options::jobId, "Recorded in every manifest; None: BATON_JOB_ID.")
         .def_readwrite("restart_count", &ckpt::Options::restartCount,
             "Recorded in every manifest; None: BATON_RESTART_COUNT.")

@@ -11,15 +11,19 @@
 
 namespace baton::ckpt {
 
-// "ckpt-000000001200" for iteration 1200.
+// "ckpt-000000001200" for iteration 1200 (docs/contracts.md: zero-padded to 12 digits, up to 20).
 std::string checkpointDirName(std::uint64_t iteration);
-// The iteration a directory name stands for, if it is a checkpoint directory name.
+// The iteration a directory name stands for, if it is exactly the name checkpointDirName() gives it
+// (the plugin reads chain directories with the same rule).
 std::optional<std::uint64_t> parseCheckpointDirName(const std::string& name);
 
 struct CheckpointInfo {
     std::filesystem::path dir;
     std::uint64_t iteration = 0;
     bool committed = false; // its manifest.json exists
+    // errno of a failed stat of manifest.json other than ENOENT (EIO, ESTALE, EACCES, ...): whether it
+    // is committed is unknown, so it is neither restored nor ever removed by retention.
+    int statError = 0;
 };
 
 // Every ckpt-* directory of the chain, oldest iteration first.
@@ -36,7 +40,8 @@ struct VerifyResult {
 VerifyResult verifyCheckpoint(const std::filesystem::path& checkpointDir, bool directIo = true);
 
 // Removes all but the newest `keep` committed checkpoints, plus incomplete checkpoint directories
-// older than the newest committed one. Returns what it removed.
+// (manifest.json absent: ENOENT) older than the newest committed one; a checkpoint whose manifest cannot
+// be examined (statError) is never removed. Returns what it removed.
 std::vector<std::filesystem::path> pruneChain(const std::filesystem::path& chainDir, int keep);
 
 // Removes one checkpoint so that a crash at any moment leaves it either committed or gone.
@@ -57,7 +62,8 @@ HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::u
 std::string temporaryOwnerTag();
 
 // Removes temporary and half-deleted directories left in the chain by processes of this host that no
-// longer run, and those of other hosts once they are a day old.
+// longer run (a checkpoint moved aside by an interrupted replacement goes back to its name when nothing
+// took that name), and those of other hosts once they are a day old.
 void removeStaleTemporaries(const std::filesystem::path& chainDir);
 
 } // namespace baton::ckpt

@@ -75,8 +75,9 @@ struct RestoreResult {
     nlohmann::json manifest; // the restored manifest, with sampler, tuning and extra fields
     std::vector<Fallback> fallbacks;
     std::vector<std::string> unclaimedRegions; // in the checkpoint but not registered: not restored
-    // Host regions are filled while a checkpoint streams in. When none verified (restored == false) and
-    // this is true, they hold bytes of a rejected checkpoint: initialize them again before training.
+    // Always false: restore verifies a checkpoint completely in the staging pool before any byte of it
+    // reaches a registered region, so a failed restore leaves them as they were. Kept for source
+    // compatibility with callers that checked it.
     bool regionsOverwritten = false;
     // The restored manifest's writer and flags (unknown / false for manifests without them).
     std::optional<std::uint64_t> jobId;
@@ -139,10 +140,12 @@ public:
     bool inFlight() const;
 
     // Restores the newest committed checkpoint whose checksums all verify into the registered regions,
-    // falling back to older ones. Throws FormatError for a newer format, Error when a checkpoint's
-    // region has a different size than the registered one. With Options::handoverWaitSeconds > 0 and
-    // restartCount n > 0, the first call first waits (at most that long) for the predecessor's final
-    // checkpoint (waitForHandover), so that a successor never resumes from a stale one.
+    // falling back to older ones; regions receive bytes only from a checkpoint that verified. A manifest
+    // whose sizes do not match its data file is skipped before anything is allocated for it. Throws
+    // FormatError for a newer format, Error when a checkpoint's region has a different size than the
+    // registered one. With Options::handoverWaitSeconds > 0 and restartCount n > 0, the first call first
+    // waits (at most that long) for the predecessor's final checkpoint (waitForHandover), so that a successor
+    // never resumes from a stale one.
     RestoreResult restore();
 
     CheckpointStats lastCheckpoint() const;

@@ -15,7 +15,8 @@ inline constexpr double defaultDeadlineMargin = 60.0;
 inline constexpr double defaultCheckpointSafetyFactor = 1.5;
 inline constexpr double defaultDeadlineSlack = 1.0;
 
-// Parses BATON_DEADLINE (epoch seconds, > 0) and BATON_DEADLINE_MARGIN (seconds, >= 0). An empty or
+// Parses BATON_DEADLINE (epoch seconds, > 0) and BATON_DEADLINE_MARGIN (seconds, 0..86400, the
+// contract's range). An empty or
 // absent value gives nullopt; a malformed one throws std::invalid_argument naming the variable.
 std::optional<double> parseDeadline(std::string_view name, const char* value);
 std::optional<double> parseMargin(std::string_view name, const char* value);

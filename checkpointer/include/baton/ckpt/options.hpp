@@ -23,6 +23,11 @@ struct Options {
     unsigned copyThreads = 0;
     // Write and read data with O_DIRECT where the file system supports it.
     bool directIo = true;
+    // Permissions of the checkpoint files the Checkpointer creates; the directories it creates (the chain
+    // directory and its missing parents, checkpoint directories) get the same bits plus search where read
+    // is granted. Default 0600 / 0700: private to the user. E.g. 0640 shares checkpoints with the group
+    // (0750 directories). The umask applies on top; existing directories are left as they are.
+    unsigned fileMode = 0600;
     // Receives warnings and errors (one line each); default: standard error.
     std::function<void(std::string_view)> log;
     // The writer's Slurm job id and restart count, recorded in every manifest (`job_id`,
@@ -34,7 +39,7 @@ struct Options {
     // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
     double handoverWaitSeconds = 0;
 
-    // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer >= 1), BATON_JOB_ID,
+    // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer 1..1000), BATON_JOB_ID,
     // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600). Throws ConfigError
     // naming the variable.
     static Options fromEnvironment();

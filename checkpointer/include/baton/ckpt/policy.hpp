@@ -31,7 +31,8 @@ struct PolicyOptions {
 };
 
 // Reads BATON_OVERHEAD, BATON_DEADLINE and BATON_DEADLINE_MARGIN through `lookup` (getenv by default)
-// over `options`. A malformed value throws std::invalid_argument naming the variable.
+// over `options`. A malformed value, or one outside the contract's range (docs/contracts.md: overhead
+// greater than 0 and less than 100, margin 0..86400), throws std::invalid_argument naming the variable.
 using EnvironmentLookup = std::function<const char*(const char*)>;
 PolicyOptions applyEnvironment(PolicyOptions options, const EnvironmentLookup& lookup = {});
 

@@ -1,0 +1,107 @@
+// The BATON_* contract between the SPANK plugin (which writes the environment and reads checkpoint
+// directories) and the checkpointer (which reads the environment and writes checkpoint directories):
+// variable names, the ranges of their values and the checkpoint directory name, in one place that both
+// sides include, so that whatever one side writes the other accepts. docs/contracts.md states the same.
+// Standard library only: the plugin runs inside slurmstepd and links nothing of the checkpointer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace baton::contract {
+
+inline constexpr const char* kChainVar = "BATON_CHAIN";
+inline constexpr const char* kChainDirVar = "BATON_CHAIN_DIR";
+inline constexpr const char* kJobIdVar = "BATON_JOB_ID";
+inline constexpr const char* kRestartCountVar = "BATON_RESTART_COUNT";
+inline constexpr const char* kDeadlineVar = "BATON_DEADLINE";
+inline constexpr const char* kDeadlineMarginVar = "BATON_DEADLINE_MARGIN";
+inline constexpr const char* kOverheadVar = "BATON_OVERHEAD";
+inline constexpr const char* kKeepVar = "BATON_KEEP";
+inline constexpr const char* kHandoverWaitVar = "BATON_HANDOVER_WAIT";
+inline constexpr const char* kProvisionerUrlVar = "BATON_PROVISIONER_URL";
+
+// BATON_OVERHEAD: checkpoint overhead target in percent, greater than kOverheadAbove and less than
+// kOverheadBelow (fractions allowed).
+inline constexpr double kOverheadAbove = 0;
+inline constexpr double kOverheadBelow = 100;
+inline constexpr double kOverheadDefault = 5;
+constexpr bool overheadInRange(double percent)
+{
+    return percent > kOverheadAbove && percent < kOverheadBelow; // false for NaN
+}
+
+// BATON_DEADLINE_MARGIN: seconds, kMarginMin..kMarginMax (the plugin writes whole seconds; the
+// checkpointer also accepts fractions).
+inline constexpr double kMarginMin = 0;
+inline constexpr double kMarginMax = 86400;
+inline constexpr double kMarginDefault = 60;
+constexpr bool marginInRange(double seconds)
+{
+    return seconds >= kMarginMin && seconds <= kMarginMax;
+}
+
+// BATON_KEEP: committed checkpoints to retain, a whole number kKeepMin..kKeepMax.
+inline constexpr long long kKeepMin = 1;
+inline constexpr long long kKeepMax = 1000;
+inline constexpr long long kKeepDefault = 2;
+constexpr bool keepInRange(long long keep)
+{
+    return keep >= kKeepMin && keep <= kKeepMax;
+}
+
+// BATON_HANDOVER_WAIT: seconds, kHandoverWaitMin..kHandoverWaitMax (the plugin writes whole seconds).
+inline constexpr double kHandoverWaitMin = 0;
+inline constexpr double kHandoverWaitMax = 3600;
+constexpr bool handoverWaitInRange(double seconds)
+{
+    return seconds >= kHandoverWaitMin && seconds <= kHandoverWaitMax;
+}
+
+// Checkpoint directories: "ckpt-" and the iteration in decimal, zero-padded to 12 digits; an iteration
+// of 10^12 or more takes as many digits as it has (at most 20, the largest 64-bit number).
+inline constexpr std::string_view kCheckpointPrefix = "ckpt-";
+inline constexpr std::size_t kCheckpointMinDigits = 12;
+inline constexpr std::size_t kCheckpointMaxDigits = 20;
+
+inline std::string checkpointDirName(std::uint64_t iteration)
+{
+    std::string digits;
+    do {
+        digits.insert(digits.begin(), static_cast<char>('0' + iteration % 10));
+        iteration /= 10;
+    } while (iteration != 0);
+    if (digits.size() < kCheckpointMinDigits)
+        digits.insert(0, kCheckpointMinDigits - digits.size(), '0');
+    return std::string(kCheckpointPrefix) + digits;
+}
+
+// The iteration of a checkpoint directory name, only for the name checkpointDirName() gives that
+// iteration: every iteration has exactly one name, and anything else ("ckpt-5", a 13-digit name with a
+// leading zero, 21 digits, a value beyond 64 bits) is not a checkpoint to either side.
+inline std::optional<std::uint64_t> parseCheckpointDirName(std::string_view name)
+{
+    if (name.substr(0, kCheckpointPrefix.size()) != kCheckpointPrefix)
+        return std::nullopt;
+    const std::string_view digits = name.substr(kCheckpointPrefix.size());
+    if (digits.size() < kCheckpointMinDigits || digits.size() > kCheckpointMaxDigits)
+        return std::nullopt;
+    if (digits.size() > kCheckpointMinDigits && digits.front() == '0')
+        return std::nullopt;
+    std::uint64_t value = 0;
+    for (const char c : digits) {
+        if (c < '0' || c > '9')
+            return std::nullopt;
+        const auto digit = static_cast<std::uint64_t>(c - '0');
+        if (value > (std::numeric_limits<std::uint64_t>::max() - digit) / 10)
+            return std::nullopt;
+        value = value * 10 + digit;
+    }
+    return value;
+}
+
+} // namespace baton::contract
