@@ -5,7 +5,7 @@
 #
 #   deploy/demo.sh [--quick] [--output DIR] [--no-build] [--steps N] [--keep-state]
 #
-# --quick: a shorter training in 1-minute jobs (what the e2e suite runs). --output: default
+# --quick: a shorter training, still in several jobs (what the e2e suite runs). --output: default
 # demo-output/. --no-build: use the build directory as it is (BATON_BUILD_DIR, default build/).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -33,10 +33,11 @@ USER = "nobody"  # the jobs' owner, as in the e2e tests: any non-root user works
 CHAIN = "digits"
 
 # Full run: about 6 minutes of training on an idle 2-core machine in 2-minute jobs.
-# Quick run (CI): about 1.5 minutes of training, at least two jobs.
+# Quick run (CI): 2.5 minutes of training on an idle 2-core machine (about 50 steps/s), so that even
+# there it outlasts the first job's submit point (80 s) and runs in at least two jobs.
 PROFILES = {
     "full": {"steps": 15000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 1800},
-    "quick": {"steps": 4000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 480},
+    "quick": {"steps": 7000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 540},
 }
 BATCH_SIZE = 128
 MARGIN_S = 10  # the final checkpoint is committed this long before a job's time limit
@@ -502,8 +503,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--output", required=True, help="folder for metrics, chain document, timeline")
-    parser.add_argument("--quick", action="store_true", help="a shorter training in 1-minute jobs (CI)")
-    parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 4000)")
+    parser.add_argument("--quick", action="store_true", help="a shorter training (CI)")
+    parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 7000)")
     parser.add_argument("--keep-state", action="store_true", help="leave the state directory for inspection")
     args = parser.parse_args()
     if os.geteuid() != 0:
