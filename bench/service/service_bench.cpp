@@ -190,6 +190,17 @@ int main()
         HttpApi api(config, pool, cluster, metrics, [] { return Readiness { true, "ready" }; });
         const int port = api.bind();
         std::thread server([&] { api.serve(); });
+        // However the measurements end (an exception too), the server stops before the database does.
+        struct StopServer {
+            HttpApi& api;
+            std::thread& thread;
+            ~StopServer()
+            {
+                api.stop();
+                if (thread.joinable())
+                    thread.join();
+            }
+        } stopServer { api, server };
 
         // The floor: a credential made and checked, no HTTP and no database.
         const int floorCount = 2000;
@@ -286,8 +297,6 @@ int main()
             bytes = reply ? reply->body.size() : 0;
         }
         const Percentiles scrape = percentiles(scrapes);
-        api.stop();
-        server.join();
 
         std::printf("%-52s %12s %12s %10s\n", "measure", "value", "target", "ratio");
         std::printf(
