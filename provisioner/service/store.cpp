@@ -31,8 +31,6 @@ constexpr Statement selectChains { "svc_chains",
     BATON_CHAIN_COLUMNS "WHERE ($1::bigint IS NULL OR owner_uid = $1) AND ($2::text IS NULL OR state = $2)"
                         " ORDER BY owner_uid, name",
     true };
-constexpr Statement selectLiveChains { "svc_live_chains",
-    BATON_CHAIN_COLUMNS "WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id", true };
 constexpr Statement selectTickChains { "svc_tick_chains",
     "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"
     " 'null'::jsonb, chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"
@@ -127,8 +125,6 @@ constexpr Statement insertEventRow { "svc_insert_event",
 constexpr Statement selectUnprocessed { "svc_unprocessed_events",
     "SELECT id, kind, chain_name, slurm_job_id, payload FROM events WHERE processed_at IS NULL"
     " ORDER BY id LIMIT $1",
-    true };
-constexpr Statement updateProcessed { "svc_processed", "UPDATE events SET processed_at = now() WHERE id = $1",
     true };
 
 constexpr Statement updateProcessedMany { "svc_processed_many",
@@ -251,6 +247,15 @@ std::string stateArray(std::initializer_list<ChainState> states)
     return text + "}";
 }
 
+// A PostgreSQL array literal of ids, for `= ANY($1::bigint[])`.
+std::string bigintArray(const std::vector<std::int64_t>& ids)
+{
+    std::string text = "{";
+    for (const std::int64_t id : ids)
+        text += (text.size() > 1 ? "," : "") + std::to_string(id);
+    return text + "}";
+}
+
 std::int64_t epochSeconds()
 {
     return std::chrono::duration_cast<std::chrono::seconds>(
@@ -308,11 +313,6 @@ std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::o
     if (state)
         stateName = std::string(nameOf(*state));
     return connection_.exec(selectChains, Params(ownerUid, stateName)).all(chainAt);
-}
-
-std::vector<ChainRow> Store::liveChains()
-{
-    return connection_.exec(selectLiveChains).all(chainAt);
 }
 
 std::vector<LiveChain> Store::liveChainsForTick()
@@ -409,15 +409,12 @@ std::vector<std::int64_t> Store::recordIntents(const std::vector<IntentRequest>&
         ids.push_back(locked.int64(row, 0));
     if (ids.empty())
         return ids;
-    std::string array = "{";
     Json intents = Json::array();
     for (const IntentRequest& r : requests)
-        if (std::find(ids.begin(), ids.end(), r.chainId) != ids.end()) {
-            array += (array.size() > 1 ? "," : "") + std::to_string(r.chainId);
+        if (std::find(ids.begin(), ids.end(), r.chainId) != ids.end())
             intents.push_back(
                 { { "chain_id", r.chainId }, { "seq", r.seq }, { "key", r.key }, { "reason", r.reason } });
-        }
-    connection_.exec(moveToSuccessorPending, Params(array + "}"));
+    connection_.exec(moveToSuccessorPending, Params(bigintArray(ids)));
     connection_.exec(insertIntents, Params(intents));
     return ids;
 }
@@ -481,19 +478,11 @@ std::vector<EventRow> Store::unprocessedEvents(int limit)
     });
 }
 
-void Store::markProcessed(std::int64_t eventId)
-{
-    connection_.exec(updateProcessed, Params(eventId));
-}
-
 void Store::markProcessed(const std::vector<std::int64_t>& eventIds)
 {
     if (eventIds.empty())
         return;
-    std::string array = "{";
-    for (const std::int64_t id : eventIds)
-        array += (array.size() > 1 ? "," : "") + std::to_string(id);
-    connection_.exec(updateProcessedMany, Params(array + "}"));
+    connection_.exec(updateProcessedMany, Params(bigintArray(eventIds)));
 }
 
 void Store::recordCheckpoint(

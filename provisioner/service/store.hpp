@@ -102,7 +102,6 @@ public:
     std::optional<ChainRow> chain(std::int64_t ownerUid, const std::string& name);
     // Every chain, or the owner's; optionally only those in `state`.
     std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
-    std::vector<ChainRow> liveChains();
     // Every live chain with what a tick reads of it, from one snapshot of the database: four queries
     // whatever the number of chains.
     std::vector<LiveChain> liveChainsForTick();
@@ -138,7 +137,6 @@ public:
     bool insertEvent(const std::string& key, const std::string& kind, const std::optional<std::string>& chain,
         std::optional<std::int64_t> jobId, const nlohmann::json& payload, std::int64_t senderUid);
     std::vector<EventRow> unprocessedEvents(int limit);
-    void markProcessed(std::int64_t eventId);
     void markProcessed(const std::vector<std::int64_t>& eventIds); // in one statement
 
     // A checkpoint reported by the plugin (a hint: used to show progress and to see training_done).
