@@ -110,7 +110,7 @@ public:
         submitted_.push_back(job);
         return job.id;
     }
-    void signal(std::int64_t, const std::string&, std::int64_t) override { }
+    void signal(std::int64_t, const std::string&, SignalScope, std::int64_t) override { }
     void cancel(std::int64_t, std::int64_t) override { }
     std::string batchScript(std::int64_t, std::int64_t) override { return "#!/bin/bash\n"; }
     const baton::slurm::QueueSnapshot& lastRawQueue() const override { return raw_; }

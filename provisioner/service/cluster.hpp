@@ -2,6 +2,8 @@
 // and scontrol (slurm_cluster.cpp); the state-machine unit tests use a scripted one.
 #pragma once
 
+#include <signal_scope.hpp>
+
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -11,6 +13,8 @@
 #include <vector>
 
 namespace baton::service {
+
+using slurm::SignalScope;
 
 // One job as slurmctld reports it: the facts batond trusts.
 struct ClusterJob {
@@ -74,8 +78,9 @@ public:
     virtual std::int64_t submit(const SubmitRequest& request) = 0;
     // Job controls act as the job's owner (the chain's): a user may control their own jobs, so batond
     // needs no Slurm operator rights.
-    // `scancel --full --signal=SIG`: every step and the batch shell with its children.
-    virtual void signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid) = 0;
+    // `scancel [--full] --signal=SIG`, reaching the processes `scope` names.
+    virtual void signal(std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid)
+        = 0;
     virtual void cancel(std::int64_t jobId, std::int64_t ownerUid) = 0;
     // The batch script of a job (to resubmit a chain that started with plain sbatch).
     virtual std::string batchScript(std::int64_t jobId, std::int64_t ownerUid) = 0;

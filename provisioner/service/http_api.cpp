@@ -408,7 +408,7 @@ void HttpApi::routes()
                 const auto job = jobOf(chain.seq);
                 if (!job)
                     throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
-                cluster_.signal(*job, "TERM", chain.ownerUid);
+                cluster_.signal(*job, "TERM", store.checkpointSignalScope(*job), chain.ownerUid);
             } else if (action == "resubmit") {
                 // A failed chain runs again with a fresh retry budget; a live one gets its next job now.
                 if (chain.state == ChainState::Failed || chain.state == ChainState::Cancelled) {

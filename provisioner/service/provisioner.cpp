@@ -491,6 +491,8 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 std::abs(*predicted - static_cast<double>(successor->startTime - successor->submitTime)));
         if (current && !current->ended()) {
             // The successor runs while its predecessor does: fence the handover, then signal.
+            const SignalScope scope = store_.checkpointSignalScope(current->id);
+            const char* reached = scope == SignalScope::Steps ? "steps" : "full";
             {
                 db::Transaction transaction(store_.connection());
                 durable(store_);
@@ -499,15 +501,17 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 store_.setGeneration(chain.id, chain.seq);
                 store_.startHandover(chain.id, chain.seq, current->id, successor->id, now_);
                 store_.recordDecision(chain.id, config_.policy, "handover",
-                    Json { { "predecessor_job_id", current->id }, { "successor_job_id", successor->id } },
-                    "predecessor signalled TERM");
+                    Json { { "predecessor_job_id", current->id }, { "successor_job_id", successor->id },
+                        { "signal_scope", reached } },
+                    std::string("predecessor signalled TERM (") + reached + ")");
                 transaction.commit();
             }
             metrics_.handovers("started").Increment();
             const ScopedTimer timer(metrics_.slurmCall("scancel"));
-            cluster_.signal(current->id, "TERM", chain.ownerUid);
+            cluster_.signal(current->id, "TERM", scope, chain.ownerUid);
             logInfo("chain " + label + ": job " + std::to_string(successor->id) + " started; job "
-                + std::to_string(current->id) + " asked to checkpoint and exit");
+                + std::to_string(current->id) + " asked to checkpoint and exit ("
+                + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps") + ")");
             return;
         }
         // The predecessor had ended already: the chain waited for its successor.

@@ -92,10 +92,11 @@ std::int64_t SlurmCluster::submit(const SubmitRequest& request)
     return timed("sbatch", [&] { return client_.submit(submission); });
 }
 
-void SlurmCluster::signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid)
+void SlurmCluster::signal(
+    std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid)
 {
     timed("scancel", [&] {
-        client_.signal(jobId, signal, static_cast<uid_t>(ownerUid));
+        client_.signal(jobId, signal, scope, static_cast<uid_t>(ownerUid));
         return 0;
     });
 }

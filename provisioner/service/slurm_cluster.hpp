@@ -28,7 +28,8 @@ public:
 
     QueueSnapshot queue() override;
     std::int64_t submit(const SubmitRequest& request) override;
-    void signal(std::int64_t jobId, const std::string& signal, std::int64_t ownerUid) override;
+    void signal(
+        std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid) override;
     void cancel(std::int64_t jobId, std::int64_t ownerUid) override;
     std::string batchScript(std::int64_t jobId, std::int64_t ownerUid) override;
     // A cheap question to slurmctld, for the readiness of a standby.

@@ -5,6 +5,8 @@
 #include <transaction.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <unordered_map>
 
@@ -125,6 +127,12 @@ constexpr Statement insertEventRow { "svc_insert_event",
 constexpr Statement selectUnprocessed { "svc_unprocessed_events",
     "SELECT id, kind, chain_name, slurm_job_id, payload FROM events WHERE processed_at IS NULL"
     " ORDER BY id LIMIT $1",
+    true };
+
+// The plugin's step reports for one job (index events_job_idx), for checkpointSignalScope.
+constexpr Statement selectStepEvents { "svc_step_events",
+    "SELECT kind, payload->>'step', payload->>'requeue_count' FROM events"
+    " WHERE slurm_job_id = $1 AND kind IN ('step_start', 'task_exit')",
     true };
 
 constexpr Statement updateProcessedMany { "svc_processed_many",
@@ -468,6 +476,39 @@ bool Store::insertEvent(const std::string& key, const std::string& kind,
 {
     return connection_.exec(insertEventRow, Params(key, kind, chain, jobId, payload, senderUid)).affected()
         == 1;
+}
+
+SignalScope Store::checkpointSignalScope(std::int64_t slurmJobId)
+{
+    struct StepReport {
+        bool exit;
+        std::string step;
+        std::int64_t requeue;
+    };
+    // Payloads are hints (spooled ones are user-written): a requeue count that is not a number is 0.
+    const auto reports = connection_.exec(selectStepEvents, Params(slurmJobId)).all([](const Result& r, int row) {
+        std::int64_t requeue = 0;
+        if (const auto text = r.optText(row, 2))
+            std::from_chars(text->data(), text->data() + text->size(), requeue);
+        return StepReport { r.text(row, 0) == "task_exit", r.optText(row, 1).value_or(""), requeue };
+    });
+    // Only the job's latest run counts: a requeued job's earlier steps ended with that run.
+    std::int64_t latest = 0;
+    for (const auto& report : reports)
+        latest = std::max(latest, report.requeue);
+    const auto isSrunStep = [](const std::string& step) {
+        return !step.empty() && std::all_of(step.begin(), step.end(), [](unsigned char c) { return std::isdigit(c); });
+    };
+    for (const auto& started : reports) {
+        if (started.exit || started.requeue != latest || !isSrunStep(started.step))
+            continue;
+        const bool exited = std::any_of(reports.begin(), reports.end(), [&](const StepReport& report) {
+            return report.exit && report.requeue == latest && report.step == started.step;
+        });
+        if (!exited)
+            return SignalScope::Steps;
+    }
+    return SignalScope::Full;
 }
 
 std::vector<EventRow> Store::unprocessedEvents(int limit)

@@ -236,12 +236,14 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
     }
 }
 
-void SlurmClient::signal(JobId job, const std::string& name, std::optional<uid_t> asUser) const
+void SlurmClient::signal(JobId job, const std::string& name, SignalScope scope, std::optional<uid_t> asUser) const
 {
     if (name.empty() || name.size() > 16
         || !std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c); }))
         throw std::invalid_argument("signal: bad signal name '" + name + "'");
-    std::vector<std::string> argv { options_.scancel, "--full", "--signal=" + name, std::to_string(job) };
+    std::vector<std::string> argv { options_.scancel, "--signal=" + name, std::to_string(job) };
+    if (scope == SignalScope::Full)
+        argv.insert(argv.begin() + 1, "--full");
     const auto r = run(argv, options_.controlTimeout, 1 << 20, asUser);
     if (!r.ok())
         throw SlurmError(formatArgv(argv), failureText(r));

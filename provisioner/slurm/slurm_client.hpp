@@ -4,6 +4,7 @@
 
 #include "command.hpp"
 #include "squeue_json.hpp"
+#include "signal_scope.hpp"
 
 #include <sys/types.h>
 
@@ -65,8 +66,9 @@ public:
     // The job controls below run as `asUser` when given (the job's owner, with the owner's groups):
     // every user may signal, cancel and read the script of their own jobs, so batond needs no Slurm
     // operator rights, only the CAP_SETUID/CAP_SETGID its submissions need anyway.
-    // `scancel --full --signal=<name> <id>`: the batch shell and every step. `name` e.g. "TERM", "USR1".
-    void signal(JobId job, const std::string& name, std::optional<uid_t> asUser = std::nullopt) const;
+    // `scancel [--full] --signal=<name> <id>`, `name` e.g. "TERM", "USR1"; `scope` says which processes.
+    void signal(JobId job, const std::string& name, SignalScope scope = SignalScope::Full,
+        std::optional<uid_t> asUser = std::nullopt) const;
     // `scancel <id>`. Cancelling a job that already ended is not an error.
     void cancel(JobId job, std::optional<uid_t> asUser = std::nullopt) const;
     // The batch script Slurm stored for the job (`scontrol write batch_script <id> -`): what a chain

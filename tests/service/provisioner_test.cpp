@@ -42,9 +42,9 @@ public:
             throw std::runtime_error("batond killed right after sbatch");
         return job.id;
     }
-    void signal(std::int64_t jobId, const std::string& name, std::int64_t) override
+    void signal(std::int64_t jobId, const std::string& name, SignalScope scope, std::int64_t) override
     {
-        signals.emplace_back(jobId, name);
+        signals.push_back({ jobId, name, scope });
     }
     void cancel(std::int64_t jobId, std::int64_t) override
     {
@@ -79,7 +79,13 @@ public:
     bool failAfterSubmit = false;
     std::vector<ClusterJob> jobs;
     std::vector<SubmitRequest> submissions;
-    std::vector<std::pair<std::int64_t, std::string>> signals;
+    struct Signal {
+        std::int64_t jobId;
+        std::string name;
+        SignalScope scope;
+        bool operator==(const Signal&) const = default;
+    };
+    std::vector<Signal> signals;
     std::vector<std::int64_t> cancelled;
 };
 
@@ -164,7 +170,8 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
-    EXPECT_EQ(cluster_.signals[0], std::make_pair(std::int64_t { 1 }, std::string("TERM")));
+    // No step reports: the training is taken to run in the batch step, reached through --full.
+    EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Full }));
     tick(); // still running: no second signal
     EXPECT_EQ(cluster_.signals.size(), 1u);
 
@@ -179,6 +186,40 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     ASSERT_EQ(detail["handovers"].size(), 1u);
     EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
     EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
+}
+
+// srun answers TERM by killing its step before the final checkpoint: a predecessor whose training runs
+// under srun is signalled through its steps only, which spares srun.
+TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
+{
+    const ChainRow chain = chainWithRunningJob(1);
+    const auto report = [&](const std::string& kind, const std::string& step, const Json& requeue) {
+        static int count = 0;
+        store_.insertEvent("key-" + std::to_string(++count), kind, chain.name, 1,
+            Json { { "step", step }, { "requeue_count", requeue } }, 0);
+    };
+    report("step_start", "batch", 0);
+    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
+    report("step_start", "0", 0);
+    report("task_exit", "0", 0);
+    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
+    report("step_start", "1", "not a number"); // a hint: read as the first run
+    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
+    report("step_start", "batch", 1);
+    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
+    report("step_start", "0", 1);
+    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Steps);
+    EXPECT_EQ(store_.checkpointSignalScope(2), SignalScope::Full) << "another job";
+
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    ASSERT_EQ(cluster_.signals.size(), 1u);
+    EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
+    EXPECT_EQ(store_.detail(*store_.chain(chain.id))["decisions"][0]["outcome"], // the newest first
+        "predecessor signalled TERM (steps)");
 }
 
 TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)

@@ -110,7 +110,7 @@ TEST_F(SlurmClientTest, SubmitsAsTheOwnerAndTheKeyShowsInTheQueue)
 
     // The batch shell traps USR1 and keeps running.
     std::this_thread::sleep_for(500ms); // let bash install its trap
-    client_->signal(id, "USR1");
+    client_->signal(id, "USR1", SignalScope::Full);
     const auto marker = dir_.path() / "usr1.txt";
     for (int i = 0; i < 100 && !std::filesystem::exists(marker); ++i)
         std::this_thread::sleep_for(100ms);
@@ -131,15 +131,43 @@ TEST_F(SlurmClientTest, SignalTermAsTheOwnerEndsTheJob)
     ASSERT_TRUE(waitFor(id, [](const QueueJob& j) { return j.state == "RUNNING"; }));
     // batond controls a job as its owner: another user may not, the owner may.
     const uid_t daemonUid = 1;
-    EXPECT_THROW(client_->signal(id, "TERM", daemonUid), SlurmError);
+    EXPECT_THROW(client_->signal(id, "TERM", SignalScope::Full, daemonUid), SlurmError);
     EXPECT_THROW(client_->cancel(id, daemonUid), SlurmError);
     EXPECT_THROW(client_->batchScript(id, daemonUid), SlurmError);
     EXPECT_EQ(client_->batchScript(id, nobody), "#!/bin/bash\nsleep 300\n");
     EXPECT_EQ(client_->jobDetail(id)->state, "RUNNING");
-    client_->signal(id, "TERM", nobody);
+    client_->signal(id, "TERM", SignalScope::Full, nobody);
     const auto ended = waitFor(id, [](const QueueJob& j) { return !j.active() && !j.pending(); });
     ASSERT_TRUE(ended);
     EXPECT_NE(ended->state, "RUNNING");
+}
+
+// A training under srun gets its handover TERM through the steps only: srun answers TERM by killing its
+// step at once, so `--full` (which reaches srun too) loses the final checkpoint and the step scope keeps it.
+TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingCheckpoints)
+{
+    const auto run = [&](SignalScope scope, const std::string& tag) {
+        // The step's task traps TERM and takes a second to "write its final checkpoint".
+        const auto script = writeScript(tag + ".sh",
+            "#!/bin/bash\n"
+            "srun --ntasks=1 bash -c 'trap \"sleep 1; echo saved > saved-" + tag
+                + ".txt; exit 0\" TERM; touch ready-" + tag + ".txt; while true; do sleep 0.1; done'\n");
+        const JobId id = client_->submit({ nobody, "baton:chain-3:" + tag, { "--time=2" }, script, dir_.path(), {} });
+        const auto ready = dir_.path() / ("ready-" + tag + ".txt");
+        for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i)
+            std::this_thread::sleep_for(100ms);
+        EXPECT_TRUE(std::filesystem::exists(ready)) << "the step did not start";
+        client_->signal(id, "TERM", scope, nobody);
+        const auto ended = waitFor(id, [](const QueueJob& j) { return !j.active() && !j.pending(); });
+        EXPECT_TRUE(ended && !ended->active()) << "job " << id << " still running";
+        return std::make_pair(std::filesystem::exists(dir_.path() / ("saved-" + tag + ".txt")),
+            ended ? ended->state : std::string("gone"));
+    };
+    const auto [stepsSaved, stepsState] = run(SignalScope::Steps, "steps");
+    EXPECT_TRUE(stepsSaved) << "the step's final checkpoint was lost";
+    EXPECT_EQ(stepsState, "COMPLETED");
+    const auto [fullSaved, fullState] = run(SignalScope::Full, "full");
+    EXPECT_FALSE(fullSaved) << "srun no longer kills its step on TERM: --full would do for srun steps too";
 }
 
 // A script given as text reaches sbatch on standard input: no file of it exists for anyone to read.
