@@ -486,18 +486,20 @@ SignalScope Store::checkpointSignalScope(std::int64_t slurmJobId)
         std::int64_t requeue;
     };
     // Payloads are hints (spooled ones are user-written): a requeue count that is not a number is 0.
-    const auto reports = connection_.exec(selectStepEvents, Params(slurmJobId)).all([](const Result& r, int row) {
-        std::int64_t requeue = 0;
-        if (const auto text = r.optText(row, 2))
-            std::from_chars(text->data(), text->data() + text->size(), requeue);
-        return StepReport { r.text(row, 0) == "task_exit", r.optText(row, 1).value_or(""), requeue };
-    });
+    const auto reports
+        = connection_.exec(selectStepEvents, Params(slurmJobId)).all([](const Result& r, int row) {
+              std::int64_t requeue = 0;
+              if (const auto text = r.optText(row, 2))
+                  std::from_chars(text->data(), text->data() + text->size(), requeue);
+              return StepReport { r.text(row, 0) == "task_exit", r.optText(row, 1).value_or(""), requeue };
+          });
     // Only the job's latest run counts: a requeued job's earlier steps ended with that run.
     std::int64_t latest = 0;
     for (const auto& report : reports)
         latest = std::max(latest, report.requeue);
     const auto isSrunStep = [](const std::string& step) {
-        return !step.empty() && std::all_of(step.begin(), step.end(), [](unsigned char c) { return std::isdigit(c); });
+        return !step.empty()
+            && std::all_of(step.begin(), step.end(), [](unsigned char c) { return std::isdigit(c); });
     };
     for (const auto& started : reports) {
         if (started.exit || started.requeue != latest || !isSrunStep(started.step))

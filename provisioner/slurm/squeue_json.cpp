@@ -34,6 +34,8 @@ public:
 
     char peek()
     {
+        if (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) > ' ')
+            return t_[pos_]; // the usual case: no space before the next token
         skipSpace();
         if (pos_ >= t_.size())
             fail("unexpected end of the document");
@@ -76,6 +78,37 @@ public:
             onKey(key);
         } while (consume(','));
         expect('}');
+    }
+
+    // A member name, decoded, and `raw`, its text between the quotes as the document has it.
+    std::string_view key(std::string& scratch, std::string_view& raw)
+    {
+        if (peek() != '"')
+            fail("expected a member name");
+        const std::size_t begin = pos_ + 1;
+        const std::string_view decoded = stringView(scratch);
+        raw = t_.substr(begin, pos_ - 1 - begin);
+        return decoded;
+    }
+
+    // The ':' after a member name; squeue writes ": ".
+    void colon()
+    {
+        if (pos_ + 2 <= t_.size() && t_[pos_] == ':' && t_[pos_ + 1] == ' ')
+            pos_ += 2;
+        else
+            expect(':');
+    }
+
+    // Takes the member name whose text between the quotes is `raw`, if it comes next.
+    bool consumeKey(std::string_view raw)
+    {
+        skipSpace();
+        if (pos_ + raw.size() + 2 > t_.size() || t_[pos_] != '"' || t_[pos_ + 1 + raw.size()] != '"'
+            || std::memcmp(t_.data() + pos_ + 1, raw.data(), raw.size()) != 0)
+            return false;
+        pos_ += raw.size() + 2;
+        return true;
     }
 
     template<class F> void array(F&& onElement)
@@ -219,11 +252,19 @@ private:
     {
         // Other control characters are no valid JSON anywhere outside strings: taking them for space
         // only makes the reader more lenient, never wrong about a valid document.
-        // squeue indents its output: whole runs of eight spaces first.
-        while (pos_ + 8 <= t_.size() && load8(t_.data() + pos_) == broadcast(' '))
-            pos_ += 8;
-        while (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) <= ' ')
+        // squeue indents its output: after a newline comes a run of spaces, measured eight bytes at a time.
+        while (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) <= ' ') {
             ++pos_;
+            if constexpr (std::endian::native == std::endian::little) {
+                while (pos_ + 8 <= t_.size()) {
+                    if (const std::uint64_t other = load8(t_.data() + pos_) ^ broadcast(' ')) {
+                        pos_ += static_cast<std::size_t>(std::countr_zero(other) / 8);
+                        break;
+                    }
+                    pos_ += 8;
+                }
+            }
+        }
     }
 
     // Eight bytes at p as one word, and the word of eight copies of c.
@@ -467,90 +508,174 @@ void readExitCode(Scanner& s, QueueJob& job)
     }
 }
 
-QueueJob readJob(Scanner& s)
+// The members of a job that this reader keeps; all others are skipped.
+enum class JobField : std::uint8_t {
+    Other,
+    ArrayJobId,
+    ArrayTaskId,
+    ArrayTaskString,
+    Batch,
+    Comment,
+    Workdir,
+    EndTime,
+    ExitCode,
+    GroupId,
+    JobId,
+    JobState,
+    Name,
+    NodeCount,
+    Nodes,
+    Priority,
+    Partition,
+    SubmitTime,
+    StartTime,
+    StateReason,
+    TimeLimit,
+    UserId,
+    UserName,
+};
+
+JobField jobFieldOf(std::string_view key)
+{
+    static constexpr std::pair<std::string_view, JobField> fields[] = {
+        { "array_job_id", JobField::ArrayJobId },
+        { "array_task_id", JobField::ArrayTaskId },
+        { "array_task_string", JobField::ArrayTaskString },
+        { "batch_flag", JobField::Batch },
+        { "comment", JobField::Comment },
+        { "current_working_directory", JobField::Workdir },
+        { "end_time", JobField::EndTime },
+        { "exit_code", JobField::ExitCode },
+        { "group_id", JobField::GroupId },
+        { "job_id", JobField::JobId },
+        { "job_state", JobField::JobState },
+        { "name", JobField::Name },
+        { "node_count", JobField::NodeCount },
+        { "nodes", JobField::Nodes },
+        { "priority", JobField::Priority },
+        { "partition", JobField::Partition },
+        { "submit_time", JobField::SubmitTime },
+        { "start_time", JobField::StartTime },
+        { "state_reason", JobField::StateReason },
+        { "time_limit", JobField::TimeLimit },
+        { "user_id", JobField::UserId },
+        { "user_name", JobField::UserName },
+    };
+    for (const auto& [name, field] : fields)
+        if (name == key)
+            return field;
+    return JobField::Other;
+}
+
+void readJobField(Scanner& s, QueueJob& job, JobField field, std::string_view key)
+{
+    auto integer
+        = [&](auto& out) { out = narrow<std::remove_reference_t<decltype(out)>>(s, s.readInteger(), key); };
+    switch (field) {
+    case JobField::ArrayJobId:
+        return integer(job.arrayJobId);
+    case JobField::ArrayTaskId:
+        return void(job.arrayTaskId = s.readInteger());
+    case JobField::ArrayTaskString:
+        return s.readString(job.arrayTaskString);
+    case JobField::Batch:
+        return void(job.batch = s.readBool());
+    case JobField::Comment:
+        return s.readString(job.comment);
+    case JobField::Workdir:
+        return s.readString(job.workdir);
+    case JobField::EndTime:
+        return integer(job.endTime);
+    case JobField::ExitCode:
+        return readExitCode(s, job);
+    case JobField::GroupId:
+        return integer(job.groupId);
+    case JobField::JobId:
+        return integer(job.jobId);
+    case JobField::JobState:
+        return readState(s, job.state);
+    case JobField::Name:
+        return s.readString(job.name);
+    case JobField::NodeCount:
+        return integer(job.nodeCount);
+    case JobField::Nodes:
+        return s.readString(job.nodes);
+    case JobField::Priority:
+        return integer(job.priority);
+    case JobField::Partition:
+        return s.readString(job.partition);
+    case JobField::SubmitTime:
+        return integer(job.submitTime);
+    case JobField::StartTime:
+        return integer(job.startTime);
+    case JobField::StateReason:
+        return s.readString(job.stateReason);
+    case JobField::TimeLimit:
+        return void(job.timeLimitMinutes = s.readInteger());
+    case JobField::UserId:
+        return integer(job.userId);
+    case JobField::UserName:
+        return s.readString(job.userName);
+    case JobField::Other:
+        return s.skipValue();
+    }
+}
+
+// Slurm prints a job's members in one fixed order: each reader remembers the order of the job before
+// and compares the next member name with the expected one, byte for byte, instead of decoding and
+// looking it up. A name out of order is simply read and looked up, and the order learnt anew.
+class MemberOrder {
+public:
+    struct Member {
+        std::string raw; // the name as it appears between the quotes
+        JobField field;
+    };
+    const Member* expected(std::size_t index) const
+    {
+        return index < members_.size() ? &members_[index] : nullptr;
+    }
+    void learn(std::size_t index, std::string_view raw, JobField field)
+    {
+        if (index < members_.size())
+            members_[index] = { std::string(raw), field };
+        else if (index == members_.size() && index < maxMembers)
+            members_.push_back({ std::string(raw), field });
+    }
+
+private:
+    static constexpr std::size_t maxMembers = 512; // a bound on what a hostile document can make us keep
+    std::vector<Member> members_;
+};
+
+QueueJob readJob(Scanner& s, MemberOrder& order)
 {
     QueueJob job;
     bool haveId = false;
     if (s.peek() != '{')
         s.fail("a job is not an object");
-    s.object([&](std::string_view key) {
-        auto integer = [&](auto& field) {
-            field = narrow<std::remove_reference_t<decltype(field)>>(s, s.readInteger(), key);
-        };
-        switch (key.empty() ? '\0' : key.front()) {
-        case 'a':
-            if (key == "array_job_id")
-                return integer(job.arrayJobId);
-            if (key == "array_task_id")
-                return void(job.arrayTaskId = s.readInteger());
-            if (key == "array_task_string")
-                return s.readString(job.arrayTaskString);
-            break;
-        case 'b':
-            if (key == "batch_flag")
-                return void(job.batch = s.readBool());
-            break;
-        case 'c':
-            if (key == "comment")
-                return s.readString(job.comment);
-            if (key == "current_working_directory")
-                return s.readString(job.workdir);
-            break;
-        case 'e':
-            if (key == "end_time")
-                return integer(job.endTime);
-            if (key == "exit_code")
-                return readExitCode(s, job);
-            break;
-        case 'g':
-            if (key == "group_id")
-                return integer(job.groupId);
-            break;
-        case 'j':
-            if (key == "job_id") {
-                haveId = true;
-                return integer(job.jobId);
+    s.expect('{');
+    if (!s.consume('}')) {
+        std::size_t index = 0;
+        do {
+            JobField field;
+            std::string_view name;
+            std::string scratch;
+            if (const auto* member = order.expected(index); member && s.consumeKey(member->raw)) {
+                field = member->field;
+                name = member->raw;
+            } else {
+                std::string_view raw;
+                name = s.key(scratch, raw);
+                field = jobFieldOf(name);
+                order.learn(index, raw, field);
             }
-            if (key == "job_state")
-                return readState(s, job.state);
-            break;
-        case 'n':
-            if (key == "name")
-                return s.readString(job.name);
-            if (key == "node_count")
-                return integer(job.nodeCount);
-            if (key == "nodes")
-                return s.readString(job.nodes);
-            break;
-        case 'p':
-            if (key == "priority")
-                return integer(job.priority);
-            if (key == "partition")
-                return s.readString(job.partition);
-            break;
-        case 's':
-            if (key == "submit_time")
-                return integer(job.submitTime);
-            if (key == "start_time")
-                return integer(job.startTime);
-            if (key == "state_reason")
-                return s.readString(job.stateReason);
-            break;
-        case 't':
-            if (key == "time_limit")
-                return void(job.timeLimitMinutes = s.readInteger());
-            break;
-        case 'u':
-            if (key == "user_id")
-                return integer(job.userId);
-            if (key == "user_name")
-                return s.readString(job.userName);
-            break;
-        default:
-            break;
-        }
-        s.skipValue();
-    });
+            s.colon();
+            haveId |= field == JobField::JobId;
+            readJobField(s, job, field, name);
+            ++index;
+        } while (s.consume(','));
+        s.expect('}');
+    }
     if (!haveId)
         s.fail("a job without job_id");
     return job;
@@ -607,9 +732,10 @@ std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector
     auto read = [&](std::size_t k) {
         try {
             Scanner s(t, starts[k]);
+            MemberOrder order;
             const bool last = k + 1 == starts.size();
             while (true) {
-                parts[k].jobs.push_back(readJob(s));
+                parts[k].jobs.push_back(readJob(s, order));
                 if (!s.consume(',')) {
                     s.expect(']');
                     parts[k].end = s.position();
@@ -664,7 +790,8 @@ QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
                 s = Scanner(text, end);
                 return;
             }
-            s.array([&] { snapshot.jobs.push_back(readJob(s)); });
+            MemberOrder order;
+            s.array([&] { snapshot.jobs.push_back(readJob(s, order)); });
         } else if (key == "meta" && s.peek() == '{') {
             s.object([&](std::string_view metaKey) {
                 if (metaKey != "Slurm" || s.peek() != '{')

@@ -150,9 +150,11 @@ TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingCheckpoints)
         // The step's task traps TERM and takes a second to "write its final checkpoint".
         const auto script = writeScript(tag + ".sh",
             "#!/bin/bash\n"
-            "srun --ntasks=1 bash -c 'trap \"sleep 1; echo saved > saved-" + tag
-                + ".txt; exit 0\" TERM; touch ready-" + tag + ".txt; while true; do sleep 0.1; done'\n");
-        const JobId id = client_->submit({ nobody, "baton:chain-3:" + tag, { "--time=2" }, script, dir_.path(), {} });
+            "srun --ntasks=1 bash -c 'trap \"sleep 1; echo saved > saved-"
+                + tag + ".txt; exit 0\" TERM; touch ready-" + tag
+                + ".txt; while true; do sleep 0.1; done'\n");
+        const JobId id
+            = client_->submit({ nobody, "baton:chain-3:" + tag, { "--time=2" }, script, dir_.path(), {} });
         const auto ready = dir_.path() / ("ready-" + tag + ".txt");
         for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i)
             std::this_thread::sleep_for(100ms);

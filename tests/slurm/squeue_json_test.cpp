@@ -106,6 +106,35 @@ TEST(SqueueJson, DecodesEscapes)
     EXPECT_EQ(s.jobs[0].name, "");
 }
 
+// The reader expects each job's members in the order of the job before (Slurm's fixed order); a job
+// in another order, a name written with an escape, or a name that only begins like the expected one
+// must read exactly as a fresh reader would read it.
+TEST(SqueueJson, MembersOutOfTheLearntOrderReadTheSame)
+{
+    const auto s = parseSqueueJson(R"({"jobs": [
+      {"job_id": 1, "job_state": "RUNNING", "name": "a", "node_count": 2, "nodes": "n1"},
+      {"nodes": "n2", "node_count": 3, "name": "b", "job_state": "PENDING", "job_id": 2},
+      {"job_id": 3, "job_stat": "X", "job_state": "FAILED", "nam": "c", "name": "d"},
+      {"job\u005fid": 4, "job_state": "COMPLETED", "name": "e", "node_count": 5, "nodes": "n3"},
+      {"job_id": 5, "job_state": "RUNNING", "name": "f", "node_count": 6, "nodes": "n4", "extra": 1}]})",
+        0);
+    ASSERT_EQ(s.jobs.size(), 5u);
+    const auto jobs = byId(s);
+    EXPECT_EQ(jobs.at(1).state, "RUNNING");
+    EXPECT_EQ(jobs.at(2).state, "PENDING");
+    EXPECT_EQ(jobs.at(2).nodeCount, 3);
+    EXPECT_EQ(jobs.at(2).nodes, "n2");
+    EXPECT_EQ(jobs.at(2).name, "b");
+    EXPECT_EQ(jobs.at(3).state, "FAILED");
+    EXPECT_EQ(jobs.at(3).name, "d");
+    EXPECT_EQ(jobs.at(4).state, "COMPLETED");
+    EXPECT_EQ(jobs.at(4).nodeCount, 5);
+    EXPECT_EQ(jobs.at(5).nodes, "n4");
+    EXPECT_EQ(jobs.at(5).nodeCount, 6);
+    EXPECT_THROW(
+        parseSqueueJson(R"({"jobs": [{"job_id": 1, "name": "a"}, {"job_id" 2}]})", 0), SqueueParseError);
+}
+
 TEST(SqueueJson, ReadsTheStructuredNumbersOfLaterReleases)
 {
     const auto s = parseSqueueJson(
