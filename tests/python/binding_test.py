@@ -372,7 +372,14 @@ class PolicyTest(TempChain):
     def test_tuning_travels_to_the_next_job(self):
         parts = build()
         ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
-        train_steps(*parts, 40, torch.Generator().manual_seed(1))
+        generator = torch.Generator().manual_seed(1)
+        train_steps(*parts, 40, generator)
+        # Profiling ends at the first step after its checkpoint is persisted, which takes longer than
+        # these tiny steps on a busy machine: train on until then, within a bound.
+        deadline = time.monotonic() + 60
+        while ckpt.policy.profiling and time.monotonic() < deadline:
+            time.sleep(0.01)
+            train_steps(*parts, 1, generator)
         ckpt.close()
         self.assertFalse(ckpt.policy.profiling)
         tuning = ckpt.policy.tuning
