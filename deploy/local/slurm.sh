@@ -42,10 +42,14 @@ node_state() { sinfo -h -n "$(cat "$dir/nodename")" -o %t 2>/dev/null || true; }
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_config() {
-    local node ctld_port slurmd_port hardware
+    local node ctld_port slurmd_port srun_base hardware
     node=baton$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
+    # srun's own listening ports: a window of this cluster's, below the kernel's ephemeral range, so that
+    # a reply that another private cluster on this machine sends to a port it once used never reaches
+    # this cluster's srun.
+    srun_base=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 120 * 100 ))
     # The node's real shape, so that slurmd does not drain itself for "low resources".
     hardware=$(slurmd -C | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
     mkdir -p "$dir/state" "$dir/spool"
@@ -55,6 +59,7 @@ ClusterName=$node
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
+SrunPortRange=$srun_base-$((srun_base + 99))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge

@@ -138,8 +138,8 @@ public:
         std::optional<std::int64_t> jobId, const nlohmann::json& payload, std::int64_t senderUid);
     // How to ask a job's training to checkpoint and exit, from the plugin's step reports of the job's
     // latest run: through its steps when an srun step (numbered) started and none of its tasks has exited
-    // yet, since srun answers TERM by killing its step; else with `--full`, which reaches a program the
-    // batch script runs itself.
+    // yet, since srun answers TERM by force-terminating its step; else with `--full`, which reaches a program
+    // the batch script runs itself.
     SignalScope checkpointSignalScope(std::int64_t slurmJobId);
     std::vector<EventRow> unprocessedEvents(int limit);
     void markProcessed(const std::vector<std::int64_t>& eventIds); // in one statement

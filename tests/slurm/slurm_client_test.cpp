@@ -142,9 +142,10 @@ TEST_F(SlurmClientTest, SignalTermAsTheOwnerEndsTheJob)
     EXPECT_NE(ended->state, "RUNNING");
 }
 
-// A training under srun gets its handover TERM through the steps only: srun answers TERM by killing its
-// step at once, so `--full` (which reaches srun too) loses the final checkpoint and the step scope keeps it.
-TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingCheckpoints)
+// A training under srun gets its handover TERM through the steps only. `--full` reaches srun too, and
+// srun answers TERM by force-terminating its step (the tasks then have KillWait seconds before SIGKILL,
+// whatever their final checkpoint needs); the step scope leaves srun alone and the job completes.
+TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingEndsOnItsOwn)
 {
     const auto run = [&](SignalScope scope, const std::string& tag) {
         // The step's task traps TERM and takes a second to "write its final checkpoint".
@@ -153,8 +154,8 @@ TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingCheckpoints)
             "srun --ntasks=1 bash -c 'trap \"sleep 1; echo saved > saved-"
                 + tag + ".txt; exit 0\" TERM; touch ready-" + tag
                 + ".txt; while true; do sleep 0.1; done'\n");
-        const JobId id
-            = client_->submit({ nobody, "baton:chain-3:" + tag, { "--time=2" }, script, dir_.path(), {} });
+        const JobId id = client_->submit({ nobody, "baton:chain-3:" + tag,
+            { "--time=2", "--output=" + tag + ".out" }, script, dir_.path(), {} });
         const auto ready = dir_.path() / ("ready-" + tag + ".txt");
         for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i)
             std::this_thread::sleep_for(100ms);
@@ -162,14 +163,20 @@ TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingCheckpoints)
         client_->signal(id, "TERM", scope, nobody);
         const auto ended = waitFor(id, [](const QueueJob& j) { return !j.active() && !j.pending(); });
         EXPECT_TRUE(ended && !ended->active()) << "job " << id << " still running";
-        return std::make_pair(std::filesystem::exists(dir_.path() / ("saved-" + tag + ".txt")),
-            ended ? ended->state : std::string("gone"));
+        std::ifstream in(dir_.path() / (tag + ".out"));
+        std::stringstream output;
+        output << in.rdbuf();
+        return std::make_tuple(std::filesystem::exists(dir_.path() / ("saved-" + tag + ".txt")),
+            ended ? ended->state : std::string("gone"), output.str());
     };
-    const auto [stepsSaved, stepsState] = run(SignalScope::Steps, "steps");
-    EXPECT_TRUE(stepsSaved) << "the step's final checkpoint was lost";
-    EXPECT_EQ(stepsState, "COMPLETED");
-    const auto [fullSaved, fullState] = run(SignalScope::Full, "full");
-    EXPECT_FALSE(fullSaved) << "srun no longer kills its step on TERM: --full would do for srun steps too";
+    const auto [stepsSaved, stepsState, stepsOutput] = run(SignalScope::Steps, "steps");
+    EXPECT_TRUE(stepsSaved) << stepsOutput;
+    EXPECT_EQ(stepsState, "COMPLETED") << stepsOutput;
+    EXPECT_EQ(stepsOutput.find("forcing job termination"), std::string::npos) << stepsOutput;
+    const auto [fullSaved, fullState, fullOutput] = run(SignalScope::Full, "full");
+    EXPECT_NE(fullOutput.find("forcing job termination"), std::string::npos)
+        << "srun no longer force-terminates its step on TERM; --full would do for srun steps too:\n"
+        << fullOutput;
 }
 
 // A script given as text reaches sbatch on standard input: no file of it exists for anyone to read.
