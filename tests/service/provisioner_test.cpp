@@ -188,7 +188,7 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
 }
 
-// srun answers TERM by killing its step before the final checkpoint: a predecessor whose training runs
+// srun answers TERM by force-terminating its step: a predecessor whose training runs
 // under srun is signalled through its steps only, which spares srun.
 TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
 {
