@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 
 namespace baton::service {
 
@@ -86,24 +87,33 @@ std::string Provisioner::submissionKey(std::int64_t chainId, int seq)
 void Provisioner::tick()
 {
     const ScopedTimer timer(metrics_.tick());
-    QueueSnapshot queue;
-    {
+    // squeue and its document take the longest: the reads that do not depend on the queue run meanwhile.
+    auto queueRead = std::async(std::launch::async, [this] {
         const ScopedTimer slurmTimer(metrics_.slurmCall("squeue"));
         try {
-            queue = cluster_.queue();
+            return cluster_.queue();
         } catch (const SlurmError&) {
             metrics_.slurmErrors("squeue").Increment();
             throw;
         }
-    }
-    now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
+    });
     // Bookkeeping (job rows, wait decisions, processed events) can be rebuilt from Slurm after a crash,
     // so it commits without waiting for the disk; the transactions that fence an action (a submission's
     // intent, a handover) turn durability back on for themselves (durable()).
     store_.connection().execScript("SET synchronous_commit TO off");
-    processEvents(queue);
+    const std::vector<EventRow> events = store_.unprocessedEvents(maxEventsPerTick);
+    // Events may register chains and adopt jobs, so the live chains are read before them only when
+    // there are none.
+    std::optional<std::vector<LiveChain>> liveChains;
+    if (events.empty())
+        liveChains = store_.liveChainsForTick();
+    const QueueSnapshot queue = queueRead.get();
+    now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
+    processEvents(events, queue);
+    if (!liveChains)
+        liveChains = store_.liveChainsForTick();
     std::vector<AwaitingDecision> awaiting;
-    for (LiveChain& live : store_.liveChainsForTick()) {
+    for (LiveChain& live : *liveChains) {
         const std::string label = live.chain.ownerName + "/" + live.chain.name;
         try {
             step(std::move(live), queue, awaiting);
@@ -117,12 +127,12 @@ void Provisioner::tick()
     updateGauges(queue);
 }
 
-void Provisioner::processEvents(const QueueSnapshot& queue)
+void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)
 {
     // Processing an event again is harmless (each effect is keyed), so a tick that stops half-way leaves
     // its events for the next one and the marks go in one statement at the end.
     std::vector<std::int64_t> processed;
-    for (const EventRow& event : store_.unprocessedEvents(1000)) {
+    for (const EventRow& event : events) {
         try {
             processEvent(event, queue);
         } catch (const db::DbError&) {

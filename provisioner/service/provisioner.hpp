@@ -68,7 +68,8 @@ public:
     }
 
 private:
-    void processEvents(const QueueSnapshot& queue);
+    static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
+    void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
     void step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting);
