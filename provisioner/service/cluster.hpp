@@ -79,7 +79,8 @@ public:
     // Job controls act as the job's owner (the chain's): a user may control their own jobs, so batond
     // needs no Slurm operator rights.
     // `scancel [--full] --signal=SIG`, reaching the processes `scope` names.
-    virtual void signal(std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid)
+    virtual void signal(
+        std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid)
         = 0;
     virtual void cancel(std::int64_t jobId, std::int64_t ownerUid) = 0;
     // The batch script of a job (to resubmit a chain that started with plain sbatch).

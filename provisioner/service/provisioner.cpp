@@ -272,12 +272,23 @@ std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, i
     if (!submission)
         return std::nullopt;
     // A tick reads chains without their specs (a batch script each): read it now that it is needed.
-    const Json spec = chain.spec.is_null() ? store_.spec(chain.id) : chain.spec;
+    const auto jobId = submitIntent(chain, seq, submission->key, submission->reason,
+        chain.spec.is_null() ? store_.spec(chain.id) : chain.spec);
+    if (jobId)
+        store_.recordSubmitted({ SubmittedJob { submission->key, chain.id, *jobId, std::nullopt } });
+    return jobId;
+}
+
+// Runs sbatch for an intent. On success the caller records the job id (after a crash before that, the
+// next tick finds the job by its key in the queue); a failure is recorded here.
+std::optional<std::int64_t> Provisioner::submitIntent(
+    const ChainRow& chain, int seq, const std::string& key, const std::string& reason, const Json& spec)
+{
     SubmitRequest request;
     request.ownerUid = chain.ownerUid;
     request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
     request.script = spec.is_object() ? spec.value("script", std::string()) : std::string();
-    request.comment = submission->key;
+    request.comment = key;
     // The plugin must run the job as this chain's: the option on the command line wins over the script's.
     request.sbatchArgs.push_back("--baton=" + chain.name);
     if (const auto args = spec.find("sbatch_args"); args != spec.end() && args->is_array())
@@ -285,22 +296,21 @@ std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, i
             if (arg.is_string())
                 request.sbatchArgs.push_back(arg.get<std::string>());
     if (request.script.empty()) {
-        store_.markSubmission(submission->key, "failed", "the chain has no batch script to submit");
+        store_.markSubmission(key, "failed", "the chain has no batch script to submit");
         return std::nullopt;
     }
     try {
         const ScopedTimer timer(metrics_.slurmCall("sbatch"));
         const std::int64_t jobId = cluster_.submit(request);
-        store_.markSubmitted(submission->key, jobId);
-        metrics_.submissions(submission->reason).Increment();
+        metrics_.submissions(reason).Increment();
         logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
-            + " (seq " + std::to_string(seq) + ", " + submission->reason + ")");
+            + " (seq " + std::to_string(seq) + ", " + reason + ")");
         return jobId;
     } catch (const SlurmError& error) {
         metrics_.slurmErrors("sbatch").Increment();
         metrics_.submissionFailures().Increment();
         logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
-        store_.markSubmission(submission->key, "failed", error.what());
+        store_.markSubmission(key, "failed", error.what());
         return std::nullopt;
     }
 }
@@ -338,13 +348,27 @@ std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> start
         store_.recordDecisions(config_.policy, decisions);
         transaction.commit();
     }
+    // A tick reads chains without their specs (a batch script each): those that submit are read now.
+    std::vector<std::int64_t> unread;
+    for (const SubmissionStart* start : recorded)
+        if (start->chain->spec.is_null())
+            unread.push_back(start->chain->id);
+    const auto specs = store_.specs(unread);
+    std::vector<SubmittedJob> submitted;
     for (const SubmissionStart* start : recorded) {
         const ChainRow& chain = *start->chain;
+        const int seq = chain.seq + 1;
         try {
-            const auto jobId = submitRecorded(chain, chain.seq + 1);
+            const auto spec = specs.find(chain.id);
+            const auto jobId = submitIntent(chain, seq, submissionKey(chain.id, seq), start->reason,
+                spec != specs.end() ? spec->second : chain.spec);
+            if (!jobId)
+                continue;
             const auto predicted = start->inputs.find("predicted_wait_s");
-            if (jobId && predicted != start->inputs.end() && predicted->is_number())
-                store_.recordPrediction(chain.id, *jobId, predicted->get<double>());
+            submitted.push_back(SubmittedJob { submissionKey(chain.id, seq), chain.id, *jobId,
+                predicted != start->inputs.end() && predicted->is_number()
+                    ? std::optional(predicted->get<double>())
+                    : std::nullopt });
         } catch (const db::DbError&) {
             throw;
         } catch (const std::exception& error) {
@@ -352,6 +376,7 @@ std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> start
             logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
         }
     }
+    store_.recordSubmitted(submitted);
     return recorded.size();
 }
 

@@ -68,6 +68,9 @@ public:
     }
 
 private:
+    // sbatch for the intent `key`; a failure is recorded, a success is for the caller to record.
+    std::optional<std::int64_t> submitIntent(const ChainRow& chain, int seq, const std::string& key,
+        const std::string& reason, const nlohmann::json& spec);
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);

@@ -41,6 +41,8 @@ constexpr Statement selectTickChains { "svc_tick_chains",
 constexpr Statement selectSpec { "svc_chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
 #undef BATON_CHAIN_COLUMNS
+constexpr Statement selectSpecs { "svc_chain_specs",
+    "SELECT id, coalesce(spec, 'null'::jsonb) FROM chains WHERE id = ANY($1::bigint[])", true };
 constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
     " WHERE id = $1 AND state = ANY($3::text[])" };
@@ -80,6 +82,15 @@ constexpr Statement insertIntents { "svc_intents",
 constexpr Statement updateSubmitted { "svc_submitted",
     "UPDATE submissions SET state = 'submitted', slurm_job_id = $2, submitted_at = now(), error = NULL"
     " WHERE idempotency_key = $1",
+    true };
+// Data-modifying WITH clauses run to completion whether or not the main statement reads them.
+constexpr Statement updateSubmittedMany { "svc_submitted_many",
+    "WITH s AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS x(key text, chain bigint, job bigint,"
+    " wait double precision)),"
+    " marked AS (UPDATE submissions SET state = 'submitted', slurm_job_id = s.job, submitted_at = now(),"
+    " error = NULL FROM s WHERE idempotency_key = s.key RETURNING 1)"
+    " INSERT INTO predictions (chain_id, slurm_job_id, predicted_at, predicted_wait_s)"
+    " SELECT chain, job, to_timestamp($2), wait FROM s WHERE wait IS NOT NULL",
     true };
 constexpr Statement updateSubmission { "svc_submission_state",
     "UPDATE submissions SET state = $2, error = $3 WHERE idempotency_key = $1", true };
@@ -355,6 +366,17 @@ std::vector<LiveChain> Store::liveChainsForTick()
     return live;
 }
 
+std::unordered_map<std::int64_t, Json> Store::specs(const std::vector<std::int64_t>& chainIds)
+{
+    std::unordered_map<std::int64_t, Json> specs;
+    if (chainIds.empty())
+        return specs;
+    const Result result = connection_.exec(selectSpecs, Params(bigintArray(chainIds)));
+    for (int row = 0; row < result.rows(); ++row)
+        specs.emplace(result.int64(row, 0), result.json(row, 1));
+    return specs;
+}
+
 Json Store::spec(std::int64_t chainId)
 {
     return connection_.exec(selectSpec, Params(chainId))
@@ -583,14 +605,15 @@ void Store::recordDecisions(const std::string& policy, const std::vector<Decisio
     connection_.exec(insertDecisions, Params(rows, policy, epochSeconds()));
 }
 
-void Store::recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds)
+void Store::recordSubmitted(const std::vector<SubmittedJob>& jobs)
 {
-    db::Prediction prediction;
-    prediction.chainId = chainId;
-    prediction.slurmJobId = slurmJobId;
-    prediction.predictedAt = epochSeconds();
-    prediction.predictedWaitSeconds = predictedWaitSeconds;
-    db::PredictionRepository(connection_).insert(prediction);
+    if (jobs.empty())
+        return;
+    Json rows = Json::array();
+    for (const SubmittedJob& job : jobs)
+        rows.push_back(Json { { "key", job.key }, { "chain", job.chainId }, { "job", job.slurmJobId },
+            { "wait", job.predictedWaitSeconds ? Json(*job.predictedWaitSeconds) : Json() } });
+    connection_.exec(updateSubmittedMany, Params(rows, epochSeconds()));
 }
 
 std::optional<double> Store::resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds)

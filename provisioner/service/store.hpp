@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace baton::service {
@@ -89,6 +90,14 @@ struct IntentRequest {
     std::string reason;
 };
 
+// A job sbatch accepted for an intent, with the wait the policy predicted for it, if any.
+struct SubmittedJob {
+    std::string key;
+    std::int64_t chainId = 0;
+    std::int64_t slurmJobId = 0;
+    std::optional<double> predictedWaitSeconds;
+};
+
 class Store {
 public:
     explicit Store(db::Connection& connection)
@@ -106,6 +115,8 @@ public:
     // whatever the number of chains.
     std::vector<LiveChain> liveChainsForTick();
     nlohmann::json spec(std::int64_t chainId);
+    // The specs of several chains by chain id: one query for a tick's submissions.
+    std::unordered_map<std::int64_t, nlohmann::json> specs(const std::vector<std::int64_t>& chainIds);
     // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
     bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
         const std::optional<std::string>& reason = std::nullopt);
@@ -155,7 +166,8 @@ public:
         const nlohmann::json& inputs, const std::string& outcome);
     void recordDecisions(const std::string& policy, const std::vector<DecisionInput>& decisions); // in one
     // The queue wait predicted for a submitted job, and later what it really waited.
-    void recordPrediction(std::int64_t chainId, std::int64_t slurmJobId, double predictedWaitSeconds);
+    // Marks the intents submitted and records their predictions, all in one statement.
+    void recordSubmitted(const std::vector<SubmittedJob>& jobs);
     // Fills in the actual wait once; returns the prediction if there was one still open.
     std::optional<double> resolvePrediction(std::int64_t slurmJobId, double actualWaitSeconds);
     // signalledAt: the tick's clock (the queue snapshot's time), the same clock job end times come from.

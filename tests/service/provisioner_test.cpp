@@ -222,6 +222,25 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
         "predecessor signalled TERM (steps)");
 }
 
+// A tick's submissions are recorded in one statement: the intents become submitted jobs and the
+// policy's predictions are kept for the successors' real waits.
+TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
+{
+    const ChainRow first = chainWithRunningJob(1);
+    const std::string key = Provisioner::submissionKey(first.id, 1);
+    ASSERT_EQ(
+        store_.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
+        1u);
+    store_.recordSubmitted({});
+    EXPECT_EQ(store_.submission(first.id, 1)->state, "intent");
+    store_.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
+    const auto submitted = store_.submission(first.id, 1);
+    EXPECT_EQ(submitted->state, "submitted");
+    EXPECT_EQ(submitted->slurmJobId, 77);
+    EXPECT_EQ(store_.resolvePrediction(77, 100.0), 120.0);
+    EXPECT_EQ(store_.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
+}
+
 TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
 {
     const ChainRow chain = chainWithRunningJob(2);
