@@ -432,6 +432,12 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         && (*newest)["job_id"].get<std::int64_t>() == current.id;
     if (progressed && chain.retries > 0)
         store_.setRetries(chain.id, 0);
+    // The plugin reports a job's last checkpoint as its tasks exit, just before the job ends, but batond
+    // may see the end in squeue before it has processed that report: a job without a recorded checkpoint
+    // is judged one tick period after its end, not before.
+    const auto tickSeconds = std::chrono::ceil<std::chrono::seconds>(config_.tick).count();
+    if (!progressed && current.endTime > 0 && now_ - current.endTime < tickSeconds)
+        return;
     // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its end
     // (a script that exits at once "completes" too): those spend the retry budget, so that a broken
     // chain stops with a reason instead of submitting forever.
