@@ -22,7 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int supportedFormatVersion = 1;
+constexpr int supportedFormatVersion = 2; // 2: a checkpoint of several ranks
+constexpr std::int64_t maxWorldSize = 1 << 20;
 constexpr const char* tuningKeys[] = { "interval", "iteration_seconds", "snapshot_seconds", "persist_seconds",
     "overhead_percent", "stall_seconds" };
 
@@ -129,6 +130,22 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
     summary.jobId = optionalInteger(manifest, "job_id");
     if (const auto tuning = manifest.find("tuning"); tuning != manifest.end()) {
         summary.tuning = filterTuning(*tuning);
+    }
+    if (version >= 2) {
+        summary.worldSize = manifest.at("world_size").get<std::int64_t>();
+        if (summary.worldSize < 1 || summary.worldSize > maxWorldSize) {
+            throw std::runtime_error("manifest world_size out of range");
+        }
+        // Only the known layout names are counted: the counts go to batond, names from a user file do not.
+        summary.regionLayouts = nlohmann::json::object();
+        for (const auto& region : manifest.at("regions")) {
+            const auto layout = region.is_object() ? region.find("layout") : region.end();
+            if (layout != region.end() && layout->is_string()
+                && (*layout == "rank" || *layout == "replicated" || *layout == "sharded")) {
+                auto& count = summary.regionLayouts[layout->get<std::string>()];
+                count = count.is_null() ? 1 : count.get<std::int64_t>() + 1;
+            }
+        }
     }
     return summary;
 }

@@ -22,6 +22,10 @@ struct CheckpointSummary {
     std::optional<std::int64_t> restartCount; // the writer's BATON_RESTART_COUNT
     std::optional<std::int64_t> jobId; // the writer's BATON_JOB_ID
     nlohmann::json tuning; // the known finite numeric keys of the manifest's tuning object, or null
+    // A multi-rank checkpoint (format version 2): the ranks that wrote it and how its regions are laid
+    // out across them, e.g. {"replicated": 40, "rank": 2}. A single process's: 1 and null.
+    std::int64_t worldSize = 1;
+    nlohmann::json regionLayouts;
 };
 
 // What one scan may cost at most.

@@ -92,6 +92,7 @@ nlohmann::json eventJson(const StepEvent& event)
         { "time_unix", event.timeUnix },
         { "deadline_unix", event.deadlineUnix ? nlohmann::json(*event.deadlineUnix) : nlohmann::json() },
     };
+    json["tasks"] = event.tasks ? nlohmann::json(*event.tasks) : nlohmann::json();
     if (event.task) {
         json["task"] = *event.task;
     }
@@ -105,7 +106,8 @@ nlohmann::json eventJson(const StepEvent& event)
         json["checkpoint"]
             = { { "name", c.name }, { "iteration", c.iteration }, { "created_unix", c.createdUnix },
                   { "total_bytes", c.totalBytes }, { "final", c.final }, { "training_done", c.trainingDone },
-                  { "restart_count", orNull(c.restartCount) }, { "job_id", orNull(c.jobId) } };
+                  { "restart_count", orNull(c.restartCount) }, { "job_id", orNull(c.jobId) },
+                  { "world_size", c.worldSize }, { "region_layouts", c.regionLayouts } };
         // Filtered again: a summary built by hand must not forward arbitrary structures either.
         json["tuning"] = filterTuning(c.tuning);
     } else {

@@ -38,6 +38,7 @@ struct StepState {
     std::optional<std::int64_t> deadline;
     std::optional<HttpUrl> url;
     std::string node;
+    std::optional<std::uint32_t> tasks; // the step's task count
 };
 
 std::optional<StepState>& stepState()
@@ -175,6 +176,7 @@ void report(const StepState& state, StepEvent event)
         event.chain = state.location.chain;
         event.chainDir = state.location.dir;
         event.node = state.node;
+        event.tasks = state.tasks;
         event.restartCount = state.restartCount;
         event.deadlineUnix = state.deadline;
         event.timeUnix
@@ -224,6 +226,10 @@ void prepareStep(spank_t sp)
     }
     state.step = stepName(stepId);
     state.node = nodeName(sp);
+    if (std::uint32_t tasks = 0;
+        spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS && tasks > 0) {
+        state.tasks = tasks;
+    }
     state.requeueCount = requeueCountOf(sp);
     const PluginConfig& config = pluginConfig();
     const UserInfo user = lookupUser(state.uid);

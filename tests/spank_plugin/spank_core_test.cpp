@@ -306,7 +306,7 @@ TEST(CheckpointScan, NewestUsableCommittedCheckpointWins)
     commit("ckpt-000000000100", manifest(100));
     commit("ckpt-000000000200", manifest(200));
     commit("ckpt-000000000300", "{\"format_version\": 1, \"iteration\": "); // torn
-    commit("ckpt-000000000400", manifest(400, 2)); // from a newer format
+    commit("ckpt-000000000400", manifest(400, 3)); // from a newer format
     fs::create_directory(chain / "ckpt-000000000500"); // not committed
     fs::create_directory(chain / "ckpt-000000000600");
     fs::create_symlink(
@@ -446,6 +446,33 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
         (nlohmann::json { { "persist_seconds", 2 } }));
 }
 
+// A multi-rank checkpoint (format version 2) is usable and reported with its world size and the count
+// of its regions per layout; only the known layout names are counted.
+TEST(CheckpointScan, MultiRankManifestReportsWorldSizeAndLayouts)
+{
+    auto sharded = nlohmann::json::parse(manifest(100, 2));
+    sharded["world_size"] = 4;
+    sharded["regions"] = nlohmann::json::array(
+        { { { "name", "w" }, { "layout", "replicated" } }, { { "name", "w" }, { "layout", "replicated" } },
+            { { "name", "opt" }, { "layout", "sharded" } }, { { "name", "rng" }, { "layout", "rank" } },
+            { { "name", "x" }, { "layout", "$(reboot)" } }, { { "name", "y" } }, 7 });
+    const auto summary = summarizeManifest("ckpt-000000000100", sharded.dump());
+    EXPECT_EQ(summary.worldSize, 4);
+    EXPECT_EQ(
+        summary.regionLayouts, (nlohmann::json { { "replicated", 2 }, { "sharded", 1 }, { "rank", 1 } }));
+
+    const auto single = summarizeManifest("ckpt-000000000100", manifest(100));
+    EXPECT_EQ(single.worldSize, 1);
+    EXPECT_TRUE(single.regionLayouts.is_null());
+
+    for (const nlohmann::json& bad : { nlohmann::json(0), nlohmann::json(-2), nlohmann::json("4"),
+             nlohmann::json(std::int64_t { 1 } << 40) }) {
+        sharded["world_size"] = bad;
+        EXPECT_THROW(summarizeManifest("x", sharded.dump()), std::exception) << bad;
+    }
+    EXPECT_THROW(summarizeManifest("x", manifest(100, 3)), std::exception) << "a newer format";
+}
+
 TEST(ChainFiles, RegistryCountsEarlierJobsOnce)
 {
     TempDir temp;
@@ -541,6 +568,11 @@ TEST(Event, CarriesTheDocumentedFields)
     EXPECT_EQ(json["checkpoint"]["training_done"], false);
     EXPECT_TRUE(json["checkpoint"]["restart_count"].is_null());
     EXPECT_TRUE(json["checkpoint"]["job_id"].is_null());
+    EXPECT_EQ(json["checkpoint"]["world_size"], 1);
+    EXPECT_TRUE(json["checkpoint"]["region_layouts"].is_null());
+    EXPECT_TRUE(json["tasks"].is_null());
+    event.tasks = 8;
+    EXPECT_EQ(eventJson(event)["tasks"], 8);
     EXPECT_EQ(json["tuning"]["overhead_percent"], 4.5);
 
     event.waitStatus = SIGKILL; // killed
