@@ -10,10 +10,23 @@ namespace {
 constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
 }
 
-std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes)
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes, Dropped* dropped)
 {
     const auto before = jobs.size();
-    std::erase_if(jobs, [&](const Job& j) { return j.nodes <= 0 || j.nodes > clusterNodes || j.limit <= 0; });
+    Dropped counts;
+    std::erase_if(jobs, [&](const Job& j) {
+        if (j.nodes <= 0 || j.limit <= 0) {
+            ++counts.invalid;
+            return true;
+        }
+        if (j.nodes > clusterNodes) {
+            ++counts.neverFit;
+            return true;
+        }
+        return false;
+    });
+    if (dropped)
+        *dropped = counts;
     for (auto& j : jobs)
         j.runTime = std::clamp<std::int64_t>(j.runTime, 0, j.limit);
     std::stable_sort(jobs.begin(), jobs.end(),
@@ -139,6 +152,7 @@ void Simulator::processEventsAt(std::int64_t t)
         if (r.end > t)
             return false;
         freeNodes_ += r.nodes;
+        countUser(r.user, -1, -r.nodes);
         return true;
     });
     for (; nextArrival_ < trace_->size() && (*trace_)[nextArrival_].submit <= t; ++nextArrival_)
@@ -153,8 +167,9 @@ void Simulator::processEventsAt(std::int64_t t)
 void Simulator::start(const PendingJob& p, std::int64_t limit)
 {
     const Job& j = p.job;
-    running_.push_back({ j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes });
+    running_.push_back({ j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes, j.user });
     freeNodes_ -= j.nodes;
+    countUser(j.user, 1, j.nodes);
     if (p.traceIndex >= 0) {
         if (startLog_)
             (*startLog_)[static_cast<std::size_t>(p.traceIndex)] = now_;
@@ -168,6 +183,29 @@ void Simulator::start(const PendingJob& p, std::int64_t limit)
     slot = wait;
     recentSum_ += wait;
     ++recentCount_;
+}
+
+void Simulator::countUser(std::int32_t user, int jobs, int units)
+{
+    if (user < 0 || (config_.userRunningJobs <= 0 && config_.userRunningUnits <= 0))
+        return;
+    const auto u = static_cast<std::size_t>(user);
+    if (u >= userJobs_.size()) {
+        userJobs_.resize(u + 1, 0);
+        userUnits_.resize(u + 1, 0);
+    }
+    userJobs_[u] += jobs;
+    userUnits_[u] += units;
+}
+
+bool Simulator::overUserLimit(const Job& job) const
+{
+    if (job.user < 0 || static_cast<std::size_t>(job.user) >= userJobs_.size())
+        return false;
+    const auto u = static_cast<std::size_t>(job.user);
+    return (config_.userRunningJobs > 0 && userJobs_[u] >= config_.userRunningJobs)
+        || (config_.userRunningUnits > 0 && userUnits_[u] > 0 // a job larger than the limit may run alone
+            && userUnits_[u] + job.nodes > config_.userRunningUnits);
 }
 
 void Simulator::schedule()
@@ -194,6 +232,8 @@ void Simulator::schedule()
         if (freeNodes_ == 0)
             break;
         const Job& j = pending_[i].job;
+        if (overUserLimit(j))
+            continue;
         if (!reserved) {
             if (j.nodes <= freeNodes_) {
                 start(pending_[i], j.limit);

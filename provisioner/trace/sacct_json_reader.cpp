@@ -147,10 +147,14 @@ const char* toJob(const json& object, TraceJob& job)
         auto cpus32 = cpus.value ? toInt32(*cpus.value) : std::nullopt;
         if (cpus.bad || (cpus.value && !cpus32))
             return "bad cpu count";
-        if (cpus32)
+        if (cpus32) {
             job.requestedProcs = *cpus32;
+            job.cpus = *cpus32;
+        }
     }
-    if (!isValidUtf8(job.name) || !isValidUtf8(job.user))
+    if (auto it = object.find("partition"); it != object.end() && it->is_string())
+        job.partition = it->get<std::string>();
+    if (!isValidUtf8(job.name) || !isValidUtf8(job.user) || !isValidUtf8(job.partition))
         return "invalid characters in name";
     job.wait = *job.start - job.submit;
     if (job.end)
