@@ -18,6 +18,7 @@ struct Job {
     // simulated cluster is a pool of that many units.
     std::int32_t nodes = 1;
     std::int32_t user = -1; // dense user index (for per-user limits); -1 when unknown
+    std::int64_t afterId = -1; // a dependency: may start only once the trace job with this id has ended
     double recordedPriority = 0; // an extra priority input (e.g. the trace's priority), normalised to [0, 1]
     std::int64_t recordedStart = -1; // when the real scheduler started it; -1 when unknown
 };

@@ -39,7 +39,11 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "replay this partition only (each partition is its own pool of nodes)\n"
             "and place the probes in it (default: the partition with most jobs)")
         .option("user-running-jobs", "N", "at most N running jobs per user (QOS MaxJobsPerUser)", "0")
-        .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0");
+        .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
+        .option("infer-dependencies-seconds", "S",
+            "a job that started within S s of the end of another job of its user,\n"
+            "submitted before that end, waits for it (0: off)",
+            "0");
 }
 
 void addSchedulerOptions(ctl::CommandSpec& spec)
@@ -134,6 +138,12 @@ LoadedJobs loadReported(const ctl::ParsedCommand& o)
                   << " rows without a requested limit: their run time is used as the limit\n";
     if (loaded.jobs.empty())
         throw std::runtime_error(path + ": no usable job");
+    const double within = o.number("infer-dependencies-seconds");
+    if (!(within >= 0 && within <= 86400))
+        throw std::invalid_argument("--infer-dependencies-seconds must lie between 0 and 86400");
+    if (within > 0)
+        std::cerr << path << ": " << inferDependencies(loaded.jobs, static_cast<std::int64_t>(within))
+                  << " dependencies inferred\n";
     return loaded;
 }
 

@@ -28,6 +28,7 @@ struct RunningJob {
     std::int64_t limitEnd = 0; // start + limit: what the scheduler plans with
     std::int32_t nodes = 0;
     std::int32_t user = -1;
+    std::int64_t traceIndex = -1;
 };
 
 class Simulator {
@@ -72,6 +73,7 @@ private:
     void schedule();
     void start(const PendingJob& job, std::int64_t limit);
     bool overUserLimit(const Job& job) const;
+    bool waitsForDependency(const PendingJob& job) const;
     void countUser(std::int32_t user, int jobs, int units);
 
     std::shared_ptr<const std::vector<Job>> trace_;
@@ -82,6 +84,9 @@ private:
     std::vector<PendingJob> pending_; // in submit order
     std::vector<RunningJob> running_;
     int freeNodes_ = 0;
+    // Per trace job: index of the job it waits for, or -1; shared by forks (it never changes).
+    std::shared_ptr<const std::vector<std::int64_t>> afterIndex_;
+    std::vector<std::uint8_t> ended_; // per trace job, kept only when the trace has dependencies
     std::vector<int> userJobs_, userUnits_; // running jobs and units per user (kept when limits are on)
     std::vector<std::int64_t>* startLog_ = nullptr;
     struct InsertedStart {

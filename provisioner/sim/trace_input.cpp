@@ -5,6 +5,7 @@
 #include <trace_reader.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -127,6 +128,7 @@ std::optional<Job> toSimJob(const trace::TraceJob& row, double maxPriority, cons
     if (j.limit <= 0)
         j.limit = std::max<std::int64_t>(j.runTime, 1);
     j.nodes = static_cast<std::int32_t>(*size);
+    j.afterId = row.precedingJob;
     j.recordedStart = row.start.value_or(-1);
     j.recordedPriority
         = row.priority >= 0 && maxPriority > 0 ? static_cast<double>(row.priority) / maxPriority : 0;
@@ -215,6 +217,44 @@ std::int64_t recordedPeakUsage(const std::vector<Job>& jobs)
         peak = std::max(peak, now);
     }
     return peak;
+}
+
+std::size_t inferDependencies(std::vector<Job>& jobs, std::int64_t within)
+{
+    if (within < 0)
+        throw std::invalid_argument("inferDependencies: the window must not be negative");
+    // Per user, the recorded (end, start, id) in order of end, to find the latest end before each start.
+    struct Ended {
+        std::int64_t end, start, id;
+        bool operator<(const Ended& o) const { return end < o.end; }
+    };
+    std::map<std::int32_t, std::vector<Ended>> endsByUser;
+    for (const auto& j : jobs)
+        if (j.user >= 0 && j.recordedStart >= 0)
+            endsByUser[j.user].push_back({ j.recordedStart + j.runTime, j.recordedStart, j.id });
+    for (auto& [user, ends] : endsByUser)
+        std::sort(ends.begin(), ends.end());
+    std::size_t found = 0;
+    for (auto& j : jobs) {
+        if (j.afterId >= 0 || j.user < 0 || j.recordedStart < 0)
+            continue;
+        const auto& ends = endsByUser[j.user];
+        // The latest end at or before the start, within the window and after the submission. The
+        // predecessor must have started strictly earlier: then no chain of dependencies can loop
+        // (jobs of zero length starting together would otherwise wait for each other).
+        auto it = std::upper_bound(ends.begin(), ends.end(), Ended { j.recordedStart, 0, 0 });
+        while (it != ends.begin()) {
+            --it;
+            if (it->end <= j.submit || j.recordedStart - it->end > within)
+                break;
+            if (it->start < j.recordedStart) {
+                j.afterId = it->id;
+                ++found;
+                break;
+            }
+        }
+    }
+    return found;
 }
 
 } // namespace baton::sim

@@ -74,4 +74,10 @@ LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& option
 // or 0 when no job has a recorded start: a lower bound on the pool's real size.
 std::int64_t recordedPeakUsage(const std::vector<Job>& jobs);
 
+// Dependencies inferred from the recorded schedule, for traces that do not record them (sacct has no
+// dependency column): a job that started at most `within` seconds after another job of the same user
+// ended, and was submitted before that end, is taken to have waited for it (afterok chains). Jobs
+// that already have one keep it. Returns the number of dependencies set.
+std::size_t inferDependencies(std::vector<Job>& jobs, std::int64_t within);
+
 } // namespace baton::sim

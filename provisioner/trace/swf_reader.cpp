@@ -126,6 +126,8 @@ const char* SwfReader::rowToJob(TraceJob& job)
     job.cpus = job.nodes;
     if (value[Partition] >= 0)
         job.partition = std::to_string(value[Partition]);
+    if (value[Preceding] > 0)
+        job.precedingJob = value[Preceding];
     job.requestedTime = value[RequestedTime];
     job.timeLimit = value[RequestedTime] >= 0 ? value[RequestedTime] : -1;
     if (value[UserId] >= 0)
