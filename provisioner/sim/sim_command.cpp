@@ -358,8 +358,8 @@ int fitCommand(const ctl::ParsedCommand& o)
             partitionLabel(partition).c_str(), best.line.c_str());
         // A queue unlike the real one makes every policy figure measured on it meaningless.
         if (best.fit.jobs == 0) {
-            std::printf("WARNING: partition %s: no job has a recorded start, so the fit cannot be judged "
-                        "(a model-generated trace?)\n",
+            std::printf("WARNING: partition %s: no job submitted after the warm-up week has a recorded "
+                        "start, so the fit cannot be judged (a model-generated trace?)\n",
                 partitionLabel(partition).c_str());
             ++poor;
         } else if (!(best.fit.logCorrelation >= warnBelow)) {
@@ -529,7 +529,7 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
     if (loaded.partitions.size() > 1)
         std::cout << ", partition " << partitionLabel(partition);
     if (dropped.neverFit)
-        std::cout << " (" << dropped.neverFit << " jobs never fit it and were left out)";
+        std::cout << " (left out, larger than the cluster: " << dropped.neverFit << " jobs)";
     std::cout << "; warm-up until " << formatDate(config.warmupEnd)
               << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
               << " .. " << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
