@@ -232,8 +232,8 @@ std::string droppedText(const Dropped& dropped, int capacity, ResourceUnit unit)
 {
     std::string text;
     if (dropped.neverFit)
-        text += std::to_string(dropped.neverFit) + " never fit the cluster (more than " + std::to_string(capacity)
-            + " " + std::string(unitName(unit)) + ")";
+        text += std::to_string(dropped.neverFit) + " never fit the cluster (more than "
+            + std::to_string(capacity) + " " + std::string(unitName(unit)) + ")";
     if (dropped.invalid)
         text += (text.empty() ? "" : ", ") + std::to_string(dropped.invalid) + " without a size or limit";
     return text;
@@ -247,7 +247,8 @@ std::shared_ptr<const std::vector<Job>> prepared(const std::string& path, const 
     prepareTrace(jobs, capacity, &dropped);
     if (jobs.empty())
         throw std::runtime_error(path + ": no job of partition " + partitionLabel(partition)
-            + " fits a cluster of " + std::to_string(capacity) + " " + std::string(unitName(loaded.plan.unit)));
+            + " fits a cluster of " + std::to_string(capacity) + " "
+            + std::string(unitName(loaded.plan.unit)));
     std::cerr << "trace " << path << ", partition " << partitionLabel(partition) << ": " << jobs.size()
               << " jobs";
     if (dropped.total())
@@ -257,8 +258,8 @@ std::shared_ptr<const std::vector<Job>> prepared(const std::string& path, const 
 }
 
 // Sizes `sim fit` tries for a partition, in units: --nodes N,N,... times the node size; by default
-// the recorded peak usage and 2.5 to 15 % below it, in steps of 2.5 % (down, drained or reserved nodes make the
-// usable pool smaller than the peak), else the SWF header's size.
+// the recorded peak usage and 2.5 to 15 % below it, in steps of 2.5 % (down, drained or reserved nodes make
+// the usable pool smaller than the peak), else the SWF header's size.
 std::vector<int> fitSizes(const ctl::ParsedCommand& o, const LoadedJobs& loaded, const std::vector<Job>& jobs)
 {
     std::vector<int> sizes;
@@ -300,8 +301,9 @@ int fitCommand(const ctl::ParsedCommand& o)
         const auto sizes = fitSizes(o, loaded, jobs);
         std::printf("partition %s: %zu jobs, recorded peak use %lld %s\n", partitionLabel(partition).c_str(),
             jobs.size(), static_cast<long long>(recordedPeakUsage(jobs)), unit.c_str());
-        std::printf("%7s %8s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", unit.c_str(), "neverfit", "age",
-            "size", "prio", "jobs", "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean", "sec");
+        std::printf("%7s %8s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", unit.c_str(), "neverfit",
+            "age", "size", "prio", "jobs", "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean",
+            "sec");
         struct Row {
             FitReport fit;
             std::string line;
@@ -328,7 +330,8 @@ int fitCommand(const ctl::ParsedCommand& o)
                 std::snprintf(line, sizeof line,
                     "%7d %8zu %6.0f %6.0f %6.0f %7zu %10.0f %10.0f %7.3f %8.3f %9.0f %9.0f %7.2f", n,
                     dropped.neverFit, w.age, w.size, w.recorded, r.jobs, r.medianAbsError, r.p90AbsError,
-                    r.correlation, r.logCorrelation, r.recordedMeanWait, r.simulatedMeanWait, r.replaySeconds);
+                    r.correlation, r.logCorrelation, r.recordedMeanWait, r.simulatedMeanWait,
+                    r.replaySeconds);
                 std::puts(line);
                 rows.push_back({ r, line });
             }
@@ -400,9 +403,8 @@ ComparisonConfig comparisonFrom(
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)
-            throw std::invalid_argument(
-                "a probe of " + std::to_string(n) + " units does not fit the cluster of "
-                + std::to_string(scheduler.nodes));
+            throw std::invalid_argument("a probe of " + std::to_string(n)
+                + " units does not fit the cluster of " + std::to_string(scheduler.nodes));
     return c;
 }
 
@@ -530,9 +532,9 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
         std::cout << ", partition " << partitionLabel(partition);
     if (dropped.neverFit)
         std::cout << " (left out, larger than the cluster: " << dropped.neverFit << " jobs)";
-    std::cout << "; warm-up until " << formatDate(config.warmupEnd)
-              << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
-              << " .. " << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
+    std::cout << "; warm-up until " << formatDate(config.warmupEnd) << "; train before "
+              << formatDate(config.split) << "; evaluate " << formatDate(config.split) << " .. "
+              << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
               << config.protocol.interval / 3600.0 << " h; tolerance " << config.tolerance << " s; handover "
               << config.handoverSeconds << " s";
     if (config.protocol.successorMinLimit > 0)

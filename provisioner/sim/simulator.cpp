@@ -57,7 +57,8 @@ Simulator::Simulator(std::shared_ptr<const std::vector<Job>> trace, SchedulerCon
             for (std::size_t k = 0; k < trace_->size(); ++k)
                 indexOf.emplace((*trace_)[k].id, static_cast<std::int64_t>(k));
         }
-        if (auto it = indexOf.find(afterId); it != indexOf.end() && it->second != static_cast<std::int64_t>(i))
+        if (auto it = indexOf.find(afterId);
+            it != indexOf.end() && it->second != static_cast<std::int64_t>(i))
             after[i] = it->second;
     }
     if (!after.empty()) {
@@ -189,8 +190,8 @@ void Simulator::processEventsAt(std::int64_t t)
 void Simulator::start(const PendingJob& p, std::int64_t limit)
 {
     const Job& j = p.job;
-    running_.push_back({ j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes, j.user,
-        p.traceIndex });
+    running_.push_back(
+        { j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes, j.user, p.traceIndex });
     freeNodes_ -= j.nodes;
     countUser(j.user, 1, j.nodes);
     if (p.traceIndex >= 0) {

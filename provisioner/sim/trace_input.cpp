@@ -167,7 +167,8 @@ LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& option
             : 1;
     }
     if (swf && plan.unit == ResourceUnit::Gpus)
-        throw std::invalid_argument(path.string() + ": an SWF trace has no GPU counts; use --unit cores or nodes");
+        throw std::invalid_argument(
+            path.string() + ": an SWF trace has no GPU counts; use --unit cores or nodes");
     if (swf && plan.unit == ResourceUnit::Nodes && plan.coresPerNode <= 0)
         throw std::invalid_argument(path.string()
             + ": an SWF trace counts processors and its header gives no MaxNodes; give --cores-per-node");
@@ -188,11 +189,13 @@ LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& option
             ++out.withoutGpus;
             continue;
         }
-        auto [it, added] = partitionIndex.try_emplace(r.partition, static_cast<std::uint32_t>(out.partitions.size()));
+        auto [it, added]
+            = partitionIndex.try_emplace(r.partition, static_cast<std::uint32_t>(out.partitions.size()));
         if (added)
             out.partitions.push_back(r.partition);
         if (!r.user.empty())
-            j->user = userIndex.try_emplace(r.user, static_cast<std::int32_t>(userIndex.size())).first->second;
+            j->user
+                = userIndex.try_emplace(r.user, static_cast<std::int32_t>(userIndex.size())).first->second;
         out.jobs.push_back(*j);
         out.partitionOf.push_back(it->second);
         if (r.timeLimit <= 0 && r.requestedTime <= 0)

@@ -172,7 +172,8 @@ TEST(SimCommand, FitsEachPartitionAndWarnsOnlyOnThePoorOne)
     EXPECT_NE(r.output.find("1 of 2 partitions fit poorly"), std::string::npos) << r.output;
 
     // One partition on request; a stricter threshold warns about it too.
-    const auto only = run({ batonctl(), "sim", "fit", "--trace", swf, "--partition", "1", "--warn-below", "1.01" });
+    const auto only
+        = run({ batonctl(), "sim", "fit", "--trace", swf, "--partition", "1", "--warn-below", "1.01" });
     ASSERT_EQ(only.exitCode, 0) << only.output;
     EXPECT_EQ(only.output.find("partition 2"), std::string::npos) << only.output;
     EXPECT_NE(only.output.find("WARNING: partition 1 fits poorly"), std::string::npos) << only.output;
@@ -185,7 +186,8 @@ TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
     const auto cores = run({ batonctl(), "sim", "run", "--trace", swf, "--shapes", "4,16", "--interval-hours",
         "6", "--policy", "reactive" });
     ASSERT_EQ(cores.exitCode, 0) << cores.output;
-    EXPECT_NE(cores.output.find("replaying 1 (121 jobs; --partition chooses)"), std::string::npos) << cores.output;
+    EXPECT_NE(cores.output.find("replaying 1 (121 jobs; --partition chooses)"), std::string::npos)
+        << cores.output;
     EXPECT_NE(cores.output.find("cluster 16 cores, partition 1 (left out, larger than the cluster: 1 jobs)"),
         std::string::npos)
         << cores.output;
@@ -196,11 +198,14 @@ TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
     EXPECT_NE(nodes.output.find("cluster 4 nodes, partition 1 (left out, larger than the cluster: 1 jobs)"),
         std::string::npos)
         << nodes.output;
-    const auto absent = run({ batonctl(), "sim", "run", "--trace", swf, "--partition", "7", "--policy", "reactive" });
+    const auto absent
+        = run({ batonctl(), "sim", "run", "--trace", swf, "--partition", "7", "--policy", "reactive" });
     EXPECT_EQ(absent.exitCode, 2) << absent.output;
-    EXPECT_NE(absent.output.find("--partition: '7' is not in the trace (partitions: 1, 2)"), std::string::npos)
+    EXPECT_NE(
+        absent.output.find("--partition: '7' is not in the trace (partitions: 1, 2)"), std::string::npos)
         << absent.output;
-    const auto gpus = run({ batonctl(), "sim", "run", "--trace", swf, "--unit", "gpus", "--policy", "reactive" });
+    const auto gpus
+        = run({ batonctl(), "sim", "run", "--trace", swf, "--unit", "gpus", "--policy", "reactive" });
     EXPECT_EQ(gpus.exitCode, 2) << gpus.output;
     EXPECT_NE(gpus.output.find("an SWF trace has no GPU counts"), std::string::npos) << gpus.output;
 }

@@ -78,7 +78,8 @@ TEST(TraceUnits, SwfCountsProcessorsAndTheHeaderGivesTheNodeSize)
     EXPECT_EQ(jobs.at(3).nodes, 5);
     EXPECT_EQ(jobs.at(122).nodes, 1);
     // A given node size wins over the header's.
-    const auto bigNodes = loadJobs(data("partitions.swf"), { .unit = ResourceUnit::Nodes, .coresPerNode = 8 });
+    const auto bigNodes
+        = loadJobs(data("partitions.swf"), { .unit = ResourceUnit::Nodes, .coresPerNode = 8 });
     EXPECT_EQ(byId(bigNodes.jobs).at(1).nodes, 2);
     // SWF has no GPU counts.
     EXPECT_THROW(loadJobs(data("partitions.swf"), { .unit = ResourceUnit::Gpus }), std::invalid_argument);
@@ -103,7 +104,8 @@ TEST(TraceUnits, SwfPartitionsAreSeparatePools)
 TEST(TraceUnits, SacctTresGivesCoresAndGpus)
 {
     baton::trace::TraceSummary summary;
-    const auto rows = baton::trace::readAll(data("sacct_tres.txt"), baton::trace::TraceFormat::Auto, &summary);
+    const auto rows
+        = baton::trace::readAll(data("sacct_tres.txt"), baton::trace::TraceFormat::Auto, &summary);
     ASSERT_EQ(rows.size(), 4u) << summary.toString();
     EXPECT_EQ(summary.rejected.count("bad TRES list"), 1u) << summary.toString();
     std::map<std::int64_t, baton::trace::TraceJob> r;
@@ -156,7 +158,8 @@ TEST(TraceUnits, NeverFittingJobsAreCountedAndDoNotBlockTheQueue)
     EXPECT_EQ(prepareTrace(jobs, 8, &dropped), 2u);
     EXPECT_EQ(dropped.neverFit, 1u);
     EXPECT_EQ(dropped.invalid, 1u); // job 4 has no limit
-    const auto starts = replay({ job(1, 0, 2, 100, 100), job(2, 10, 9, 100, 100), job(3, 20, 1, 50, 50) }, cluster(8));
+    const auto starts
+        = replay({ job(1, 0, 2, 100, 100), job(2, 10, 9, 100, 100), job(3, 20, 1, 50, 50) }, cluster(8));
     EXPECT_EQ(starts.count(2), 0u);
     EXPECT_EQ(starts.at(3), 20);
 }
@@ -202,7 +205,8 @@ TEST(TraceUnits, DependenciesInferredFromTheRecordedSchedule)
     b.recordedStart = 110; // submitted before a's end, started 10 s after it: waits for a
     c.recordedStart = 500; // submitted after b's end: independent
     d.recordedStart = 100; // another user
-    z1.recordedStart = z2.recordedStart = 200; // zero-length jobs starting together must not wait for each other
+    z1.recordedStart = z2.recordedStart
+        = 200; // zero-length jobs starting together must not wait for each other
     std::vector<Job> jobs { a, b, c, d, z1, z2 };
     EXPECT_EQ(inferDependencies(jobs, 30), 1u);
     EXPECT_EQ(jobs[1].afterId, 1);
