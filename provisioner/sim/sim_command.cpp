@@ -136,8 +136,14 @@ LoadedJobs loadReported(const ctl::ParsedCommand& o)
     if (loaded.limitsFromRunTime)
         std::cerr << path << ": " << loaded.limitsFromRunTime
                   << " rows without a requested limit: their run time is used as the limit\n";
-    if (loaded.jobs.empty())
+    if (loaded.jobs.empty()) {
+        const auto unit = loaded.plan.unit;
+        if (unit == ResourceUnit::Cores && loaded.plan.coresPerNode <= 0)
+            throw std::invalid_argument(path + ": the trace gives no core counts; give --cores-per-node");
+        if (unit == ResourceUnit::Gpus && loaded.plan.gpusPerNode <= 0)
+            throw std::invalid_argument(path + ": the trace gives no GPU counts; give --gpus-per-node");
         throw std::runtime_error(path + ": no usable job");
+    }
     const double within = o.number("infer-dependencies-seconds");
     if (!(within >= 0 && within <= 86400))
         throw std::invalid_argument("--infer-dependencies-seconds must lie between 0 and 86400");

@@ -208,6 +208,20 @@ TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
         = run({ batonctl(), "sim", "run", "--trace", swf, "--unit", "gpus", "--policy", "reactive" });
     EXPECT_EQ(gpus.exitCode, 2) << gpus.output;
     EXPECT_NE(gpus.output.find("an SWF trace has no GPU counts"), std::string::npos) << gpus.output;
+    // The job CSV counts nodes only; a sacct trace of node counts needs the node size for GPUs.
+    const auto csvCores
+        = run({ batonctl(), "sim", "run", "--trace", trace(), "--unit", "cores", "--policy", "reactive" });
+    EXPECT_EQ(csvCores.exitCode, 2) << csvCores.output;
+    EXPECT_NE(csvCores.output.find("the job CSV counts nodes only"), std::string::npos) << csvCores.output;
+    TempDir sacctDir("baton-sim-cli");
+    const auto sacct = sacctDir.path() / "nodes.txt";
+    std::ofstream(sacct)
+        << "JobID|User|Submit|Start|End|Timelimit|NNodes\n"
+           "1|alice|2024-01-01T00:00:00|2024-01-01T00:00:10|2024-01-01T01:00:10|02:00:00|2\n";
+    const auto noSize = run({ batonctl(), "sim", "fit", "--trace", sacct.string(), "--unit", "gpus" });
+    EXPECT_EQ(noSize.exitCode, 2) << noSize.output;
+    EXPECT_NE(noSize.output.find("the trace gives no GPU counts; give --gpus-per-node"), std::string::npos)
+        << noSize.output;
 }
 
 TEST(SimCommand, BadInputGivesClearErrors)
