@@ -14,13 +14,25 @@ struct Job {
     std::int64_t runTime = 0; // what the job ran for; it ends at min(runTime, limit)
     std::int64_t limit = 0; // requested wall-clock limit, used for backfill reservations
     std::int64_t minLimit = 0; // Slurm's --time-min: backfill may lower the limit to this; 0 = never
+    // Size in the replay's resource unit: nodes by default, or cores or GPUs (trace_input.hpp); the
+    // simulated cluster is a pool of that many units.
     std::int32_t nodes = 1;
+    std::int32_t user = -1; // dense user index (for per-user limits); -1 when unknown
+    std::int64_t afterId = -1; // a dependency: may start only once the trace job with this id has ended
     double recordedPriority = 0; // an extra priority input (e.g. the trace's priority), normalised to [0, 1]
     std::int64_t recordedStart = -1; // when the real scheduler started it; -1 when unknown
 };
 
-// Sorts by submit time (then id), the order the simulator needs, and drops jobs that can never run.
-// Returns the number of jobs dropped.
-std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes);
+// Jobs prepareTrace() dropped, by reason.
+struct Dropped {
+    std::size_t neverFit = 0; // larger than the simulated cluster: they could never start
+    std::size_t invalid = 0; // no size or no limit
+    std::size_t total() const { return neverFit + invalid; }
+};
+
+// Sorts by submit time (then id), the order the simulator needs, and drops jobs that can never run,
+// so that none blocks the queue's head forever. Returns the number of jobs dropped; `dropped`, when
+// given, gets them by reason.
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes, Dropped* dropped = nullptr);
 
 } // namespace baton::sim

@@ -14,6 +14,10 @@ struct SchedulerConfig {
     double recordedWeight = 0;
     std::int64_t maxAge = 7 * 24 * 3600; // PriorityMaxAge
     bool backfill = true; // EASY backfill behind the first blocked job
+    // Per-user limits, as a QOS's MaxJobsPerUser and MaxTRESPerUser: a user's job beyond them waits
+    // without holding a reservation, as Slurm's pending reason QOSMaxJobsPerUserLimit. 0 = no limit.
+    int userRunningJobs = 0;
+    int userRunningUnits = 0;
 };
 
 } // namespace baton::sim

@@ -7,7 +7,9 @@
 #include "trace_input.hpp"
 #include "validation.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -25,14 +27,34 @@ namespace baton::sim {
 namespace {
 
 // Declarations of the three commands' options; their --help is generated from these.
+void addUnitOptions(ctl::CommandSpec& spec)
+{
+    spec.option("unit", "auto|nodes|cores|gpus",
+            "what the simulated cluster allocates; auto: nodes, or cores for SWF\n"
+            "(its only size is a processor count)",
+            "auto")
+        .option("cores-per-node", "N", "node size in cores (SWF: MaxProcs / MaxNodes of its header)", "0")
+        .option("gpus-per-node", "N", "node size in GPUs, for --unit gpus with a trace of node counts", "0")
+        .option("partition", "NAME",
+            "replay this partition only (each partition is its own pool of nodes)\n"
+            "and place the probes in it (default: the partition with most jobs)")
+        .option("user-running-jobs", "N", "at most N running jobs per user (QOS MaxJobsPerUser)", "0")
+        .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
+        .option("infer-dependencies-seconds", "S",
+            "a job that started within S s of the end of another job of its user,\n"
+            "submitted before that end, waits for it (0: off)",
+            "0");
+}
+
 void addSchedulerOptions(ctl::CommandSpec& spec)
 {
     spec.option("trace", "FILE", "the job trace file; required")
-        .option("nodes", "N", "cluster size", "74")
+        .option("nodes", "N", "cluster size in nodes (an SWF trace: its header's MaxNodes)", "74")
         .option("age-weight", "W", "priority weight of age", "100")
         .option("size-weight", "W", "priority weight of job size", "10")
         .option("priority-weight", "W", "priority weight of the trace's recorded priority", "1000")
         .option("max-age-days", "D", "age at which the age factor saturates", "7");
+    addUnitOptions(spec);
 }
 
 void addComparisonOptions(ctl::CommandSpec& spec)
@@ -78,102 +100,288 @@ std::string formatDate(std::int64_t t)
     return buf;
 }
 
-SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o)
+int nonNegativeInteger(const ctl::ParsedCommand& o, std::string_view name)
+{
+    const double v = o.number(name);
+    if (!(v >= 0 && v <= 1e9) || v != static_cast<double>(static_cast<long long>(v)))
+        throw std::invalid_argument("--" + std::string(name) + " must be a whole number >= 0");
+    return static_cast<int>(v);
+}
+
+LoadOptions loadOptionsFrom(const ctl::ParsedCommand& o)
+{
+    LoadOptions options;
+    const auto unitText = o.text("unit");
+    const auto unit = parseUnit(unitText);
+    if (!unit)
+        throw std::invalid_argument("--unit: expected auto, nodes, cores or gpus, got '" + unitText + "'");
+    options.unit = *unit;
+    options.coresPerNode = nonNegativeInteger(o, "cores-per-node");
+    options.gpusPerNode = nonNegativeInteger(o, "gpus-per-node");
+    return options;
+}
+
+// Loads the trace and says on stderr what could not be used.
+LoadedJobs loadReported(const ctl::ParsedCommand& o)
+{
+    const auto path = o.text("trace");
+    if (path.empty())
+        throw std::invalid_argument("--trace FILE is required");
+    auto loaded = loadJobs(path, loadOptionsFrom(o));
+    if (loaded.unusable)
+        std::cerr << path << ": " << loaded.unusable << " rows without a run time or a size in "
+                  << unitName(loaded.plan.unit) << " skipped\n";
+    if (loaded.withoutGpus)
+        std::cerr << path << ": " << loaded.withoutGpus << " jobs without GPUs are not in the GPU pool\n";
+    if (loaded.limitsFromRunTime)
+        std::cerr << path << ": " << loaded.limitsFromRunTime
+                  << " rows without a requested limit: their run time is used as the limit\n";
+    if (loaded.jobs.empty()) {
+        const auto unit = loaded.plan.unit;
+        if (unit == ResourceUnit::Cores && loaded.plan.coresPerNode <= 0)
+            throw std::invalid_argument(path + ": the trace gives no core counts; give --cores-per-node");
+        if (unit == ResourceUnit::Gpus && loaded.plan.gpusPerNode <= 0)
+            throw std::invalid_argument(path + ": the trace gives no GPU counts; give --gpus-per-node");
+        throw std::runtime_error(path + ": no usable job");
+    }
+    const double within = o.number("infer-dependencies-seconds");
+    if (!(within >= 0 && within <= 86400))
+        throw std::invalid_argument("--infer-dependencies-seconds must lie between 0 and 86400");
+    if (within > 0)
+        std::cerr << path << ": " << inferDependencies(loaded.jobs, static_cast<std::int64_t>(within))
+                  << " dependencies inferred\n";
+    return loaded;
+}
+
+std::string partitionLabel(const std::string& name)
+{
+    return name.empty() ? "(none)" : name;
+}
+
+// --partition, else the partition with most jobs (said on stderr when there is more than one).
+std::string choosePartition(const ctl::ParsedCommand& o, const LoadedJobs& loaded)
+{
+    if (o.has("partition")) {
+        const auto name = o.text("partition");
+        if (std::find(loaded.partitions.begin(), loaded.partitions.end(), name) == loaded.partitions.end()) {
+            std::string known;
+            for (const auto& p : loaded.partitions)
+                known += (known.empty() ? "" : ", ") + partitionLabel(p);
+            throw std::invalid_argument(
+                "--partition: '" + name + "' is not in the trace (partitions: " + known + ")");
+        }
+        return name;
+    }
+    const auto sizes = loaded.partitionSizes();
+    const auto most = std::max_element(sizes.begin(), sizes.end()) - sizes.begin();
+    if (loaded.partitions.size() > 1)
+        std::cerr << "the trace has " << loaded.partitions.size() << " partitions; replaying "
+                  << partitionLabel(loaded.partitions[most]) << " (" << sizes[most]
+                  << " jobs; --partition chooses)\n";
+    return loaded.partitions[most];
+}
+
+void requireNodeSize(const LoadedJobs& loaded)
+{
+    const auto unit = loaded.plan.unit;
+    if ((unit == ResourceUnit::Cores && loaded.plan.coresPerNode <= 0)
+        || (unit == ResourceUnit::Gpus && loaded.plan.gpusPerNode <= 0))
+        throw std::invalid_argument("--unit " + std::string(unitName(unit)) + " needs the node size: give --"
+            + (unit == ResourceUnit::Cores ? "cores" : "gpus") + "-per-node");
+}
+
+// The SWF header's machine size in units, if it gives one.
+std::optional<int> headerCapacity(const LoadedJobs& loaded)
+{
+    if (loaded.plan.unit == ResourceUnit::Cores && loaded.headerProcs)
+        return static_cast<int>(*loaded.headerProcs);
+    if (loaded.headerNodes && loaded.plan.unit != ResourceUnit::Gpus)
+        return static_cast<int>(*loaded.headerNodes) * loaded.unitsPerNode();
+    return std::nullopt;
+}
+
+// Cluster size in units: --nodes times the units per node; for SWF its header's size unless --nodes
+// is given.
+int capacityFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)
+{
+    requireNodeSize(loaded);
+    if (!o.has("nodes"))
+        if (auto header = headerCapacity(loaded))
+            return *header;
+    const double nodes = o.number("nodes");
+    if (!(nodes >= 1 && nodes * loaded.unitsPerNode() <= 1e9))
+        throw std::invalid_argument("--nodes must be positive");
+    return static_cast<int>(nodes) * loaded.unitsPerNode();
+}
+
+void applyUserLimits(const ctl::ParsedCommand& o, SchedulerConfig& c)
+{
+    c.userRunningJobs = nonNegativeInteger(o, "user-running-jobs");
+    c.userRunningUnits = nonNegativeInteger(o, "user-running-units");
+}
+
+SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)
 {
     SchedulerConfig c;
-    c.nodes = static_cast<int>(o.number("nodes"));
+    c.nodes = capacityFrom(o, loaded);
     c.ageWeight = o.number("age-weight");
     c.sizeWeight = o.number("size-weight");
     c.recordedWeight = o.number("priority-weight");
     c.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
-    if (c.nodes <= 0 || c.maxAge <= 0)
-        throw std::invalid_argument("--nodes and --max-age-days must be positive");
+    if (c.maxAge <= 0)
+        throw std::invalid_argument("--max-age-days must be positive");
+    applyUserLimits(o, c);
     return c;
 }
 
-std::shared_ptr<const std::vector<Job>> loadTrace(const ctl::ParsedCommand& o, int nodes)
+std::string droppedText(const Dropped& dropped, int capacity, ResourceUnit unit)
 {
-    const auto path = o.text("trace");
-    if (path.empty())
-        throw std::invalid_argument("--trace FILE is required");
-    auto loaded = loadJobs(path);
-    auto jobs = std::move(loaded.jobs);
-    if (loaded.unusable)
-        std::cerr << path << ": " << loaded.unusable << " rows without a run time or node count skipped\n";
-    if (loaded.limitsFromRunTime)
-        std::cerr << path << ": " << loaded.limitsFromRunTime
-                  << " rows without a requested limit: their run time is used as the limit\n";
-    const auto dropped = prepareTrace(jobs, nodes);
+    std::string text;
+    if (dropped.neverFit)
+        text += std::to_string(dropped.neverFit) + " never fit the cluster (more than "
+            + std::to_string(capacity) + " " + std::string(unitName(unit)) + ")";
+    if (dropped.invalid)
+        text += (text.empty() ? "" : ", ") + std::to_string(dropped.invalid) + " without a size or limit";
+    return text;
+}
+
+// The partition's jobs, prepared for a cluster of `capacity` units; what was dropped is said on stderr.
+std::shared_ptr<const std::vector<Job>> prepared(const std::string& path, const LoadedJobs& loaded,
+    const std::string& partition, int capacity, Dropped& dropped)
+{
+    auto jobs = loaded.jobsOf(partition);
+    prepareTrace(jobs, capacity, &dropped);
     if (jobs.empty())
-        throw std::runtime_error(path + ": no job fits a cluster of " + std::to_string(nodes) + " nodes");
-    std::cerr << "trace " << path << ": " << jobs.size() << " jobs";
-    if (dropped)
-        std::cerr << " (" << dropped << " dropped: larger than the cluster or without a limit)";
+        throw std::runtime_error(path + ": no job of partition " + partitionLabel(partition)
+            + " fits a cluster of " + std::to_string(capacity) + " "
+            + std::string(unitName(loaded.plan.unit)));
+    std::cerr << "trace " << path << ", partition " << partitionLabel(partition) << ": " << jobs.size()
+              << " jobs";
+    if (dropped.total())
+        std::cerr << " (dropped: " << droppedText(dropped, capacity, loaded.plan.unit) << ")";
     std::cerr << ", " << formatDate(jobs.front().submit) << " .. " << formatDate(jobs.back().submit) << '\n';
     return std::make_shared<const std::vector<Job>>(std::move(jobs));
 }
 
+// Sizes `sim fit` tries for a partition, in units: --nodes N,N,... times the node size; by default
+// the recorded peak usage and 2.5 to 15 % below it, in steps of 2.5 % (down, drained or reserved nodes make
+// the usable pool smaller than the peak), else the SWF header's size.
+std::vector<int> fitSizes(const ctl::ParsedCommand& o, const LoadedJobs& loaded, const std::vector<Job>& jobs)
+{
+    std::vector<int> sizes;
+    if (o.text("nodes") != "auto") {
+        requireNodeSize(loaded);
+        for (int n : o.positiveIntegers("nodes"))
+            sizes.push_back(n * loaded.unitsPerNode());
+        return sizes;
+    }
+    if (const auto peak = recordedPeakUsage(jobs); peak > 0) {
+        for (double f : { 0.85, 0.875, 0.9, 0.925, 0.95, 0.975, 1.0 })
+            sizes.push_back(std::max(1, static_cast<int>(std::lround(f * static_cast<double>(peak)))));
+    } else if (auto header = headerCapacity(loaded)) {
+        sizes.push_back(*header);
+    } else {
+        throw std::invalid_argument("no recorded starts to size the cluster from: give --nodes");
+    }
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    return sizes;
+}
+
 int fitCommand(const ctl::ParsedCommand& o)
 {
-    SchedulerConfig base;
-    base.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
-    auto nodeCounts = o.positiveIntegers("nodes");
     const auto path = o.text("trace");
-    if (path.empty())
-        throw std::invalid_argument("--trace FILE is required");
-    const auto raw = loadJobs(path).jobs;
+    const auto loaded = loadReported(o);
+    const double warnBelow = o.number("warn-below");
+    std::vector<std::string> partitions = loaded.partitions;
+    if (o.has("partition"))
+        partitions = { choosePartition(o, loaded) };
+    const auto unit = std::string(unitName(loaded.plan.unit));
     struct Weights {
         double age, size, recorded;
     };
     const Weights grid[] = { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
         { 1000, 100, 1000 }, { 100, 10, 1000 } };
-    std::printf("%6s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", "nodes", "age", "size", "prio", "jobs",
-        "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean", "sec");
-    struct Row {
-        SchedulerConfig config;
-        FitReport fit;
-        std::string line;
-    };
-    std::vector<Row> rows;
-    for (int n : nodeCounts) {
-        auto jobs = raw;
-        prepareTrace(jobs, n);
-        auto trace = std::make_shared<const std::vector<Job>>(std::move(jobs));
-        const auto from = defaultComparisonConfig(*trace).warmupEnd;
-        for (const auto& w : grid) {
-            SchedulerConfig c = base;
-            c.nodes = n;
-            c.ageWeight = w.age;
-            c.sizeWeight = w.size;
-            c.recordedWeight = w.recorded;
-            const auto r = validateReplay(trace, c, from);
-            char line[256];
-            std::snprintf(line, sizeof line,
-                "%6d %6.0f %6.0f %6.0f %7zu %10.0f %10.0f %7.3f %8.3f %9.0f %9.0f %7.2f", n, w.age, w.size,
-                w.recorded, r.jobs, r.medianAbsError, r.p90AbsError, r.correlation, r.logCorrelation,
-                r.recordedMeanWait, r.simulatedMeanWait, r.replaySeconds);
-            std::puts(line);
-            rows.push_back({ c, r, line });
+    int poor = 0;
+    for (const auto& partition : partitions) {
+        const auto jobs = loaded.jobsOf(partition);
+        const auto sizes = fitSizes(o, loaded, jobs);
+        std::printf("partition %s: %zu jobs, recorded peak use %lld %s\n", partitionLabel(partition).c_str(),
+            jobs.size(), static_cast<long long>(recordedPeakUsage(jobs)), unit.c_str());
+        std::printf("%7s %8s %6s %6s %6s %7s %10s %10s %7s %8s %9s %9s %7s\n", unit.c_str(), "neverfit",
+            "age", "size", "prio", "jobs", "medAE(s)", "p90AE(s)", "corr", "logcorr", "recMean", "simMean",
+            "sec");
+        struct Row {
+            FitReport fit;
+            std::string line;
+        };
+        std::vector<Row> rows;
+        for (int n : sizes) {
+            auto prepared = jobs;
+            Dropped dropped;
+            prepareTrace(prepared, n, &dropped);
+            if (prepared.empty())
+                continue;
+            auto trace = std::make_shared<const std::vector<Job>>(std::move(prepared));
+            const auto from = defaultComparisonConfig(*trace).warmupEnd;
+            for (const auto& w : grid) {
+                SchedulerConfig c;
+                c.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
+                c.nodes = n;
+                c.ageWeight = w.age;
+                c.sizeWeight = w.size;
+                c.recordedWeight = w.recorded;
+                applyUserLimits(o, c);
+                const auto r = validateReplay(trace, c, from);
+                char line[256];
+                std::snprintf(line, sizeof line,
+                    "%7d %8zu %6.0f %6.0f %6.0f %7zu %10.0f %10.0f %7.3f %8.3f %9.0f %9.0f %7.2f", n,
+                    dropped.neverFit, w.age, w.size, w.recorded, r.jobs, r.medianAbsError, r.p90AbsError,
+                    r.correlation, r.logCorrelation, r.recordedMeanWait, r.simulatedMeanWait,
+                    r.replaySeconds);
+                std::puts(line);
+                rows.push_back({ r, line });
+            }
+        }
+        if (rows.empty()) {
+            std::printf("partition %s: no job fits any size tried\n", partitionLabel(partition).c_str());
+            ++poor;
+            continue;
+        }
+        // Best fit: the smallest sum of ranks over the four figures (both errors low, both correlations
+        // high), so that no single figure decides.
+        std::vector<double> score(rows.size(), 0);
+        auto rankBy = [&](auto key) {
+            std::vector<std::size_t> idx(rows.size());
+            std::iota(idx.begin(), idx.end(), 0);
+            std::stable_sort(idx.begin(), idx.end(),
+                [&](std::size_t a, std::size_t b) { return key(rows[a]) < key(rows[b]); });
+            for (std::size_t r = 0; r < idx.size(); ++r)
+                score[idx[r]] += static_cast<double>(r);
+        };
+        rankBy([](const Row& r) { return r.fit.medianAbsError; });
+        rankBy([](const Row& r) { return r.fit.p90AbsError; });
+        rankBy([](const Row& r) { return -r.fit.correlation; });
+        rankBy([](const Row& r) { return -r.fit.logCorrelation; });
+        const auto& best = rows[std::min_element(score.begin(), score.end()) - score.begin()];
+        std::printf("best fit for partition %s (smallest rank sum of medAE, p90AE, -corr, -logcorr):\n%s\n",
+            partitionLabel(partition).c_str(), best.line.c_str());
+        // A queue unlike the real one makes every policy figure measured on it meaningless.
+        if (best.fit.jobs == 0) {
+            std::printf("WARNING: partition %s: no job submitted after the warm-up week has a recorded "
+                        "start, so the fit cannot be judged (a model-generated trace?)\n",
+                partitionLabel(partition).c_str());
+            ++poor;
+        } else if (!(best.fit.logCorrelation >= warnBelow)) {
+            std::printf("WARNING: partition %s fits poorly: correlation of log waits %.3f < %.2f; the "
+                        "simulated queue is unlike the recorded one, so do not trust policies evaluated on "
+                        "it\n",
+                partitionLabel(partition).c_str(), best.fit.logCorrelation, warnBelow);
+            ++poor;
         }
     }
-    // Best fit: the smallest sum of ranks over the four figures (both errors low, both correlations high),
-    // so that no single figure decides.
-    std::vector<double> score(rows.size(), 0);
-    auto rankBy = [&](auto key) {
-        std::vector<std::size_t> idx(rows.size());
-        std::iota(idx.begin(), idx.end(), 0);
-        std::stable_sort(idx.begin(), idx.end(),
-            [&](std::size_t a, std::size_t b) { return key(rows[a]) < key(rows[b]); });
-        for (std::size_t r = 0; r < idx.size(); ++r)
-            score[idx[r]] += static_cast<double>(r);
-    };
-    rankBy([](const Row& r) { return r.fit.medianAbsError; });
-    rankBy([](const Row& r) { return r.fit.p90AbsError; });
-    rankBy([](const Row& r) { return -r.fit.correlation; });
-    rankBy([](const Row& r) { return -r.fit.logCorrelation; });
-    const auto best = std::min_element(score.begin(), score.end()) - score.begin();
-    std::printf(
-        "best fit (smallest rank sum of medAE, p90AE, -corr, -logcorr):\n%s\n", rows[best].line.c_str());
+    if (poor)
+        std::fprintf(stderr, "sim fit: %d of %zu partitions fit poorly or could not be judged\n", poor,
+            partitions.size());
     return 0;
 }
 
@@ -201,8 +409,8 @@ ComparisonConfig comparisonFrom(
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)
-            throw std::invalid_argument(
-                "a probe of " + std::to_string(n) + " nodes does not fit the cluster");
+            throw std::invalid_argument("a probe of " + std::to_string(n)
+                + " units does not fit the cluster of " + std::to_string(scheduler.nodes));
     return c;
 }
 
@@ -293,8 +501,11 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
 int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policies, bool writeFiles)
 {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto scheduler = schedulerFrom(o);
-    const auto trace = loadTrace(o, scheduler.nodes);
+    const auto loaded = loadReported(o);
+    const auto partition = choosePartition(o, loaded);
+    const auto scheduler = schedulerFrom(o, loaded);
+    Dropped dropped;
+    const auto trace = prepared(o.text("trace"), loaded, partition, scheduler.nodes, dropped);
     auto config = comparisonFrom(o, *trace, scheduler);
     config.policies = std::move(policies);
     const auto modelIn = o.text("model");
@@ -322,9 +533,14 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
     std::shared_ptr<const WaitPredictor> used;
     const auto r = runComparison(trace, config, pretrained, &used);
 
-    std::cout << "cluster " << scheduler.nodes << " nodes; warm-up until " << formatDate(config.warmupEnd)
-              << "; train before " << formatDate(config.split) << "; evaluate " << formatDate(config.split)
-              << " .. " << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
+    std::cout << "cluster " << scheduler.nodes << " " << unitName(loaded.plan.unit);
+    if (loaded.partitions.size() > 1)
+        std::cout << ", partition " << partitionLabel(partition);
+    if (dropped.neverFit)
+        std::cout << " (left out, larger than the cluster: " << dropped.neverFit << " jobs)";
+    std::cout << "; warm-up until " << formatDate(config.warmupEnd) << "; train before "
+              << formatDate(config.split) << "; evaluate " << formatDate(config.split) << " .. "
+              << formatDate(config.evaluationEnd) << "; " << r.evaluationProbes << " probes every "
               << config.protocol.interval / 3600.0 << " h; tolerance " << config.tolerance << " s; handover "
               << config.handoverSeconds << " s";
     if (config.protocol.successorMinLimit > 0)
@@ -374,10 +590,16 @@ const std::vector<ctl::Subcommand>& simCommands()
 {
     static const std::vector<ctl::Subcommand> commands = [] {
         ctl::CommandSpec fit("batonctl sim fit",
-            "Replay the trace for each node count and priority weighting; compare with the recorded starts.");
+            "Replay each partition of the trace for each cluster size and priority weighting;\n"
+            "compare with the recorded starts; warn when the best fit is poor.");
         fit.option("trace", "FILE", "the job trace; required")
-            .option("nodes", "N,N,...", "cluster sizes to try", "68,72,76,80,84")
+            .option("nodes", "N,N,...|auto",
+                "cluster sizes to try, in nodes; auto: per partition, the recorded peak use\n"
+                "and 2.5 .. 15 % below it (no recorded starts: the SWF header's size)",
+                "auto")
+            .option("warn-below", "R", "warn when the best fit's correlation of log waits is below R", "0.3")
             .option("max-age-days", "D", "age at which the age factor saturates", "7");
+        addUnitOptions(fit);
         ctl::CommandSpec run(
             "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");
         addSchedulerOptions(run);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace baton::sim {
 
@@ -10,10 +11,23 @@ namespace {
 constexpr std::int64_t never = std::numeric_limits<std::int64_t>::max();
 }
 
-std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes)
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes, Dropped* dropped)
 {
     const auto before = jobs.size();
-    std::erase_if(jobs, [&](const Job& j) { return j.nodes <= 0 || j.nodes > clusterNodes || j.limit <= 0; });
+    Dropped counts;
+    std::erase_if(jobs, [&](const Job& j) {
+        if (j.nodes <= 0 || j.limit <= 0) {
+            ++counts.invalid;
+            return true;
+        }
+        if (j.nodes > clusterNodes) {
+            ++counts.neverFit;
+            return true;
+        }
+        return false;
+    });
+    if (dropped)
+        *dropped = counts;
     for (auto& j : jobs)
         j.runTime = std::clamp<std::int64_t>(j.runTime, 0, j.limit);
     std::stable_sort(jobs.begin(), jobs.end(),
@@ -31,6 +45,26 @@ Simulator::Simulator(std::shared_ptr<const std::vector<Job>> trace, SchedulerCon
     if (!trace_)
         throw std::invalid_argument("no trace given");
     now_ = trace_->empty() ? 0 : trace_->front().submit;
+    // Dependencies by trace index; one that names a job not in the trace (dropped) is ignored.
+    std::vector<std::int64_t> after;
+    std::unordered_map<std::int64_t, std::int64_t> indexOf;
+    for (std::size_t i = 0; i < trace_->size(); ++i) {
+        const auto afterId = (*trace_)[i].afterId;
+        if (afterId < 0)
+            continue;
+        if (after.empty()) {
+            after.assign(trace_->size(), -1);
+            for (std::size_t k = 0; k < trace_->size(); ++k)
+                indexOf.emplace((*trace_)[k].id, static_cast<std::int64_t>(k));
+        }
+        if (auto it = indexOf.find(afterId);
+            it != indexOf.end() && it->second != static_cast<std::int64_t>(i))
+            after[i] = it->second;
+    }
+    if (!after.empty()) {
+        afterIndex_ = std::make_shared<const std::vector<std::int64_t>>(std::move(after));
+        ended_.assign(trace_->size(), 0);
+    }
 }
 
 Simulator Simulator::fork() const
@@ -139,6 +173,9 @@ void Simulator::processEventsAt(std::int64_t t)
         if (r.end > t)
             return false;
         freeNodes_ += r.nodes;
+        countUser(r.user, -1, -r.nodes);
+        if (!ended_.empty() && r.traceIndex >= 0)
+            ended_[static_cast<std::size_t>(r.traceIndex)] = 1;
         return true;
     });
     for (; nextArrival_ < trace_->size() && (*trace_)[nextArrival_].submit <= t; ++nextArrival_)
@@ -153,8 +190,10 @@ void Simulator::processEventsAt(std::int64_t t)
 void Simulator::start(const PendingJob& p, std::int64_t limit)
 {
     const Job& j = p.job;
-    running_.push_back({ j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes });
+    running_.push_back(
+        { j.id, now_, now_ + std::min(j.runTime, limit), now_ + limit, j.nodes, j.user, p.traceIndex });
     freeNodes_ -= j.nodes;
+    countUser(j.user, 1, j.nodes);
     if (p.traceIndex >= 0) {
         if (startLog_)
             (*startLog_)[static_cast<std::size_t>(p.traceIndex)] = now_;
@@ -168,6 +207,37 @@ void Simulator::start(const PendingJob& p, std::int64_t limit)
     slot = wait;
     recentSum_ += wait;
     ++recentCount_;
+}
+
+void Simulator::countUser(std::int32_t user, int jobs, int units)
+{
+    if (user < 0 || (config_.userRunningJobs <= 0 && config_.userRunningUnits <= 0))
+        return;
+    const auto u = static_cast<std::size_t>(user);
+    if (u >= userJobs_.size()) {
+        userJobs_.resize(u + 1, 0);
+        userUnits_.resize(u + 1, 0);
+    }
+    userJobs_[u] += jobs;
+    userUnits_[u] += units;
+}
+
+bool Simulator::waitsForDependency(const PendingJob& p) const
+{
+    if (!afterIndex_ || p.traceIndex < 0)
+        return false;
+    const auto after = (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)];
+    return after >= 0 && !ended_[static_cast<std::size_t>(after)];
+}
+
+bool Simulator::overUserLimit(const Job& job) const
+{
+    if (job.user < 0 || static_cast<std::size_t>(job.user) >= userJobs_.size())
+        return false;
+    const auto u = static_cast<std::size_t>(job.user);
+    return (config_.userRunningJobs > 0 && userJobs_[u] >= config_.userRunningJobs)
+        || (config_.userRunningUnits > 0 && userUnits_[u] > 0 // a job larger than the limit may run alone
+            && userUnits_[u] + job.nodes > config_.userRunningUnits);
 }
 
 void Simulator::schedule()
@@ -194,6 +264,8 @@ void Simulator::schedule()
         if (freeNodes_ == 0)
             break;
         const Job& j = pending_[i].job;
+        if (overUserLimit(j) || waitsForDependency(pending_[i]))
+            continue;
         if (!reserved) {
             if (j.nodes <= freeNodes_) {
                 start(pending_[i], j.limit);

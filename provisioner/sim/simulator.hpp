@@ -27,6 +27,8 @@ struct RunningJob {
     std::int64_t end = 0; // when it really ends
     std::int64_t limitEnd = 0; // start + limit: what the scheduler plans with
     std::int32_t nodes = 0;
+    std::int32_t user = -1;
+    std::int64_t traceIndex = -1;
 };
 
 class Simulator {
@@ -70,6 +72,9 @@ private:
     void processEventsAt(std::int64_t t);
     void schedule();
     void start(const PendingJob& job, std::int64_t limit);
+    bool overUserLimit(const Job& job) const;
+    bool waitsForDependency(const PendingJob& job) const;
+    void countUser(std::int32_t user, int jobs, int units);
 
     std::shared_ptr<const std::vector<Job>> trace_;
     SchedulerConfig config_;
@@ -79,6 +84,10 @@ private:
     std::vector<PendingJob> pending_; // in submit order
     std::vector<RunningJob> running_;
     int freeNodes_ = 0;
+    // Per trace job: index of the job it waits for, or -1; shared by forks (it never changes).
+    std::shared_ptr<const std::vector<std::int64_t>> afterIndex_;
+    std::vector<std::uint8_t> ended_; // per trace job, kept only when the trace has dependencies
+    std::vector<int> userJobs_, userUnits_; // running jobs and units per user (kept when limits are on)
     std::vector<std::int64_t>* startLog_ = nullptr;
     struct InsertedStart {
         std::int64_t id, start, limit;

@@ -70,6 +70,36 @@ std::string firstString(const json& value)
     return {};
 }
 
+// A TRES list of `sacct --json` ([{"type": "cpu", "count": 8}, {"type": "gres", "name": "gpu", "count": 2}]):
+// its CPU and GPU counts. Typed GPU entries ("gpu:a100") count when there is no untyped one; a list
+// without GPU entries means none. False when a count is unusable.
+bool tresCounts(const json& list, std::optional<std::int64_t>& cpus, std::int64_t& gpus)
+{
+    std::optional<std::int64_t> untyped;
+    std::int64_t typed = 0;
+    for (const auto& entry : list) {
+        if (!entry.is_object())
+            return false;
+        const auto type = entry.value("type", std::string());
+        const auto name = entry.value("name", std::string());
+        const bool cpu = type == "cpu";
+        const bool gpu = type == "gres" && (name == "gpu" || name.starts_with("gpu:"));
+        if (!cpu && !gpu)
+            continue;
+        const auto count = numberAt(entry, "count");
+        if (count.bad || !count.value || *count.value < 0 || *count.value > 100'000'000)
+            return false;
+        if (cpu)
+            cpus = *count.value;
+        else if (name == "gpu")
+            untyped = *count.value;
+        else
+            typed += *count.value;
+    }
+    gpus = untyped ? *untyped : typed;
+    return true;
+}
+
 const char* toJob(const json& object, TraceJob& job)
 {
     if (!object.is_object())
@@ -147,10 +177,30 @@ const char* toJob(const json& object, TraceJob& job)
         auto cpus32 = cpus.value ? toInt32(*cpus.value) : std::nullopt;
         if (cpus.bad || (cpus.value && !cpus32))
             return "bad cpu count";
-        if (cpus32)
+        if (cpus32) {
             job.requestedProcs = *cpus32;
+            job.cpus = *cpus32;
+        }
     }
-    if (!isValidUtf8(job.name) || !isValidUtf8(job.user))
+    // Allocated TRES, else the requested ones (a job that never ran has no allocation).
+    if (auto tresIt = object.find("tres"); tresIt != object.end() && tresIt->is_object()) {
+        for (const char* which : { "allocated", "requested" }) {
+            auto listIt = tresIt->find(which);
+            if (listIt == tresIt->end() || !listIt->is_array() || listIt->empty())
+                continue;
+            std::optional<std::int64_t> cpus;
+            std::int64_t gpus = 0;
+            if (!tresCounts(*listIt, cpus, gpus))
+                return "bad TRES list";
+            if (cpus && *cpus > 0)
+                job.cpus = static_cast<std::int32_t>(*cpus);
+            job.gpus = static_cast<std::int32_t>(gpus);
+            break;
+        }
+    }
+    if (auto it = object.find("partition"); it != object.end() && it->is_string())
+        job.partition = it->get<std::string>();
+    if (!isValidUtf8(job.name) || !isValidUtf8(job.user) || !isValidUtf8(job.partition))
         return "invalid characters in name";
     job.wait = *job.start - job.submit;
     if (job.end)

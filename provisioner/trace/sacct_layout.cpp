@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <string>
 
 namespace baton::trace {
@@ -36,6 +37,11 @@ constexpr Known knownColumns[] = {
     { "allocnodes", Column::AllocNodes },
     { "reqnodes", Column::ReqNodes },
     { "reqcpus", Column::ReqCpus },
+    { "alloccpus", Column::AllocCpus },
+    { "ncpus", Column::AllocCpus },
+    { "alloctres", Column::AllocTres },
+    { "reqtres", Column::ReqTres },
+    { "partition", Column::Partition },
     { "elapsed", Column::Elapsed },
 };
 
@@ -64,6 +70,42 @@ Column lookup(std::string_view header)
         }
     }
     return match && name.size() >= 4 ? match->column : Column::Ignored;
+}
+
+// The counts a TRES list ("billing=8,cpu=8,gres/gpu=2,mem=64G,node=1") gives: cpu= and the GPUs.
+// A typed GPU entry ("gres/gpu:a100=2") counts when the list has no untyped one (Slurm lists both
+// when GPUs have types). A list without GPU entries means no GPUs. False when an entry is malformed.
+struct TresCounts {
+    std::optional<std::int64_t> cpus;
+    std::int64_t gpus = 0;
+};
+
+bool parseTres(std::string_view text, TresCounts& out)
+{
+    std::optional<std::int64_t> untyped;
+    std::int64_t typed = 0;
+    while (!text.empty()) {
+        const auto comma = text.find(',');
+        const auto entry = text.substr(0, comma);
+        text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+        const auto eq = entry.find('=');
+        if (eq == std::string_view::npos)
+            return false;
+        const auto key = entry.substr(0, eq);
+        if (key != "cpu" && key != "gres/gpu" && !key.starts_with("gres/gpu:"))
+            continue; // mem=64G, billing=..., licences: not counted here
+        auto count = parseInteger(entry.substr(eq + 1));
+        if (!count || *count < 0 || *count > 100'000'000)
+            return false;
+        if (key == "cpu")
+            out.cpus = *count;
+        else if (key == "gres/gpu")
+            untyped = *count;
+        else
+            typed += *count;
+    }
+    out.gpus = untyped ? *untyped : typed;
+    return true;
 }
 
 bool has(const std::vector<Column>& columns, Column column)
@@ -95,6 +137,9 @@ const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, Trac
     job = TraceJob {};
     bool haveRawId = false;
     std::string_view startText, endText;
+    // Processors and GPUs, best source first: AllocCPUS, then the allocated TRES, then the requested.
+    std::optional<std::int64_t> allocCpus;
+    std::optional<TresCounts> allocTres, reqTres;
     for (std::size_t i = 0; i < fields.size(); ++i) {
         const std::string_view field = trim(fields[i]);
         switch (columns_[i]) {
@@ -190,8 +235,42 @@ const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, Trac
             job.requestedProcs = *cpus;
             break;
         }
+        case Column::AllocCpus: {
+            auto cpus = parseInteger(field);
+            if (!cpus || *cpus < 0 || *cpus > 100'000'000)
+                return "bad cpu count";
+            allocCpus = *cpus;
+            break;
+        }
+        case Column::AllocTres:
+        case Column::ReqTres: {
+            if (field.empty())
+                break; // a job that never ran has no allocated TRES
+            TresCounts counts;
+            if (!parseTres(field, counts))
+                return "bad TRES list";
+            (columns_[i] == Column::AllocTres ? allocTres : reqTres) = counts;
+            break;
+        }
+        case Column::Partition:
+            if (!isValidUtf8(field))
+                return "invalid characters in partition";
+            job.partition = field;
+            break;
         }
     }
+    if (allocCpus && *allocCpus > 0)
+        job.cpus = static_cast<std::int32_t>(*allocCpus);
+    else if (allocTres && allocTres->cpus)
+        job.cpus = static_cast<std::int32_t>(*allocTres->cpus);
+    else if (reqTres && reqTres->cpus)
+        job.cpus = static_cast<std::int32_t>(*reqTres->cpus);
+    else if (job.requestedProcs > 0)
+        job.cpus = job.requestedProcs;
+    if (allocTres)
+        job.gpus = static_cast<std::int32_t>(allocTres->gpus);
+    else if (reqTres)
+        job.gpus = static_cast<std::int32_t>(reqTres->gpus);
     if (isUnsetTime(startText))
         return "never started";
     auto start = parseTimestamp(startText);

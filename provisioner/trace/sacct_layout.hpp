@@ -39,6 +39,10 @@ public:
         AllocNodes,
         ReqNodes,
         ReqCpus,
+        AllocCpus, // AllocCPUS or NCPUS
+        AllocTres,
+        ReqTres,
+        Partition,
         Elapsed
     };
 

@@ -59,11 +59,21 @@ bool SwfReader::nextRow()
         row_ = trim(row_);
         if (row_.front() != ';')
             return true;
-        // "; UnixStartTime: 1234567890" anchors the relative times.
+        // "; UnixStartTime: 1234567890" anchors the relative times; MaxNodes and MaxProcs give the
+        // machine's size, which the simulator needs to turn processors into nodes.
         auto colon = row_.find(':');
-        if (colon != std::string_view::npos && trim(row_.substr(1, colon - 1)) == "UnixStartTime")
-            if (auto start = parseInteger(row_.substr(colon + 1)))
-                unixStartTime_ = *start;
+        if (colon == std::string_view::npos)
+            continue;
+        const auto key = trim(row_.substr(1, colon - 1));
+        const auto value = parseInteger(trim(row_.substr(colon + 1)));
+        if (!value)
+            continue;
+        if (key == "UnixStartTime")
+            unixStartTime_ = *value;
+        else if (key == "MaxNodes" && *value > 0)
+            summary_.maxNodes = *value;
+        else if (key == "MaxProcs" && *value > 0)
+            summary_.maxProcs = *value;
     }
     return false;
 }
@@ -113,6 +123,11 @@ const char* SwfReader::rowToJob(TraceJob& job)
     if (procs < 1 || procs > 100'000'000)
         return "bad processor count";
     job.nodes = static_cast<std::int32_t>(procs);
+    job.cpus = job.nodes;
+    if (value[Partition] >= 0)
+        job.partition = std::to_string(value[Partition]);
+    if (value[Preceding] > 0)
+        job.precedingJob = value[Preceding];
     job.requestedTime = value[RequestedTime];
     job.timeLimit = value[RequestedTime] >= 0 ? value[RequestedTime] : -1;
     if (value[UserId] >= 0)

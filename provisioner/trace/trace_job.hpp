@@ -17,7 +17,13 @@ struct TraceJob {
     std::optional<std::int64_t> start; // absent: never started, or unknown (SWF wait = -1)
     std::optional<std::int64_t> end; // absent: still running, or unknown
     std::int64_t timeLimit = -1; // seconds
+    // Node count. SWF has none: its reader stores the processor count here as well (as it always has,
+    // for the database import); the simulator reads `cpus` for SWF and derives nodes from the node size.
     std::int32_t nodes = 0;
+    std::int32_t cpus = -1; // allocated processors/cores (SWF 5, else 8; sacct AllocCPUS/NCPUS, TRES cpu=)
+    std::int32_t gpus = -1; // allocated GPUs (sacct TRES gres/gpu); -1 when the trace does not say
+    std::string partition; // SWF field 16 (its number), sacct Partition; empty when unknown
+    std::int64_t precedingJob = -1; // SWF field 17: the job this one waited for; -1 when none or unknown
     std::int64_t priority = -1;
     std::int32_t exitCode = -1;
     std::string state; // e.g. COMPLETED, TIMEOUT; empty when the trace has none

@@ -39,6 +39,9 @@ struct TraceSummary {
     std::uint64_t rowsRead = 0; // data rows seen (headers and comments excluded)
     std::uint64_t accepted = 0;
     std::map<std::string, Rejection> rejected; // by reason
+    // SWF header "MaxNodes" / "MaxProcs" (the machine's size), when the file gives them.
+    std::optional<std::int64_t> maxNodes;
+    std::optional<std::int64_t> maxProcs;
 
     std::uint64_t rejectedTotal() const;
     void reject(const std::string& reason, std::uint64_t line);

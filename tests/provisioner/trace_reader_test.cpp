@@ -482,3 +482,36 @@ TEST(RealTraces, Lublin256)
 }
 
 } // namespace
+
+// Partition and the TRES lists: allocated counts win over requested ones; typed GPUs sum when there is
+// no untyped entry; a job without GPU entries has none; a malformed count rejects the job only.
+TEST(SacctJson, ReadsPartitionCpusAndGpusFromTres)
+{
+    baton::test::TempDir dir;
+    auto job = [](int id, const std::string& tres) {
+        return "{\"job_id\": " + std::to_string(id)
+            + ", \"partition\": \"gpu-a100\", \"allocation_nodes\": 1, \"time\": {\"submission\": "
+              "1672531200, \"start\": 1672531210, \"end\": 1672531310}, \"tres\": "
+            + tres + "}";
+    };
+    auto [jobs, summary] = readText(dir, "tres.json",
+        "{\"jobs\": ["
+            + job(1,
+                "{\"allocated\": [{\"type\": \"cpu\", \"count\": 32}, {\"type\": \"gres\", \"name\": "
+                "\"gpu\", \"count\": 4}], \"requested\": [{\"type\": \"cpu\", \"count\": 8}]}")
+            + ","
+            + job(2,
+                "{\"allocated\": [{\"type\": \"cpu\", \"count\": 16}, {\"type\": \"gres\", \"name\": "
+                "\"gpu:a100\", \"count\": 2}, {\"type\": \"gres\", \"name\": \"gpu:h100\", \"count\": 1}]}")
+            + "," + job(3, "{\"allocated\": [], \"requested\": [{\"type\": \"cpu\", \"count\": 64}]}") + ","
+            + job(4, "{\"allocated\": [{\"type\": \"gres\", \"name\": \"gpu\", \"count\": \"x\"}]}") + "]}",
+        TraceFormat::SacctJson);
+    ASSERT_EQ(jobs.size(), 3u) << summary.toString();
+    EXPECT_EQ(rejectedFor(summary, "bad TRES list"), 1u) << summary.toString();
+    EXPECT_EQ(jobs[0].partition, "gpu-a100");
+    EXPECT_EQ(jobs[0].cpus, 32);
+    EXPECT_EQ(jobs[0].gpus, 4);
+    EXPECT_EQ(jobs[1].gpus, 3);
+    EXPECT_EQ(jobs[2].cpus, 64);
+    EXPECT_EQ(jobs[2].gpus, 0);
+}

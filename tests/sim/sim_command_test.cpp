@@ -137,6 +137,93 @@ TEST(SimCommand, FitPrintsTheBestConfiguration)
     EXPECT_NE(r.output.find("best fit"), std::string::npos);
 }
 
+// The line after "best fit for partition NAME ...:", split into its fields.
+std::vector<std::string> bestFitFields(const std::string& output, const std::string& partition)
+{
+    const auto at = output.find("best fit for partition " + partition + " ");
+    if (at == std::string::npos)
+        return {};
+    const auto begin = output.find('\n', at) + 1;
+    std::istringstream line(output.substr(begin, output.find('\n', begin) - begin));
+    std::vector<std::string> fields;
+    for (std::string f; line >> f;)
+        fields.push_back(f);
+    return fields;
+}
+
+TEST(SimCommand, FitsEachPartitionAndWarnsOnlyOnThePoorOne)
+{
+    // Partition 1 ran whole-machine jobs first come first served: its replay matches exactly.
+    // Partition 2's recorded waits are unrelated to its load: the fit is poor and says so.
+    const auto swf = (sourceRoot() / "tests/data/sim/partitions.swf").string();
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", swf });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto one = bestFitFields(r.output, "1");
+    ASSERT_EQ(one.size(), 13u) << r.output;
+    EXPECT_EQ(one[0], "16") << r.output; // cores: the recorded peak
+    EXPECT_EQ(one[1], "1") << r.output; // the 20-processor job never fits
+    EXPECT_EQ(one[8], "1.000") << r.output; // correlation
+    EXPECT_EQ(one[9], "1.000") << r.output; // log correlation
+    EXPECT_EQ(bestFitFields(r.output, "2").size(), 13u) << r.output;
+    EXPECT_EQ(r.output.find("WARNING: partition 1"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("WARNING: partition 2 fits poorly: correlation of log waits 0.000 < 0.30"),
+        std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("1 of 2 partitions fit poorly"), std::string::npos) << r.output;
+
+    // One partition on request; a stricter threshold warns about it too.
+    const auto only
+        = run({ batonctl(), "sim", "fit", "--trace", swf, "--partition", "1", "--warn-below", "1.01" });
+    ASSERT_EQ(only.exitCode, 0) << only.output;
+    EXPECT_EQ(only.output.find("partition 2"), std::string::npos) << only.output;
+    EXPECT_NE(only.output.find("WARNING: partition 1 fits poorly"), std::string::npos) << only.output;
+}
+
+TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
+{
+    TempDir dir("baton-sim-cli");
+    const auto swf = (sourceRoot() / "tests/data/sim/partitions.swf").string();
+    const auto cores = run({ batonctl(), "sim", "run", "--trace", swf, "--shapes", "4,16", "--interval-hours",
+        "6", "--policy", "reactive" });
+    ASSERT_EQ(cores.exitCode, 0) << cores.output;
+    EXPECT_NE(cores.output.find("replaying 1 (121 jobs; --partition chooses)"), std::string::npos)
+        << cores.output;
+    EXPECT_NE(cores.output.find("cluster 16 cores, partition 1 (left out, larger than the cluster: 1 jobs)"),
+        std::string::npos)
+        << cores.output;
+    const auto nodes = run({ batonctl(), "sim", "run", "--trace", swf, "--unit", "nodes", "--partition", "1",
+        "--shapes", "1,4", "--interval-hours", "6", "--policy", "reactive" });
+    ASSERT_EQ(nodes.exitCode, 0) << nodes.output;
+    // 20 processors are 5 nodes of 4: still more than the machine's 4.
+    EXPECT_NE(nodes.output.find("cluster 4 nodes, partition 1 (left out, larger than the cluster: 1 jobs)"),
+        std::string::npos)
+        << nodes.output;
+    const auto absent
+        = run({ batonctl(), "sim", "run", "--trace", swf, "--partition", "7", "--policy", "reactive" });
+    EXPECT_EQ(absent.exitCode, 2) << absent.output;
+    EXPECT_NE(
+        absent.output.find("--partition: '7' is not in the trace (partitions: 1, 2)"), std::string::npos)
+        << absent.output;
+    const auto gpus
+        = run({ batonctl(), "sim", "run", "--trace", swf, "--unit", "gpus", "--policy", "reactive" });
+    EXPECT_EQ(gpus.exitCode, 2) << gpus.output;
+    EXPECT_NE(gpus.output.find("an SWF trace has no GPU counts"), std::string::npos) << gpus.output;
+    // The job CSV counts nodes only; a sacct trace of node counts needs the node size for GPUs.
+    const auto csvCores
+        = run({ batonctl(), "sim", "run", "--trace", trace(), "--unit", "cores", "--policy", "reactive" });
+    EXPECT_EQ(csvCores.exitCode, 2) << csvCores.output;
+    EXPECT_NE(csvCores.output.find("the job CSV counts nodes only"), std::string::npos) << csvCores.output;
+    TempDir sacctDir("baton-sim-cli");
+    const auto sacct = sacctDir.path() / "nodes.txt";
+    std::ofstream(sacct)
+        << "JobID|User|Submit|Start|End|Timelimit|NNodes\n"
+           "1|alice|2024-01-01T00:00:00|2024-01-01T00:00:10|2024-01-01T01:00:10|02:00:00|2\n";
+    const auto noSize = run({ batonctl(), "sim", "fit", "--trace", sacct.string(), "--unit", "gpus" });
+    EXPECT_EQ(noSize.exitCode, 2) << noSize.output;
+    EXPECT_NE(noSize.output.find("the trace gives no GPU counts; give --gpus-per-node"), std::string::npos)
+        << noSize.output;
+}
+
 TEST(SimCommand, BadInputGivesClearErrors)
 {
     TempDir dir("baton-sim-cli");
