@@ -74,6 +74,7 @@ ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
     c.warmupEnd = first + 7 * 86400;
     c.split = c.warmupEnd + (last - c.warmupEnd) / 2;
     c.evaluationEnd = last - 2 * c.protocol.limit;
+    c.chainEnd = last - c.chain.compute - c.protocol.limit;
     c.protocol.probePriority = medianRecordedPriority(trace, c.split);
     return c;
 }
@@ -210,6 +211,22 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         out.rows.push_back(std::move(row));
     }
     out.evaluateSeconds = secondsSince(t0);
+
+    if (config.chains && !ptrs.empty()) {
+        t0 = std::chrono::steady_clock::now();
+        ProtocolConfig cc = config.protocol;
+        cc.from = config.split;
+        cc.to = std::min(config.evaluationEnd, config.chainEnd);
+        const auto chains = runChains(trace, config.scheduler, cc, config.chain, ptrs);
+        for (std::size_t i = 0; i < ptrs.size(); ++i)
+            for (auto& row : out.rows)
+                if (row.name == chains.policyNames[i]) {
+                    row.chains = chains.chains[i];
+                    row.chain = summarizeChains(row.chains);
+                }
+        out.chainStarts = chains.chains.front().size();
+        out.chainSeconds = secondsSince(t0);
+    }
     return out;
 }
 

@@ -31,6 +31,11 @@ struct ComparisonConfig {
     // within this on the held-out training probes: the bound for what an operator accepts.
     double overlapBudgetSeconds = 1800;
     TrainOptions training;
+    // baton's chain metric on the evaluation period (runChains): a chain per policy from every probe
+    // moment before chainEnd, so that each chain runs on the trace's queue rather than a drained one.
+    bool chains = true;
+    ChainConfig chain;
+    std::int64_t chainEnd = 0;
     std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
 };
 
@@ -44,6 +49,8 @@ struct PolicyRow {
     // the --time-min (ProtocolConfig::successorMinLimit), and the mean limit granted, in seconds.
     double fractionShortened = 0;
     double meanGrantedLimit = 0;
+    std::optional<ChainMetrics> chain; // with ComparisonConfig::chains, for policies (not the bound)
+    std::vector<ChainOutcome> chains;
 };
 
 // One candidate setting of a learned policy on the held-out end of the training period.
@@ -60,7 +67,8 @@ struct Comparison {
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
-    double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0;
+    std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started
+    double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0, chainSeconds = 0;
 };
 
 bool isLearnedPolicy(const std::string& name);
@@ -69,8 +77,9 @@ bool isLearnedPolicy(const std::string& name);
 double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);
 
 // Defaults derived from the trace itself: warm-up of a week after the first job, the split in the
-// middle when none is given, evaluation ending two limits before the last submission, probes with
-// the median recorded priority of the jobs before the split.
+// middle when none is given, evaluation ending two limits before the last submission, chains starting
+// no later than their compute plus one limit before it, probes with the median recorded priority of
+// the jobs before the split.
 ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace);
 
 // `pretrained`: use this predictor instead of training one. `trained` receives the predictor used.

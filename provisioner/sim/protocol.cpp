@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <stdexcept>
 
 namespace baton::sim {
 
@@ -265,6 +266,183 @@ std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<s
         }
     }
     return best < candidates.size() ? best : leastOverlap;
+}
+
+} // namespace baton::sim
+
+namespace baton::sim {
+
+ChainLedger::ChainLedger(std::int64_t compute, std::int64_t handover, int nodes)
+    : total_(compute)
+    , handover_(handover)
+    , nodes_(nodes)
+{
+    if (compute <= 0 || handover < 0 || nodes <= 0)
+        throw std::invalid_argument("a chain needs positive compute and nodes and a handover price >= 0");
+}
+
+void ChainLedger::firstJobStarted(std::int64_t at, std::int64_t limit)
+{
+    if (limit <= handover_)
+        throw std::invalid_argument("a job's limit must exceed the handover price");
+    first_ = start_ = resume_ = at;
+    limit_ = limit;
+    outcome_ = {};
+    outcome_.jobs = 1;
+}
+
+bool ChainLedger::needsSuccessor() const
+{
+    return total_ - outcome_.compute > limitEnd() - handover_ - resume_;
+}
+
+std::int64_t ChainLedger::successorStarted(std::int64_t at, std::int64_t limit)
+{
+    if (limit <= handover_)
+        throw std::invalid_argument("a job's limit must exceed the handover price");
+    const std::int64_t stop = std::max(resume_, std::min(at, limitEnd() - handover_));
+    const std::int64_t end = stop + handover_;
+    outcome_.compute += stop - resume_;
+    outcome_.idleNodeSeconds += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_ + handover_);
+    start_ = at;
+    limit_ = limit;
+    resume_ = std::max(at, end);
+    ++outcome_.jobs;
+    outcome_.elapsed = end - first_;
+    return end;
+}
+
+std::int64_t ChainLedger::finish()
+{
+    if (needsSuccessor())
+        throw std::logic_error("the running job cannot complete the training");
+    const std::int64_t end = resume_ + (total_ - outcome_.compute);
+    outcome_.idleNodeSeconds += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_);
+    outcome_.compute = total_;
+    outcome_.elapsed = end - first_;
+    outcome_.finished = true;
+    return end;
+}
+
+namespace {
+
+Job chainJob(std::int64_t id, std::int64_t submit, int nodes, std::int64_t minLimit, const ProtocolConfig& config)
+{
+    Job j;
+    j.id = id;
+    j.submit = submit;
+    j.nodes = nodes;
+    j.limit = config.limit;
+    j.runTime = config.limit; // until the handover or the end of the training cuts it (endRunningAt)
+    j.minLimit = minLimit;
+    j.recordedPriority = config.probePriority;
+    return j;
+}
+
+constexpr std::int64_t firstChainJobId = -100;
+
+// One chain per policy from the probe moment `base.now()`.
+void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config, const ChainConfig& chain,
+    std::span<const Policy* const> policies, ChainResult& result)
+{
+    Simulator first = base.fork();
+    const std::int64_t at = first.now();
+    first.submit(chainJob(firstChainJobId, at, nodes, 0, config));
+    const auto firstStart = first.runUntilStarted(firstChainJobId, at + config.horizon);
+    if (!firstStart) {
+        ++result.skipped;
+        return;
+    }
+    const JobShape shape { nodes, config.limit };
+    for (std::size_t k = 0; k < policies.size(); ++k) {
+        const Policy& policy = *policies[k];
+        const bool features = policy.needsFeatures();
+        Simulator sim = first.fork();
+        ChainLedger ledger(chain.compute, chain.handover, nodes);
+        ledger.firstJobStarted(*firstStart, config.limit);
+        std::int64_t running = firstChainJobId;
+        bool stalled = false;
+        while (ledger.needsSuccessor()) {
+            // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
+            const std::int64_t end = ledger.limitEnd();
+            std::vector<DecisionPoint> points;
+            Simulator look = sim.fork();
+            for (std::int64_t t = look.now(); t < end; t += config.tick) {
+                look.advanceTo(t);
+                DecisionPoint p;
+                p.now = t;
+                p.remaining = end - t;
+                if (features)
+                    p.features = queueFeatures(look, shape);
+                p.recentMeanWait = look.recentMeanWait();
+                points.push_back(p);
+            }
+            const std::size_t i = policy.firstSubmit(points);
+            const std::int64_t submitted = i < points.size() ? points[i].now : end;
+            sim.advanceTo(submitted);
+            const std::int64_t next = running - 1;
+            sim.submit(chainJob(next, submitted, nodes, config.successorMinLimit, config));
+            const auto started = sim.runUntilStarted(next, submitted + config.horizon);
+            if (!started) {
+                stalled = true;
+                break;
+            }
+            const std::int64_t predecessorEnd = ledger.successorStarted(*started, *sim.grantedLimitOf(next));
+            sim.endRunningAt(running, predecessorEnd);
+            running = next;
+        }
+        if (!stalled)
+            ledger.finish();
+        result.chains[k].push_back(ledger.outcome());
+    }
+}
+
+} // namespace
+
+ChainResult runChains(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& scheduler,
+    const ProtocolConfig& config, const ChainConfig& chain, std::span<const Policy* const> policies)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    ChainResult result;
+    for (const Policy* p : policies)
+        result.policyNames.push_back(p->name());
+    result.chains.resize(policies.size());
+    Simulator base(std::move(trace), scheduler);
+    for (std::int64_t at = config.from; at < config.to; at += config.interval) {
+        base.advanceTo(at);
+        for (int nodes : config.shapes)
+            runChainsAt(base, nodes, config, chain, policies, result);
+    }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
+ChainMetrics summarizeChains(std::span<const ChainOutcome> chains)
+{
+    ChainMetrics m;
+    double compute = 0, elapsed = 0, jobs = 0, idle = 0;
+    m.minEfficiency = 1;
+    for (const auto& c : chains) {
+        if (!c.finished) {
+            ++m.unfinished;
+            continue;
+        }
+        ++m.chains;
+        compute += static_cast<double>(c.compute);
+        elapsed += static_cast<double>(c.elapsed);
+        jobs += c.jobs;
+        idle += c.idleNodeSeconds;
+        m.minEfficiency = std::min(m.minEfficiency, static_cast<double>(c.compute) / static_cast<double>(c.elapsed));
+    }
+    if (m.chains == 0) {
+        m.minEfficiency = 0;
+        return m;
+    }
+    const auto n = static_cast<double>(m.chains);
+    m.efficiency = compute / elapsed;
+    m.meanJobs = jobs / n;
+    m.meanIdleNodeHours = idle / n / 3600;
+    return m;
 }
 
 } // namespace baton::sim

@@ -47,6 +47,10 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "a limit cut to as little as H (0: the full limit, Mirage's protocol)",
             "0")
         .option("overlap-budget-seconds", "S", "checkpoint-aware: bound on the mean early start", "1800")
+        .option("chain-days", "D",
+            "chain efficiency: a training of D days of compute as limit-length jobs from\n"
+            "every probe moment, one chain per policy (0: skip)",
+            "7")
         .option("model", "FILE", "use this trained predictor instead of training one")
         .option("save-model", "FILE",
             "write the trained predictor here (compare: default DIR/wait-predictor.json)")
@@ -197,6 +201,17 @@ ComparisonConfig comparisonFrom(
             + std::to_string(c.protocol.limit / 3600) + " h)");
     c.protocol.successorMinLimit = static_cast<std::int64_t>(timeMinHours * 3600);
     c.training.seed = static_cast<unsigned>(o.number("seed"));
+    const double chainDays = o.number("chain-days");
+    if (!(chainDays >= 0 && chainDays <= 365))
+        throw std::invalid_argument("--chain-days must lie between 0 and 365");
+    c.chains = chainDays > 0;
+    if (c.chains) {
+        c.chain.compute = static_cast<std::int64_t>(chainDays * 86400);
+        c.chain.handover = static_cast<std::int64_t>(c.handoverSeconds);
+        c.chainEnd = trace.back().submit - c.chain.compute - c.protocol.limit;
+        if (c.handoverSeconds >= static_cast<double>(c.protocol.limit))
+            throw std::invalid_argument("--handover-seconds must be shorter than the limit");
+    }
     if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
@@ -204,6 +219,46 @@ ComparisonConfig comparisonFrom(
             throw std::invalid_argument(
                 "a probe of " + std::to_string(n) + " nodes does not fit the cluster");
     return c;
+}
+
+// The hindsight bound's fraction within the tolerance, when the comparison has it.
+std::optional<double> boundWithin(const Comparison& r)
+{
+    for (const auto& row : r.rows)
+        if (row.name == "oracle" && row.metrics.count > 0)
+            return row.metrics.fractionWithin;
+    return std::nullopt;
+}
+
+// A policy's fraction within the tolerance over the hindsight bound's, measured on the same probes:
+// the restated target is >= 0.9.
+std::optional<double> ratioToBound(const Comparison& r, const PolicyRow& row)
+{
+    const auto bound = boundWithin(r);
+    if (!bound || *bound <= 0)
+        return std::nullopt;
+    return row.metrics.fractionWithin / *bound;
+}
+
+void printChainTable(const Comparison& r, const ComparisonConfig& config, std::ostream& out)
+{
+    out << "chains: " << config.chain.compute / 86400.0 << " days of compute as "
+        << config.protocol.limit / 3600.0 << " h jobs from each probe moment before "
+        << formatDate(std::min(config.evaluationEnd, config.chainEnd)) << " (" << r.chainStarts
+        << " per policy); handover " << config.chain.handover << " s\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-17s %7s %11s %9s %6s %12s %10s", "policy", "chains", "efficiency%",
+        "worst%", "jobs", "idle(node-h)", "unfinished");
+    out << line << '\n';
+    for (const auto& row : r.rows) {
+        if (!row.chain)
+            continue;
+        const auto& c = *row.chain;
+        std::snprintf(line, sizeof line, "%-17s %7zu %11.2f %9.2f %6.2f %12.2f %10zu", row.name.c_str(),
+            c.chains, 100 * c.efficiency, 100 * c.minEfficiency, c.meanJobs, c.meanIdleNodeHours,
+            c.unfinished);
+        out << line << '\n';
+    }
 }
 
 // With a successor --time-min, two more columns: the share of successors started with a shortened
@@ -214,7 +269,7 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
     std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s", "policy", "q",
         "pers", "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
         "effOvl(m)");
-    out << line << (withGrants ? "   short%  limit(h)\n" : "\n");
+    out << line << " /bound" << (withGrants ? "   short%  limit(h)\n" : "\n");
     for (const auto& row : r.rows) {
         const auto& m = row.metrics;
         std::snprintf(line, sizeof line,
@@ -223,6 +278,9 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
             row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
             m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
             100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
+        out << line;
+        const auto ratio = ratioToBound(r, row);
+        std::snprintf(line, sizeof line, " %6s", ratio ? std::to_string(*ratio).substr(0, 5).c_str() : "-");
         out << line;
         if (withGrants) {
             std::snprintf(
@@ -240,7 +298,8 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         std::ofstream csv(dir / "compare.csv");
         csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
                "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
-               "handover_s,fraction_shortened,mean_granted_limit_s\n";
+               "handover_s,fraction_shortened,mean_granted_limit_s,within_over_bound,chains,chains_unfinished,"
+               "chain_efficiency,chain_worst_efficiency,chain_mean_jobs,chain_idle_node_hours\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
@@ -248,8 +307,17 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                 << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ',' << m.fractionZero
                 << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
                 << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
-                << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit
-                << '\n';
+                << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit << ',';
+            if (const auto ratio = ratioToBound(r, row))
+                csv << *ratio;
+            csv << ',';
+            if (row.chain)
+                csv << row.chain->chains << ',' << row.chain->unfinished << ',' << row.chain->efficiency << ','
+                    << row.chain->minEfficiency << ',' << row.chain->meanJobs << ','
+                    << row.chain->meanIdleNodeHours;
+            else
+                csv << ",,,,,";
+            csv << '\n';
         }
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "compare.csv").string());
@@ -338,10 +406,13 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
                   << '\n';
     }
     printTable(r, config.protocol.successorMinLimit > 0, std::cout);
+    if (config.chains)
+        printChainTable(r, config, std::cout);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
-        "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, total %.1f s\n",
-        r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, total);
+        "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, chains %.1f s, "
+        "total %.1f s\n",
+        r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, r.chainSeconds, total);
     if (writeFiles) {
         writeOutputs(r, outDir, config);
         std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg"
