@@ -154,6 +154,23 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         out.calibrateSeconds = secondsSince(t0);
     }
 
+    std::optional<GradientPolicy> gradient;
+    if (std::find(config.policies.begin(), config.policies.end(), "policy-gradient") != config.policies.end()) {
+        auto t0 = std::chrono::steady_clock::now();
+        ProtocolConfig pc = config.protocol;
+        pc.from = config.warmupEnd;
+        pc.to = trainEnd;
+        const auto episodes = collectEpisodes(
+            trace, config.scheduler, pc, config.gradient.decisionEvery, config.gradient.window);
+        out.gradientEpisodeSeconds = secondsSince(t0);
+        GradientOptions options = config.gradient;
+        options.seed = config.training.seed;
+        options.unstartedSeconds = static_cast<double>(config.protocol.horizon);
+        GradientTraining report;
+        gradient.emplace(GradientPolicy::train(episodes, options, &report));
+        out.gradient = std::move(report);
+    }
+
     auto t0 = std::chrono::steady_clock::now();
     std::vector<std::unique_ptr<Policy>> policies;
     bool oracle = false;
@@ -168,11 +185,14 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "checkpoint-aware")
             policies.push_back(
                 std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
+        else if (name == "policy-gradient")
+            policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")
             oracle = true; // not a policy: the hindsight bound, found by the protocol
         else
             throw std::invalid_argument(
-                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware, oracle)");
+                "unknown policy '" + name
+                + "' (known: reactive, avg, predict, checkpoint-aware, policy-gradient, oracle)");
     }
     std::vector<const Policy*> ptrs;
     for (const auto& p : policies)

@@ -3,6 +3,7 @@
 // probes after the split.
 #pragma once
 
+#include "gradient_policy.hpp"
 #include "protocol.hpp"
 
 #include <cmath>
@@ -36,6 +37,9 @@ struct ComparisonConfig {
     bool chains = true;
     ChainConfig chain;
     std::int64_t chainEnd = 0;
+    // `policy-gradient` (opt-in): trained on the training period's probes, decisions every 10 min in the
+    // last 24 h of the predecessor; its seed is training.seed.
+    GradientOptions gradient;
     std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
 };
 
@@ -67,6 +71,8 @@ struct Comparison {
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
+    std::optional<GradientTraining> gradient; // with the policy-gradient policy
+    double gradientEpisodeSeconds = 0; // recording its training episodes (the training is in gradient)
     std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started
     double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0, chainSeconds = 0;
 };

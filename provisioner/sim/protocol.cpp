@@ -446,3 +446,51 @@ ChainMetrics summarizeChains(std::span<const ChainOutcome> chains)
 }
 
 } // namespace baton::sim
+
+namespace baton::sim {
+
+std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>> trace,
+    const SchedulerConfig& scheduler, const ProtocolConfig& config, std::int64_t decisionEvery,
+    std::int64_t window)
+{
+    if (decisionEvery <= 0 || window <= 0)
+        throw std::invalid_argument("episodes need a positive decision spacing and window");
+    std::vector<ProbeEpisode> episodes;
+    std::size_t forks = 0;
+    Simulator base(std::move(trace), scheduler);
+    for (std::int64_t at = config.from; at < config.to; at += config.interval) {
+        base.advanceTo(at);
+        for (int nodes : config.shapes) {
+            Simulator probe = base.fork();
+            probe.submit(probeJob(predecessorId, at, nodes, config));
+            const auto predStart = probe.runUntilStarted(predecessorId, at + config.horizon);
+            if (!predStart)
+                continue;
+            const std::int64_t predEnd = *predStart + config.limit;
+            const JobShape shape { nodes, config.limit };
+            ProbeEpisode e;
+            e.nodes = nodes;
+            // The first decision lies a whole number of spacings before the end, as in decide().
+            const std::int64_t first = predEnd - std::min(window, config.limit) / decisionEvery * decisionEvery;
+            for (std::int64_t t = std::max(first, *predStart); t < predEnd; t += decisionEvery) {
+                probe.advanceTo(t);
+                DecisionPoint p;
+                p.now = t;
+                p.remaining = predEnd - t;
+                p.features = queueFeatures(probe, shape);
+                p.recentMeanWait = probe.recentMeanWait();
+                e.points.push_back(p);
+                const auto started = successorStart(probe, nodes, config, forks);
+                e.interruptions.push_back(
+                    started ? std::optional(t + started->wait - predEnd) : std::nullopt);
+            }
+            probe.advanceTo(predEnd);
+            const auto started = successorStart(probe, nodes, config, forks);
+            e.interruptions.push_back(started ? std::optional(started->wait) : std::nullopt);
+            episodes.push_back(std::move(e));
+        }
+    }
+    return episodes;
+}
+
+} // namespace baton::sim

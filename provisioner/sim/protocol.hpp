@@ -187,3 +187,21 @@ struct ChainMetrics {
 ChainMetrics summarizeChains(std::span<const ChainOutcome> chains);
 
 } // namespace baton::sim
+
+namespace baton::sim {
+
+// Training material for a learned submission policy: for every probe, the decision points every
+// `decisionEvery` seconds within the last `window` seconds of the predecessor's run, and the
+// interruption had the successor been submitted at each of them (one fork each), the last entry being
+// a submission at the predecessor's end. With it a policy's reward for any action sequence is a lookup.
+struct ProbeEpisode {
+    int nodes = 0;
+    std::vector<DecisionPoint> points;
+    std::vector<std::optional<std::int64_t>> interruptions; // points.size() + 1 entries
+};
+
+std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>> trace,
+    const SchedulerConfig& scheduler, const ProtocolConfig& config, std::int64_t decisionEvery,
+    std::int64_t window);
+
+} // namespace baton::sim

@@ -405,6 +405,13 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
                   << m.heldOutMedianAbsErrorSeconds / 60 << " min, q0.9 coverage " << m.heldOutCoverage90
                   << '\n';
     }
+    if (r.gradient) {
+        const auto& g = *r.gradient;
+        std::printf("policy-gradient: %zu training episodes recorded in %.1f s, trained in %.1f s (%zu epochs); "
+                    "mean reward (-|interruption|, h) greedy %.3f -> %.3f\n",
+            g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
+            g.greedyRewardAfter);
+    }
     printTable(r, config.protocol.successorMinLimit > 0, std::cout);
     if (config.chains)
         printChainTable(r, config, std::cout);
@@ -453,13 +460,17 @@ const std::vector<ctl::Subcommand>& simCommands()
             "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");
         addSchedulerOptions(run);
         addComparisonOptions(run);
-        run.option("policy", "POLICY", "reactive|avg|predict|checkpoint-aware|oracle; required");
+        run.option("policy", "POLICY", "reactive|avg|predict|checkpoint-aware|policy-gradient|oracle; required");
         ctl::CommandSpec compare("batonctl sim compare",
             "Evaluate the policies with Mirage's protocol; print a table, write DIR/compare.csv,\n"
             "DIR/interruptions.csv and DIR/interruptions.svg.");
         addSchedulerOptions(compare);
         addComparisonOptions(compare);
         compare.option("out", "DIR", "where to write the results", "sim-compare")
+            .option("rl", "yes|no",
+                "add the policy-gradient policy (Mirage's RL), trained on the training period\n"
+                "(slow: one queue simulation per 10 min of each training probe's last 24 h)",
+                "no")
             .option("oracle", "yes|no",
                 "add the hindsight bound, the best submission minute of each probe found by\n"
                 "trying every one (slow: one queue simulation per minute)",
@@ -479,6 +490,11 @@ const std::vector<ctl::Subcommand>& simCommands()
                     const auto oracle = o.text("oracle");
                     if (oracle != "yes" && oracle != "no")
                         throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
+                    const auto rl = o.text("rl");
+                    if (rl != "yes" && rl != "no")
+                        throw std::invalid_argument("--rl: expected yes or no, got '" + rl + "'");
+                    if (rl == "yes")
+                        policies.push_back("policy-gradient");
                     if (oracle == "yes")
                         policies.push_back("oracle");
                     return compareCommand(o, std::move(policies), true);
