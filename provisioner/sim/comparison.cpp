@@ -125,6 +125,8 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         std::vector<const Policy*> ptrs;
         for (const auto& c : candidates)
             ptrs.push_back(&c);
+        AveragePolicy avg; // its overlap on these probes is checkpoint-aware's default budget
+        ptrs.push_back(&avg);
         ProtocolConfig pc = config.protocol;
         pc.from = calibrationFrom;
         pc.to = trainEnd;
@@ -147,8 +149,10 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
                 persistPredict = candidates[k].persist();
             }
         }
+        out.overlapBudget = config.overlapBudgetFromAvg ? meanOverlap(column(r, candidates.size()))
+                                                        : config.overlapBudgetSeconds;
         const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,
-            static_cast<double>(config.protocol.limit), config.overlapBudgetSeconds);
+            static_cast<double>(config.protocol.limit), out.overlapBudget);
         qCheckpoint = candidates[k].q();
         persistCheckpoint = candidates[k].persist();
         out.calibrateSeconds = secondsSince(t0);

@@ -29,7 +29,10 @@ struct ComparisonConfig {
     double tolerance = 600;
     double handoverSeconds = 60;
     // checkpoint-aware keeps the mean raw overlap (successor start before the predecessor's limit)
-    // within this on the held-out training probes: the bound for what an operator accepts.
+    // within a budget on the held-out training probes. By default the budget is the overlap Mirage's
+    // `avg` baseline spends on those same probes: checkpoint-aware may start successors as early as avg
+    // does on average, and must make better use of it (fewer gaps). Otherwise this many seconds.
+    bool overlapBudgetFromAvg = true;
     double overlapBudgetSeconds = 1800;
     TrainOptions training;
     // baton's chain metric on the evaluation period (runChains): a chain per policy from every probe
@@ -71,6 +74,7 @@ struct Comparison {
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
+    double overlapBudget = 0; // the budget checkpoint-aware's choice used, seconds
     std::optional<GradientTraining> gradient; // with the policy-gradient policy
     double gradientEpisodeSeconds = 0; // recording its training episodes (the training is in gradient)
     std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started

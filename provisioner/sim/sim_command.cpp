@@ -46,7 +46,10 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "submit successors with Slurm's --time-min H: backfill may start one with\n"
             "a limit cut to as little as H (0: the full limit, Mirage's protocol)",
             "0")
-        .option("overlap-budget-seconds", "S", "checkpoint-aware: bound on the mean early start", "1800")
+        .option("overlap-budget-seconds", "S|avg",
+            "checkpoint-aware: bound on the mean early start on the held-out training\n"
+            "probes; avg: the overlap Mirage's avg spends on them",
+            "avg")
         .option("chain-days", "D",
             "chain efficiency: a training of D days of compute as limit-length jobs from\n"
             "every probe moment, one chain per policy (0: skip)",
@@ -194,7 +197,9 @@ ComparisonConfig comparisonFrom(
     c.protocol.shapes = o.positiveIntegers("shapes");
     c.tolerance = o.number("tolerance-seconds");
     c.handoverSeconds = o.number("handover-seconds");
-    c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
+    c.overlapBudgetFromAvg = o.text("overlap-budget-seconds") == "avg";
+    if (!c.overlapBudgetFromAvg)
+        c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
     const double timeMinHours = o.number("successor-time-min-hours");
     if (!(timeMinHours >= 0 && timeMinHours * 3600 <= static_cast<double>(c.protocol.limit)))
         throw std::invalid_argument("--successor-time-min-hours must lie between 0 and the limit ("
@@ -412,6 +417,9 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
             g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
             g.greedyRewardAfter);
     }
+    if (!r.candidates.empty())
+        std::printf("checkpoint-aware: overlap budget %.3f s%s\n", r.overlapBudget,
+            config.overlapBudgetFromAvg ? " (avg's mean overlap on the held-out training probes)" : "");
     printTable(r, config.protocol.successorMinLimit > 0, std::cout);
     if (config.chains)
         printChainTable(r, config, std::cout);
