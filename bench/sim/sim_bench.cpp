@@ -76,8 +76,8 @@ int main()
                 avg = &row;
         std::printf("comparison: %zu evaluation probes, %zu training samples\n", cmp.evaluationProbes,
             cmp.trainingSamples);
-        std::printf("%-17s %5s %9s %9s %8s %8s %10s %9s %8s %10s %8s %6s\n", "policy", "q", "|mean|(m)", "vs avg",
-            "+-10m%", "vs avg", "overlap(m)", "vs avg", "eff+-%", "effOvl(m)", "chain%", "jobs");
+        std::printf("%-17s %5s %9s %9s %8s %8s %10s %9s %8s %10s %8s %6s\n", "policy", "q", "|mean|(m)",
+            "vs avg", "+-10m%", "vs avg", "overlap(m)", "vs avg", "eff+-%", "effOvl(m)", "chain%", "jobs");
         for (const auto& row : cmp.rows) {
             const auto& m = row.metrics;
             std::printf("%-17s %5.2f %9.1f %9.2f %8.1f %8.2f %10.1f %9.2f %8.1f %10.2f %8.2f %6.2f\n",

@@ -159,7 +159,8 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     }
 
     std::optional<GradientPolicy> gradient;
-    if (std::find(config.policies.begin(), config.policies.end(), "policy-gradient") != config.policies.end()) {
+    if (std::find(config.policies.begin(), config.policies.end(), "policy-gradient")
+        != config.policies.end()) {
         auto t0 = std::chrono::steady_clock::now();
         ProtocolConfig pc = config.protocol;
         pc.from = config.warmupEnd;
@@ -194,8 +195,7 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "oracle")
             oracle = true; // not a policy: the hindsight bound, found by the protocol
         else
-            throw std::invalid_argument(
-                "unknown policy '" + name
+            throw std::invalid_argument("unknown policy '" + name
                 + "' (known: reactive, avg, predict, checkpoint-aware, policy-gradient, oracle)");
     }
     std::vector<const Policy*> ptrs;

@@ -68,7 +68,8 @@ double GradientPolicy::logit(const Input& x, std::vector<double>* hidden) const
 
 double GradientPolicy::reward(const std::optional<std::int64_t>& interruption) const
 {
-    return -(interruption ? std::abs(static_cast<double>(*interruption)) : options_.unstartedSeconds) / 3600.0;
+    return -(interruption ? std::abs(static_cast<double>(*interruption)) : options_.unstartedSeconds)
+        / 3600.0;
 }
 
 bool GradientPolicy::decides(const DecisionPoint& point) const
@@ -133,7 +134,8 @@ GradientPolicy GradientPolicy::train(
     std::size_t decisions = 0;
     for (const auto& e : episodes) {
         if (e.interruptions.size() != e.points.size() + 1)
-            throw std::invalid_argument("policy gradient: an episode needs one outcome per decision and one more");
+            throw std::invalid_argument(
+                "policy gradient: an episode needs one outcome per decision and one more");
         decisions += e.points.size();
     }
     if (decisions == 0)
@@ -172,7 +174,8 @@ GradientPolicy GradientPolicy::train(
     const std::size_t count = h * inputCount + h + h + 1;
     std::mt19937_64 rng(options.seed);
     policy.params_.resize(count);
-    const double a1 = 1.0 / std::sqrt(static_cast<double>(inputCount)), a2 = 1.0 / std::sqrt(static_cast<double>(h));
+    const double a1 = 1.0 / std::sqrt(static_cast<double>(inputCount)),
+                 a2 = 1.0 / std::sqrt(static_cast<double>(h));
     for (std::size_t i = 0; i < h * inputCount; ++i)
         policy.params_[i] = a1 * (2 * uniform(rng) - 1);
     for (std::size_t i = h * inputCount + h; i < count - 1; ++i)

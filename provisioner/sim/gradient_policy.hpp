@@ -11,8 +11,11 @@
 
 #include "protocol.hpp"
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace baton::sim {
@@ -40,8 +43,8 @@ public:
     static constexpr std::size_t inputCount = featureCount + 2;
 
     // Deterministic for a given seed and episodes.
-    static GradientPolicy train(
-        std::span<const ProbeEpisode> episodes, const GradientOptions& options, GradientTraining* report = nullptr);
+    static GradientPolicy train(std::span<const ProbeEpisode> episodes, const GradientOptions& options,
+        GradientTraining* report = nullptr);
 
     std::string name() const override { return "policy-gradient"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;

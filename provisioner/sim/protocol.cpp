@@ -303,7 +303,8 @@ std::int64_t ChainLedger::successorStarted(std::int64_t at, std::int64_t limit)
     const std::int64_t stop = std::max(resume_, std::min(at, limitEnd() - handover_));
     const std::int64_t end = stop + handover_;
     outcome_.compute += stop - resume_;
-    outcome_.idleNodeSeconds += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_ + handover_);
+    outcome_.idleNodeSeconds
+        += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_ + handover_);
     start_ = at;
     limit_ = limit;
     resume_ = std::max(at, end);
@@ -326,7 +327,8 @@ std::int64_t ChainLedger::finish()
 
 namespace {
 
-Job chainJob(std::int64_t id, std::int64_t submit, int nodes, std::int64_t minLimit, const ProtocolConfig& config)
+Job chainJob(
+    std::int64_t id, std::int64_t submit, int nodes, std::int64_t minLimit, const ProtocolConfig& config)
 {
     Job j;
     j.id = id;
@@ -432,7 +434,8 @@ ChainMetrics summarizeChains(std::span<const ChainOutcome> chains)
         elapsed += static_cast<double>(c.elapsed);
         jobs += c.jobs;
         idle += c.idleNodeSeconds;
-        m.minEfficiency = std::min(m.minEfficiency, static_cast<double>(c.compute) / static_cast<double>(c.elapsed));
+        m.minEfficiency
+            = std::min(m.minEfficiency, static_cast<double>(c.compute) / static_cast<double>(c.elapsed));
     }
     if (m.chains == 0) {
         m.minEfficiency = 0;
@@ -471,7 +474,8 @@ std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>
             ProbeEpisode e;
             e.nodes = nodes;
             // The first decision lies a whole number of spacings before the end, as in decide().
-            const std::int64_t first = predEnd - std::min(window, config.limit) / decisionEvery * decisionEvery;
+            const std::int64_t first
+                = predEnd - std::min(window, config.limit) / decisionEvery * decisionEvery;
             for (std::int64_t t = std::max(first, *predStart); t < predEnd; t += decisionEvery) {
                 probe.advanceTo(t);
                 DecisionPoint p;

@@ -303,7 +303,8 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         std::ofstream csv(dir / "compare.csv");
         csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
                "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
-               "handover_s,fraction_shortened,mean_granted_limit_s,within_over_bound,chains,chains_unfinished,"
+               "handover_s,fraction_shortened,mean_granted_limit_s,within_over_bound,chains,chains_"
+               "unfinished,"
                "chain_efficiency,chain_worst_efficiency,chain_mean_jobs,chain_idle_node_hours\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
@@ -312,13 +313,14 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                 << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ',' << m.fractionZero
                 << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
                 << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
-                << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit << ',';
+                << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit
+                << ',';
             if (const auto ratio = ratioToBound(r, row))
                 csv << *ratio;
             csv << ',';
             if (row.chain)
-                csv << row.chain->chains << ',' << row.chain->unfinished << ',' << row.chain->efficiency << ','
-                    << row.chain->minEfficiency << ',' << row.chain->meanJobs << ','
+                csv << row.chain->chains << ',' << row.chain->unfinished << ',' << row.chain->efficiency
+                    << ',' << row.chain->minEfficiency << ',' << row.chain->meanJobs << ','
                     << row.chain->meanIdleNodeHours;
             else
                 csv << ",,,,,";
@@ -412,8 +414,9 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
     }
     if (r.gradient) {
         const auto& g = *r.gradient;
-        std::printf("policy-gradient: %zu training episodes recorded in %.1f s, trained in %.1f s (%zu epochs); "
-                    "mean reward (-|interruption|, h) greedy %.3f -> %.3f\n",
+        std::printf(
+            "policy-gradient: %zu training episodes recorded in %.1f s, trained in %.1f s (%zu epochs); "
+            "mean reward (-|interruption|, h) greedy %.3f -> %.3f\n",
             g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
             g.greedyRewardAfter);
     }
@@ -468,7 +471,8 @@ const std::vector<ctl::Subcommand>& simCommands()
             "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");
         addSchedulerOptions(run);
         addComparisonOptions(run);
-        run.option("policy", "POLICY", "reactive|avg|predict|checkpoint-aware|policy-gradient|oracle; required");
+        run.option(
+            "policy", "POLICY", "reactive|avg|predict|checkpoint-aware|policy-gradient|oracle; required");
         ctl::CommandSpec compare("batonctl sim compare",
             "Evaluate the policies with Mirage's protocol; print a table, write DIR/compare.csv,\n"
             "DIR/interruptions.csv and DIR/interruptions.svg.");

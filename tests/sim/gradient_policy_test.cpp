@@ -12,8 +12,8 @@ using baton::sim::test::job;
 
 namespace {
 
-// A synthetic queue on 8 nodes (about 80 % loaded), busy enough that successors wait from minutes to hours, and the
-// episodes of 12 h predecessors on it: decisions every 15 min within the last 6 h.
+// A synthetic queue on 8 nodes (about 80 % loaded), busy enough that successors wait from minutes to hours,
+// and the episodes of 12 h predecessors on it: decisions every 15 min within the last 6 h.
 std::vector<ProbeEpisode> syntheticEpisodes(std::int64_t from, std::int64_t to)
 {
     std::mt19937_64 rng(7);
@@ -22,7 +22,8 @@ std::vector<ProbeEpisode> syntheticEpisodes(std::int64_t from, std::int64_t to)
     for (int i = 0; i < 1500; ++i) {
         t += static_cast<std::int64_t>(rng() % 3000);
         const std::int64_t limit = 1800 + static_cast<std::int64_t>(rng() % 21600);
-        jobs.push_back(job(i, t, 1 + static_cast<int>(rng() % 2), static_cast<std::int64_t>(rng() % limit), limit));
+        jobs.push_back(
+            job(i, t, 1 + static_cast<int>(rng() % 2), static_cast<std::int64_t>(rng() % limit), limit));
     }
     auto trace = std::make_shared<const std::vector<Job>>(std::move(jobs));
     SchedulerConfig sc;

@@ -144,7 +144,8 @@ TEST(SimCommand, RunsTheHindsightBound)
 TEST(SimCommand, SuccessorTimeMinReportsTheGrantedLimits)
 {
     const auto r = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
-        "--interval-hours", "6", "--policy", "reactive", "--successor-time-min-hours", "1", "--chain-days", "0" });
+        "--interval-hours", "6", "--policy", "reactive", "--successor-time-min-hours", "1", "--chain-days",
+        "0" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(r.output.find("successors with --time-min 1 h"), std::string::npos) << r.output;
     const auto at = r.output.find("\nreactive ");
@@ -186,8 +187,8 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
         "--oracle: expected yes or no");
-    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--rl", "maybe" }, 2,
-        "--rl: expected yes or no");
+    expectFailure(
+        { batonctl(), "sim", "compare", "--trace", trace(), "--rl", "maybe" }, 2, "--rl: expected yes or no");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--chain-days", "-1" }, 2,
         "--chain-days must lie between 0 and 365");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "lots" }, 2,
