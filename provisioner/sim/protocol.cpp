@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <map>
+#include <thread>
 #include <stdexcept>
 
 namespace baton::sim {
@@ -405,15 +407,49 @@ ChainResult runChains(std::shared_ptr<const std::vector<Job>> trace, const Sched
     const ProtocolConfig& config, const ChainConfig& chain, std::span<const Policy* const> policies)
 {
     const auto t0 = std::chrono::steady_clock::now();
+    if (chain.threads < 1)
+        throw std::invalid_argument("chains need at least one thread");
+    std::vector<std::int64_t> moments;
+    for (std::int64_t at = config.from; at < config.to; at += config.interval)
+        moments.push_back(at);
+    // Each thread replays the base queue to its own run of moments: chains are independent given the
+    // trace, so the split changes only the wall-clock time.
+    const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(chain.threads), moments.size());
+    std::vector<ChainResult> partial(std::max<std::size_t>(parts, 1));
+    std::vector<std::exception_ptr> errors(partial.size());
+    auto runPart = [&](std::size_t part) {
+        try {
+            ChainResult& r = partial[part];
+            r.chains.resize(policies.size());
+            Simulator base(trace, scheduler);
+            const std::size_t begin = moments.size() * part / partial.size();
+            const std::size_t end = moments.size() * (part + 1) / partial.size();
+            for (std::size_t m = begin; m < end; ++m) {
+                base.advanceTo(moments[m]);
+                for (int nodes : config.shapes)
+                    runChainsAt(base, nodes, config, chain, policies, r);
+            }
+        } catch (...) {
+            errors[part] = std::current_exception();
+        }
+    };
+    {
+        std::vector<std::jthread> workers;
+        for (std::size_t part = 1; part < partial.size(); ++part)
+            workers.emplace_back(runPart, part);
+        runPart(0);
+    }
+    for (const auto& e : errors)
+        if (e)
+            std::rethrow_exception(e);
     ChainResult result;
     for (const Policy* p : policies)
         result.policyNames.push_back(p->name());
     result.chains.resize(policies.size());
-    Simulator base(std::move(trace), scheduler);
-    for (std::int64_t at = config.from; at < config.to; at += config.interval) {
-        base.advanceTo(at);
-        for (int nodes : config.shapes)
-            runChainsAt(base, nodes, config, chain, policies, result);
+    for (auto& r : partial) {
+        result.skipped += r.skipped;
+        for (std::size_t k = 0; k < r.chains.size(); ++k)
+            result.chains[k].insert(result.chains[k].end(), r.chains[k].begin(), r.chains[k].end());
     }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return result;

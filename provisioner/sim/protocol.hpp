@@ -125,6 +125,9 @@ namespace baton::sim {
 struct ChainConfig {
     std::int64_t compute = 7 * 86400;
     std::int64_t handover = 60;
+    // Probe moments are split into this many contiguous runs, each replayed by its own thread; the
+    // result does not depend on it. Policies must then be safe to call from several threads (const).
+    int threads = 2;
 };
 
 struct ChainOutcome {

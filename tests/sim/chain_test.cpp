@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 using namespace baton::sim;
 using baton::sim::test::job;
 
@@ -120,7 +122,7 @@ TEST(Chain, HandComputedChainsOnATinyQueue)
     pc.limit = 1000;
     pc.tick = 10;
     pc.horizon = 10000;
-    ChainConfig cc { 1500, 60 };
+    ChainConfig cc { 1500, 60, 1 };
     ReactivePolicy reactive;
     FixedLeadPolicy lead200(200);
     const Policy* policies[] = { &reactive, &lead200 };
@@ -138,4 +140,54 @@ TEST(Chain, HandComputedChainsOnATinyQueue)
     EXPECT_EQ(early.elapsed, 1560);
     EXPECT_DOUBLE_EQ(early.idleNodeSeconds, 120);
     EXPECT_DOUBLE_EQ(summarizeChains(r.chains[1]).efficiency, 1500.0 / 1560.0);
+}
+
+// Chains are independent given the trace: splitting the probe moments over threads changes nothing.
+TEST(Chain, ThreadsDoNotChangeTheChains)
+{
+    std::mt19937_64 rng(42);
+    std::vector<Job> jobs;
+    std::int64_t t = 0;
+    for (int i = 0; i < 1200; ++i) {
+        t += static_cast<std::int64_t>(rng() % 2400);
+        const std::int64_t limit = 600 + static_cast<std::int64_t>(rng() % 20000);
+        jobs.push_back(
+            job(i, t, 1 + static_cast<int>(rng() % 6), static_cast<std::int64_t>(rng() % limit), limit));
+    }
+    auto trace = std::make_shared<const std::vector<Job>>(jobs);
+    SchedulerConfig sc;
+    sc.nodes = 16;
+    ProtocolConfig pc;
+    pc.from = 86400;
+    pc.to = 5 * 86400;
+    pc.interval = 6 * 3600;
+    pc.limit = 6 * 3600;
+    pc.shapes = { 1, 4 };
+    ReactivePolicy reactive;
+    AveragePolicy avg;
+    FixedLeadPolicy lead(1800);
+    const Policy* policies[] = { &reactive, &avg, &lead };
+    ChainConfig cc { 20 * 3600, 60, 1 };
+    const auto one = runChains(trace, sc, pc, cc, policies);
+    cc.threads = 3;
+    const auto three = runChains(trace, sc, pc, cc, policies);
+    ASSERT_EQ(one.chains.size(), 3u);
+    ASSERT_EQ(one.chains[0].size(), 32u); // 16 moments x 2 shapes
+    EXPECT_EQ(one.skipped, three.skipped);
+    bool someGap = false;
+    for (std::size_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(one.chains[k].size(), three.chains[k].size());
+        for (std::size_t i = 0; i < one.chains[k].size(); ++i) {
+            const auto &a = one.chains[k][i], &b = three.chains[k][i];
+            EXPECT_EQ(a.finished, b.finished);
+            EXPECT_EQ(a.jobs, b.jobs);
+            EXPECT_EQ(a.compute, b.compute);
+            EXPECT_EQ(a.elapsed, b.elapsed);
+            EXPECT_EQ(a.idleNodeSeconds, b.idleNodeSeconds);
+            someGap = someGap || (a.finished && a.elapsed > a.compute + 4 * 60);
+        }
+    }
+    EXPECT_TRUE(someGap) << "the synthetic queue should make some successors wait";
+    cc.threads = 0;
+    EXPECT_THROW(runChains(trace, sc, pc, cc, policies), std::invalid_argument);
 }
