@@ -3,10 +3,10 @@
 // remaining time) to the probability of submitting the successor now; its reward is Mirage's
 // -|interruption|. Trained with REINFORCE on the training period's probes of the same simulator.
 //
-// Decisions are taken every `decisionEvery` seconds within the last `window` seconds of the
+// Training decisions are taken every `decisionEvery` seconds within the last `window` seconds of the
 // predecessor's run (collectEpisodes records, for every such moment, what submitting then would have
 // given, so that an episode's reward is a lookup and training needs no simulation). Deployed, the policy
-// is greedy: it submits at the first decision whose probability reaches 1/2.
+// is greedy and asked on every tick of the window: it submits at the first whose probability reaches 1/2.
 #pragma once
 
 #include "protocol.hpp"
@@ -49,7 +49,7 @@ public:
     std::string name() const override { return "policy-gradient"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
 
-    // Whether `point` is one of the moments the policy decides at.
+    // Whether `point` lies in the window where the policy decides (else it waits).
     bool decides(const DecisionPoint& point) const;
     double submitProbability(const DecisionPoint& point) const;
     // Mean reward (-|interruption| in hours) over the episodes: of the greedy policy, and expected of

@@ -101,6 +101,21 @@ TEST(GradientPolicy, TrainingRaisesTheRewardOnASyntheticQueue)
     EXPECT_GT(report.expectedReward.back(), report.expectedReward.front());
 }
 
+// A live provisioner's ticks do not fall on the training grid: every tick within the window is a
+// decision, and submitNow agrees with the probability.
+TEST(GradientPolicy, DecidesOnEveryTickOfTheWindow)
+{
+    const auto episodes = syntheticEpisodes(86400, 4 * 86400);
+    const auto policy = GradientPolicy::train(episodes, smallOptions(2));
+    DecisionPoint p = episodes.front().points.front();
+    p.remaining = 6 * 3600 - 17; // off the 15-min grid
+    EXPECT_TRUE(policy.decides(p));
+    EXPECT_EQ(policy.submitNow(p), policy.submitProbability(p) >= 0.5);
+    p.remaining = 6 * 3600 + 60; // before the window: waits whatever the queue
+    EXPECT_FALSE(policy.decides(p));
+    EXPECT_FALSE(policy.submitNow(p));
+}
+
 TEST(GradientPolicy, RejectsBadInput)
 {
     std::vector<ProbeEpisode> none;
