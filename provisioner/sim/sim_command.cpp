@@ -448,6 +448,12 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
                 { "mean_s", m.mean }, { "median_s", m.median }, { "p90_s", m.p90 },
                 { "fraction_zero", m.fractionZero }, { "fraction_within", m.fractionWithin },
                 { "mean_overlap_s", m.meanOverlap }, { "effective_fraction_within", m.effectiveWithin } };
+            if (const auto ratio = ratioToBound(r, row))
+                evaluation[row.name]["within_over_bound"] = *ratio;
+            if (row.chain)
+                evaluation[row.name]["chain"] = { { "chains", row.chain->chains },
+                    { "efficiency", row.chain->efficiency }, { "mean_jobs", row.chain->meanJobs },
+                    { "idle_node_hours", row.chain->meanIdleNodeHours } };
         }
         const auto stored = storeModel(*database, *used, dbSave,
             modelOut.empty() ? std::nullopt
