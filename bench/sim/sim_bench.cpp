@@ -76,16 +76,20 @@ int main()
                 avg = &row;
         std::printf("comparison: %zu evaluation probes, %zu training samples\n", cmp.evaluationProbes,
             cmp.trainingSamples);
-        std::printf("%-17s %5s %9s %9s %8s %8s %10s %9s %8s %10s\n", "policy", "q", "|mean|(m)", "vs avg",
-            "+-10m%", "vs avg", "overlap(m)", "vs avg", "eff+-%", "effOvl(m)");
+        std::printf("%-17s %5s %9s %9s %8s %8s %10s %9s %8s %10s %8s %6s\n", "policy", "q", "|mean|(m)",
+            "vs avg", "+-10m%", "vs avg", "overlap(m)", "vs avg", "eff+-%", "effOvl(m)", "chain%", "jobs");
         for (const auto& row : cmp.rows) {
             const auto& m = row.metrics;
-            std::printf("%-17s %5.2f %9.1f %9.2f %8.1f %8.2f %10.1f %9.2f %8.1f %10.2f\n", row.name.c_str(),
-                row.q, std::abs(m.mean) / 60, ratio(std::abs(m.mean), std::abs(avg->metrics.mean)),
-                100 * m.fractionWithin, ratio(m.fractionWithin, avg->metrics.fractionWithin),
-                m.meanOverlap / 60, ratio(m.meanOverlap, avg->metrics.meanOverlap), 100 * m.effectiveWithin,
-                m.effectiveMeanOverlap / 60);
+            std::printf("%-17s %5.2f %9.1f %9.2f %8.1f %8.2f %10.1f %9.2f %8.1f %10.2f %8.2f %6.2f\n",
+                row.name.c_str(), row.q, std::abs(m.mean) / 60,
+                ratio(std::abs(m.mean), std::abs(avg->metrics.mean)), 100 * m.fractionWithin,
+                ratio(m.fractionWithin, avg->metrics.fractionWithin), m.meanOverlap / 60,
+                ratio(m.meanOverlap, avg->metrics.meanOverlap), 100 * m.effectiveWithin,
+                m.effectiveMeanOverlap / 60, row.chain ? 100 * row.chain->efficiency : 0.0,
+                row.chain ? row.chain->meanJobs : 0.0);
         }
+        std::printf("chains: %zu per policy (7 days of compute as 48 h jobs), %.1f s\n", cmp.chainStarts,
+            cmp.chainSeconds);
         std::printf("comparison wall time: %.1f s (budget 120 s, ratio %.2f)\n", total, total / 120.0);
         return 0;
     } catch (const std::exception& e) {

@@ -74,6 +74,7 @@ ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
     c.warmupEnd = first + 7 * 86400;
     c.split = c.warmupEnd + (last - c.warmupEnd) / 2;
     c.evaluationEnd = last - 2 * c.protocol.limit;
+    c.chainEnd = last - c.chain.compute - c.protocol.limit;
     c.protocol.probePriority = medianRecordedPriority(trace, c.split);
     return c;
 }
@@ -124,6 +125,8 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         std::vector<const Policy*> ptrs;
         for (const auto& c : candidates)
             ptrs.push_back(&c);
+        AveragePolicy avg; // its overlap on these probes is checkpoint-aware's default budget
+        ptrs.push_back(&avg);
         ProtocolConfig pc = config.protocol;
         pc.from = calibrationFrom;
         pc.to = trainEnd;
@@ -146,11 +149,31 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
                 persistPredict = candidates[k].persist();
             }
         }
+        out.overlapBudget = config.overlapBudgetFromAvg ? meanOverlap(column(r, candidates.size()))
+                                                        : config.overlapBudgetSeconds;
         const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,
-            static_cast<double>(config.protocol.limit), config.overlapBudgetSeconds);
+            static_cast<double>(config.protocol.limit), out.overlapBudget);
         qCheckpoint = candidates[k].q();
         persistCheckpoint = candidates[k].persist();
         out.calibrateSeconds = secondsSince(t0);
+    }
+
+    std::optional<GradientPolicy> gradient;
+    if (std::find(config.policies.begin(), config.policies.end(), "policy-gradient")
+        != config.policies.end()) {
+        auto t0 = std::chrono::steady_clock::now();
+        ProtocolConfig pc = config.protocol;
+        pc.from = config.warmupEnd;
+        pc.to = trainEnd;
+        const auto episodes = collectEpisodes(
+            trace, config.scheduler, pc, config.gradient.decisionEvery, config.gradient.window);
+        out.gradientEpisodeSeconds = secondsSince(t0);
+        GradientOptions options = config.gradient;
+        options.seed = config.training.seed;
+        options.unstartedSeconds = static_cast<double>(config.protocol.horizon);
+        GradientTraining report;
+        gradient.emplace(GradientPolicy::train(episodes, options, &report));
+        out.gradient = std::move(report);
     }
 
     auto t0 = std::chrono::steady_clock::now();
@@ -167,11 +190,13 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         else if (name == "checkpoint-aware")
             policies.push_back(
                 std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
+        else if (name == "policy-gradient")
+            policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")
             oracle = true; // not a policy: the hindsight bound, found by the protocol
         else
-            throw std::invalid_argument(
-                "unknown policy '" + name + "' (known: reactive, avg, predict, checkpoint-aware, oracle)");
+            throw std::invalid_argument("unknown policy '" + name
+                + "' (known: reactive, avg, predict, checkpoint-aware, policy-gradient, oracle)");
     }
     std::vector<const Policy*> ptrs;
     for (const auto& p : policies)
@@ -210,6 +235,22 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         out.rows.push_back(std::move(row));
     }
     out.evaluateSeconds = secondsSince(t0);
+
+    if (config.chains && !ptrs.empty()) {
+        t0 = std::chrono::steady_clock::now();
+        ProtocolConfig cc = config.protocol;
+        cc.from = config.split;
+        cc.to = std::min(config.evaluationEnd, config.chainEnd);
+        const auto chains = runChains(trace, config.scheduler, cc, config.chain, ptrs);
+        for (std::size_t i = 0; i < ptrs.size(); ++i)
+            for (auto& row : out.rows)
+                if (row.name == chains.policyNames[i]) {
+                    row.chains = chains.chains[i];
+                    row.chain = summarizeChains(row.chains);
+                }
+        out.chainStarts = chains.chains.front().size();
+        out.chainSeconds = secondsSince(t0);
+    }
     return out;
 }
 

@@ -3,6 +3,7 @@
 // probes after the split.
 #pragma once
 
+#include "gradient_policy.hpp"
 #include "protocol.hpp"
 
 #include <cmath>
@@ -28,9 +29,20 @@ struct ComparisonConfig {
     double tolerance = 600;
     double handoverSeconds = 60;
     // checkpoint-aware keeps the mean raw overlap (successor start before the predecessor's limit)
-    // within this on the held-out training probes: the bound for what an operator accepts.
+    // within a budget on the held-out training probes. By default the budget is the overlap Mirage's
+    // `avg` baseline spends on those same probes: checkpoint-aware may start successors as early as avg
+    // does on average, and must make better use of it (fewer gaps). Otherwise this many seconds.
+    bool overlapBudgetFromAvg = true;
     double overlapBudgetSeconds = 1800;
     TrainOptions training;
+    // baton's chain metric on the evaluation period (runChains): a chain per policy from every probe
+    // moment before chainEnd, so that each chain runs on the trace's queue rather than a drained one.
+    bool chains = true;
+    ChainConfig chain;
+    std::int64_t chainEnd = 0;
+    // `policy-gradient` (opt-in): trained on the training period's probes, decisions every 10 min in the
+    // last 24 h of the predecessor; its seed is training.seed.
+    GradientOptions gradient;
     std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
 };
 
@@ -44,6 +56,8 @@ struct PolicyRow {
     // the --time-min (ProtocolConfig::successorMinLimit), and the mean limit granted, in seconds.
     double fractionShortened = 0;
     double meanGrantedLimit = 0;
+    std::optional<ChainMetrics> chain; // with ComparisonConfig::chains, for policies (not the bound)
+    std::vector<ChainOutcome> chains;
 };
 
 // One candidate setting of a learned policy on the held-out end of the training period.
@@ -60,7 +74,11 @@ struct Comparison {
     std::optional<PredictorMetrics> predictor;
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
-    double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0;
+    double overlapBudget = 0; // the budget checkpoint-aware's choice used, seconds
+    std::optional<GradientTraining> gradient; // with the policy-gradient policy
+    double gradientEpisodeSeconds = 0; // recording its training episodes (the training is in gradient)
+    std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started
+    double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0, chainSeconds = 0;
 };
 
 bool isLearnedPolicy(const std::string& name);
@@ -69,8 +87,9 @@ bool isLearnedPolicy(const std::string& name);
 double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);
 
 // Defaults derived from the trace itself: warm-up of a week after the first job, the split in the
-// middle when none is given, evaluation ending two limits before the last submission, probes with
-// the median recorded priority of the jobs before the split.
+// middle when none is given, evaluation ending two limits before the last submission, chains starting
+// no later than their compute plus one limit before it, probes with the median recorded priority of
+// the jobs before the split.
 ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace);
 
 // `pretrained`: use this predictor instead of training one. `trained` receives the predictor used.

@@ -32,6 +32,9 @@ public:
     // a live provisioner passes one tick at a time through submitNow().
     virtual std::size_t firstSubmit(std::span<const DecisionPoint> points) const = 0;
     bool submitNow(const DecisionPoint& point) const { return firstSubmit({ &point, 1 }) == 0; }
+    // Whether the policy reads DecisionPoint::features: a caller may leave them empty otherwise, which
+    // spares the feature computation on every tick of a long chain.
+    virtual bool needsFeatures() const { return true; }
 };
 
 // Mirage's baseline: submit when the predecessor ends.
@@ -39,6 +42,7 @@ class ReactivePolicy final : public Policy {
 public:
     std::string name() const override { return "reactive"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    bool needsFeatures() const override { return false; }
 };
 
 // Mirage's baseline: submit one recent average queue wait before the predecessor's end.
@@ -46,6 +50,7 @@ class AveragePolicy final : public Policy {
 public:
     std::string name() const override { return "avg"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    bool needsFeatures() const override { return false; }
 };
 
 // Submit once the predicted q-quantile of the successor's wait has reached the predecessor's remaining

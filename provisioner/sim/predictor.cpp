@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <stdexcept>
 
 namespace baton::sim {
@@ -47,6 +48,10 @@ std::vector<double> predictWith(void* booster, std::span<const Features> rows)
     auto m = makeMatrix(rows);
     bst_ulong n = 0;
     const float* out = nullptr;
+    // XGBoosterPredict returns a buffer the booster owns and the C API does not promise that concurrent
+    // calls are safe; the simulator's chains call it from two threads, so calls take turns.
+    static std::mutex predicting;
+    const std::lock_guard lock(predicting);
     check(XGBoosterPredict(booster, m.get(), 0, 0, 0, &n, &out), "predicting");
     return std::vector<double>(out, out + n);
 }

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <map>
+#include <thread>
+#include <stdexcept>
 
 namespace baton::sim {
 
@@ -265,6 +268,269 @@ std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<s
         }
     }
     return best < candidates.size() ? best : leastOverlap;
+}
+
+} // namespace baton::sim
+
+namespace baton::sim {
+
+ChainLedger::ChainLedger(std::int64_t compute, std::int64_t handover, int nodes)
+    : total_(compute)
+    , handover_(handover)
+    , nodes_(nodes)
+{
+    if (compute <= 0 || handover < 0 || nodes <= 0)
+        throw std::invalid_argument("a chain needs positive compute and nodes and a handover price >= 0");
+}
+
+void ChainLedger::firstJobStarted(std::int64_t at, std::int64_t limit)
+{
+    if (limit <= handover_)
+        throw std::invalid_argument("a job's limit must exceed the handover price");
+    first_ = start_ = resume_ = at;
+    limit_ = limit;
+    outcome_ = {};
+    outcome_.jobs = 1;
+}
+
+bool ChainLedger::needsSuccessor() const
+{
+    return total_ - outcome_.compute > limitEnd() - handover_ - resume_;
+}
+
+std::int64_t ChainLedger::successorStarted(std::int64_t at, std::int64_t limit)
+{
+    if (limit <= handover_)
+        throw std::invalid_argument("a job's limit must exceed the handover price");
+    const std::int64_t stop = std::max(resume_, std::min(at, limitEnd() - handover_));
+    const std::int64_t end = stop + handover_;
+    outcome_.compute += stop - resume_;
+    outcome_.idleNodeSeconds
+        += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_ + handover_);
+    start_ = at;
+    limit_ = limit;
+    resume_ = std::max(at, end);
+    ++outcome_.jobs;
+    outcome_.elapsed = end - first_;
+    return end;
+}
+
+std::int64_t ChainLedger::finish()
+{
+    if (needsSuccessor())
+        throw std::logic_error("the running job cannot complete the training");
+    const std::int64_t end = resume_ + (total_ - outcome_.compute);
+    outcome_.idleNodeSeconds += static_cast<double>(nodes_) * static_cast<double>(resume_ - start_);
+    outcome_.compute = total_;
+    outcome_.elapsed = end - first_;
+    outcome_.finished = true;
+    return end;
+}
+
+namespace {
+
+Job chainJob(
+    std::int64_t id, std::int64_t submit, int nodes, std::int64_t minLimit, const ProtocolConfig& config)
+{
+    Job j;
+    j.id = id;
+    j.submit = submit;
+    j.nodes = nodes;
+    j.limit = config.limit;
+    j.runTime = config.limit; // until the handover or the end of the training cuts it (endRunningAt)
+    j.minLimit = minLimit;
+    j.recordedPriority = config.probePriority;
+    return j;
+}
+
+constexpr std::int64_t firstChainJobId = -100;
+
+// One chain per policy from the probe moment `base.now()`.
+void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config, const ChainConfig& chain,
+    std::span<const Policy* const> policies, ChainResult& result)
+{
+    Simulator first = base.fork();
+    const std::int64_t at = first.now();
+    first.submit(chainJob(firstChainJobId, at, nodes, 0, config));
+    const auto firstStart = first.runUntilStarted(firstChainJobId, at + config.horizon);
+    if (!firstStart) {
+        ++result.skipped;
+        return;
+    }
+    const JobShape shape { nodes, config.limit };
+    for (std::size_t k = 0; k < policies.size(); ++k) {
+        const Policy& policy = *policies[k];
+        const bool features = policy.needsFeatures();
+        Simulator sim = first.fork();
+        ChainLedger ledger(chain.compute, chain.handover, nodes);
+        ledger.firstJobStarted(*firstStart, config.limit);
+        std::int64_t running = firstChainJobId;
+        bool stalled = false;
+        while (ledger.needsSuccessor()) {
+            // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
+            const std::int64_t end = ledger.limitEnd();
+            std::vector<DecisionPoint> points;
+            Simulator look = sim.fork();
+            for (std::int64_t t = look.now(); t < end; t += config.tick) {
+                look.advanceTo(t);
+                DecisionPoint p;
+                p.now = t;
+                p.remaining = end - t;
+                if (features)
+                    p.features = queueFeatures(look, shape);
+                p.recentMeanWait = look.recentMeanWait();
+                points.push_back(p);
+            }
+            const std::size_t i = policy.firstSubmit(points);
+            const std::int64_t submitted = i < points.size() ? points[i].now : end;
+            sim.advanceTo(submitted);
+            const std::int64_t next = running - 1;
+            sim.submit(chainJob(next, submitted, nodes, config.successorMinLimit, config));
+            const auto started = sim.runUntilStarted(next, submitted + config.horizon);
+            if (!started) {
+                stalled = true;
+                break;
+            }
+            const std::int64_t predecessorEnd = ledger.successorStarted(*started, *sim.grantedLimitOf(next));
+            sim.endRunningAt(running, predecessorEnd);
+            running = next;
+        }
+        if (!stalled)
+            ledger.finish();
+        result.chains[k].push_back(ledger.outcome());
+    }
+}
+
+} // namespace
+
+ChainResult runChains(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& scheduler,
+    const ProtocolConfig& config, const ChainConfig& chain, std::span<const Policy* const> policies)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    if (chain.threads < 1)
+        throw std::invalid_argument("chains need at least one thread");
+    std::vector<std::int64_t> moments;
+    for (std::int64_t at = config.from; at < config.to; at += config.interval)
+        moments.push_back(at);
+    // Each thread replays the base queue to its own run of moments: chains are independent given the
+    // trace, so the split changes only the wall-clock time.
+    const std::size_t parts = std::min<std::size_t>(static_cast<std::size_t>(chain.threads), moments.size());
+    std::vector<ChainResult> partial(std::max<std::size_t>(parts, 1));
+    std::vector<std::exception_ptr> errors(partial.size());
+    auto runPart = [&](std::size_t part) {
+        try {
+            ChainResult& r = partial[part];
+            r.chains.resize(policies.size());
+            Simulator base(trace, scheduler);
+            const std::size_t begin = moments.size() * part / partial.size();
+            const std::size_t end = moments.size() * (part + 1) / partial.size();
+            for (std::size_t m = begin; m < end; ++m) {
+                base.advanceTo(moments[m]);
+                for (int nodes : config.shapes)
+                    runChainsAt(base, nodes, config, chain, policies, r);
+            }
+        } catch (...) {
+            errors[part] = std::current_exception();
+        }
+    };
+    {
+        std::vector<std::jthread> workers;
+        for (std::size_t part = 1; part < partial.size(); ++part)
+            workers.emplace_back(runPart, part);
+        runPart(0);
+    }
+    for (const auto& e : errors)
+        if (e)
+            std::rethrow_exception(e);
+    ChainResult result;
+    for (const Policy* p : policies)
+        result.policyNames.push_back(p->name());
+    result.chains.resize(policies.size());
+    for (auto& r : partial) {
+        result.skipped += r.skipped;
+        for (std::size_t k = 0; k < r.chains.size(); ++k)
+            result.chains[k].insert(result.chains[k].end(), r.chains[k].begin(), r.chains[k].end());
+    }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+}
+
+ChainMetrics summarizeChains(std::span<const ChainOutcome> chains)
+{
+    ChainMetrics m;
+    double compute = 0, elapsed = 0, jobs = 0, idle = 0;
+    m.minEfficiency = 1;
+    for (const auto& c : chains) {
+        if (!c.finished) {
+            ++m.unfinished;
+            continue;
+        }
+        ++m.chains;
+        compute += static_cast<double>(c.compute);
+        elapsed += static_cast<double>(c.elapsed);
+        jobs += c.jobs;
+        idle += c.idleNodeSeconds;
+        m.minEfficiency
+            = std::min(m.minEfficiency, static_cast<double>(c.compute) / static_cast<double>(c.elapsed));
+    }
+    if (m.chains == 0) {
+        m.minEfficiency = 0;
+        return m;
+    }
+    const auto n = static_cast<double>(m.chains);
+    m.efficiency = compute / elapsed;
+    m.meanJobs = jobs / n;
+    m.meanIdleNodeHours = idle / n / 3600;
+    return m;
+}
+
+} // namespace baton::sim
+
+namespace baton::sim {
+
+std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>> trace,
+    const SchedulerConfig& scheduler, const ProtocolConfig& config, std::int64_t decisionEvery,
+    std::int64_t window)
+{
+    if (decisionEvery <= 0 || window <= 0)
+        throw std::invalid_argument("episodes need a positive decision spacing and window");
+    std::vector<ProbeEpisode> episodes;
+    std::size_t forks = 0;
+    Simulator base(std::move(trace), scheduler);
+    for (std::int64_t at = config.from; at < config.to; at += config.interval) {
+        base.advanceTo(at);
+        for (int nodes : config.shapes) {
+            Simulator probe = base.fork();
+            probe.submit(probeJob(predecessorId, at, nodes, config));
+            const auto predStart = probe.runUntilStarted(predecessorId, at + config.horizon);
+            if (!predStart)
+                continue;
+            const std::int64_t predEnd = *predStart + config.limit;
+            const JobShape shape { nodes, config.limit };
+            ProbeEpisode e;
+            e.nodes = nodes;
+            // The first decision lies a whole number of spacings before the end, as in decide().
+            const std::int64_t first
+                = predEnd - std::min(window, config.limit) / decisionEvery * decisionEvery;
+            for (std::int64_t t = std::max(first, *predStart); t < predEnd; t += decisionEvery) {
+                probe.advanceTo(t);
+                DecisionPoint p;
+                p.now = t;
+                p.remaining = predEnd - t;
+                p.features = queueFeatures(probe, shape);
+                p.recentMeanWait = probe.recentMeanWait();
+                e.points.push_back(p);
+                const auto started = successorStart(probe, nodes, config, forks);
+                e.interruptions.push_back(
+                    started ? std::optional(t + started->wait - predEnd) : std::nullopt);
+            }
+            probe.advanceTo(predEnd);
+            const auto started = successorStart(probe, nodes, config, forks);
+            e.interruptions.push_back(started ? std::optional(started->wait) : std::nullopt);
+            episodes.push_back(std::move(e));
+        }
+    }
+    return episodes;
 }
 
 } // namespace baton::sim

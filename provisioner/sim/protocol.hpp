@@ -113,3 +113,98 @@ std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<s
     double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds);
 
 } // namespace baton::sim
+
+namespace baton::sim {
+
+// baton's chain-level metric. A training that needs `compute` seconds of compute runs as a chain of
+// limit-length jobs; every boundary costs one checkpoint of `handover` seconds (the price the
+// checkpointer measures for snapshot + persist). A successor that starts before its predecessor's
+// limit triggers a handover: the predecessor stops training, persists its checkpoint and exits, and
+// the successor resumes from it once persisted. A successor that starts later finds the checkpoint the
+// predecessor wrote just before its limit, and the chain waits for the gap.
+struct ChainConfig {
+    std::int64_t compute = 7 * 86400;
+    std::int64_t handover = 60;
+    // Probe moments are split into this many contiguous runs, each replayed by its own thread; the
+    // result does not depend on it. Policies must then be safe to call from several threads (const).
+    int threads = 2;
+};
+
+struct ChainOutcome {
+    bool finished = false; // every job started within the horizon and the training completed
+    int jobs = 0; // jobs that started
+    std::int64_t compute = 0; // seconds trained
+    std::int64_t elapsed = 0; // first job's start to the end of the training (or of the last job)
+    double idleNodeSeconds = 0; // node-seconds held by the chain's jobs while not training
+};
+
+// The accounting of one chain, fed the start of each job. Job k starts at s_k with limit L_k and
+// resumes training at r_k (its start, or later if its predecessor's checkpoint is still being
+// persisted). When its successor starts at s_{k+1}, job k has trained until
+// c_k = max(r_k, min(s_{k+1}, s_k + L_k - handover)), persists for `handover` and exits at c_k + handover;
+// the successor resumes at r_{k+1} = max(s_{k+1}, c_k + handover). Job k holds its nodes without training
+// for (r_k - s_k) + handover. The last job stops when the training is complete.
+class ChainLedger {
+public:
+    ChainLedger(std::int64_t compute, std::int64_t handover, int nodes);
+    void firstJobStarted(std::int64_t at, std::int64_t limit);
+    // Whether the running job cannot complete the training before it must checkpoint at its limit.
+    bool needsSuccessor() const;
+    std::int64_t limitEnd() const { return start_ + limit_; }
+    // The successor started at `at` with `limit`; returns when the predecessor ends (its nodes free).
+    std::int64_t successorStarted(std::int64_t at, std::int64_t limit);
+    // The running job completes the training (requires !needsSuccessor()); returns when.
+    std::int64_t finish();
+    const ChainOutcome& outcome() const { return outcome_; }
+
+private:
+    std::int64_t total_, handover_;
+    int nodes_;
+    std::int64_t first_ = 0, start_ = 0, limit_ = 0, resume_ = 0;
+    ChainOutcome outcome_;
+};
+
+struct ChainResult {
+    std::vector<std::string> policyNames;
+    std::vector<std::vector<ChainOutcome>> chains; // [policy][chain], chains in probe order
+    std::size_t skipped = 0; // probe moments whose first job did not start within the horizon
+    double seconds = 0;
+};
+
+// A chain of `chain.compute` seconds of limit-length jobs for every probe moment in [config.from,
+// config.to) and shape, one per policy: the first job is submitted at the probe moment; while each job
+// runs the policy decides tick by tick when to submit its successor (the same decision points as
+// runProtocol); the predecessor exits at the handover. Successors carry config.successorMinLimit.
+ChainResult runChains(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& scheduler,
+    const ProtocolConfig& config, const ChainConfig& chain, std::span<const Policy* const> policies);
+
+struct ChainMetrics {
+    std::size_t chains = 0; // finished chains (the figures below are over these)
+    std::size_t unfinished = 0; // a job did not start within the horizon
+    double efficiency = 0; // sum of compute / sum of elapsed wall-clock time
+    double minEfficiency = 0; // the worst chain's
+    double meanJobs = 0;
+    double meanIdleNodeHours = 0; // per chain
+};
+
+ChainMetrics summarizeChains(std::span<const ChainOutcome> chains);
+
+} // namespace baton::sim
+
+namespace baton::sim {
+
+// Training material for a learned submission policy: for every probe, the decision points every
+// `decisionEvery` seconds within the last `window` seconds of the predecessor's run, and the
+// interruption had the successor been submitted at each of them (one fork each), the last entry being
+// a submission at the predecessor's end. With it a policy's reward for any action sequence is a lookup.
+struct ProbeEpisode {
+    int nodes = 0;
+    std::vector<DecisionPoint> points;
+    std::vector<std::optional<std::int64_t>> interruptions; // points.size() + 1 entries
+};
+
+std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>> trace,
+    const SchedulerConfig& scheduler, const ProtocolConfig& config, std::int64_t decisionEvery,
+    std::int64_t window);
+
+} // namespace baton::sim

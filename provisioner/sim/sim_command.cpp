@@ -68,7 +68,14 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "submit successors with Slurm's --time-min H: backfill may start one with\n"
             "a limit cut to as little as H (0: the full limit, Mirage's protocol)",
             "0")
-        .option("overlap-budget-seconds", "S", "checkpoint-aware: bound on the mean early start", "1800")
+        .option("overlap-budget-seconds", "S|avg",
+            "checkpoint-aware: bound on the mean early start on the held-out training\n"
+            "probes; avg: the overlap Mirage's avg spends on them",
+            "avg")
+        .option("chain-days", "D",
+            "chain efficiency: a training of D days of compute as limit-length jobs from\n"
+            "every probe moment, one chain per policy (0: skip)",
+            "7")
         .option("model", "FILE", "use this trained predictor instead of training one")
         .option("save-model", "FILE",
             "write the trained predictor here (compare: default DIR/wait-predictor.json)")
@@ -398,13 +405,26 @@ ComparisonConfig comparisonFrom(
     c.protocol.shapes = o.positiveIntegers("shapes");
     c.tolerance = o.number("tolerance-seconds");
     c.handoverSeconds = o.number("handover-seconds");
-    c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
+    c.overlapBudgetFromAvg = o.text("overlap-budget-seconds") == "avg";
+    if (!c.overlapBudgetFromAvg)
+        c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
     const double timeMinHours = o.number("successor-time-min-hours");
     if (!(timeMinHours >= 0 && timeMinHours * 3600 <= static_cast<double>(c.protocol.limit)))
         throw std::invalid_argument("--successor-time-min-hours must lie between 0 and the limit ("
             + std::to_string(c.protocol.limit / 3600) + " h)");
     c.protocol.successorMinLimit = static_cast<std::int64_t>(timeMinHours * 3600);
     c.training.seed = static_cast<unsigned>(o.number("seed"));
+    const double chainDays = o.number("chain-days");
+    if (!(chainDays >= 0 && chainDays <= 365))
+        throw std::invalid_argument("--chain-days must lie between 0 and 365");
+    c.chains = chainDays > 0;
+    if (c.chains) {
+        c.chain.compute = static_cast<std::int64_t>(chainDays * 86400);
+        c.chain.handover = static_cast<std::int64_t>(c.handoverSeconds);
+        c.chainEnd = trace.back().submit - c.chain.compute - c.protocol.limit;
+        if (c.handoverSeconds >= static_cast<double>(c.protocol.limit))
+            throw std::invalid_argument("--handover-seconds must be shorter than the limit");
+    }
     if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
@@ -412,6 +432,46 @@ ComparisonConfig comparisonFrom(
             throw std::invalid_argument("a probe of " + std::to_string(n)
                 + " units does not fit the cluster of " + std::to_string(scheduler.nodes));
     return c;
+}
+
+// The hindsight bound's fraction within the tolerance, when the comparison has it.
+std::optional<double> boundWithin(const Comparison& r)
+{
+    for (const auto& row : r.rows)
+        if (row.name == "oracle" && row.metrics.count > 0)
+            return row.metrics.fractionWithin;
+    return std::nullopt;
+}
+
+// A policy's fraction within the tolerance over the hindsight bound's, measured on the same probes:
+// the restated target is >= 0.9.
+std::optional<double> ratioToBound(const Comparison& r, const PolicyRow& row)
+{
+    const auto bound = boundWithin(r);
+    if (!bound || *bound <= 0)
+        return std::nullopt;
+    return row.metrics.fractionWithin / *bound;
+}
+
+void printChainTable(const Comparison& r, const ComparisonConfig& config, std::ostream& out)
+{
+    out << "chains: " << config.chain.compute / 86400.0 << " days of compute as "
+        << config.protocol.limit / 3600.0 << " h jobs from each probe moment before "
+        << formatDate(std::min(config.evaluationEnd, config.chainEnd)) << " (" << r.chainStarts
+        << " per policy); handover " << config.chain.handover << " s\n";
+    char line[256];
+    std::snprintf(line, sizeof line, "%-17s %7s %11s %9s %6s %12s %10s", "policy", "chains", "efficiency%",
+        "worst%", "jobs", "idle(node-h)", "unfinished");
+    out << line << '\n';
+    for (const auto& row : r.rows) {
+        if (!row.chain)
+            continue;
+        const auto& c = *row.chain;
+        std::snprintf(line, sizeof line, "%-17s %7zu %11.2f %9.2f %6.2f %12.2f %10zu", row.name.c_str(),
+            c.chains, 100 * c.efficiency, 100 * c.minEfficiency, c.meanJobs, c.meanIdleNodeHours,
+            c.unfinished);
+        out << line << '\n';
+    }
 }
 
 // With a successor --time-min, two more columns: the share of successors started with a shortened
@@ -422,7 +482,7 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
     std::snprintf(line, sizeof line, "%-17s %5s %4s %6s %9s %9s %9s %6s %7s %9s %9s %8s %9s", "policy", "q",
         "pers", "probes", "mean(m)", "median(m)", "p90(m)", "zero%", "+-tol%", "overlap", "gap(m)", "eff+-%",
         "effOvl(m)");
-    out << line << (withGrants ? "   short%  limit(h)\n" : "\n");
+    out << line << " /bound" << (withGrants ? "   short%  limit(h)\n" : "\n");
     for (const auto& row : r.rows) {
         const auto& m = row.metrics;
         std::snprintf(line, sizeof line,
@@ -431,6 +491,9 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
             row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
             m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
             100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
+        out << line;
+        const auto ratio = ratioToBound(r, row);
+        std::snprintf(line, sizeof line, " %6s", ratio ? std::to_string(*ratio).substr(0, 5).c_str() : "-");
         out << line;
         if (withGrants) {
             std::snprintf(
@@ -448,7 +511,9 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         std::ofstream csv(dir / "compare.csv");
         csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
                "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
-               "handover_s,fraction_shortened,mean_granted_limit_s\n";
+               "handover_s,fraction_shortened,mean_granted_limit_s,within_over_bound,chains,chains_"
+               "unfinished,"
+               "chain_efficiency,chain_worst_efficiency,chain_mean_jobs,chain_idle_node_hours\n";
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
@@ -457,7 +522,17 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                 << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
                 << m.effectiveWithin << ',' << m.effectiveMeanOverlap << ',' << config.tolerance << ','
                 << config.handoverSeconds << ',' << row.fractionShortened << ',' << row.meanGrantedLimit
-                << '\n';
+                << ',';
+            if (const auto ratio = ratioToBound(r, row))
+                csv << *ratio;
+            csv << ',';
+            if (row.chain)
+                csv << row.chain->chains << ',' << row.chain->unfinished << ',' << row.chain->efficiency
+                    << ',' << row.chain->minEfficiency << ',' << row.chain->meanJobs << ','
+                    << row.chain->meanIdleNodeHours;
+            else
+                csv << ",,,,,";
+            csv << '\n';
         }
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "compare.csv").string());
@@ -553,11 +628,25 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
                   << m.heldOutMedianAbsErrorSeconds / 60 << " min, q0.9 coverage " << m.heldOutCoverage90
                   << '\n';
     }
+    if (r.gradient) {
+        const auto& g = *r.gradient;
+        std::printf(
+            "policy-gradient: %zu training episodes recorded in %.1f s, trained in %.1f s (%zu epochs); "
+            "mean reward (-|interruption|, h) greedy %.3f -> %.3f\n",
+            g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
+            g.greedyRewardAfter);
+    }
+    if (!r.candidates.empty())
+        std::printf("checkpoint-aware: overlap budget %.3f s%s\n", r.overlapBudget,
+            config.overlapBudgetFromAvg ? " (avg's mean overlap on the held-out training probes)" : "");
     printTable(r, config.protocol.successorMinLimit > 0, std::cout);
+    if (config.chains)
+        printChainTable(r, config, std::cout);
     const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
-        "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, total %.1f s\n",
-        r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, total);
+        "time: samples %.1f s, training %.1f s, quantile choice %.1f s, evaluation %.1f s, chains %.1f s, "
+        "total %.1f s\n",
+        r.sampleSeconds, r.trainSeconds, r.calibrateSeconds, r.evaluateSeconds, r.chainSeconds, total);
     if (writeFiles) {
         writeOutputs(r, outDir, config);
         std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg"
@@ -575,6 +664,12 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
                 { "mean_s", m.mean }, { "median_s", m.median }, { "p90_s", m.p90 },
                 { "fraction_zero", m.fractionZero }, { "fraction_within", m.fractionWithin },
                 { "mean_overlap_s", m.meanOverlap }, { "effective_fraction_within", m.effectiveWithin } };
+            if (const auto ratio = ratioToBound(r, row))
+                evaluation[row.name]["within_over_bound"] = *ratio;
+            if (row.chain)
+                evaluation[row.name]["chain"] = { { "chains", row.chain->chains },
+                    { "efficiency", row.chain->efficiency }, { "mean_jobs", row.chain->meanJobs },
+                    { "idle_node_hours", row.chain->meanIdleNodeHours } };
         }
         const auto stored = storeModel(*database, *used, dbSave,
             modelOut.empty() ? std::nullopt
@@ -604,13 +699,18 @@ const std::vector<ctl::Subcommand>& simCommands()
             "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");
         addSchedulerOptions(run);
         addComparisonOptions(run);
-        run.option("policy", "POLICY", "reactive|avg|predict|checkpoint-aware|oracle; required");
+        run.option(
+            "policy", "POLICY", "reactive|avg|predict|checkpoint-aware|policy-gradient|oracle; required");
         ctl::CommandSpec compare("batonctl sim compare",
             "Evaluate the policies with Mirage's protocol; print a table, write DIR/compare.csv,\n"
             "DIR/interruptions.csv and DIR/interruptions.svg.");
         addSchedulerOptions(compare);
         addComparisonOptions(compare);
         compare.option("out", "DIR", "where to write the results", "sim-compare")
+            .option("rl", "yes|no",
+                "add the policy-gradient policy (Mirage's RL), trained on the training period\n"
+                "(slow: one queue simulation per 10 min of each training probe's last 24 h)",
+                "no")
             .option("oracle", "yes|no",
                 "add the hindsight bound, the best submission minute of each probe found by\n"
                 "trying every one (slow: one queue simulation per minute)",
@@ -630,6 +730,11 @@ const std::vector<ctl::Subcommand>& simCommands()
                     const auto oracle = o.text("oracle");
                     if (oracle != "yes" && oracle != "no")
                         throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");
+                    const auto rl = o.text("rl");
+                    if (rl != "yes" && rl != "no")
+                        throw std::invalid_argument("--rl: expected yes or no, got '" + rl + "'");
+                    if (rl == "yes")
+                        policies.push_back("policy-gradient");
                     if (oracle == "yes")
                         policies.push_back("oracle");
                     return compareCommand(o, std::move(policies), true);

@@ -147,6 +147,13 @@ void Simulator::runToEnd()
         processEventsAt(e);
 }
 
+void Simulator::endRunningAt(std::int64_t id, std::int64_t t)
+{
+    for (auto& r : running_)
+        if (r.id == id)
+            r.end = std::max(std::min(r.end, t), now_);
+}
+
 std::optional<std::int64_t> Simulator::startOf(std::int64_t id) const
 {
     const auto* s = insertedStart(id);

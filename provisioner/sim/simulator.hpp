@@ -53,6 +53,10 @@ public:
     // Runs until no events remain.
     void runToEnd();
 
+    // A running job ends at `t` (>= now()) instead of at its run time, if that is earlier: a chain's
+    // predecessor exits at the handover, once its final checkpoint is persisted.
+    void endRunningAt(std::int64_t id, std::int64_t t);
+
     std::optional<std::int64_t> startOf(std::int64_t id) const;
     // The limit an inserted job started with: its own, or less when backfill lowered it towards its
     // minLimit to start it before a reservation (Slurm's --time-min).

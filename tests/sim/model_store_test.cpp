@@ -141,4 +141,8 @@ TEST(ModelStore, BatonctlSimStoresAndReusesAModel)
     const auto row = baton::db::ModelRepository(connection).latest("synthetic");
     ASSERT_TRUE(row);
     EXPECT_TRUE(row->metrics.at("evaluation").contains("predict"));
+    // The stored evaluation carries each policy's chain efficiency too.
+    const double efficiency = row->metrics.at("evaluation").at("predict").at("chain").at("efficiency");
+    EXPECT_GT(efficiency, 0);
+    EXPECT_LE(efficiency, 1);
 }

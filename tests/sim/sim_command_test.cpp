@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -62,7 +63,37 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
 
-    // checkpoint-aware's q is the cheapest held-out candidate within the overlap budget (default 1800 s).
+    // The chain table, and each policy's chain efficiency in the CSV (a fraction, at most 1).
+    EXPECT_NE(r.output.find("chains: 7 days of compute as 48 h jobs"), std::string::npos) << r.output;
+    {
+        std::istringstream rows(csv);
+        std::string header, line;
+        std::getline(rows, header);
+        std::vector<std::string> names;
+        std::istringstream hs(header);
+        for (std::string v; std::getline(hs, v, ',');)
+            names.push_back(v);
+        const auto col = static_cast<std::size_t>(
+            std::find(names.begin(), names.end(), "chain_efficiency") - names.begin());
+        ASSERT_LT(col, names.size()) << header;
+        while (std::getline(rows, line)) {
+            std::vector<std::string> f;
+            std::istringstream fs(line);
+            for (std::string v; std::getline(fs, v, ',');)
+                f.push_back(v);
+            ASSERT_GT(f.size(), col) << line;
+            const double efficiency = std::stod(f[col]);
+            EXPECT_GT(efficiency, 0) << line;
+            EXPECT_LE(efficiency, 1) << line;
+        }
+    }
+
+    // checkpoint-aware's q is the cheapest held-out candidate within the overlap budget (default: avg's
+    // overlap on the same held-out probes, printed).
+    const auto budgetAt = r.output.find("checkpoint-aware: overlap budget ");
+    ASSERT_NE(budgetAt, std::string::npos) << r.output;
+    const double budget = std::stod(r.output.substr(budgetAt + 33));
+    EXPECT_NE(r.output.find("(avg's mean overlap on the held-out training probes)"), std::string::npos);
     std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
     std::string line;
     std::getline(candidates, line);
@@ -79,7 +110,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
             leastOverlapQ = f[0];
             leastOverlap = f[5];
         }
-        if (f[5] <= 1800 && (expectedQ < 0 || f[3] < bestCost)) {
+        if (f[5] <= budget + 0.001 && (expectedQ < 0 || f[3] < bestCost)) {
             expectedQ = f[0];
             bestCost = f[3];
         }
@@ -90,7 +121,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
 
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
-        "--interval-hours", "6", "--policy", "predict", "--model", model });
+        "--interval-hours", "6", "--policy", "predict", "--model", model, "--chain-days", "0" });
     ASSERT_EQ(again.exitCode, 0) << again.output;
     EXPECT_NE(again.output.find("predict"), std::string::npos);
 }
@@ -113,7 +144,8 @@ TEST(SimCommand, RunsTheHindsightBound)
 TEST(SimCommand, SuccessorTimeMinReportsTheGrantedLimits)
 {
     const auto r = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
-        "--interval-hours", "6", "--policy", "reactive", "--successor-time-min-hours", "1" });
+        "--interval-hours", "6", "--policy", "reactive", "--successor-time-min-hours", "1", "--chain-days",
+        "0" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(r.output.find("successors with --time-min 1 h"), std::string::npos) << r.output;
     const auto at = r.output.find("\nreactive ");
@@ -122,8 +154,8 @@ TEST(SimCommand, SuccessorTimeMinReportsTheGrantedLimits)
     std::vector<std::string> fields;
     for (std::string f; row >> f;)
         fields.push_back(f);
-    ASSERT_EQ(fields.size(), 15u) << r.output; // the usual 13 columns, then short% and limit(h)
-    const double shortened = std::stod(fields[13]), grantedHours = std::stod(fields[14]);
+    ASSERT_EQ(fields.size(), 16u) << r.output; // the usual 14 columns, then short% and limit(h)
+    const double shortened = std::stod(fields[14]), grantedHours = std::stod(fields[15]);
     EXPECT_GE(shortened, 0);
     EXPECT_LE(shortened, 100);
     EXPECT_GE(grantedHours, 1);
@@ -242,6 +274,12 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
         "--oracle: expected yes or no");
+    expectFailure(
+        { batonctl(), "sim", "compare", "--trace", trace(), "--rl", "maybe" }, 2, "--rl: expected yes or no");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--chain-days", "-1" }, 2,
+        "--chain-days must lie between 0 and 365");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "lots" }, 2,
+        "not a number");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--overlap-budget-seconds", "-5" }, 2,
         "not negative");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--successor-time-min-hours", "49" }, 2,

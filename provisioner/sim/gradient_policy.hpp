@@ -1,0 +1,74 @@
+// A learned submission policy trained by policy gradient, as Mirage's reinforcement-learning baseline:
+// a small network maps what a provisioner sees on a tick (the queue features and the predecessor's
+// remaining time) to the probability of submitting the successor now; its reward is Mirage's
+// -|interruption|. Trained with REINFORCE on the training period's probes of the same simulator.
+//
+// Training decisions are taken every `decisionEvery` seconds within the last `window` seconds of the
+// predecessor's run (collectEpisodes records, for every such moment, what submitting then would have
+// given, so that an episode's reward is a lookup and training needs no simulation). Deployed, the policy
+// is greedy and asked on every tick of the window: it submits at the first whose probability reaches 1/2.
+#pragma once
+
+#include "protocol.hpp"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace baton::sim {
+
+struct GradientOptions {
+    unsigned seed = 0; // weights' initialisation and the sampled episodes: same seed, same policy
+    int hidden = 16; // one tanh layer
+    int epochs = 40;
+    int batch = 32; // episodes per update
+    double learningRate = 0.003; // Adam
+    std::int64_t decisionEvery = 600;
+    std::int64_t window = 24 * 3600;
+    double unstartedSeconds = 7 * 86400; // the reward of a successor that never started
+};
+
+struct GradientTraining {
+    std::size_t episodes = 0;
+    double seconds = 0;
+    std::vector<double> expectedReward; // per epoch, before its updates: mean over episodes (hours)
+    double greedyRewardBefore = 0, greedyRewardAfter = 0; // on the training episodes (hours)
+};
+
+class GradientPolicy final : public Policy {
+public:
+    static constexpr std::size_t inputCount = featureCount + 2;
+
+    // Deterministic for a given seed and episodes.
+    static GradientPolicy train(std::span<const ProbeEpisode> episodes, const GradientOptions& options,
+        GradientTraining* report = nullptr);
+
+    std::string name() const override { return "policy-gradient"; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+
+    // Whether `point` lies in the window where the policy decides (else it waits).
+    bool decides(const DecisionPoint& point) const;
+    double submitProbability(const DecisionPoint& point) const;
+    // Mean reward (-|interruption| in hours) over the episodes: of the greedy policy, and expected of
+    // the stochastic one being trained.
+    double greedyReward(std::span<const ProbeEpisode> episodes) const;
+    double expectedReward(std::span<const ProbeEpisode> episodes) const;
+    const std::vector<double>& parameters() const { return params_; }
+    const GradientOptions& options() const { return options_; }
+
+private:
+    using Input = std::array<double, inputCount>;
+    static Input rawInput(const DecisionPoint& point);
+    Input input(const DecisionPoint& point) const; // standardised
+    double logit(const Input& x, std::vector<double>* hidden = nullptr) const;
+    double reward(const std::optional<std::int64_t>& interruption) const;
+
+    GradientOptions options_;
+    Input mean_ {}, scale_ {};
+    std::vector<double> params_; // w1 (hidden x inputs), b1 (hidden), w2 (hidden), b2
+};
+
+} // namespace baton::sim
