@@ -621,6 +621,14 @@ void Checkpointer::Impl::commitSharded(
                     throw Error("rank " + std::to_string(r) + " sent an unreadable shard description");
                 if (!other["error"].get<std::string>().empty())
                     throw Error("rank " + std::to_string(r) + ": " + other["error"].get<std::string>());
+                // Each rank's file must be there with the size it reported before the manifest names it.
+                const auto path = job.temporary / other["file"].get<std::string>();
+                struct stat st { };
+                if (::stat(path.c_str(), &st) != 0)
+                    io::throwErrno("rank " + std::to_string(r) + "'s shard " + path.string() + " is missing");
+                if (static_cast<std::uint64_t>(st.st_size) != other["size"].get<std::uint64_t>())
+                    throw Error("rank " + std::to_string(r) + "'s shard " + path.string() + " has "
+                        + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump() + " it wrote");
                 files.push_back({ { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
                 total += other["size"].get<std::uint64_t>();
                 for (auto& entry : other["regions"])
@@ -718,6 +726,12 @@ Checkpointer::Checkpointer(Options options)
         throw Error("chain directory " + options.chainDir.string() + " is not a directory");
     options.identifyFromEnvironment();
     auto impl = std::make_unique<Impl>(std::move(options));
+    // Only one process cleans the chain: with several ranks, rank 0, before the first collective, so
+    // that no rank can have started writing into what it removes.
+    if (impl->rank() == 0) {
+        removeStaleTemporaries(impl->options.chainDir);
+        removeStaleCoordinatorSessions(impl->options.chainDir);
+    }
     if (impl->distributed) {
         // Every rank learns rank 0's tag (it names the shared temporary directories, so that rank 0's
         // clean-up knows when their writer is gone) and that all agree on the world.
@@ -732,11 +746,6 @@ Checkpointer::Checkpointer(Options options)
         impl->leaderTag = nlohmann::json::parse(all[0]).value("tag", std::string());
         if (impl->leaderTag.empty())
             throw Error("rank 0 sent no temporary directory tag");
-    }
-    // Only one process cleans the chain: with several ranks, rank 0.
-    if (impl->rank() == 0) {
-        removeStaleTemporaries(impl->options.chainDir);
-        removeStaleCoordinatorSessions(impl->options.chainDir);
     }
     impl_ = std::move(impl);
     if (impl_->options.stagingBytes > 0)
