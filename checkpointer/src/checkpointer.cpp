@@ -602,7 +602,7 @@ void Checkpointer::Impl::commitSharded(
             error = e.what();
         }
     }
-    nlohmann::json shard = { { "rank", ownRank }, { "file", file }, { "size", job.totalBytes },
+    nlohmann::json shard = { { "rank", ownRank }, { "iteration", job.iteration }, { "file", file }, { "size", job.totalBytes },
         { "regions", entriesToJson(job.regions, true) }, { "blobs", entriesToJson(job.blobs, true) },
         { "error", error } };
     const auto shards = coordinator->allGather("shards", shard.dump());
@@ -621,6 +621,12 @@ void Checkpointer::Impl::commitSharded(
                     throw Error("rank " + std::to_string(r) + " sent an unreadable shard description");
                 if (!other["error"].get<std::string>().empty())
                     throw Error("rank " + std::to_string(r) + ": " + other["error"].get<std::string>());
+                // Operations match by order: ranks that requested different checkpoints would otherwise
+                // be committed together as one.
+                if (other["iteration"].get<std::uint64_t>() != job.iteration)
+                    throw Error("rank " + std::to_string(r) + " checkpointed iteration " + other["iteration"].dump()
+                        + " while rank 0 checkpointed " + std::to_string(job.iteration)
+                        + ": every rank must request the same checkpoints");
                 // Each rank's file must be there with the size it reported before the manifest names it.
                 const auto path = job.temporary / other["file"].get<std::string>();
                 struct stat st { };

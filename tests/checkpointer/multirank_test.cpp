@@ -275,6 +275,23 @@ TEST(MultiRank, AMissingRankFailsTheCheckpointWithAClearError)
     EXPECT_TRUE(listCheckpoints(dir.path()).empty()) << "nothing may be committed without every shard";
 }
 
+TEST(MultiRank, RanksThatCheckpointDifferentIterationsCommitNothing)
+{
+    TempDir dir("ckpt-mismatch");
+    const int session = ++launches;
+    std::vector<std::string> errors(2);
+    runRanks(2, [&](int rank) {
+        Checkpointer ckpt(rankOptions(dir.path(), rank, 2, session));
+        std::vector<std::byte> weights(4096);
+        ckpt.registerRegion("weights", weights.data(), weights.size());
+        EXPECT_FALSE(ckpt.checkpointNow(rank == 0 ? 10 : 11));
+        errors[static_cast<std::size_t>(rank)] = ckpt.lastError();
+    });
+    for (const auto& error : errors)
+        EXPECT_NE(error.find("every rank must request the same checkpoints"), std::string::npos) << error;
+    EXPECT_TRUE(listCheckpoints(dir.path()).empty());
+}
+
 TEST(MultiRank, CoordinatorConfigurationFromTheEnvironment)
 {
     TempDir dir("ckpt-coord-env");
