@@ -49,6 +49,19 @@ class Failure(Exception):
 # --- one rank -----------------------------------------------------------------------------------------
 
 
+def ordered_mean(state, bucket):
+    tensor = bucket.buffer()
+    gathered = [torch.empty_like(tensor) for _ in range(torch.distributed.get_world_size())]
+    torch.distributed.all_gather(gathered, tensor)
+    total = gathered[0].clone()
+    for other in gathered[1:]:
+        total += other
+    future = torch.futures.Future()
+    future.set_result(total / len(gathered))
+    return future
+
+
+
 def worker(args):
     import baton.torch
     from torch.nn.parallel import DistributedDataParallel
@@ -64,6 +77,13 @@ def worker(args):
     example.make_deterministic(args.seed)
     train_set, _ = example.load_data(args.seed)
     model = DistributedDataParallel(example.DigitsNet())
+    if args.ranks > 2:
+        # DDP regroups its gradient buckets after the first iteration of every process, and a ring
+        # all-reduce of more than two ranks sums each element in an order that depends on where it lies
+        # in its bucket: a resumed process would round differently from the straight run (PyTorch's
+        # doing, with or without checkpoints). Summing in rank order makes the average independent of
+        # the buckets; two ranks need nothing (a + b == b + a).
+        model.register_comm_hook(None, ordered_mean)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-3)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=50, gamma=0.5)
     sampler = baton.torch.ResumableSampler(len(train_set), seed=args.seed)  # shards by rank
