@@ -32,8 +32,9 @@ typedef struct baton_ckpt_stats {
 
 const char* baton_ckpt_version(void);
 
-/* chain_dir NULL: read BATON_CHAIN_DIR and BATON_KEEP from the environment. keep <= 0: the default (2,
- * or BATON_KEEP). Returns NULL on error; baton_ckpt_last_error(NULL) says why. */
+/* chain_dir NULL: read BATON_CHAIN_DIR and BATON_KEEP from the environment (and, for a world of several
+ * ranks, the file-system coordinator of baton_ckpt_coord_from_env). keep <= 0: the default (2, or
+ * BATON_KEEP). Returns NULL on error; baton_ckpt_last_error(NULL) says why. */
 baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep);
 /* As baton_ckpt_create, with the permissions of the checkpoint files it creates (0600 there: private;
  * e.g. 0640 shares them with the group). Directories get the same bits plus search where read is set. */

@@ -71,6 +71,15 @@ static void rank_main(int round, int rank, uint64_t run)
     snprintf(session, sizeof session, "launch-%d-%d", round, (int)getppid());
     baton_ckpt_coord* coord = baton_ckpt_coord_create_file(chain, session, rank, RANKS, 30);
     CHECK(coord != NULL, "coordinator: %s", baton_ckpt_last_error(NULL));
+    /* The coordinator's own collectives: rank 0's bytes reach every rank. */
+    CHECK(baton_ckpt_coord_rank(coord) == rank && baton_ckpt_coord_size(coord) == RANKS, "coordinator rank/size");
+    CHECK(baton_ckpt_coord_barrier(coord, "start") == 0, "barrier: %s", baton_ckpt_coord_last_error(coord));
+    char token[32] = "", sent[32];
+    snprintf(sent, sizeof sent, "launch %d", round);
+    int64_t got_bytes = baton_ckpt_coord_broadcast(coord, "token", 0, rank == 0 ? sent : NULL,
+        rank == 0 ? strlen(sent) : 0, token, sizeof token - 1);
+    CHECK(got_bytes == (int64_t)strlen(sent) && strcmp(token, sent) == 0, "broadcast gave '%s' (%lld): %s", token,
+        (long long)got_bytes, baton_ckpt_coord_last_error(coord));
     baton_ckpt* ckpt = baton_ckpt_create_ranked(chain, 2, coord);
     CHECK(ckpt != NULL, "create: %s", baton_ckpt_last_error(NULL));
     baton_ckpt_coord_destroy(coord); /* the checkpointer keeps its own reference */
