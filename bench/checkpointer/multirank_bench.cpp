@@ -147,8 +147,8 @@ int main(int argc, char** argv)
         int launch = 0;
         for (int ranks : { 1, 2, 4 }) {
             double t = ranksSeconds(root, ++launch, ranks, size, repeat);
-            std::printf("%-28s %9.3f s %9.1f MiB/s  %.2fx disk\n", (std::to_string(ranks) + " rank(s), persist").c_str(), t,
-                mibs / t, disk / t);
+            std::printf("%-28s %9.3f s %9.1f MiB/s  %.2fx disk\n",
+                (std::to_string(ranks) + " rank(s), persist").c_str(), t, mibs / t, disk / t);
         }
         fs::remove_all(root);
     } catch (const std::exception& e) {

@@ -232,14 +232,13 @@ baton_ckpt_coord* baton_ckpt_coord_create_file(
     const char* chain_dir, const char* session, int rank, int size, double timeout_seconds)
 {
     return createError.created([&] {
-        auto timeout = std::chrono::milliseconds(timeout_seconds > 0
-                ? static_cast<long long>(std::min(timeout_seconds, 86400.0) * 1000)
-                : 600000);
+        auto timeout = std::chrono::milliseconds(
+            timeout_seconds > 0 ? static_cast<long long>(std::min(timeout_seconds, 86400.0) * 1000) : 600000);
         if (timeout.count() == 0)
             timeout = std::chrono::milliseconds(1);
         auto handle = std::make_unique<baton_ckpt_coord>();
-        handle->coordinator
-            = std::make_shared<baton::ckpt::FileCoordinator>(text(chain_dir), text(session), rank, size, timeout);
+        handle->coordinator = std::make_shared<baton::ckpt::FileCoordinator>(
+            text(chain_dir), text(session), rank, size, timeout);
         createError.clear();
         return handle.release();
     });
@@ -292,8 +291,8 @@ int64_t baton_ckpt_coord_broadcast(baton_ckpt_coord* coord, const char* key, int
             throw baton::ckpt::Error("broadcast data is NULL");
         if (buffer == nullptr && capacity > 0)
             throw baton::ckpt::Error("broadcast buffer is NULL");
-        std::string bytes = coord->coordinator->broadcast(text(key),
-            std::string_view(static_cast<const char*>(data), data != nullptr ? size : 0), root);
+        std::string bytes = coord->coordinator->broadcast(
+            text(key), std::string_view(static_cast<const char*>(data), data != nullptr ? size : 0), root);
         std::memcpy(buffer, bytes.data(), std::min<std::uint64_t>(capacity, bytes.size()));
         result = static_cast<int64_t>(bytes.size());
     });

@@ -74,8 +74,8 @@ std::pair<std::uint64_t, std::uint64_t> replicatedPart(std::uint64_t size, int r
     auto boundary = [&](int r) -> std::uint64_t {
         if (r >= ranks)
             return size;
-        auto at = static_cast<std::uint64_t>(static_cast<unsigned __int128>(size) * static_cast<unsigned>(r)
-            / static_cast<unsigned>(ranks));
+        auto at = static_cast<std::uint64_t>(
+            static_cast<unsigned __int128>(size) * static_cast<unsigned>(r) / static_cast<unsigned>(ranks));
         return std::min<std::uint64_t>(io::roundUp(at, io::kDirectAlignment), size);
     };
     return { boundary(rank), boundary(rank + 1) };
@@ -273,7 +273,8 @@ struct Checkpointer::Impl {
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
     void commitSharded(Job& job, double snapshotSeconds, Clock::time_point persistStart, std::string error);
     void writeData(Job& job, const fs::path& file);
-    nlohmann::json manifestDocument(const Job& job, double snapshotSeconds, Clock::time_point persistStart) const;
+    nlohmann::json manifestDocument(
+        const Job& job, double snapshotSeconds, Clock::time_point persistStart) const;
     int rank() const { return distributed ? coordinator->rank() : 0; }
     int worldSize() const { return distributed ? coordinator->size() : 1; }
     struct Candidate;
@@ -386,11 +387,12 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
         zeroGapBefore(entry);
         const auto& spec = regions.at(entry.name);
         if (spec.device < 0)
-            hostCopies.push_back(
-                { staging + entry.offset, static_cast<const std::byte*>(spec.data) + sourceOffsets[i], entry.size });
+            hostCopies.push_back({ staging + entry.offset,
+                static_cast<const std::byte*>(spec.data) + sourceOffsets[i], entry.size });
         else
-            deviceCopies.push_back({ staging + entry.offset, static_cast<std::byte*>(spec.data) + sourceOffsets[i],
-                entry.size, spec.device, spec.stream });
+            deviceCopies.push_back(
+                { staging + entry.offset, static_cast<std::byte*>(spec.data) + sourceOffsets[i], entry.size,
+                    spec.device, spec.stream });
     }
     for (const auto& entry : job.blobs) {
         zeroGapBefore(entry);
@@ -523,7 +525,8 @@ void Checkpointer::Impl::writeData(Job& job, const fs::path& file)
     for (auto* list : { &job.regions, &job.blobs }) {
         for (auto& entry : *list) {
             if (entry.size >= (1 << 20))
-                hashing.post([this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
+                hashing.post(
+                    [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
             else
                 small.push_back(&entry);
         }
@@ -602,9 +605,9 @@ void Checkpointer::Impl::commitSharded(
             error = e.what();
         }
     }
-    nlohmann::json shard = { { "rank", ownRank }, { "iteration", job.iteration }, { "file", file }, { "size", job.totalBytes },
-        { "regions", entriesToJson(job.regions, true) }, { "blobs", entriesToJson(job.blobs, true) },
-        { "error", error } };
+    nlohmann::json shard = { { "rank", ownRank }, { "iteration", job.iteration }, { "file", file },
+        { "size", job.totalBytes }, { "regions", entriesToJson(job.regions, true) },
+        { "blobs", entriesToJson(job.blobs, true) }, { "error", error } };
     const auto shards = coordinator->allGather("shards", shard.dump());
 
     std::string outcome; // empty: committed
@@ -624,9 +627,9 @@ void Checkpointer::Impl::commitSharded(
                 // Operations match by order: ranks that requested different checkpoints would otherwise
                 // be committed together as one.
                 if (other["iteration"].get<std::uint64_t>() != job.iteration)
-                    throw Error("rank " + std::to_string(r) + " checkpointed iteration " + other["iteration"].dump()
-                        + " while rank 0 checkpointed " + std::to_string(job.iteration)
-                        + ": every rank must request the same checkpoints");
+                    throw Error("rank " + std::to_string(r) + " checkpointed iteration "
+                        + other["iteration"].dump() + " while rank 0 checkpointed "
+                        + std::to_string(job.iteration) + ": every rank must request the same checkpoints");
                 // Each rank's file must be there with the size it reported before the manifest names it.
                 const auto path = job.temporary / other["file"].get<std::string>();
                 struct stat st { };
@@ -634,8 +637,10 @@ void Checkpointer::Impl::commitSharded(
                     io::throwErrno("rank " + std::to_string(r) + "'s shard " + path.string() + " is missing");
                 if (static_cast<std::uint64_t>(st.st_size) != other["size"].get<std::uint64_t>())
                     throw Error("rank " + std::to_string(r) + "'s shard " + path.string() + " has "
-                        + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump() + " it wrote");
-                files.push_back({ { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
+                        + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump()
+                        + " it wrote");
+                files.push_back(
+                    { { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
                 total += other["size"].get<std::uint64_t>();
                 for (auto& entry : other["regions"])
                     regionEntries.push_back(std::move(entry));
@@ -745,7 +750,8 @@ Checkpointer::Checkpointer(Options options)
         auto all = impl->coordinator->allGather("hello", hello.dump());
         for (std::size_t r = 0; r < all.size(); ++r) {
             auto other = nlohmann::json::parse(all[r], nullptr, false);
-            if (other.is_discarded() || !other.is_object() || other.value("size", -1) != impl->coordinator->size())
+            if (other.is_discarded() || !other.is_object()
+                || other.value("size", -1) != impl->coordinator->size())
                 throw ConfigError("rank " + std::to_string(r) + " does not agree on the world size "
                     + std::to_string(impl->coordinator->size()));
         }
@@ -1004,7 +1010,8 @@ std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate&
     } catch (const Error& e) {
         return e.what();
     }
-    if (manifest.iteration != parseCheckpointDirName(dir.filename().string()).value_or(manifest.iteration + 1))
+    if (manifest.iteration
+        != parseCheckpointDirName(dir.filename().string()).value_or(manifest.iteration + 1))
         return "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory";
     if (std::string reason = checkLayout(dir, manifest); !reason.empty())
         return reason;
@@ -1048,9 +1055,11 @@ std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate&
                 return refuse("region '" + name + "' holds each rank's own bytes in " + dir.string()
                     + " but is registered " + registeredAs + ": that layout cannot be mapped");
             if (saved != ranks)
-                return refuse("region '" + name + "' holds each rank's own bytes, saved by " + std::to_string(saved)
-                    + " ranks in " + dir.string() + ": it cannot be restored on " + std::to_string(ranks)
-                    + " ranks (register data-parallel state replicated, or sharded along its first dimension)");
+                return refuse("region '" + name + "' holds each rank's own bytes, saved by "
+                    + std::to_string(saved) + " ranks in " + dir.string() + ": it cannot be restored on "
+                    + std::to_string(ranks)
+                    + " ranks (register data-parallel state replicated, or sharded along its first "
+                      "dimension)");
             const ManifestEntry* own = nullptr;
             for (const auto* entry : entries) {
                 if (entry->rank == ownRank)
@@ -1059,8 +1068,8 @@ std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate&
             if (own == nullptr)
                 return "region '" + name + "' has no part of rank " + std::to_string(ownRank);
             if (own->size != spec.size)
-                return refuse("region '" + name + "' has " + std::to_string(own->size) + " bytes in " + dir.string()
-                    + " but " + std::to_string(spec.size) + " bytes are registered");
+                return refuse("region '" + name + "' has " + std::to_string(own->size) + " bytes in "
+                    + dir.string() + " but " + std::to_string(spec.size) + " bytes are registered");
             candidate.copies.push_back({ name, need(own->file) + own->offset, own->size, 0 });
             continue;
         }
@@ -1072,15 +1081,15 @@ std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate&
         }
         const std::uint64_t end = begin + spec.size;
         if (entries.front()->globalSize != globalSize)
-            return refuse("region '" + name + "' has " + std::to_string(entries.front()->globalSize) + " bytes in "
-                + dir.string() + " but " + std::to_string(globalSize) + " bytes are registered"
+            return refuse("region '" + name + "' has " + std::to_string(entries.front()->globalSize)
+                + " bytes in " + dir.string() + " but " + std::to_string(globalSize) + " bytes are registered"
                 + (spec.layout.kind == RegionLayout::Kind::Sharded ? " (the whole sharded array)" : ""));
         for (const auto* entry : entries) {
             const std::uint64_t from = std::max(begin, entry->at);
             const std::uint64_t to = std::min(end, entry->at + entry->size);
             if (from < to)
-                candidate.copies.push_back(
-                    { name, need(entry->file) + entry->offset + (from - entry->at), to - from, from - begin });
+                candidate.copies.push_back({ name, need(entry->file) + entry->offset + (from - entry->at),
+                    to - from, from - begin });
         }
     }
     // Blobs are each rank's own; on another world size every rank takes rank 0's (data-parallel ranks
@@ -1108,10 +1117,11 @@ void Checkpointer::Impl::applyCandidate(const Candidate& candidate, RestoreResul
         if (copy.size == 0)
             continue;
         if (spec.device < 0)
-            hostCopies.push_back({ static_cast<std::byte*>(spec.data) + copy.to, staging + copy.from, copy.size });
+            hostCopies.push_back(
+                { static_cast<std::byte*>(spec.data) + copy.to, staging + copy.from, copy.size });
         else
-            backend->restoreToDevice(
-                { staging + copy.from, static_cast<std::byte*>(spec.data) + copy.to, copy.size, spec.device, spec.stream });
+            backend->restoreToDevice({ staging + copy.from, static_cast<std::byte*>(spec.data) + copy.to,
+                copy.size, spec.device, spec.stream });
     }
     TaskGroup copies(pool);
     for (auto& task : makeCopyTasks(hostCopies, pool.size()))

@@ -134,7 +134,8 @@ std::vector<std::string> FileCoordinator::allGather(std::string_view key, std::s
     checkToken("coordinator operation", key);
     // After a timeout the ranks no longer agree on the order of operations: nothing later can match.
     if (!broken_.empty())
-        throw CoordinationError(broken_ + " (an earlier collective failed; this launch cannot coordinate again)");
+        throw CoordinationError(
+            broken_ + " (an earlier collective failed; this launch cannot coordinate again)");
     // Numbered in call order (the same on every rank): a key used again names a new operation.
     const std::string base = std::to_string(operations_++) + "." + std::string(key);
     // Published by rename: a reader sees the whole file or none.
@@ -194,7 +195,8 @@ std::vector<std::string> FileCoordinator::allGather(std::string_view key, std::s
         if (Clock::now() >= deadline) {
             broken_ = "coordinator: rank " + std::to_string(missing) + " of " + std::to_string(size_)
                 + " did not reach '" + base + "' within "
-                + std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count() / 1000.0)
+                + std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count() / 1000.0)
                 + " s (it stopped or is stuck); in " + dir_.string();
             throw CoordinationError(broken_);
         }

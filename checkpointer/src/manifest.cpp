@@ -76,7 +76,8 @@ std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const ch
             entry.layout = field<std::string>(item, "layout", key);
             entry.at = field<std::uint64_t>(item, "at", key);
             entry.globalSize = field<std::uint64_t>(item, "global_size", key);
-            if (entry.layout != kLayoutRank && entry.layout != kLayoutReplicated && entry.layout != kLayoutSharded)
+            if (entry.layout != kLayoutRank && entry.layout != kLayoutReplicated
+                && entry.layout != kLayoutSharded)
                 throw Error("manifest: entry '" + entry.name + "' has unknown layout '" + entry.layout + "'");
             if (entry.at > entry.globalSize || entry.size > entry.globalSize - entry.at)
                 throw Error("manifest: entry '" + entry.name + "' lies outside its region of "
@@ -200,7 +201,8 @@ void checkShardedLayout(Manifest& manifest)
                 if (list == 0)
                     perRankRegions.insert(entry.name);
                 if (!perRank[list].emplace(entry.name, entry.rank).second)
-                    throw Error("manifest: '" + entry.name + "' appears twice for rank " + std::to_string(entry.rank));
+                    throw Error("manifest: '" + entry.name + "' appears twice for rank "
+                        + std::to_string(entry.rank));
             } else if (list == 1) {
                 throw Error("manifest: blob '" + entry.name + "' must be per-rank");
             } else {
@@ -212,8 +214,9 @@ void checkShardedLayout(Manifest& manifest)
     for (auto& [name, pieces] : shared) {
         if (perRankRegions.contains(name))
             throw Error("manifest: region '" + name + "' is both per-rank and shared");
-        std::sort(pieces.begin(), pieces.end(),
-            [](const ManifestEntry* a, const ManifestEntry* b) { return std::tie(a->at, a->size) < std::tie(b->at, b->size); });
+        std::sort(pieces.begin(), pieces.end(), [](const ManifestEntry* a, const ManifestEntry* b) {
+            return std::tie(a->at, a->size) < std::tie(b->at, b->size);
+        });
         std::uint64_t covered = 0;
         for (const auto* piece : pieces) {
             if (piece->layout != pieces.front()->layout || piece->globalSize != pieces.front()->globalSize)
@@ -226,8 +229,8 @@ void checkShardedLayout(Manifest& manifest)
             covered += piece->size;
         }
         if (covered != pieces.front()->globalSize)
-            throw Error("manifest: the pieces of region '" + name + "' cover " + std::to_string(covered) + " of "
-                + std::to_string(pieces.front()->globalSize) + " bytes");
+            throw Error("manifest: the pieces of region '" + name + "' cover " + std::to_string(covered)
+                + " of " + std::to_string(pieces.front()->globalSize) + " bytes");
     }
 }
 

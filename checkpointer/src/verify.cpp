@@ -194,7 +194,8 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
 }
 
 // The entries of data file `file` sorted by offset, or the reason they cannot describe it.
-std::string sortedEntries(const Manifest& manifest, const ManifestFile& file, std::vector<const ManifestEntry*>& sorted)
+std::string sortedEntries(
+    const Manifest& manifest, const ManifestFile& file, std::vector<const ManifestEntry*>& sorted)
 {
     sorted.clear();
     for (const auto* list : { &manifest.regions, &manifest.blobs }) {
@@ -217,7 +218,8 @@ std::string sortedEntries(const Manifest& manifest, const ManifestFile& file, st
     }
     if (expectedSize != file.size)
         return (manifest.formatVersion < kShardedFormatVersion ? "total_bytes " : file.name + ": size ")
-            + std::to_string(file.size) + " does not match the entries (" + std::to_string(expectedSize) + ")";
+            + std::to_string(file.size) + " does not match the entries (" + std::to_string(expectedSize)
+            + ")";
     return {};
 }
 
@@ -286,7 +288,8 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
     if (destination != nullptr && manifest.files.size() != 1)
         return "internal: a checkpoint of several data files is read file by file";
     for (const auto& file : manifest.files) {
-        if (std::string reason = readAndVerifyFile(checkpointDir, manifest, file.name, destination, directIo, onChunk);
+        if (std::string reason
+            = readAndVerifyFile(checkpointDir, manifest, file.name, destination, directIo, onChunk);
             !reason.empty())
             return reason;
     }

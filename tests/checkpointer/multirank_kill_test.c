@@ -40,7 +40,8 @@ static void fill(uint8_t* replicated, uint8_t* shard, uint8_t* own, int rank, ui
         own[i] = value(iteration, i, 100 + rank);
 }
 
-static int matches(const uint8_t* replicated, const uint8_t* shard, const uint8_t* own, int rank, uint64_t iteration)
+static int matches(
+    const uint8_t* replicated, const uint8_t* shard, const uint8_t* own, int rank, uint64_t iteration)
 {
     for (uint64_t i = 0; i < REPLICATED_BYTES; ++i)
         if (replicated[i] != value(iteration, i, 1))
@@ -54,14 +55,14 @@ static int matches(const uint8_t* replicated, const uint8_t* shard, const uint8_
     return 1;
 }
 
-#define CHECK(cond, ...)                                                                                  \
-    do {                                                                                                  \
-        if (!(cond)) {                                                                                    \
-            fprintf(stderr, "rank %d: ", rank);                                                           \
-            fprintf(stderr, __VA_ARGS__);                                                                 \
-            fprintf(stderr, "\n");                                                                        \
-            _exit(2);                                                                                     \
-        }                                                                                                 \
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            fprintf(stderr, "rank %d: ", rank);                                                              \
+            fprintf(stderr, __VA_ARGS__);                                                                    \
+            fprintf(stderr, "\n");                                                                           \
+            _exit(2);                                                                                        \
+        }                                                                                                    \
     } while (0)
 
 /* One rank of one launch: restore, report, then train `run` iterations, checkpointing every one. */
@@ -72,14 +73,15 @@ static void rank_main(int round, int rank, uint64_t run)
     baton_ckpt_coord* coord = baton_ckpt_coord_create_file(chain, session, rank, RANKS, 30);
     CHECK(coord != NULL, "coordinator: %s", baton_ckpt_last_error(NULL));
     /* The coordinator's own collectives: rank 0's bytes reach every rank. */
-    CHECK(baton_ckpt_coord_rank(coord) == rank && baton_ckpt_coord_size(coord) == RANKS, "coordinator rank/size");
+    CHECK(baton_ckpt_coord_rank(coord) == rank && baton_ckpt_coord_size(coord) == RANKS,
+        "coordinator rank/size");
     CHECK(baton_ckpt_coord_barrier(coord, "start") == 0, "barrier: %s", baton_ckpt_coord_last_error(coord));
     char token[32] = "", sent[32];
     snprintf(sent, sizeof sent, "launch %d", round);
-    int64_t got_bytes = baton_ckpt_coord_broadcast(coord, "token", 0, rank == 0 ? sent : NULL,
-        rank == 0 ? strlen(sent) : 0, token, sizeof token - 1);
-    CHECK(got_bytes == (int64_t)strlen(sent) && strcmp(token, sent) == 0, "broadcast gave '%s' (%lld): %s", token,
-        (long long)got_bytes, baton_ckpt_coord_last_error(coord));
+    int64_t got_bytes = baton_ckpt_coord_broadcast(
+        coord, "token", 0, rank == 0 ? sent : NULL, rank == 0 ? strlen(sent) : 0, token, sizeof token - 1);
+    CHECK(got_bytes == (int64_t)strlen(sent) && strcmp(token, sent) == 0, "broadcast gave '%s' (%lld): %s",
+        token, (long long)got_bytes, baton_ckpt_coord_last_error(coord));
     baton_ckpt* ckpt = baton_ckpt_create_ranked(chain, 2, coord);
     CHECK(ckpt != NULL, "create: %s", baton_ckpt_last_error(NULL));
     baton_ckpt_coord_destroy(coord); /* the checkpointer keeps its own reference */
@@ -105,7 +107,8 @@ static void rank_main(int round, int rank, uint64_t run)
             (unsigned long long)restored);
         uint64_t step = 0;
         CHECK(baton_ckpt_get_blob(ckpt, "step", &step, sizeof step) == sizeof step && step == restored,
-            "blob 'step' is %llu, restored iteration %llu", (unsigned long long)step, (unsigned long long)restored);
+            "blob 'step' is %llu, restored iteration %llu", (unsigned long long)step,
+            (unsigned long long)restored);
         start = restored + 1;
     }
     char path[600];
@@ -200,19 +203,20 @@ int main(void)
                 }
             }
             if (round > 0 && (got[0] != 1 || restored[0] < previous)) {
-                fprintf(stderr, "round %d: restored %llu (got %d) after %llu: a committed checkpoint was lost\n",
-                    round, restored[0], got[0], previous);
+                fprintf(stderr,
+                    "round %d: restored %llu (got %d) after %llu: a committed checkpoint was lost\n", round,
+                    restored[0], got[0], previous);
                 failures++;
             }
             if (round == ROUNDS + 1 && restored[0] != finished_at) {
-                fprintf(stderr, "the last launch restored %llu, the finished one ended at %llu\n", restored[0],
-                    finished_at);
+                fprintf(stderr, "the last launch restored %llu, the finished one ended at %llu\n",
+                    restored[0], finished_at);
                 failures++;
             }
             if (round == ROUNDS)
                 finished_at = (got[0] == 1 ? restored[0] + 1 : 0) + 19;
-            printf("round %d: all %d ranks restored %s%llu\n", round, RANKS, got[0] == 1 ? "iteration " : "nothing ",
-                got[0] == 1 ? restored[0] : 0ull);
+            printf("round %d: all %d ranks restored %s%llu\n", round, RANKS,
+                got[0] == 1 ? "iteration " : "nothing ", got[0] == 1 ? restored[0] : 0ull);
             if (got[0] == 1)
                 previous = restored[0];
         }

@@ -34,8 +34,8 @@ Options rankOptions(const std::filesystem::path& dir, int rank, int size, int se
     Options options;
     options.chainDir = dir;
     options.log = [](std::string_view) {};
-    options.coordinator = std::make_shared<FileCoordinator>(
-        dir, "launch-" + std::to_string(session), rank, size, timeout);
+    options.coordinator
+        = std::make_shared<FileCoordinator>(dir, "launch-" + std::to_string(session), rank, size, timeout);
     return options;
 }
 
@@ -90,7 +90,8 @@ struct RankState {
     {
         fillPattern(weights.data(), weights.size(), 1, iteration);
         fillPattern(wholeMoments.data(), wholeMoments.size(), 2, iteration);
-        std::copy_n(wholeMoments.begin() + static_cast<std::ptrdiff_t>(shardAt), moments.size(), moments.begin());
+        std::copy_n(
+            wholeMoments.begin() + static_cast<std::ptrdiff_t>(shardAt), moments.size(), moments.begin());
         ckpt.setBlob("step", std::to_string(iteration));
     }
 
@@ -98,7 +99,8 @@ struct RankState {
     {
         fillPattern(wholeMoments.data(), wholeMoments.size(), 2, iteration);
         return matchesPattern(weights.data(), weights.size(), 1, iteration)
-            && std::equal(moments.begin(), moments.end(), wholeMoments.begin() + static_cast<std::ptrdiff_t>(shardAt));
+            && std::equal(
+                moments.begin(), moments.end(), wholeMoments.begin() + static_cast<std::ptrdiff_t>(shardAt));
     }
 };
 
@@ -133,9 +135,11 @@ std::vector<std::uint64_t> restoreAll(const std::filesystem::path& dir, int size
             throw Error("rank " + std::to_string(rank) + " restored nothing" + why);
         }
         if (!state.matches(result.iteration))
-            throw Error("rank " + std::to_string(rank) + ": state is not iteration " + std::to_string(result.iteration));
+            throw Error("rank " + std::to_string(rank) + ": state is not iteration "
+                + std::to_string(result.iteration));
         auto step = result.blobs.at("step");
-        if (std::string(reinterpret_cast<const char*>(step.data()), step.size()) != std::to_string(result.iteration))
+        if (std::string(reinterpret_cast<const char*>(step.data()), step.size())
+            != std::to_string(result.iteration))
             throw Error("rank " + std::to_string(rank) + ": the step blob does not match");
         iterations[static_cast<std::size_t>(rank)] = result.iteration;
     });
@@ -149,7 +153,8 @@ TEST(MultiRank, OneManifestNamesEveryShardAndReplicatedBytesAreWrittenOnce)
     TempDir dir("ckpt-multirank");
     save(dir.path(), 4, 7);
     const auto checkpoint = dir.path() / checkpointDirName(7);
-    Manifest manifest = parseManifest(baton::test::run({ "cat", (checkpoint / kManifestName).string() }).output);
+    Manifest manifest
+        = parseManifest(baton::test::run({ "cat", (checkpoint / kManifestName).string() }).output);
     EXPECT_EQ(manifest.formatVersion, kShardedFormatVersion);
     EXPECT_EQ(manifest.worldSize, 4);
     ASSERT_EQ(manifest.files.size(), 4u);
@@ -158,7 +163,8 @@ TEST(MultiRank, OneManifestNamesEveryShardAndReplicatedBytesAreWrittenOnce)
         if (entry.name == "weights") {
             weightBytes += entry.size;
             EXPECT_EQ(entry.layout, kLayoutReplicated);
-            EXPECT_LE(entry.size, kWeights / 4 + 4096) << "rank " << entry.rank << " wrote more than its part";
+            EXPECT_LE(entry.size, kWeights / 4 + 4096)
+                << "rank " << entry.rank << " wrote more than its part";
         }
     }
     EXPECT_EQ(weightBytes, kWeights) << "every replicated byte is written exactly once";

@@ -57,8 +57,8 @@ public:
         try {
             auto gathered = allGather_(std::string(key), py::bytes(bytes.data(), bytes.size()));
             if (gathered.size() != static_cast<std::size_t>(size_))
-                throw ckpt::CoordinationError("coordinator: all_gather returned " + std::to_string(gathered.size())
-                    + " items for a world of " + std::to_string(size_));
+                throw ckpt::CoordinationError("coordinator: all_gather returned "
+                    + std::to_string(gathered.size()) + " items for a world of " + std::to_string(size_));
             std::vector<std::string> result;
             for (const auto& item : gathered)
                 result.emplace_back(item);
@@ -76,8 +76,8 @@ private:
 
 void bindCoordinators(py::module_& module)
 {
-    py::class_<ckpt::Coordinator, std::shared_ptr<ckpt::Coordinator>>(module, "Coordinator",
-        "How the ranks of a job agree (all-gather of small byte strings).")
+    py::class_<ckpt::Coordinator, std::shared_ptr<ckpt::Coordinator>>(
+        module, "Coordinator", "How the ranks of a job agree (all-gather of small byte strings).")
         .def_property_readonly("rank", &ckpt::Coordinator::rank)
         .def_property_readonly("size", &ckpt::Coordinator::size)
         .def(
