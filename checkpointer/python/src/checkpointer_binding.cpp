@@ -196,7 +196,13 @@ void bindCheckpointer(py::module_& module)
     py::class_<Self>(module, "Checkpointer",
         "Two-phase checkpointer: snapshot registered memory, persist it in the background, "
         "commit atomically, restore the newest verified checkpoint.")
-        .def(py::init<ckpt::Options>(), "options"_a)
+        // Without the GIL: with several ranks the constructor waits for the others (a first collective),
+        // which may be threads of this process or need the GIL for a Python coordinator's callback.
+        .def(py::init([](ckpt::Options options) {
+            py::gil_scoped_release release;
+            return std::make_unique<Self>(std::move(options));
+        }),
+            "options"_a)
         .def("register_region", &Self::registerRegion, "name"_a, "memory"_a,
             "Registers (or re-registers) a numpy array, writable buffer or contiguous tensor, in place.")
         .def("unregister_region", &Self::unregisterRegion, "name"_a)
