@@ -32,8 +32,9 @@ typedef struct baton_ckpt_stats {
 
 const char* baton_ckpt_version(void);
 
-/* chain_dir NULL: read BATON_CHAIN_DIR and BATON_KEEP from the environment. keep <= 0: the default (2,
- * or BATON_KEEP). Returns NULL on error; baton_ckpt_last_error(NULL) says why. */
+/* chain_dir NULL: read BATON_CHAIN_DIR and BATON_KEEP from the environment (and, for a world of several
+ * ranks, the file-system coordinator of baton_ckpt_coord_from_env). keep <= 0: the default (2, or
+ * BATON_KEEP). Returns NULL on error; baton_ckpt_last_error(NULL) says why. */
 baton_ckpt* baton_ckpt_create(const char* chain_dir, int keep);
 /* As baton_ckpt_create, with the permissions of the checkpoint files it creates (0600 there: private;
  * e.g. 0640 shares them with the group). Directories get the same bits plus search where read is set. */
@@ -77,6 +78,43 @@ const char* baton_ckpt_restored_manifest(baton_ckpt* ckpt);
 const char* baton_ckpt_restore_fallbacks(baton_ckpt* ckpt);
 
 int baton_ckpt_get_stats(baton_ckpt* ckpt, baton_ckpt_stats* stats);
+
+/* ---- Several ranks of one job (format version 2) ----
+ * A coordinator carries the few collectives a multi-rank checkpoint needs. The file-system one needs no
+ * framework: the ranks share the chain directory (one node or several). session: unique per launch of the
+ * job and the same on all its ranks (e.g. "<SLURM_JOB_ID>.<SLURM_STEP_ID>"); timeout_seconds bounds every
+ * wait (<= 0: 600). Returns NULL on error; baton_ckpt_last_error(NULL) says why. */
+typedef struct baton_ckpt_coord baton_ckpt_coord; /* opaque */
+baton_ckpt_coord* baton_ckpt_coord_create_file(
+    const char* chain_dir, const char* session, int rank, int size, double timeout_seconds);
+/* From BATON_RANK/BATON_WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS inside an srun step),
+ * BATON_COORD_SESSION (or the Slurm job and step id) and BATON_COORD_TIMEOUT. A world of one process
+ * gives a coordinator of rank 0 and size 1. */
+baton_ckpt_coord* baton_ckpt_coord_from_env(const char* chain_dir);
+/* A checkpointer holds its own reference: the coordinator may be destroyed after creating it. */
+void baton_ckpt_coord_destroy(baton_ckpt_coord* coord);
+int baton_ckpt_coord_rank(const baton_ckpt_coord* coord);
+int baton_ckpt_coord_size(const baton_ckpt_coord* coord);
+/* Collectives (every rank calls the same ones in the same order): 0 or -1 (a rank did not come in time). */
+int baton_ckpt_coord_barrier(baton_ckpt_coord* coord, const char* key);
+/* Root's bytes into buffer (up to capacity); returns their full size, or -1. */
+int64_t baton_ckpt_coord_broadcast(baton_ckpt_coord* coord, const char* key, int root, const void* data,
+    uint64_t size, void* buffer, uint64_t capacity);
+const char* baton_ckpt_coord_last_error(const baton_ckpt_coord* coord);
+
+/* As baton_ckpt_create, checkpointing together with the other ranks of coord (NULL: this process alone).
+ * Collective: every rank creates its checkpointer, requests the same checkpoints and restores together. */
+baton_ckpt* baton_ckpt_create_ranked(const char* chain_dir, int keep, baton_ckpt_coord* coord);
+
+/* How a region's bytes relate across ranks: each rank's own (the default), the same on every rank
+ * (written once, split across the ranks; restores on any world size), or this rank's [offset,
+ * offset + size) of one array of global_size bytes split along its first dimension (restores on any
+ * split). offset and global_size are read for BATON_CKPT_SHARDED only. */
+enum { BATON_CKPT_PER_RANK = 0, BATON_CKPT_REPLICATED = 1, BATON_CKPT_SHARDED = 2 };
+int baton_ckpt_set_region_layout(
+    baton_ckpt* ckpt, const char* name, int layout, uint64_t offset, uint64_t global_size);
+int baton_ckpt_rank(baton_ckpt* ckpt);
+int baton_ckpt_world_size(baton_ckpt* ckpt);
 /* The last error on this handle (or, with NULL, of the last failed create on this thread); "" if none. */
 const char* baton_ckpt_last_error(baton_ckpt* ckpt);
 

@@ -1,15 +1,23 @@
 // The C ABI: exceptions stop here and become -1 plus a message.
 #include "baton_ckpt.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/coordinator.hpp"
 #include "baton_version.h"
 #include "c_api_handle.hpp"
 
 using baton::ckpt::Checkpointer;
 using baton::ckpt::Options;
+
+struct baton_ckpt_coord {
+    std::shared_ptr<baton::ckpt::Coordinator> coordinator;
+    mutable baton::ckpt::capi::LastError error;
+};
 
 namespace {
 
@@ -218,6 +226,130 @@ int baton_ckpt_get_stats(baton_ckpt* h, baton_ckpt_stats* out)
 const char* baton_ckpt_last_error(baton_ckpt* h)
 {
     return h != nullptr ? h->error.c_str() : createError.c_str();
+}
+
+baton_ckpt_coord* baton_ckpt_coord_create_file(
+    const char* chain_dir, const char* session, int rank, int size, double timeout_seconds)
+{
+    return createError.created([&] {
+        auto timeout = std::chrono::milliseconds(
+            timeout_seconds > 0 ? static_cast<long long>(std::min(timeout_seconds, 86400.0) * 1000) : 600000);
+        if (timeout.count() == 0)
+            timeout = std::chrono::milliseconds(1);
+        auto handle = std::make_unique<baton_ckpt_coord>();
+        handle->coordinator = std::make_shared<baton::ckpt::FileCoordinator>(
+            text(chain_dir), text(session), rank, size, timeout);
+        createError.clear();
+        return handle.release();
+    });
+}
+
+baton_ckpt_coord* baton_ckpt_coord_from_env(const char* chain_dir)
+{
+    return createError.created([&] {
+        auto handle = std::make_unique<baton_ckpt_coord>();
+        handle->coordinator = baton::ckpt::FileCoordinator::fromEnvironment(text(chain_dir));
+        if (!handle->coordinator)
+            handle->coordinator = std::make_shared<baton::ckpt::SoloCoordinator>();
+        createError.clear();
+        return handle.release();
+    });
+}
+
+void baton_ckpt_coord_destroy(baton_ckpt_coord* coord)
+{
+    delete coord;
+}
+
+int baton_ckpt_coord_rank(const baton_ckpt_coord* coord)
+{
+    return coord != nullptr ? coord->coordinator->rank() : -1;
+}
+
+int baton_ckpt_coord_size(const baton_ckpt_coord* coord)
+{
+    return coord != nullptr ? coord->coordinator->size() : -1;
+}
+
+int baton_ckpt_coord_barrier(baton_ckpt_coord* coord, const char* key)
+{
+    if (coord == nullptr)
+        return -1;
+    coord->error.clear();
+    return coord->error.guarded([&] { coord->coordinator->barrier(text(key)); });
+}
+
+int64_t baton_ckpt_coord_broadcast(baton_ckpt_coord* coord, const char* key, int root, const void* data,
+    uint64_t size, void* buffer, uint64_t capacity)
+{
+    if (coord == nullptr)
+        return -1;
+    coord->error.clear();
+    int64_t result = -1;
+    coord->error.guarded([&] {
+        if (data == nullptr && size > 0)
+            throw baton::ckpt::Error("broadcast data is NULL");
+        if (buffer == nullptr && capacity > 0)
+            throw baton::ckpt::Error("broadcast buffer is NULL");
+        std::string bytes = coord->coordinator->broadcast(
+            text(key), std::string_view(static_cast<const char*>(data), data != nullptr ? size : 0), root);
+        std::memcpy(buffer, bytes.data(), std::min<std::uint64_t>(capacity, bytes.size()));
+        result = static_cast<int64_t>(bytes.size());
+    });
+    return result;
+}
+
+const char* baton_ckpt_coord_last_error(const baton_ckpt_coord* coord)
+{
+    return coord != nullptr ? coord->error.c_str() : createError.c_str();
+}
+
+baton_ckpt* baton_ckpt_create_ranked(const char* chain_dir, int keep, baton_ckpt_coord* coord)
+{
+    return createError.created([&] {
+        Options options;
+        options.chainDir = text(chain_dir);
+        if (keep > 0)
+            options.keep = keep;
+        if (coord != nullptr)
+            options.coordinator = coord->coordinator;
+        auto handle = std::make_unique<baton_ckpt>();
+        handle->checkpointer = std::make_unique<Checkpointer>(std::move(options));
+        createError.clear();
+        return handle.release();
+    });
+}
+
+int baton_ckpt_set_region_layout(
+    baton_ckpt* h, const char* name, int layout, uint64_t offset, uint64_t global_size)
+{
+    return guarded(h, [&] {
+        baton::ckpt::RegionLayout chosen;
+        switch (layout) {
+        case BATON_CKPT_PER_RANK:
+            chosen = baton::ckpt::RegionLayout::perRank();
+            break;
+        case BATON_CKPT_REPLICATED:
+            chosen = baton::ckpt::RegionLayout::replicated();
+            break;
+        case BATON_CKPT_SHARDED:
+            chosen = baton::ckpt::RegionLayout::sharded(offset, global_size);
+            break;
+        default:
+            throw baton::ckpt::Error("unknown region layout " + std::to_string(layout));
+        }
+        h->checkpointer->setRegionLayout(text(name), chosen);
+    });
+}
+
+int baton_ckpt_rank(baton_ckpt* h)
+{
+    return guarded(h, [&] { return h->checkpointer->rank(); });
+}
+
+int baton_ckpt_world_size(baton_ckpt* h)
+{
+    return guarded(h, [&] { return h->checkpointer->worldSize(); });
 }
 
 } // extern "C"

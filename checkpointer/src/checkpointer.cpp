@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "baton_version.h"
 #include "device_backend.hpp"
@@ -33,7 +34,7 @@ constexpr std::size_t kPoolGranule = 2 << 20; // staging grows in these steps
 
 const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
     "total_bytes", "regions", "blobs", "timings", "files", "library_version", "manifest_checksum", "job_id",
-    "restart_count", "final", "training_done" };
+    "restart_count", "final", "training_done", "world_size" };
 
 double seconds(Clock::duration d)
 {
@@ -50,7 +51,35 @@ struct RegionSpec {
     std::size_t size = 0;
     int device = -1;
     void* stream = nullptr;
+    RegionLayout layout;
 };
+
+const char* layoutName(RegionLayout::Kind kind)
+{
+    switch (kind) {
+    case RegionLayout::Kind::Replicated:
+        return kLayoutReplicated;
+    case RegionLayout::Kind::Sharded:
+        return kLayoutSharded;
+    case RegionLayout::Kind::PerRank:
+        break;
+    }
+    return kLayoutRank;
+}
+
+// Rank `rank`'s part of a replicated region of `size` bytes: equal parts, on page boundaries so that
+// each rank's copy and write stream whole pages.
+std::pair<std::uint64_t, std::uint64_t> replicatedPart(std::uint64_t size, int rank, int ranks)
+{
+    auto boundary = [&](int r) -> std::uint64_t {
+        if (r >= ranks)
+            return size;
+        auto at = static_cast<std::uint64_t>(
+            static_cast<unsigned __int128>(size) * static_cast<unsigned>(r) / static_cast<unsigned>(ranks));
+        return std::min<std::uint64_t>(io::roundUp(at, io::kDirectAlignment), size);
+    };
+    return { boundary(rank), boundary(rank + 1) };
+}
 
 struct Piece {
     std::byte* to;
@@ -98,6 +127,8 @@ void copyPieces(const std::vector<Piece>& pieces)
 
 struct Job {
     std::uint64_t iteration = 0;
+    std::uint64_t sequence = 0; // checkpoints started by this Checkpointer before this one
+    std::filesystem::path temporary; // where it is written before the commit
     std::uint64_t epoch = 0;
     std::vector<ManifestEntry> regions;
     std::vector<ManifestEntry> blobs;
@@ -201,6 +232,8 @@ nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
 struct Checkpointer::Impl {
     explicit Impl(Options opts)
         : options(std::move(opts))
+        , coordinator(options.coordinator)
+        , distributed(coordinator && coordinator->size() > 1)
         , backend(makeDeviceBackend())
         , pool(options.copyThreads != 0 ? options.copyThreads
                                         : std::clamp(std::thread::hardware_concurrency(), 1u, 4u))
@@ -238,10 +271,24 @@ struct Checkpointer::Impl {
     void persistLoop();
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
+    void commitSharded(Job& job, double snapshotSeconds, Clock::time_point persistStart, std::string error);
+    void writeData(Job& job, const fs::path& file);
+    nlohmann::json manifestDocument(
+        const Job& job, double snapshotSeconds, Clock::time_point persistStart) const;
+    int rank() const { return distributed ? coordinator->rank() : 0; }
+    int worldSize() const { return distributed ? coordinator->size() : 1; }
+    struct Candidate;
+    std::string prepareCandidate(const fs::path& dir, Candidate& candidate, bool& fatal);
+    void applyCandidate(const Candidate& candidate, RestoreResult& result);
+    RestoreResult restoreCollective(RestoreResult result);
     void commitDirectory(const fs::path& temporary, const fs::path& final);
     void commitWithPlainRename(const fs::path& temporary, const fs::path& final);
 
     Options options;
+    std::shared_ptr<Coordinator> coordinator; // options.coordinator
+    bool distributed = false; // a coordinator of more than one rank
+    std::string leaderTag; // rank 0's temporaryOwnerTag(): names the shared temporary directories
+    std::uint64_t checkpointSequence = 0;
     std::unique_ptr<DeviceBackend> backend;
     ThreadPool pool;
     std::byte* staging = nullptr;
@@ -283,16 +330,45 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     job.epoch = epoch;
     job.fields = fields;
     job.requestedAt = Clock::now();
+    job.sequence = checkpointSequence++;
+    const std::string dirName = checkpointDirName(iteration);
+    job.temporary = distributed
+        ? options.chainDir / ("." + dirName + ".s" + std::to_string(job.sequence) + ".tmp-" + leaderTag)
+        : options.chainDir / ("." + dirName + ".tmp-" + temporaryOwnerTag());
 
+    // With several ranks each writes its own file; a replicated region is written in parts, one per rank,
+    // and a sharded one as this rank's shard.
+    const int ownRank = rank();
+    const int ranks = worldSize();
+    const std::string file = distributed ? shardFileName(ownRank) : std::string(kDataFileName);
     std::uint64_t offset = 0;
     auto place = [&](const std::string& name, std::size_t size, int device) {
         offset = io::roundUp(offset, kEntryAlignment);
-        ManifestEntry entry { name, kDataFileName, offset, size, 0, device };
+        ManifestEntry entry { name, file, offset, size, 0, device };
+        entry.rank = ownRank;
+        entry.globalSize = size;
         offset += size;
         return entry;
     };
-    for (const auto& [name, spec] : regions)
-        job.regions.push_back(place(name, spec.size, spec.device));
+    std::vector<std::uint64_t> sourceOffsets; // where each region's entry starts in its memory
+    for (const auto& [name, spec] : regions) {
+        std::uint64_t from = 0, length = spec.size, at = 0, globalSize = spec.size;
+        if (distributed && spec.layout.kind == RegionLayout::Kind::Replicated) {
+            auto [begin, end] = replicatedPart(spec.size, ownRank, ranks);
+            from = at = begin;
+            length = end - begin;
+        } else if (distributed && spec.layout.kind == RegionLayout::Kind::Sharded) {
+            at = spec.layout.offset;
+            globalSize = spec.layout.globalSize;
+        }
+        ManifestEntry entry = place(name, length, spec.device);
+        if (distributed)
+            entry.layout = layoutName(spec.layout.kind);
+        entry.at = at;
+        entry.globalSize = globalSize;
+        job.regions.push_back(std::move(entry));
+        sourceOffsets.push_back(from);
+    }
     for (const auto& [name, bytes] : blobs)
         job.blobs.push_back(place(name, bytes.size(), -1));
     job.totalBytes = offset;
@@ -306,15 +382,17 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     };
     std::vector<Piece> hostCopies;
     std::vector<DeviceCopy> deviceCopies;
-    for (const auto& entry : job.regions) {
+    for (std::size_t i = 0; i < job.regions.size(); ++i) {
+        const auto& entry = job.regions[i];
         zeroGapBefore(entry);
         const auto& spec = regions.at(entry.name);
         if (spec.device < 0)
-            hostCopies.push_back(
-                { staging + entry.offset, static_cast<const std::byte*>(spec.data), spec.size });
+            hostCopies.push_back({ staging + entry.offset,
+                static_cast<const std::byte*>(spec.data) + sourceOffsets[i], entry.size });
         else
             deviceCopies.push_back(
-                { staging + entry.offset, spec.data, spec.size, spec.device, spec.stream });
+                { staging + entry.offset, static_cast<std::byte*>(spec.data) + sourceOffsets[i], entry.size,
+                    spec.device, spec.stream });
     }
     for (const auto& entry : job.blobs) {
         zeroGapBefore(entry);
@@ -394,22 +472,33 @@ void Checkpointer::Impl::persist(Job& job)
         }
         changed.notify_all();
         persistStart = Clock::now();
-        commit(job, snapshotSeconds, persistStart);
+        if (!distributed)
+            commit(job, snapshotSeconds, persistStart);
     } catch (const std::exception& e) {
         error = e.what();
+    }
+    if (distributed) {
+        // Reached whatever happened above: the other ranks wait for this one's part in the commit.
+        try {
+            commitSharded(job, snapshotSeconds, persistStart, error);
+            error.clear();
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
     }
     double persistSeconds = seconds(Clock::now() - persistStart);
 
     if (error.empty()) {
         try {
-            pruneChain(options.chainDir, options.keep);
+            if (rank() == 0) // retention is the coordinator's alone: ranks never remove each other's work
+                pruneChain(options.chainDir, options.keep);
         } catch (const std::exception& e) {
             log(std::string("warning: retention failed (the new checkpoint is committed): ") + e.what());
         }
     } else {
         std::error_code ec;
-        fs::remove_all(
-            options.chainDir / ("." + checkpointDirName(job.iteration) + ".tmp-" + temporaryOwnerTag()), ec);
+        if (rank() == 0) // with several ranks the others may still write into it until rank 0 gives up
+            fs::remove_all(job.temporary, ec);
         log("checkpoint of iteration " + std::to_string(job.iteration)
             + " failed, training continues and the previous checkpoint stays valid: " + error);
     }
@@ -427,39 +516,32 @@ void Checkpointer::Impl::persist(Job& job)
     changed.notify_all();
 }
 
-void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
+// Writes the staged bytes of `job` to `file` and makes them durable; the entries' checksums are
+// computed on the (otherwise idle) copy threads while the data goes to the device.
+void Checkpointer::Impl::writeData(Job& job, const fs::path& file)
 {
-
-    const fs::path& chain = options.chainDir;
-    std::string name = checkpointDirName(job.iteration);
-    fs::path temporary = chain / ("." + name + ".tmp-" + temporaryOwnerTag());
-    std::error_code ec;
-    fs::remove_all(temporary, ec);
-    if (::mkdir(temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
-        io::throwErrno("cannot create " + temporary.string());
-
-    {
-        // Checksums are computed on the (otherwise idle) copy threads while the data goes to the device.
-        std::vector<ManifestEntry*> small; // declared first: outlives the tasks that read it
-        TaskGroup hashing(pool);
-        for (auto* list : { &job.regions, &job.blobs }) {
-            for (auto& entry : *list) {
-                if (entry.size >= (1 << 20))
-                    hashing.post(
-                        [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
-                else
-                    small.push_back(&entry);
-            }
+    std::vector<ManifestEntry*> small; // declared first: outlives the tasks that read it
+    TaskGroup hashing(pool);
+    for (auto* list : { &job.regions, &job.blobs }) {
+        for (auto& entry : *list) {
+            if (entry.size >= (1 << 20))
+                hashing.post(
+                    [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
+            else
+                small.push_back(&entry);
         }
-        hashing.post([this, &small] {
-            for (auto* entry : small)
-                entry->checksum = checksum(staging + entry->offset, entry->size);
-        });
-        io::writeFileDurably(
-            temporary / kDataFileName, staging, job.totalBytes, options.directIo, options.fileMode);
-        hashing.wait();
     }
+    hashing.post([this, &small] {
+        for (auto* entry : small)
+            entry->checksum = checksum(staging + entry->offset, entry->size);
+    });
+    io::writeFileDurably(file, staging, job.totalBytes, options.directIo, options.fileMode);
+    hashing.wait();
+}
 
+nlohmann::json Checkpointer::Impl::manifestDocument(
+    const Job& job, double snapshotSeconds, Clock::time_point persistStart) const
+{
     nlohmann::json document = nlohmann::json::object();
     for (const auto& [key, value] : job.fields)
         document[key] = value;
@@ -482,12 +564,112 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     document["timings"] = { { "snapshot_seconds", snapshotSeconds },
         { "persist_seconds", seconds(Clock::now() - persistStart) } };
     document["created_unix"] = unixNow();
+    return document;
+}
 
+void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
+{
+    const fs::path& chain = options.chainDir;
+    const fs::path& temporary = job.temporary;
+    std::error_code ec;
+    fs::remove_all(temporary, ec);
+    if (::mkdir(temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
+        io::throwErrno("cannot create " + temporary.string());
+
+    writeData(job, temporary / kDataFileName);
+    nlohmann::json document = manifestDocument(job, snapshotSeconds, persistStart);
     io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document), options.fileMode);
     io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
 
     // The commit point: the complete directory appears under its final name in one rename.
-    commitDirectory(temporary, chain / name);
+    commitDirectory(temporary, chain / checkpointDirName(job.iteration));
+}
+
+// Every rank writes its shard into the shared temporary directory in parallel and tells rank 0 what it
+// wrote (or why it could not); rank 0 commits only when every shard is durable, with one manifest and
+// one rename, and tells every rank the outcome. Every rank takes part in both collectives whatever
+// happened before, so that a failure on one rank fails the checkpoint on all instead of stalling them.
+void Checkpointer::Impl::commitSharded(
+    Job& job, double snapshotSeconds, Clock::time_point persistStart, std::string error)
+{
+    const int ownRank = rank();
+    const std::string file = shardFileName(ownRank);
+    if (error.empty()) {
+        try {
+            // Whichever rank comes first creates the directory; its name is this checkpoint's alone.
+            if (::mkdir(job.temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0
+                && errno != EEXIST)
+                io::throwErrno("cannot create " + job.temporary.string());
+            writeData(job, job.temporary / file);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+    }
+    nlohmann::json shard = { { "rank", ownRank }, { "iteration", job.iteration }, { "file", file },
+        { "size", job.totalBytes }, { "regions", entriesToJson(job.regions, true) },
+        { "blobs", entriesToJson(job.blobs, true) }, { "error", error } };
+    const auto shards = coordinator->allGather("shards", shard.dump());
+
+    std::string outcome; // empty: committed
+    if (ownRank == 0) {
+        try {
+            nlohmann::json document = manifestDocument(job, snapshotSeconds, persistStart);
+            auto files = nlohmann::json::array();
+            auto regionEntries = nlohmann::json::array();
+            auto blobEntries = nlohmann::json::array();
+            std::uint64_t total = 0;
+            for (std::size_t r = 0; r < shards.size(); ++r) {
+                nlohmann::json other = nlohmann::json::parse(shards[r], nullptr, false);
+                if (other.is_discarded() || !other.is_object() || !other.contains("error"))
+                    throw Error("rank " + std::to_string(r) + " sent an unreadable shard description");
+                if (!other["error"].get<std::string>().empty())
+                    throw Error("rank " + std::to_string(r) + ": " + other["error"].get<std::string>());
+                // Operations match by order: ranks that requested different checkpoints would otherwise
+                // be committed together as one.
+                if (other["iteration"].get<std::uint64_t>() != job.iteration)
+                    throw Error("rank " + std::to_string(r) + " checkpointed iteration "
+                        + other["iteration"].dump() + " while rank 0 checkpointed "
+                        + std::to_string(job.iteration) + ": every rank must request the same checkpoints");
+                // Each rank's file must be there with the size it reported before the manifest names it.
+                const auto path = job.temporary / other["file"].get<std::string>();
+                struct stat st { };
+                if (::stat(path.c_str(), &st) != 0)
+                    io::throwErrno("rank " + std::to_string(r) + "'s shard " + path.string() + " is missing");
+                if (static_cast<std::uint64_t>(st.st_size) != other["size"].get<std::uint64_t>())
+                    throw Error("rank " + std::to_string(r) + "'s shard " + path.string() + " has "
+                        + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump()
+                        + " it wrote");
+                files.push_back(
+                    { { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
+                total += other["size"].get<std::uint64_t>();
+                for (auto& entry : other["regions"])
+                    regionEntries.push_back(std::move(entry));
+                for (auto& entry : other["blobs"])
+                    blobEntries.push_back(std::move(entry));
+            }
+            document["format_version"] = kShardedFormatVersion;
+            document["world_size"] = worldSize();
+            document["total_bytes"] = total;
+            document["files"] = std::move(files);
+            document["regions"] = std::move(regionEntries);
+            document["blobs"] = std::move(blobEntries);
+            std::string text = renderManifest(document);
+            // Never commit what a reader would refuse.
+            (void)parseManifest(text);
+            // The other ranks' files were fsynced by them; their names in the directory become durable here.
+            io::fsyncDirectory(job.temporary);
+            io::writeSmallFileDurably(job.temporary / "manifest.json.tmp", text, options.fileMode);
+            io::renameDurably(job.temporary / "manifest.json.tmp", job.temporary / kManifestName);
+            commitDirectory(job.temporary, options.chainDir / checkpointDirName(job.iteration));
+        } catch (const std::exception& e) {
+            outcome = e.what();
+            if (outcome.empty())
+                outcome = "unknown error";
+        }
+    }
+    outcome = coordinator->broadcast("commit", outcome, 0);
+    if (!outcome.empty())
+        throw Error(ownRank == 0 ? outcome : "rank 0 did not commit: " + outcome);
 }
 
 // renameat2 with RENAME_NOREPLACE, then RENAME_EXCHANGE for a checkpoint of the same iteration. NFS (and
@@ -553,9 +735,31 @@ Checkpointer::Checkpointer(Options options)
     io::createDirectories(options.chainDir, io::directoryMode(options.fileMode));
     if (!fs::is_directory(options.chainDir, ec))
         throw Error("chain directory " + options.chainDir.string() + " is not a directory");
-    removeStaleTemporaries(options.chainDir);
     options.identifyFromEnvironment();
-    impl_ = std::make_unique<Impl>(std::move(options));
+    auto impl = std::make_unique<Impl>(std::move(options));
+    // Only one process cleans the chain: with several ranks, rank 0, before the first collective, so
+    // that no rank can have started writing into what it removes.
+    if (impl->rank() == 0) {
+        removeStaleTemporaries(impl->options.chainDir);
+        removeStaleCoordinatorSessions(impl->options.chainDir);
+    }
+    if (impl->distributed) {
+        // Every rank learns rank 0's tag (it names the shared temporary directories, so that rank 0's
+        // clean-up knows when their writer is gone) and that all agree on the world.
+        nlohmann::json hello = { { "tag", temporaryOwnerTag() }, { "size", impl->coordinator->size() } };
+        auto all = impl->coordinator->allGather("hello", hello.dump());
+        for (std::size_t r = 0; r < all.size(); ++r) {
+            auto other = nlohmann::json::parse(all[r], nullptr, false);
+            if (other.is_discarded() || !other.is_object()
+                || other.value("size", -1) != impl->coordinator->size())
+                throw ConfigError("rank " + std::to_string(r) + " does not agree on the world size "
+                    + std::to_string(impl->coordinator->size()));
+        }
+        impl->leaderTag = nlohmann::json::parse(all[0]).value("tag", std::string());
+        if (impl->leaderTag.empty())
+            throw Error("rank 0 sent no temporary directory tag");
+    }
+    impl_ = std::move(impl);
     if (impl_->options.stagingBytes > 0)
         impl_->ensureStaging(impl_->options.stagingBytes);
     impl_->persister = std::thread([impl = impl_.get()] { impl->persistLoop(); });
@@ -581,7 +785,8 @@ void Checkpointer::registerRegion(const std::string& name, void* data, std::size
         throw Error("region '" + name + "': null pointer with a non-zero size");
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock); // the in-flight snapshot may still read the old address
-    impl_->regions[name] = RegionSpec { data, size, -1, nullptr };
+    auto& spec = impl_->regions[name];
+    spec = RegionSpec { data, size, -1, nullptr, spec.layout }; // a new address keeps the layout
 }
 
 void Checkpointer::registerDeviceRegion(
@@ -593,7 +798,8 @@ void Checkpointer::registerDeviceRegion(
     impl_->backend->checkDeviceRegion(devicePtr, size, device);
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock);
-    impl_->regions[name] = RegionSpec { devicePtr, size, device, stream };
+    auto& spec = impl_->regions[name];
+    spec = RegionSpec { devicePtr, size, device, stream, spec.layout };
 }
 
 void Checkpointer::unregisterRegion(const std::string& name)
@@ -601,6 +807,33 @@ void Checkpointer::unregisterRegion(const std::string& name)
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock);
     impl_->regions.erase(name);
+}
+
+void Checkpointer::setRegionLayout(const std::string& name, RegionLayout layout)
+{
+    std::unique_lock lock(impl_->mutex);
+    auto found = impl_->regions.find(name);
+    if (found == impl_->regions.end())
+        throw Error("region '" + name + "' is not registered: register it before setting its layout");
+    if (layout.kind == RegionLayout::Kind::Sharded
+        && (layout.offset > layout.globalSize || found->second.size > layout.globalSize - layout.offset))
+        throw Error("region '" + name + "': a shard of " + std::to_string(found->second.size) + " bytes at "
+            + std::to_string(layout.offset) + " does not lie within an array of "
+            + std::to_string(layout.globalSize) + " bytes");
+    if (layout.kind != RegionLayout::Kind::Sharded)
+        layout.offset = layout.globalSize = 0;
+    impl_->waitSnapshotLocked(lock);
+    found->second.layout = layout;
+}
+
+int Checkpointer::rank() const
+{
+    return impl_->rank();
+}
+
+int Checkpointer::worldSize() const
+{
+    return impl_->worldSize();
 }
 
 void Checkpointer::setBlob(const std::string& name, std::span<const std::byte> bytes)
@@ -675,6 +908,8 @@ void Checkpointer::beforeUpdate()
 bool Checkpointer::requestCheckpoint(std::uint64_t iteration, CheckpointFlags flags)
 {
     std::unique_lock lock(impl_->mutex);
+    if (impl_->distributed) // a rank that dropped a request would leave the others waiting for it
+        impl_->changed.wait(lock, [this] { return !impl_->inFlight; });
     if (impl_->inFlight) {
         ++impl_->counters.droppedRequests;
         lock.unlock();
@@ -744,12 +979,248 @@ void Checkpointer::Impl::waitForHandoverOnce(RestoreResult& result)
             + waited + " s, restoring the newest verified checkpoint");
 }
 
+// What one rank restores from one checkpoint: the data files it reads into the staging pool (each at
+// its own offset there) and the pieces it then copies into its registered regions.
+struct Checkpointer::Impl::Candidate {
+    struct Copy {
+        std::string region;
+        std::uint64_t from = 0; // offset in the staging pool
+        std::uint64_t size = 0;
+        std::uint64_t to = 0; // offset in the registered region
+    };
+    fs::path dir;
+    Manifest manifest;
+    std::vector<Copy> copies;
+    std::vector<Copy> blobs;
+    std::vector<std::string> unclaimed;
+};
+
+// Plans and verifies this rank's part of `dir`. Returns why it cannot be restored (empty: it can), with
+// `fatal` set when no older checkpoint can help either (a newer format, a layout this world cannot map,
+// sizes that differ from the registered ones).
+std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate& candidate, bool& fatal)
+{
+    candidate.dir = dir;
+    Manifest& manifest = candidate.manifest;
+    try {
+        manifest = parseManifest(io::readSmallFile(dir / kManifestName));
+    } catch (const FormatError& e) {
+        fatal = true;
+        return e.what();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    if (manifest.iteration
+        != parseCheckpointDirName(dir.filename().string()).value_or(manifest.iteration + 1))
+        return "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory";
+    if (std::string reason = checkLayout(dir, manifest); !reason.empty())
+        return reason;
+    const int saved = manifest.worldSize;
+    const int ranks = worldSize();
+    const int ownRank = rank();
+
+    std::map<std::string, std::uint64_t> fileAt; // staging offset of each data file this rank reads
+    std::uint64_t stagingBytes = 0;
+    auto need = [&](const std::string& file) {
+        auto [it, added] = fileAt.try_emplace(file, 0);
+        if (added) {
+            it->second = stagingBytes;
+            for (const auto& f : manifest.files) {
+                if (f.name == file)
+                    stagingBytes = io::roundUp(stagingBytes + f.size, io::kDirectAlignment);
+            }
+        }
+        return it->second;
+    };
+    auto refuse = [&](const std::string& why) {
+        fatal = true;
+        return why;
+    };
+
+    std::map<std::string, std::vector<const ManifestEntry*>> byName;
+    for (const auto& entry : manifest.regions)
+        byName[entry.name].push_back(&entry);
+    for (const auto& [name, entries] : byName) {
+        auto found = regions.find(name);
+        if (found == regions.end()) {
+            candidate.unclaimed.push_back(name);
+            continue;
+        }
+        const RegionSpec& spec = found->second;
+        const char* registeredAs = layoutName(spec.layout.kind);
+        // A world of one wrote every region whole: any layout can take it.
+        const bool perRankSaved = entries.front()->layout == kLayoutRank && saved > 1;
+        if (perRankSaved) {
+            if (spec.layout.kind != RegionLayout::Kind::PerRank)
+                return refuse("region '" + name + "' holds each rank's own bytes in " + dir.string()
+                    + " but is registered " + registeredAs + ": that layout cannot be mapped");
+            if (saved != ranks)
+                return refuse("region '" + name + "' holds each rank's own bytes, saved by "
+                    + std::to_string(saved) + " ranks in " + dir.string() + ": it cannot be restored on "
+                    + std::to_string(ranks)
+                    + " ranks (register data-parallel state replicated, or sharded along its first "
+                      "dimension)");
+            const ManifestEntry* own = nullptr;
+            for (const auto* entry : entries) {
+                if (entry->rank == ownRank)
+                    own = entry;
+            }
+            if (own == nullptr)
+                return "region '" + name + "' has no part of rank " + std::to_string(ownRank);
+            if (own->size != spec.size)
+                return refuse("region '" + name + "' has " + std::to_string(own->size) + " bytes in "
+                    + dir.string() + " but " + std::to_string(spec.size) + " bytes are registered");
+            candidate.copies.push_back({ name, need(own->file) + own->offset, own->size, 0 });
+            continue;
+        }
+        // One array of globalSize bytes, in pieces: this rank takes the window it registered.
+        std::uint64_t begin = 0, globalSize = spec.size;
+        if (spec.layout.kind == RegionLayout::Kind::Sharded) {
+            begin = spec.layout.offset;
+            globalSize = spec.layout.globalSize;
+        }
+        const std::uint64_t end = begin + spec.size;
+        if (entries.front()->globalSize != globalSize)
+            return refuse("region '" + name + "' has " + std::to_string(entries.front()->globalSize)
+                + " bytes in " + dir.string() + " but " + std::to_string(globalSize) + " bytes are registered"
+                + (spec.layout.kind == RegionLayout::Kind::Sharded ? " (the whole sharded array)" : ""));
+        for (const auto* entry : entries) {
+            const std::uint64_t from = std::max(begin, entry->at);
+            const std::uint64_t to = std::min(end, entry->at + entry->size);
+            if (from < to)
+                candidate.copies.push_back({ name, need(entry->file) + entry->offset + (from - entry->at),
+                    to - from, from - begin });
+        }
+    }
+    // Blobs are each rank's own; on another world size every rank takes rank 0's (data-parallel ranks
+    // hold the same step counters and sampler state).
+    const int blobRank = saved == ranks ? ownRank : 0;
+    for (const auto& entry : manifest.blobs) {
+        if (entry.rank == blobRank)
+            candidate.blobs.push_back({ entry.name, need(entry.file) + entry.offset, entry.size, 0 });
+    }
+    // Sizes were checked against the files on disk (checkLayout): the allocation follows real files.
+    ensureStaging(std::max<std::uint64_t>(stagingBytes, io::kDirectAlignment));
+    for (const auto& [file, at] : fileAt) {
+        std::string reason = readAndVerifyFile(dir, manifest, file, staging + at, options.directIo);
+        if (!reason.empty())
+            return reason;
+    }
+    return {};
+}
+
+void Checkpointer::Impl::applyCandidate(const Candidate& candidate, RestoreResult& result)
+{
+    std::vector<Piece> hostCopies;
+    for (const auto& copy : candidate.copies) {
+        const RegionSpec& spec = regions.at(copy.region);
+        if (copy.size == 0)
+            continue;
+        if (spec.device < 0)
+            hostCopies.push_back(
+                { static_cast<std::byte*>(spec.data) + copy.to, staging + copy.from, copy.size });
+        else
+            backend->restoreToDevice({ staging + copy.from, static_cast<std::byte*>(spec.data) + copy.to,
+                copy.size, spec.device, spec.stream });
+    }
+    TaskGroup copies(pool);
+    for (auto& task : makeCopyTasks(hostCopies, pool.size()))
+        copies.post([task = std::move(task)] { copyPieces(task); });
+    copies.wait();
+    for (const auto& blob : candidate.blobs)
+        result.blobs[blob.region].assign(staging + blob.from, staging + blob.from + blob.size);
+    const Manifest& manifest = candidate.manifest;
+    result.restored = true;
+    result.iteration = manifest.iteration;
+    result.epoch = manifest.epoch;
+    result.dir = candidate.dir;
+    result.jobId = manifest.jobId;
+    result.restartCount = manifest.restartCount;
+    result.final = manifest.final;
+    result.trainingDone = manifest.trainingDone;
+    result.manifest = manifest.document;
+    result.unclaimedRegions = candidate.unclaimed;
+    epoch = result.epoch;
+}
+
+// Rank 0's list of the chain is the one every rank walks; each candidate's verdicts are gathered so that
+// all restore the same checkpoint or skip it together.
+RestoreResult Checkpointer::Impl::restoreCollective(RestoreResult result)
+{
+    nlohmann::json listing = nlohmann::json::object();
+    if (rank() == 0) {
+        try {
+            auto list = nlohmann::json::array();
+            auto checkpoints = listCheckpoints(options.chainDir);
+            for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it)
+                list.push_back({ { "name", it->dir.filename().string() }, { "committed", it->committed },
+                    { "stat_error", it->statError } });
+            listing["checkpoints"] = std::move(list);
+        } catch (const std::exception& e) {
+            listing["error"] = e.what();
+        }
+    }
+    listing = nlohmann::json::parse(coordinator->broadcast("restore-list", listing.dump(), 0));
+    if (listing.contains("error"))
+        throw Error("rank 0 could not list the chain: " + listing["error"].get<std::string>());
+    for (const auto& item : listing["checkpoints"]) {
+        const fs::path dir = options.chainDir / item["name"].get<std::string>();
+        auto skip = [&](const std::string& reason) {
+            log("skipping " + dir.string() + ": " + reason);
+            result.fallbacks.push_back({ dir, reason });
+        };
+        if (int error = item["stat_error"].get<int>(); error != 0) {
+            skip(io::IoError(error, "cannot examine " + (dir / kManifestName).string()).what());
+            continue;
+        }
+        if (!item["committed"].get<bool>()) {
+            skip("not committed (no manifest.json): an interrupted checkpoint");
+            continue;
+        }
+        Candidate candidate;
+        bool fatal = false;
+        bool format = false;
+        std::string reason;
+        try {
+            reason = prepareCandidate(dir, candidate, fatal);
+        } catch (const std::exception& e) {
+            reason = e.what();
+            fatal = true;
+        }
+        format = fatal && reason.find("format_version") != std::string::npos;
+        nlohmann::json verdict = { { "reason", reason }, { "fatal", fatal }, { "format", format } };
+        auto verdicts = coordinator->allGather("restore-verdict", verdict.dump());
+        std::string why;
+        for (std::size_t r = 0; r < verdicts.size(); ++r) {
+            auto other = nlohmann::json::parse(verdicts[r]);
+            const std::string otherReason = other["reason"].get<std::string>();
+            if (other["fatal"].get<bool>()) {
+                const std::string message = "rank " + std::to_string(r) + ": " + otherReason;
+                if (other["format"].get<bool>())
+                    throw FormatError(message);
+                throw Error(message);
+            }
+            if (!otherReason.empty() && why.empty())
+                why = "rank " + std::to_string(r) + ": " + otherReason;
+        }
+        if (!why.empty()) {
+            skip(why);
+            continue;
+        }
+        applyCandidate(candidate, result);
+        return result;
+    }
+    return result;
+}
+
 RestoreResult Checkpointer::restore()
 {
     wait();
     RestoreResult result;
     impl_->waitForHandoverOnce(result);
     std::unique_lock lock(impl_->mutex);
+    if (impl_->distributed)
+        return impl_->restoreCollective(std::move(result));
     auto checkpoints = listCheckpoints(impl_->options.chainDir);
     for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
         auto skip = [&](const std::string& reason) {
@@ -777,6 +1248,20 @@ RestoreResult Checkpointer::restore()
             skip(
                 "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory");
             continue;
+        }
+        if (manifest.formatVersion >= kShardedFormatVersion) {
+            // Written by several ranks: this process takes the replicated and sharded state whole.
+            Impl::Candidate candidate;
+            bool fatal = false;
+            std::string reason = impl_->prepareCandidate(it->dir, candidate, fatal);
+            if (fatal)
+                throw Error(reason);
+            if (!reason.empty()) {
+                skip(reason);
+                continue;
+            }
+            impl_->applyCandidate(candidate, result);
+            return result;
         }
         // The staging pool is sized by the manifest only after the manifest's layout matched the data file
         // on disk: an absurd total_bytes never turns into an allocation.

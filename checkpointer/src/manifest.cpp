@@ -1,7 +1,11 @@
 #include "baton/ckpt/manifest.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include "baton/ckpt/error.hpp"
 #include "hash.hpp"
@@ -46,7 +50,7 @@ template<typename T> T field(const nlohmann::json& object, const char* key, cons
     }
 }
 
-std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const char* key)
+std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const char* key, bool sharded)
 {
     auto array = document.find(key);
     if (array == document.end() || !array->is_array())
@@ -66,6 +70,21 @@ std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const ch
             throw Error("manifest: entry '" + entry.name + "' names an unsafe file '" + entry.file + "'");
         if (entry.offset > std::numeric_limits<std::uint64_t>::max() - entry.size)
             throw Error("manifest: entry '" + entry.name + "' has an impossible offset and size");
+        entry.globalSize = entry.size;
+        if (sharded) {
+            entry.rank = field<int>(item, "rank", key);
+            entry.layout = field<std::string>(item, "layout", key);
+            entry.at = field<std::uint64_t>(item, "at", key);
+            entry.globalSize = field<std::uint64_t>(item, "global_size", key);
+            if (entry.layout != kLayoutRank && entry.layout != kLayoutReplicated
+                && entry.layout != kLayoutSharded)
+                throw Error("manifest: entry '" + entry.name + "' has unknown layout '" + entry.layout + "'");
+            if (entry.at > entry.globalSize || entry.size > entry.globalSize - entry.at)
+                throw Error("manifest: entry '" + entry.name + "' lies outside its region of "
+                    + std::to_string(entry.globalSize) + " bytes");
+            if (entry.layout == kLayoutRank && (entry.at != 0 || entry.globalSize != entry.size))
+                throw Error("manifest: per-rank entry '" + entry.name + "' must cover its whole region");
+        }
         entries.push_back(std::move(entry));
     }
     return entries;
@@ -108,15 +127,114 @@ std::uint64_t checksum(const void* data, std::size_t size)
     return xxh3(data, size);
 }
 
-nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries)
+nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sharded)
 {
     auto array = nlohmann::json::array();
     for (const auto& e : entries) {
-        array.push_back({ { "name", e.name }, { "file", e.file }, { "offset", e.offset }, { "size", e.size },
-            { "checksum", checksumHex(e.checksum) }, { "device", e.device } });
+        nlohmann::json item = { { "name", e.name }, { "file", e.file }, { "offset", e.offset },
+            { "size", e.size }, { "checksum", checksumHex(e.checksum) }, { "device", e.device } };
+        if (sharded) {
+            item["rank"] = e.rank;
+            item["layout"] = e.layout;
+            item["at"] = e.at;
+            item["global_size"] = e.globalSize;
+        }
+        array.push_back(std::move(item));
     }
     return array;
 }
+
+std::string shardFileName(int rank)
+{
+    return "data-r" + std::to_string(rank) + ".bin";
+}
+
+namespace {
+
+// Version 2: the files belong to ranks of the world, every entry lies in a listed file of its own rank,
+// a per-rank region or blob appears once per rank, and the pieces of a shared region tile it exactly.
+void checkShardedLayout(Manifest& manifest)
+{
+    const nlohmann::json& document = manifest.document;
+    manifest.worldSize = field<int>(document, "world_size", "manifest");
+    if (manifest.worldSize < 1)
+        throw Error("manifest: world_size " + std::to_string(manifest.worldSize) + " is invalid");
+    auto files = document.find("files");
+    if (files == document.end() || !files->is_array())
+        throw Error("manifest: 'files' is missing or not an array");
+    std::map<std::string, int> rankOfFile;
+    std::uint64_t total = 0;
+    for (const auto& item : *files) {
+        if (!item.is_object())
+            throw Error("manifest: an entry of 'files' is not an object");
+        ManifestFile file { field<std::string>(item, "name", "files"), field<int>(item, "rank", "files"),
+            field<std::uint64_t>(item, "size", "files") };
+        if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == ".."
+            || file.name == "." || file.name == kManifestName)
+            throw Error("manifest: unsafe data file name '" + file.name + "'");
+        if (file.rank < 0 || file.rank >= manifest.worldSize)
+            throw Error("manifest: file '" + file.name + "' belongs to rank " + std::to_string(file.rank)
+                + " outside the world of " + std::to_string(manifest.worldSize));
+        if (!rankOfFile.emplace(file.name, file.rank).second)
+            throw Error("manifest: file '" + file.name + "' is listed twice");
+        if (file.size > std::numeric_limits<std::uint64_t>::max() - total)
+            throw Error("manifest: file sizes overflow");
+        total += file.size;
+        manifest.files.push_back(std::move(file));
+    }
+    if (total != manifest.totalBytes)
+        throw Error("manifest: total_bytes " + std::to_string(manifest.totalBytes)
+            + " is not the sum of the file sizes (" + std::to_string(total) + ")");
+    std::set<std::tuple<std::string, int>> perRank[2];
+    std::set<std::string> perRankRegions;
+    std::map<std::string, std::vector<const ManifestEntry*>> shared;
+    int list = 0;
+    for (const auto* entries : { &manifest.regions, &manifest.blobs }) {
+        for (const auto& entry : *entries) {
+            auto file = rankOfFile.find(entry.file);
+            if (file == rankOfFile.end())
+                throw Error("manifest: entry '" + entry.name + "' is in unlisted file '" + entry.file + "'");
+            if (file->second != entry.rank)
+                throw Error("manifest: entry '" + entry.name + "' of rank " + std::to_string(entry.rank)
+                    + " is in rank " + std::to_string(file->second) + "'s file");
+            if (entry.layout == kLayoutRank) {
+                if (list == 0)
+                    perRankRegions.insert(entry.name);
+                if (!perRank[list].emplace(entry.name, entry.rank).second)
+                    throw Error("manifest: '" + entry.name + "' appears twice for rank "
+                        + std::to_string(entry.rank));
+            } else if (list == 1) {
+                throw Error("manifest: blob '" + entry.name + "' must be per-rank");
+            } else {
+                shared[entry.name].push_back(&entry);
+            }
+        }
+        ++list;
+    }
+    for (auto& [name, pieces] : shared) {
+        if (perRankRegions.contains(name))
+            throw Error("manifest: region '" + name + "' is both per-rank and shared");
+        std::sort(pieces.begin(), pieces.end(), [](const ManifestEntry* a, const ManifestEntry* b) {
+            return std::tie(a->at, a->size) < std::tie(b->at, b->size);
+        });
+        std::uint64_t covered = 0;
+        for (const auto* piece : pieces) {
+            if (piece->layout != pieces.front()->layout || piece->globalSize != pieces.front()->globalSize)
+                throw Error("manifest: the pieces of region '" + name + "' disagree on its layout or size");
+            if (piece->size == 0)
+                continue;
+            if (piece->at != covered)
+                throw Error("manifest: the pieces of region '" + name + "' leave a gap or overlap at byte "
+                    + std::to_string(std::min(piece->at, covered)));
+            covered += piece->size;
+        }
+        if (covered != pieces.front()->globalSize)
+            throw Error("manifest: the pieces of region '" + name + "' cover " + std::to_string(covered)
+                + " of " + std::to_string(pieces.front()->globalSize) + " bytes");
+    }
+}
+
+} // namespace
 
 // The checksum covers the exact text with the checksum's value replaced by zeros: any altered byte,
 // even in white space, changes it.
@@ -142,10 +260,10 @@ Manifest parseManifest(std::string_view text)
     auto version = document.find("format_version");
     if (version == document.end() || !version->is_number_integer())
         throw Error("manifest: 'format_version' is missing or not an integer");
-    if (version->get<long long>() > kFormatVersion)
+    if (version->get<long long>() > kMaxFormatVersion)
         throw FormatError("checkpoint manifest has format_version "
             + std::to_string(version->get<long long>()) + ", this library reads up to "
-            + std::to_string(kFormatVersion) + ": restore it with a newer baton");
+            + std::to_string(kMaxFormatVersion) + ": restore it with a newer baton");
     if (version->get<long long>() < 1)
         throw Error("manifest: format_version " + std::to_string(version->get<long long>()) + " is invalid");
 
@@ -168,12 +286,17 @@ Manifest parseManifest(std::string_view text)
     manifest.epoch = field<std::uint64_t>(document, "epoch", "manifest");
     manifest.createdUnix = field<double>(document, "created_unix", "manifest");
     manifest.totalBytes = field<std::uint64_t>(document, "total_bytes", "manifest");
-    manifest.regions = parseEntries(document, "regions");
-    manifest.blobs = parseEntries(document, "blobs");
+    const bool sharded = manifest.formatVersion >= kShardedFormatVersion;
+    manifest.regions = parseEntries(document, "regions", sharded);
+    manifest.blobs = parseEntries(document, "blobs", sharded);
     // Informational fields: never a reason to reject an otherwise intact checkpoint.
     readHandoverFields(document, manifest);
     document.erase(kChecksumKey);
     manifest.document = std::move(document);
+    if (sharded)
+        checkShardedLayout(manifest);
+    else
+        manifest.files = { ManifestFile { kDataFileName, 0, manifest.totalBytes } };
     return manifest;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton_contract.hpp"
 
@@ -94,6 +95,7 @@ Options Options::fromEnvironment()
         options.restartCount = parseWholeVariable("BATON_RESTART_COUNT", restarts);
     if (const char* wait = std::getenv("BATON_HANDOVER_WAIT"); wait != nullptr)
         options.handoverWaitSeconds = parseHandoverWait(wait);
+    options.coordinator = FileCoordinator::fromEnvironment(options.chainDir);
     options.validate();
     return options;
 }

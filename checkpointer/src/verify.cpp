@@ -193,15 +193,17 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
     return reason;
 }
 
-// The entries sorted by offset, or the reason they cannot describe one data file.
-std::string sortedEntries(const Manifest& manifest, std::vector<const ManifestEntry*>& sorted)
+// The entries of data file `file` sorted by offset, or the reason they cannot describe it.
+std::string sortedEntries(
+    const Manifest& manifest, const ManifestFile& file, std::vector<const ManifestEntry*>& sorted)
 {
     sorted.clear();
     for (const auto* list : { &manifest.regions, &manifest.blobs }) {
         for (const auto& entry : *list) {
-            if (entry.file != kDataFileName)
+            if (manifest.formatVersion < kShardedFormatVersion && entry.file != kDataFileName)
                 return "entry '" + entry.name + "' is in unknown file '" + entry.file + "'";
-            sorted.push_back(&entry);
+            if (entry.file == file.name)
+                sorted.push_back(&entry);
         }
     }
     std::sort(sorted.begin(), sorted.end(), [](const ManifestEntry* a, const ManifestEntry* b) {
@@ -214,40 +216,55 @@ std::string sortedEntries(const Manifest& manifest, std::vector<const ManifestEn
             return "entries overlap at '" + entry->name + "'";
         expectedSize = entry->offset + entry->size; // parseManifest refused offset + size overflows
     }
-    if (expectedSize != manifest.totalBytes)
-        return "total_bytes " + std::to_string(manifest.totalBytes) + " does not match the entries ("
-            + std::to_string(expectedSize) + ")";
+    if (expectedSize != file.size)
+        return (manifest.formatVersion < kShardedFormatVersion ? "total_bytes " : file.name + ": size ")
+            + std::to_string(file.size) + " does not match the entries (" + std::to_string(expectedSize)
+            + ")";
     return {};
+}
+
+const ManifestFile* findFile(const Manifest& manifest, const std::string& name)
+{
+    for (const auto& file : manifest.files) {
+        if (file.name == name)
+            return &file;
+    }
+    return nullptr;
 }
 
 } // namespace
 
 std::string checkLayout(const std::filesystem::path& checkpointDir, const Manifest& manifest)
 {
-    std::vector<const ManifestEntry*> sorted;
-    if (std::string reason = sortedEntries(manifest, sorted); !reason.empty())
-        return reason;
-    auto path = checkpointDir / kDataFileName;
-    struct stat st { };
-    if (::stat(path.c_str(), &st) != 0)
-        return io::IoError(errno, "cannot stat " + path.string()).what();
-    if (!S_ISREG(st.st_mode))
-        return path.string() + " is not a regular file";
-    if (static_cast<std::uint64_t>(st.st_size) != manifest.totalBytes)
-        return path.string() + " has " + std::to_string(st.st_size) + " bytes, the manifest says "
-            + std::to_string(manifest.totalBytes);
+    for (const auto& file : manifest.files) {
+        std::vector<const ManifestEntry*> sorted;
+        if (std::string reason = sortedEntries(manifest, file, sorted); !reason.empty())
+            return reason;
+        auto path = checkpointDir / file.name;
+        struct stat st { };
+        if (::stat(path.c_str(), &st) != 0)
+            return io::IoError(errno, "cannot stat " + path.string()).what();
+        if (!S_ISREG(st.st_mode))
+            return path.string() + " is not a regular file";
+        if (static_cast<std::uint64_t>(st.st_size) != file.size)
+            return path.string() + " has " + std::to_string(st.st_size) + " bytes, the manifest says "
+                + std::to_string(file.size);
+    }
     return {};
 }
 
-std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
-    std::byte* destination, bool directIo, const ChunkSink& onChunk)
+std::string readAndVerifyFile(const std::filesystem::path& checkpointDir, const Manifest& manifest,
+    const std::string& fileName, std::byte* destination, bool directIo, const ChunkSink& onChunk)
 {
+    const ManifestFile* file = findFile(manifest, fileName);
+    if (file == nullptr)
+        return "the manifest lists no data file '" + fileName + "'";
     std::vector<const ManifestEntry*> sorted;
-    if (std::string reason = sortedEntries(manifest, sorted); !reason.empty())
+    if (std::string reason = sortedEntries(manifest, *file, sorted); !reason.empty())
         return reason;
-    const std::uint64_t expectedSize = manifest.totalBytes;
+    const std::uint64_t expectedSize = file->size;
 
-    auto path = checkpointDir / kDataFileName;
+    auto path = checkpointDir / file->name;
     try {
         io::FileReader reader(path, directIo);
         if (reader.size() != expectedSize)
@@ -263,6 +280,20 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
     } catch (const io::IoError& e) {
         return e.what();
     }
+}
+
+std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
+    std::byte* destination, bool directIo, const ChunkSink& onChunk)
+{
+    if (destination != nullptr && manifest.files.size() != 1)
+        return "internal: a checkpoint of several data files is read file by file";
+    for (const auto& file : manifest.files) {
+        if (std::string reason
+            = readAndVerifyFile(checkpointDir, manifest, file.name, destination, directIo, onChunk);
+            !reason.empty())
+            return reason;
+    }
+    return {};
 }
 
 } // namespace baton::ckpt

@@ -25,6 +25,10 @@ std::string checkLayout(const std::filesystem::path& checkpointDir, const Manife
 using ChunkSink = std::function<void(const std::byte* data, std::uint64_t fileOffset, std::size_t length)>;
 std::string readAndVerify(const std::filesystem::path& checkpointDir, const Manifest& manifest,
     std::byte* destination, bool directIo, const ChunkSink& onChunk = {});
+// One data file of the manifest (version 2 has one per rank); `destination` as above, for that file.
+// readAndVerify() with a destination takes a manifest of one data file; without, it checks every file.
+std::string readAndVerifyFile(const std::filesystem::path& checkpointDir, const Manifest& manifest,
+    const std::string& fileName, std::byte* destination, bool directIo, const ChunkSink& onChunk = {});
 
 // The layout rule shared by writer and reader: where each entry may start.
 inline constexpr std::size_t kEntryAlignment = 64;

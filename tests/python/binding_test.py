@@ -484,5 +484,75 @@ class HandoverTest(TempChain):
                     os.environ[key] = value
 
 
+class MultiRankTest(TempChain):
+    """Ranks as threads of this process, each with its own coordinator (the file system's or a Python
+    callable's): one checkpoint of both, restored by one process (2 -> 1)."""
+
+    def _two_ranks(self, make_coordinator):
+        import threading
+        size = 100_003
+        errors = []
+
+        def rank_main(rank):
+            try:
+                opts = options(self.chain)
+                opts.coordinator = make_coordinator(rank)
+                ckpt = baton.Checkpointer(opts)
+                self.assertEqual((ckpt.rank, ckpt.world_size), (rank, 2))
+                weights = numpy.arange(size, dtype=numpy.float32)  # the same on both ranks
+                shard = numpy.full(10, rank, dtype=numpy.int32)  # this rank's tenth of an array of 20
+                ckpt.register_region("weights", weights)
+                ckpt.set_region_layout("weights", "replicated")
+                ckpt.register_region("shard", shard)
+                ckpt.set_region_layout("shard", "sharded", offset=rank * shard.nbytes, global_size=2 * shard.nbytes)
+                with self.assertRaises(baton.Error):
+                    ckpt.set_region_layout("weights", "diagonal")
+                self.assertTrue(ckpt.checkpoint_now(4), ckpt.last_error)
+                ckpt.close()
+            except Exception as error:  # reported by the main thread
+                errors.append(error)
+
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        with open(os.path.join(self.chain, "ckpt-000000000004", "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+        self.assertEqual((manifest["format_version"], manifest["world_size"]), (2, 2))
+        weights = numpy.zeros(size, dtype=numpy.float32)
+        whole = numpy.zeros(20, dtype=numpy.int32)
+        alone = baton.Checkpointer(options(self.chain))
+        alone.register_region("weights", weights)
+        alone.register_region("shard", whole)
+        result = alone.restore()
+        self.assertTrue(result.restored)
+        numpy.testing.assert_array_equal(weights, numpy.arange(size, dtype=numpy.float32))
+        numpy.testing.assert_array_equal(whole, [0] * 10 + [1] * 10)
+        alone.close()
+
+    def test_file_coordinator(self):
+        session = f"binding-{os.getpid()}"
+        self._two_ranks(lambda rank: baton.FileCoordinator(self.chain, session, rank, 2, timeout_seconds=30))
+
+    def test_callback_coordinator(self):
+        import threading
+        barrier = threading.Barrier(2)
+        slots = [None, None]
+
+        def make(rank):
+            def all_gather(key, data):
+                slots[rank] = (key, data)
+                barrier.wait(30)
+                gathered = list(slots)
+                barrier.wait(30)  # nobody overwrites a slot before both have read
+                self.assertEqual({k for k, _ in gathered}, {key})
+                return [d for _, d in gathered]
+            return baton.CallbackCoordinator(rank, 2, all_gather)
+
+        self._two_ranks(make)
+
+
 if __name__ == "__main__":
     unittest.main()

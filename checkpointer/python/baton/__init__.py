@@ -4,11 +4,14 @@ The native checkpointer (libbaton-ckpt) is exposed here; ``baton.torch`` adapts 
 """
 
 from ._native import (  # noqa: F401
+    CallbackCoordinator,
     CheckpointStats,
     Checkpointer,
     ConfigError,
+    Coordinator,
     Counters,
     Error,
+    FileCoordinator,
     FormatError,
     Options,
     __version__,

@@ -34,6 +34,7 @@ overlaps the next forward and backward pass.
 
 from __future__ import annotations
 
+import datetime
 import functools
 import io
 import json
@@ -248,6 +249,50 @@ class ResumableSampler(torch.utils.data.Sampler):
         self._native.seek(state["epoch"], state["position"])
 
 
+# --- torch.distributed ----------------------------------------------------------------------------------
+
+
+def _distributed_world() -> int:
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def _coordination_timeout() -> datetime.timedelta:
+    text = os.environ.get("BATON_COORD_TIMEOUT", "600")
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = -1
+    if not 1 <= seconds <= 86400:
+        raise _native.ConfigError(f"BATON_COORD_TIMEOUT={text!r} is not a whole number of seconds from 1 to 86400")
+    return datetime.timedelta(seconds=seconds)
+
+
+def _torch_coordinator() -> tuple:
+    """(checkpoint group, decision group, native coordinator) over torch.distributed.
+
+    Two dedicated gloo groups, created collectively here: the checkpointer's collectives run on the
+    first, also from its persist thread, and never interleave with the training's (NCCL or gloo) nor
+    with the per-iteration agreement on the second, which the training thread runs."""
+    dist = torch.distributed
+    timeout = _coordination_timeout()
+    group = dist.new_group(backend="gloo", timeout=timeout)
+    decisions = dist.new_group(backend="gloo", timeout=timeout)
+    rank, size = dist.get_rank(), dist.get_world_size()
+
+    def all_gather(key: str, data: bytes) -> List[bytes]:
+        gathered: List[Any] = [None] * size
+        dist.all_gather_object(gathered, (key, bytes(data)), group=group)
+        for other, (other_key, _) in enumerate(gathered):
+            if other_key != key:
+                raise RuntimeError(f"rank {other} is at checkpoint step {other_key!r}, rank {rank} at {key!r}")
+        return [item for _, item in gathered]
+
+    return group, decisions, _native.CallbackCoordinator(rank, size, all_gather)
+
+
 # --- the checkpointer ---------------------------------------------------------------------------------
 
 
@@ -268,6 +313,15 @@ class Checkpointer:
     signals: install the policy's SIGUSR1/SIGTERM handlers (only with the policy).
     state: a dict of plain data saved with every checkpoint and restored by ``restore()`` (for example
     the length of a log file that a resumed run truncates to).
+
+    Under torch.distributed (initialized, more than one rank: DDP) every rank constructs its Checkpointer
+    with the same arguments; the ranks then write one checkpoint together (the model's parameters and
+    the optimizer's tensors, identical on every rank, are written once, split across the ranks; each
+    rank's RNG, sampler position and buffers travel in its own blobs), restore together, and take the
+    policy's decisions together: a checkpoint, and a final one (SIGUSR1, SIGTERM, the deadline) that any
+    rank asks for, is taken by all at the same iteration, and ``should_exit`` turns true on every rank.
+    The checkpointer's collectives run on dedicated gloo groups (BATON_COORD_TIMEOUT seconds, default
+    600). `distributed=False` keeps each rank on its own (one rank alone should then checkpoint).
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
@@ -275,7 +329,7 @@ class Checkpointer:
                  chain_dir: Optional[str] = None,
                  interval: Optional[int] = None, keep: Optional[int] = None, strict: bool = True,
                  signals: bool = True, options: Optional["_native.Options"] = None,
-                 policy_options: Optional["_native.PolicyOptions"] = None):
+                 policy_options: Optional["_native.PolicyOptions"] = None, distributed: bool = True):
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
         if options is None:
@@ -300,6 +354,14 @@ class Checkpointer:
         # Seconds the training thread spent starting the last checkpoint (collecting the state and
         # handing it over); the wait for its snapshot is native.last_checkpoint().stall_seconds.
         self.last_start_seconds = 0.0
+        # Data-parallel ranks hold the same parameters and optimizer state: registered replicated.
+        self._group = None
+        self._decisions = None
+        self._exit_agreed = False
+        self._replicated = False
+        if distributed and _distributed_world() > 1:
+            self._group, self._decisions, options.coordinator = _torch_coordinator()
+            self._replicated = True
         self._native = _native.Checkpointer(options)
         self._signals = signals
         self._policy_options = policy_options
@@ -345,7 +407,7 @@ class Checkpointer:
         iteration does, as a loop condition does."""
         self._boundary()
         self._report_outcome()
-        return self._policy is not None and self._policy.should_exit
+        return self._policy is not None and (self._policy.should_exit or self._exit_agreed)
 
     def restore(self) -> bool:
         """Restores the newest verified checkpoint of the chain; False when there is none (fresh start).
@@ -484,22 +546,32 @@ class Checkpointer:
         self._report_outcome()
         if self._policy is None:
             if iteration % self.interval == 0:
-                if self._native.in_flight:
+                if self._native.in_flight and self._decisions is None:
                     self._native.request_checkpoint(iteration)  # refused and counted as dropped
                 else:
+                    # With several ranks a request waits for the one in flight: every rank must take
+                    # part in the same checkpoints, whichever has finished the previous one.
                     self._start_checkpoint(iteration)
         else:
             decision = self._policy.on_iteration(now - self._last_boundary, self._update_seconds)
-            if decision.checkpoint:
+            checkpoint, final = decision.checkpoint, decision.final
+            if self._decisions is not None:
+                # Agreed by all ranks: one rank's signal or deadline must not leave the others training.
+                flags = torch.tensor([int(checkpoint), int(final)], dtype=torch.int32)
+                torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=self._decisions)
+                checkpoint, final = bool(flags[0]), bool(flags[1])
+            if checkpoint:
                 if self._native.in_flight:
                     # Only a signal or the deadline asks while one is in flight: it must not be dropped.
                     self._native.wait()
                     self._report_outcome()
-                self._start_checkpoint(iteration, final=decision.final)
-                if decision.final:
+                self._start_checkpoint(iteration, final=final)
+                if final:
                     # Nothing after it will be kept: wait, so that should_exit is true at once.
-                    self._native.wait()
+                    committed = self._native.wait()
                     self._report_outcome()
+                    if self._decisions is not None and committed:
+                        self._exit_agreed = True
         self._last_boundary = now
 
     def _start_checkpoint(self, iteration: int, final: bool = False) -> None:
@@ -647,6 +719,8 @@ class Checkpointer:
             if not tensor.is_contiguous():
                 raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
             self._native.register_region(name, tensor)
+            if self._replicated:
+                self._native.set_region_layout(name, "replicated")
             self._regions[name] = key
             changed = True
         if not changed:

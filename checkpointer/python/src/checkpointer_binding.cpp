@@ -4,9 +4,11 @@
 #include <memory>
 #include <string>
 
+#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/options.hpp"
 #include "convert.hpp"
@@ -29,6 +31,91 @@ public:
     { }
 };
 
+// A coordinator whose all-gather is a Python callable (baton.torch passes one over a gloo group). It is
+// called from the checkpointer's persist thread as well: the GIL is taken for each call, and a Python
+// exception becomes a CoordinationError (the checkpoint fails, training goes on).
+class CallbackCoordinator final : public ckpt::Coordinator {
+public:
+    using AllGather = std::function<std::vector<py::bytes>(const std::string&, const py::bytes&)>;
+
+    CallbackCoordinator(int rank, int size, AllGather allGather)
+        : rank_(rank)
+        , size_(size)
+        , allGather_(std::move(allGather))
+    {
+        if (size < 1 || rank < 0 || rank >= size)
+            throw ckpt::ConfigError("rank " + std::to_string(rank) + " of world size " + std::to_string(size)
+                + " is impossible (0 <= rank < size)");
+    }
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+
+    std::vector<std::string> allGather(std::string_view key, std::string_view bytes) override
+    {
+        py::gil_scoped_acquire gil;
+        try {
+            auto gathered = allGather_(std::string(key), py::bytes(bytes.data(), bytes.size()));
+            if (gathered.size() != static_cast<std::size_t>(size_))
+                throw ckpt::CoordinationError("coordinator: all_gather returned "
+                    + std::to_string(gathered.size()) + " items for a world of " + std::to_string(size_));
+            std::vector<std::string> result;
+            for (const auto& item : gathered)
+                result.emplace_back(item);
+            return result;
+        } catch (py::error_already_set& e) {
+            throw ckpt::CoordinationError(std::string("coordinator: ") + e.what());
+        }
+    }
+
+private:
+    int rank_;
+    int size_;
+    AllGather allGather_;
+};
+
+void bindCoordinators(py::module_& module)
+{
+    py::class_<ckpt::Coordinator, std::shared_ptr<ckpt::Coordinator>>(
+        module, "Coordinator", "How the ranks of a job agree (all-gather of small byte strings).")
+        .def_property_readonly("rank", &ckpt::Coordinator::rank)
+        .def_property_readonly("size", &ckpt::Coordinator::size)
+        .def(
+            "all_gather",
+            [](ckpt::Coordinator& self, const std::string& key, const py::bytes& bytes) {
+                std::string data(bytes);
+                std::vector<std::string> all;
+                {
+                    py::gil_scoped_release release;
+                    all = self.allGather(key, data);
+                }
+                py::list result;
+                for (const auto& item : all)
+                    result.append(py::bytes(item));
+                return result;
+            },
+            "key"_a, "data"_a);
+    py::class_<ckpt::FileCoordinator, ckpt::Coordinator, std::shared_ptr<ckpt::FileCoordinator>>(module,
+        "FileCoordinator", "Coordinates through files in the shared chain directory; needs no framework.")
+        .def(py::init([](const std::string& chainDir, const std::string& session, int rank, int size,
+                          double timeoutSeconds) {
+            return std::make_shared<ckpt::FileCoordinator>(chainDir, session, rank, size,
+                std::chrono::milliseconds(static_cast<long long>(timeoutSeconds * 1000)));
+        }),
+            "chain_dir"_a, "session"_a, "rank"_a, "size"_a, "timeout_seconds"_a = 600.0)
+        .def_static(
+            "from_environment",
+            [](const std::string& chainDir) -> std::shared_ptr<ckpt::FileCoordinator> {
+                return ckpt::FileCoordinator::fromEnvironment(chainDir);
+            },
+            "chain_dir"_a, "None for a world of one process.");
+    py::class_<CallbackCoordinator, ckpt::Coordinator, std::shared_ptr<CallbackCoordinator>>(module,
+        "CallbackCoordinator",
+        "A coordinator whose all_gather(key: str, data: bytes) -> list of bytes (one per rank) is a Python "
+        "callable; it may be called from a background thread.")
+        .def(py::init<int, int, CallbackCoordinator::AllGather>(), "rank"_a, "size"_a, "all_gather"_a);
+}
+
 void bindOptions(py::module_& module)
 {
     py::class_<ckpt::Options>(module, "Options",
@@ -50,6 +137,8 @@ void bindOptions(py::module_& module)
         .def_readwrite("job_id", &ckpt::Options::jobId, "Recorded in every manifest; None: BATON_JOB_ID.")
         .def_readwrite("restart_count", &ckpt::Options::restartCount,
             "Recorded in every manifest; None: BATON_RESTART_COUNT.")
+        .def_readwrite("coordinator", &ckpt::Options::coordinator,
+            "The ranks that checkpoint together (None: this process alone).")
         .def_readwrite("handover_wait_seconds", &ckpt::Options::handoverWaitSeconds,
             "restore() in a successor job waits up to this long for the predecessor's final checkpoint.")
         .def("validate", &ckpt::Options::validate);
@@ -100,16 +189,42 @@ void bindErrors(py::module_& module)
 
 void bindCheckpointer(py::module_& module)
 {
+    bindCoordinators(module);
     bindOptions(module);
     bindStats(module);
     using Self = PyCheckpointer;
     py::class_<Self>(module, "Checkpointer",
         "Two-phase checkpointer: snapshot registered memory, persist it in the background, "
         "commit atomically, restore the newest verified checkpoint.")
-        .def(py::init<ckpt::Options>(), "options"_a)
+        // Without the GIL: with several ranks the constructor waits for the others (a first collective),
+        // which may be threads of this process or need the GIL for a Python coordinator's callback.
+        .def(py::init([](ckpt::Options options) {
+            py::gil_scoped_release release;
+            return std::make_unique<Self>(std::move(options));
+        }),
+            "options"_a)
         .def("register_region", &Self::registerRegion, "name"_a, "memory"_a,
             "Registers (or re-registers) a numpy array, writable buffer or contiguous tensor, in place.")
         .def("unregister_region", &Self::unregisterRegion, "name"_a)
+        .def(
+            "set_region_layout",
+            [](Self& self, const std::string& name, const std::string& layout, std::uint64_t offset,
+                std::uint64_t globalSize) {
+                ckpt::RegionLayout chosen;
+                if (layout == "replicated")
+                    chosen = ckpt::RegionLayout::replicated();
+                else if (layout == "sharded")
+                    chosen = ckpt::RegionLayout::sharded(offset, globalSize);
+                else if (layout != "rank")
+                    throw ckpt::Error("unknown region layout '" + layout + "' (rank, replicated, sharded)");
+                py::gil_scoped_release release;
+                self.impl().setRegionLayout(name, chosen);
+            },
+            "name"_a, "layout"_a, "offset"_a = 0, "global_size"_a = 0,
+            "'rank' (each rank's own bytes), 'replicated' (the same on every rank: written once, split "
+            "across the ranks) or 'sharded' (bytes [offset, offset + size) of an array of global_size).")
+        .def_property_readonly("rank", [](Self& self) { return self.impl().rank(); })
+        .def_property_readonly("world_size", [](Self& self) { return self.impl().worldSize(); })
         .def(
             "set_blob",
             [](Self& self, const std::string& name, const py::bytes& bytes) {

@@ -60,6 +60,27 @@ struct Counters {
     std::uint64_t droppedRequests = 0; // requests refused because a checkpoint was in flight
 };
 
+// How a region's bytes relate across the ranks of a job (Options::coordinator); one process ignores it.
+struct RegionLayout {
+    enum class Kind {
+        PerRank, // each rank's own bytes, restored to the same rank of the same world size
+        Replicated, // every rank holds the same bytes (data-parallel): each byte is written once, the
+                    // writing split across the ranks; restores on any world size
+        Sharded, // this rank holds [offset, offset + size) of one array of globalSize bytes, split along
+                 // its first dimension (ZeRO-1 / FSDP flat shards); restores on any split of that array
+    };
+    Kind kind = Kind::PerRank;
+    std::uint64_t offset = 0; // Sharded only
+    std::uint64_t globalSize = 0; // Sharded only
+
+    static RegionLayout perRank() { return {}; }
+    static RegionLayout replicated() { return { Kind::Replicated, 0, 0 }; }
+    static RegionLayout sharded(std::uint64_t offset, std::uint64_t globalSize)
+    {
+        return { Kind::Sharded, offset, globalSize };
+    }
+};
+
 // A newer checkpoint that restore skipped, and why.
 struct Fallback {
     std::filesystem::path dir;
@@ -105,6 +126,9 @@ public:
     void registerDeviceRegion(
         const std::string& name, void* devicePtr, std::size_t size, int device, void* stream = nullptr);
     void unregisterRegion(const std::string& name);
+    // The layout of a registered region (default PerRank); applies to host and device regions alike.
+    // Throws Error for an unknown region or a shard outside its array.
+    void setRegionLayout(const std::string& name, RegionLayout layout);
     // Snapshot device regions into spare device memory (GPU-side, fastest) instead of straight into the
     // pinned host pool; the policy turns it on when the state fits in free device memory.
     void setDeviceSnapshot(bool onDevice);
@@ -128,7 +152,8 @@ public:
 
     // Non-blocking: snapshots the registered state as of `iteration` (the caller says it is consistent)
     // and persists it in the background. Returns false, and counts the request as dropped, when a
-    // checkpoint is already in flight.
+    // checkpoint is already in flight. With several ranks it waits for the one in flight instead: every
+    // rank must take part in the same checkpoints.
     bool requestCheckpoint(std::uint64_t iteration, CheckpointFlags flags = {});
     // Thread-safe: the next afterUpdate() starts a checkpoint (for signal handlers' flags and policies).
     void scheduleCheckpoint();
@@ -146,7 +171,16 @@ public:
     // registered one. With Options::handoverWaitSeconds > 0 and restartCount n > 0, the first call first
     // waits (at most that long) for the predecessor's final checkpoint (waitForHandover), so that a successor
     // never resumes from a stale one.
+    //
+    // With several ranks it is collective: rank 0 lists the chain, every rank verifies what it needs of
+    // each candidate (newest first) and all restore the newest one that verified for every rank, or all
+    // fall back together. A checkpoint of another world size restores replicated and sharded regions
+    // (blobs then come from rank 0); a per-rank region it cannot map throws Error on every rank.
+    // Throws CoordinationError when a rank does not take part in time.
     RestoreResult restore();
+
+    int rank() const; // 0 without a coordinator
+    int worldSize() const; // 1 without a coordinator
 
     CheckpointStats lastCheckpoint() const;
     Counters counters() const;

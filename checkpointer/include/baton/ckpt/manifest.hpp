@@ -1,4 +1,6 @@
-// The on-disk manifest (docs/contracts.md, format version 1): the commit point of a checkpoint.
+// The on-disk manifest (docs/contracts.md): the commit point of a checkpoint. Format version 1 is one
+// process's checkpoint (one data file); version 2 is a multi-rank checkpoint (a data file per rank, each
+// entry saying which rank wrote it and where its bytes lie in the region they belong to).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +13,9 @@
 
 namespace baton::ckpt {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 1; // what a single process writes
+inline constexpr int kShardedFormatVersion = 2; // what a job of several ranks writes
+inline constexpr int kMaxFormatVersion = 2; // the newest this library reads
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kDataFileName = "data.bin";
 
@@ -23,9 +27,27 @@ struct ManifestEntry {
     std::uint64_t size = 0;
     std::uint64_t checksum = 0; // XXH3-64 of the bytes
     int device = -1; // CUDA device the region lives on, -1 = host
+    // Version 2 (version 1 reads as rank 0, "rank", at 0, globalSize = size): the rank that wrote the
+    // entry; the region's layout ("rank": that rank's own bytes; "replicated" / "sharded": a piece of one
+    // array of globalSize bytes that all ranks share); where the piece starts in that array.
+    int rank = 0;
+    std::string layout = "rank";
+    std::uint64_t at = 0;
+    std::uint64_t globalSize = 0;
 
     bool operator==(const ManifestEntry&) const = default;
 };
+
+// A data file of the checkpoint and the rank that wrote it.
+struct ManifestFile {
+    std::string name;
+    int rank = 0;
+    std::uint64_t size = 0;
+};
+
+inline constexpr const char* kLayoutRank = "rank";
+inline constexpr const char* kLayoutReplicated = "replicated";
+inline constexpr const char* kLayoutSharded = "sharded";
 
 struct Manifest {
     int formatVersion = kFormatVersion;
@@ -35,6 +57,8 @@ struct Manifest {
     std::uint64_t totalBytes = 0;
     std::vector<ManifestEntry> regions;
     std::vector<ManifestEntry> blobs;
+    int worldSize = 1; // `world_size` (version 2): ranks that wrote it
+    std::vector<ManifestFile> files; // version 1: data.bin alone
     // Who wrote it and why (absent in older manifests: unknown / false).
     std::optional<std::uint64_t> jobId; // `job_id`: the writer's Slurm job
     std::optional<std::uint64_t> restartCount; // `restart_count`: the writer's BATON_RESTART_COUNT
@@ -54,7 +78,10 @@ std::string renderManifest(const nlohmann::json& document);
 // anything malformed or altered.
 Manifest parseManifest(std::string_view text);
 
-// The entries of `manifest` as JSON (the `regions` / `blobs` arrays).
-nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries);
+// The entries of `manifest` as JSON (the `regions` / `blobs` arrays); `sharded` adds the version 2 fields.
+nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sharded = false);
+
+// The name of rank `rank`'s data file in a version 2 checkpoint ("data-r3.bin").
+std::string shardFileName(int rank);
 
 } // namespace baton::ckpt

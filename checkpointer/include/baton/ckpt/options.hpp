@@ -5,10 +5,13 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string_view>
 
 namespace baton::ckpt {
+
+class Coordinator;
 
 inline constexpr double kMaxHandoverWait = 3600; // seconds
 
@@ -38,10 +41,15 @@ struct Options {
     // Seconds restore() waits for the predecessor's handover (BATON_HANDOVER_WAIT, 0..3600, 0 = off):
     // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
     double handoverWaitSeconds = 0;
+    // The ranks of a job that checkpoint together (coordinator.hpp); null or a world of one: this
+    // process alone (format version 1). With more ranks, every rank constructs its Checkpointer, requests
+    // the same checkpoints and calls restore() together; rank 0 commits and runs retention.
+    std::shared_ptr<Coordinator> coordinator;
 
     // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer 1..1000), BATON_JOB_ID,
-    // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600). Throws ConfigError
-    // naming the variable.
+    // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600), and, for a world
+    // of more than one rank (BATON_WORLD_SIZE, or SLURM_NTASKS inside an srun step), a FileCoordinator
+    // (FileCoordinator::fromEnvironment). Throws ConfigError naming the variable.
     static Options fromEnvironment();
     // Fills an unset jobId / restartCount from BATON_JOB_ID / BATON_RESTART_COUNT where those hold
     // whole numbers (anything else leaves them unknown). The Checkpointer calls it.
