@@ -622,24 +622,27 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
             // take time, and a successor submitted at the last second always leaves a gap.
             const bool submit = policy_->submitNow(point)
                 || (config_.policy != "reactive" && point.remaining <= config_.submitLead.count());
-            Json inputs { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
-                { "queue_pending", point.features[2] }, { "queue_ahead", point.features[4] },
-                { "free_nodes", point.features[8] } };
-            // What the policy expects the successor to wait: the model's, or avg's recent mean.
-            if (std::isfinite(point.meanLogWait))
-                inputs["predicted_wait_s"] = std::expm1(point.meanLogWait);
-            else if (config_.policy != "reactive")
-                inputs["predicted_wait_s"] = point.recentMeanWait;
+            // What the decision row says the policy saw; built only for the rows that are written.
+            const auto inputs = [&] {
+                Json seen { { "remaining_s", point.remaining },
+                    { "recent_mean_wait_s", point.recentMeanWait }, { "queue_pending", point.features[2] },
+                    { "queue_ahead", point.features[4] }, { "free_nodes", point.features[8] } };
+                // What the policy expects the successor to wait: the model's, or avg's recent mean.
+                if (std::isfinite(point.meanLogWait))
+                    seen["predicted_wait_s"] = std::expm1(point.meanLogWait);
+                else if (config_.policy != "reactive")
+                    seen["predicted_wait_s"] = point.recentMeanWait;
+                return seen;
+            };
             if (submit) {
-                submissions.push_back(
-                    SubmissionStart { &chain, ChainState::Running, "policy", std::move(inputs) });
+                submissions.push_back(SubmissionStart { &chain, ChainState::Running, "policy", inputs() });
                 continue;
             }
             const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;
             waitSlots.emplace(chain.id, slot);
             if (const auto last = waitSlot_.find(chain.id); last != waitSlot_.end() && last->second == slot)
                 continue;
-            waits.push_back(DecisionInput { chain.id, "wait", std::move(inputs), "" });
+            waits.push_back(DecisionInput { chain.id, "wait", inputs(), "" });
         } catch (const db::DbError&) {
             throw;
         } catch (const std::exception& error) {
