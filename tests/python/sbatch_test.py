@@ -5,12 +5,16 @@ Starts a private slurmctld + slurmd with spank_baton.so, submits examples/train_
 one-minute limit and a long run: the job must commit a final checkpoint before its deadline and exit
 cleanly on its own. A second job of the same chain resumes from that checkpoint and finishes the run.
 The chain's loss log must then equal, byte for byte, the log of the same run trained straight through
-without checkpoints.
+without checkpoints. Then the same with two ranks under DDP in an `srun -n 2` step (ddp_test.py's
+worker): both ranks stop at one two-rank final checkpoint before the deadline, the next job resumes both
+and ends bit-identical to a straight two-rank run, and the plugin reports the step's tasks and the
+checkpoint's world size.
 
 Exit status: 0 passed, 1 failed, 77 skipped (not root, Slurm absent, torch or scikit-learn missing).
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -19,7 +23,7 @@ import sys
 import tempfile
 
 try:
-    import torch  # noqa: F401
+    import torch
     import sklearn  # noqa: F401
 except ImportError as missing:
     print(f"skipped: {missing}", file=sys.stderr)
@@ -97,6 +101,85 @@ def chain_test(args, base, env):
     print(f"loss log of {total} steps bit-identical to the run without checkpoints", flush=True)
 
 
+DDP_SCRIPT = """#!/bin/bash
+set -euo pipefail
+# Two ranks of the digits example under DDP (gloo) in one srun step; the plugin's BATON_* environment
+# reaches both tasks and the checkpoint policy's final checkpoint is agreed by them.
+srun --ntasks=2 bash -c 'exec "$PYTHON" "$DDP_TEST" --worker --rank "$SLURM_PROCID" --ranks "$SLURM_NTASKS" \\
+    --port "$DDP_PORT" --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" --steps "$STEPS" --interval 0 \\
+    --seed 1 --example "$EXAMPLE" --slow 0.05'
+"""
+
+
+def ddp_chain_test(args, base, env):
+    """`srun -n 2` jobs of one chain: the first commits a two-rank checkpoint before its deadline and both
+    ranks stop there; the second restores it on both ranks and finishes bit-identical to a straight
+    two-rank run."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ddp_test
+
+    script = os.path.join(base, "ddp.sbatch")
+    with open(script, "w") as f:
+        f.write(DDP_SCRIPT)
+
+    def submit_ddp(name, steps, extra):
+        results = os.path.join(base, name)
+        os.makedirs(results)
+        output = os.path.join(base, f"{name}.out")
+        job_env = dict(env, PYTHON=sys.executable, DDP_TEST=ddp_test.__file__, DDP_PORT=str(ddp_test.free_port()),
+                       RESULTS=results, STEPS=str(steps), EXAMPLE=args.example, OMP_NUM_THREADS="1")
+        code, text = run(["sbatch", "--wait", "--parsable", "--ntasks=2", "--baton=ddp", f"--output={output}",
+                          *extra, script], job_env, timeout=240)
+        job = text.strip().splitlines()[-1].split(";")[0] if text.strip() else ""
+        if code != 0:
+            raise Failure(f"sbatch of {name} exited with {code}:\n{text}\njob output:\n{read(output)}")
+        ranks = []
+        for rank in range(2):
+            with open(os.path.join(results, f"restored-{rank}")) as r, open(os.path.join(results, f"exit-{rank}")) as e:
+                ranks.append({"restored": json.load(r), "exit": json.load(e)})
+        return job, ranks, results
+
+    job, ranks, _ = submit_ddp("ddp1", 1_000_000, ["--time=1", "--baton-margin=20"])
+    steps = {r["exit"]["step"] for r in ranks}
+    if len(steps) != 1 or not all(r["exit"]["should_exit"] and not r["exit"]["finished"] for r in ranks):
+        raise Failure(f"job {job}: the ranks did not stop together at the final checkpoint: {ranks}")
+    final_step = steps.pop()
+    if job_state(env, job) != "COMPLETED":
+        raise Failure(f"job {job} ended {job_state(env, job)}, not COMPLETED")
+    chain = os.path.join(base, "chains", "root", "ddp")
+    with open(os.path.join(chain, f"ckpt-{final_step:012d}", "manifest.json")) as f:
+        manifest = json.load(f)
+    if manifest["format_version"] != 2 or manifest["world_size"] != 2 or not manifest["final"]:
+        raise Failure(f"the final checkpoint is not one two-rank checkpoint: {manifest}")
+    print(f"job {job}: both ranks stopped at the two-rank final checkpoint of step {final_step}", flush=True)
+
+    total = final_step + 40
+    job, ranks, results = submit_ddp("ddp2", total, ["--time=2"])
+    if {r["restored"]["iteration"] for r in ranks} != {final_step} or not all(r["exit"]["finished"] for r in ranks):
+        raise Failure(f"job {job} did not resume both ranks from step {final_step} and finish: {ranks}")
+    finals = [torch.load(os.path.join(results, f"final-{rank}.pt")) for rank in range(2)]
+
+    reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=total, example=args.example),
+                                os.path.join(base, "ddp-reference"), os.path.join(base, "ddp-reference-results"),
+                                interval=1_000_000)
+    codes = reference.wait(600)
+    if any(codes):
+        raise Failure(f"the straight two-rank run failed: {reference.tail()}")
+    for rank, expected in enumerate(reference.finals()):
+        if not ddp_test.same_state(expected, finals[rank]):
+            raise Failure(f"rank {rank}: the chain's final state differs from the straight two-rank run")
+    print(f"job {job}: both ranks resumed from step {final_step}; {total} steps bit-identical to a straight run",
+          flush=True)
+
+    # The plugin's reports (spooled: no batond here) name the step's two tasks and the checkpoint's layout.
+    exits = [e for e in map(json.loads, read(os.path.join(chain, ".baton-spool", "events.jsonl")).splitlines())
+             if e["kind"] == "task_exit" and e["step"] == "0" and e["checkpoint"]]
+    if not exits or not all(e["tasks"] == 2 and e["checkpoint"]["world_size"] == 2
+                            and e["checkpoint"]["region_layouts"].get("replicated", 0) > 0 for e in exits):
+        raise Failure(f"the step's reports do not name two tasks and a two-rank checkpoint: {exits}")
+    print("the plugin reported the step's 2 tasks and the checkpoint's world size and layouts", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sbatch-script", required=True)
@@ -122,6 +205,7 @@ def main():
             raise Failure(f"cannot start Slurm:\n{text}")
         env = dict(os.environ, SLURM_CONF=conf.split("=", 1)[1])
         chain_test(args, base, env)
+        ddp_chain_test(args, base, env)
     except (Failure, subprocess.TimeoutExpired) as failure:
         print(f"FAILED: {failure}", flush=True)
         return 1
