@@ -26,7 +26,7 @@ struct StepEvent {
     std::string node;
     int restartCount = 0;
     std::optional<std::int64_t> deadlineUnix;
-    std::optional<std::uint32_t> tasks; // the step's tasks (its world size), when Slurm says
+    std::optional<std::uint32_t> tasks; // Slurm's task count of the step (an srun step's world size)
     std::optional<std::uint32_t> task; // global task id, task events only
     std::optional<int> waitStatus; // raw wait status, task events only
     std::optional<CheckpointSummary> checkpoint;
