@@ -1109,6 +1109,20 @@ std::string Checkpointer::Impl::prepareCandidate(const fs::path& dir, Candidate&
     return {};
 }
 
+// What a restore reports about the checkpoint it took, from that checkpoint's manifest.
+static void describeRestored(
+    RestoreResult& result, const Manifest& manifest, const std::filesystem::path& dir)
+{
+    result.restored = true;
+    result.iteration = manifest.iteration;
+    result.epoch = manifest.epoch;
+    result.dir = dir;
+    result.jobId = manifest.jobId;
+    result.restartCount = manifest.restartCount;
+    result.final = manifest.final;
+    result.trainingDone = manifest.trainingDone;
+}
+
 void Checkpointer::Impl::applyCandidate(const Candidate& candidate, RestoreResult& result)
 {
     std::vector<Piece> hostCopies;
@@ -1130,14 +1144,7 @@ void Checkpointer::Impl::applyCandidate(const Candidate& candidate, RestoreResul
     for (const auto& blob : candidate.blobs)
         result.blobs[blob.region].assign(staging + blob.from, staging + blob.from + blob.size);
     const Manifest& manifest = candidate.manifest;
-    result.restored = true;
-    result.iteration = manifest.iteration;
-    result.epoch = manifest.epoch;
-    result.dir = candidate.dir;
-    result.jobId = manifest.jobId;
-    result.restartCount = manifest.restartCount;
-    result.final = manifest.final;
-    result.trainingDone = manifest.trainingDone;
+    describeRestored(result, manifest, candidate.dir);
     result.manifest = manifest.document;
     result.unclaimedRegions = candidate.unclaimed;
     epoch = result.epoch;
@@ -1322,14 +1329,7 @@ RestoreResult Checkpointer::restore()
             const std::byte* from = impl_->staging + entry.offset;
             result.blobs[entry.name].assign(from, from + entry.size);
         }
-        result.restored = true;
-        result.iteration = manifest.iteration;
-        result.epoch = manifest.epoch;
-        result.dir = it->dir;
-        result.jobId = manifest.jobId;
-        result.restartCount = manifest.restartCount;
-        result.final = manifest.final;
-        result.trainingDone = manifest.trainingDone;
+        describeRestored(result, manifest, it->dir);
         result.manifest = std::move(manifest.document);
         impl_->epoch = result.epoch;
         return result;

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <exception>
 #include <map>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 
 namespace baton::sim {
 
@@ -17,6 +17,19 @@ namespace {
 
 constexpr std::int64_t predecessorId = -1;
 constexpr std::int64_t successorId = -2;
+
+// What a policy sees at `t`, the simulator advanced there, about a job of `shape` whose run ends at `end`.
+DecisionPoint decisionPointAt(
+    const Simulator& sim, std::int64_t t, std::int64_t end, const JobShape& shape, bool withFeatures = true)
+{
+    DecisionPoint p;
+    p.now = t;
+    p.remaining = end - t;
+    if (withFeatures)
+        p.features = queueFeatures(sim, shape);
+    p.recentMeanWait = sim.recentMeanWait();
+    return p;
+}
 
 Job probeJob(std::int64_t id, std::int64_t submit, int nodes, const ProtocolConfig& config)
 {
@@ -97,11 +110,7 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
         if (policies.empty() && !sampleHere)
             continue; // collecting training data only: no need to look at every tick
         probe.advanceTo(t);
-        DecisionPoint p;
-        p.now = t;
-        p.remaining = predEnd - t;
-        p.features = queueFeatures(probe, shape);
-        p.recentMeanWait = probe.recentMeanWait();
+        const DecisionPoint p = decisionPointAt(probe, t, predEnd, shape);
         points.push_back(p);
         if (sampleHere) {
             if (auto started = successorStart(probe, nodes, config, result.forks))
@@ -373,13 +382,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
             Simulator look = sim.fork();
             for (std::int64_t t = look.now(); t < end; t += config.tick) {
                 look.advanceTo(t);
-                DecisionPoint p;
-                p.now = t;
-                p.remaining = end - t;
-                if (features)
-                    p.features = queueFeatures(look, shape);
-                p.recentMeanWait = look.recentMeanWait();
-                points.push_back(p);
+                points.push_back(decisionPointAt(look, t, end, shape, features));
             }
             const std::size_t i = policy.firstSubmit(points);
             const std::int64_t submitted = i < points.size() ? points[i].now : end;
@@ -514,12 +517,7 @@ std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>
                 = predEnd - std::min(window, config.limit) / decisionEvery * decisionEvery;
             for (std::int64_t t = std::max(first, *predStart); t < predEnd; t += decisionEvery) {
                 probe.advanceTo(t);
-                DecisionPoint p;
-                p.now = t;
-                p.remaining = predEnd - t;
-                p.features = queueFeatures(probe, shape);
-                p.recentMeanWait = probe.recentMeanWait();
-                e.points.push_back(p);
+                e.points.push_back(decisionPointAt(probe, t, predEnd, shape));
                 const auto started = successorStart(probe, nodes, config, forks);
                 e.interruptions.push_back(
                     started ? std::optional(t + started->wait - predEnd) : std::nullopt);

@@ -70,12 +70,11 @@ public:
         if (consume('}'))
             return;
         do {
-            if (peek() != '"')
-                fail("expected a member name");
             std::string scratch;
-            const std::string_view key = stringView(scratch);
+            std::string_view raw;
+            const std::string_view name = key(scratch, raw);
             expect(':');
-            onKey(key);
+            onKey(name);
         } while (consume(','));
         expect('}');
     }

@@ -1,6 +1,7 @@
 // baton's chain metric: the ledger on hand-computed chains, and whole chains on a tiny queue.
 #include "protocol.hpp"
 
+#include "fixed_lead_policy.hpp"
 #include "job_factory.hpp"
 
 #include <gtest/gtest.h>
@@ -8,31 +9,8 @@
 #include <random>
 
 using namespace baton::sim;
+using baton::sim::test::FixedLeadPolicy;
 using baton::sim::test::job;
-
-namespace {
-
-// A simple rule, real not mocked: submit when the running job has at most `lead` seconds left.
-class FixedLeadPolicy final : public Policy {
-public:
-    explicit FixedLeadPolicy(std::int64_t lead)
-        : lead_(lead)
-    { }
-    std::string name() const override { return "lead-" + std::to_string(lead_); }
-    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override
-    {
-        for (std::size_t i = 0; i < points.size(); ++i)
-            if (points[i].remaining <= lead_)
-                return i;
-        return points.size();
-    }
-    bool needsFeatures() const override { return false; }
-
-private:
-    std::int64_t lead_;
-};
-
-} // namespace
 
 // 100 h of compute, 48 h jobs, handover 60 s, 2 nodes.
 //  job 1: starts 0, checkpoints at its limit (172,740 .. 172,800); its successor starts 10 min late.

@@ -27,6 +27,17 @@ std::filesystem::path ls6Trace()
     return traceFile("ls6-a100.log");
 }
 
+// The fit of the sim README: 74 nodes and these priority weights.
+SchedulerConfig fittedLs6()
+{
+    SchedulerConfig config;
+    config.nodes = 74;
+    config.ageWeight = 100;
+    config.sizeWeight = 10;
+    config.recordedWeight = 1000;
+    return config;
+}
+
 } // namespace
 
 TEST(Ls6Replay, FittedConfigurationReproducesRecordedWaits)
@@ -34,11 +45,7 @@ TEST(Ls6Replay, FittedConfigurationReproducesRecordedWaits)
     const auto path = ls6Trace();
     if (!std::filesystem::exists(path))
         GTEST_SKIP() << path << " not found: set BATON_TRACE_DIR to the traces directory";
-    SchedulerConfig config;
-    config.nodes = 74;
-    config.ageWeight = 100;
-    config.sizeWeight = 10;
-    config.recordedWeight = 1000;
+    SchedulerConfig config = fittedLs6();
     auto loaded = loadJobs(path);
     EXPECT_EQ(loaded.unusable, 0u);
     prepareTrace(loaded.jobs, config.nodes);
@@ -132,11 +139,7 @@ TEST(Ls6Replay, InferredDependenciesImproveTheFit)
     const auto path = ls6Trace();
     if (!std::filesystem::exists(path))
         GTEST_SKIP() << path << " not found: set BATON_TRACE_DIR to the traces directory";
-    SchedulerConfig config;
-    config.nodes = 74;
-    config.ageWeight = 100;
-    config.sizeWeight = 10;
-    config.recordedWeight = 1000;
+    SchedulerConfig config = fittedLs6();
     auto loaded = loadJobs(path);
     auto plain = loaded.jobs;
     EXPECT_GT(inferDependencies(loaded.jobs, 60), 2500u);

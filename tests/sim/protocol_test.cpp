@@ -1,6 +1,7 @@
 // Mirage's protocol and metrics on a tiny trace whose answer is worked out by hand, and determinism.
 #include "protocol.hpp"
 
+#include "fixed_lead_policy.hpp"
 #include "job_factory.hpp"
 
 #include <gtest/gtest.h>
@@ -9,30 +10,8 @@
 #include <random>
 
 using namespace baton::sim;
+using baton::sim::test::FixedLeadPolicy;
 using baton::sim::test::job;
-
-namespace {
-
-// A simple rule, real not mocked: submit when the predecessor has at most `lead` seconds left.
-class FixedLeadPolicy final : public Policy {
-public:
-    explicit FixedLeadPolicy(std::int64_t lead)
-        : lead_(lead)
-    { }
-    std::string name() const override { return "lead-" + std::to_string(lead_); }
-    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override
-    {
-        for (std::size_t i = 0; i < points.size(); ++i)
-            if (points[i].remaining <= lead_)
-                return i;
-        return points.size();
-    }
-
-private:
-    std::int64_t lead_;
-};
-
-} // namespace
 
 // Two nodes. X holds one until 600; the predecessor takes the other from 0 to 1000.
 // Y (900, long) takes the node X frees; Z (950, short) then waits for the predecessor's node.

@@ -2,6 +2,7 @@
 #include "simulator.hpp"
 
 #include "job_factory.hpp"
+#include "replay_starts.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 
 using namespace baton::sim;
 using baton::sim::test::job;
+using baton::sim::test::replay;
 
 namespace {
 
@@ -20,22 +22,6 @@ SchedulerConfig cluster(int nodes, double ageWeight = 0, double sizeWeight = 0)
     c.sizeWeight = sizeWeight;
     c.maxAge = 100;
     return c;
-}
-
-// Start time of every job, by id.
-std::map<std::int64_t, std::int64_t> replay(std::vector<Job> jobs, const SchedulerConfig& config)
-{
-    prepareTrace(jobs, config.nodes);
-    auto trace = std::make_shared<const std::vector<Job>>(jobs);
-    Simulator sim(trace, config);
-    std::vector<std::int64_t> starts(trace->size(), -1);
-    sim.recordStartsInto(&starts);
-    sim.runToEnd();
-    EXPECT_TRUE(sim.finished());
-    std::map<std::int64_t, std::int64_t> byId;
-    for (std::size_t i = 0; i < trace->size(); ++i)
-        byId[(*trace)[i].id] = starts[i];
-    return byId;
 }
 
 } // namespace

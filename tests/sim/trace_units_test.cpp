@@ -5,6 +5,7 @@
 #include "trace_input.hpp"
 
 #include "job_factory.hpp"
+#include "replay_starts.hpp"
 
 #include <trace_reader.hpp>
 
@@ -14,6 +15,7 @@
 
 using namespace baton::sim;
 using baton::sim::test::job;
+using baton::sim::test::replay;
 
 namespace {
 
@@ -27,22 +29,6 @@ std::map<std::int64_t, Job> byId(const std::vector<Job>& jobs)
     std::map<std::int64_t, Job> out;
     for (const auto& j : jobs)
         out[j.id] = j;
-    return out;
-}
-
-// Start time of every job, by id, after a replay to the end.
-std::map<std::int64_t, std::int64_t> replay(std::vector<Job> jobs, const SchedulerConfig& config)
-{
-    prepareTrace(jobs, config.nodes);
-    auto trace = std::make_shared<const std::vector<Job>>(jobs);
-    Simulator sim(trace, config);
-    std::vector<std::int64_t> starts(trace->size(), -1);
-    sim.recordStartsInto(&starts);
-    sim.runToEnd();
-    EXPECT_TRUE(sim.finished());
-    std::map<std::int64_t, std::int64_t> out;
-    for (std::size_t i = 0; i < trace->size(); ++i)
-        out[(*trace)[i].id] = starts[i];
     return out;
 }
 
