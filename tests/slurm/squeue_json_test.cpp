@@ -135,6 +135,63 @@ TEST(SqueueJson, MembersOutOfTheLearntOrderReadTheSame)
         parseSqueueJson(R"({"jobs": [{"job_id": 1, "name": "a"}, {"job_id" 2}]})", 0), SqueueParseError);
 }
 
+// The reader compares the bytes between one member and the next with those of the job before; a job laid
+// out otherwise (other indentation, spacing, line breaks, a member missing or added, a name that only
+// begins like the expected one) must read exactly as the same jobs written compactly.
+TEST(SqueueJson, JobsLaidOutDifferentlyReadTheSame)
+{
+    const std::vector<std::pair<std::string, std::string>> members
+        = { { "job_id", "" }, { "user_id", "1001" }, { "name", "\"train\"" }, { "job_state", "\"RUNNING\"" },
+              { "nodes", "\"n[1-2]\"" }, { "node_count", "2" }, { "comment", "\"baton:k:1\"" } };
+    // Separators (after the comma) and colons of each job's layout.
+    const std::vector<std::pair<std::string, std::string>> layouts
+        = { { "\n      ", ": " }, { "\n      ", ": " }, { "\n        ", ": " }, { "\n      ", ":" },
+              { " ", " : " }, { "\n\t", ": " }, { "\n      ", ": " } };
+    std::string pretty = "{\n  \"jobs\": [", compact = "{\"jobs\":[";
+    for (std::size_t j = 0; j < layouts.size(); ++j) {
+        const auto& [separator, colon] = layouts[j];
+        pretty += std::string(j ? "," : "") + "\n    {";
+        compact += std::string(j ? "," : "") + "{";
+        bool first = true;
+        for (const auto& [name, value] : members) {
+            std::string text = name == "job_id" ? std::to_string(j + 1) : value;
+            if (j == 5 && name == "nodes")
+                continue; // a member missing
+            std::string key = name;
+            if (j == 6 && name == "node_count")
+                key = "node_countx"; // a name that only begins like the expected one
+            pretty += std::string(first ? "" : ",") + separator + "\"" + key + "\"" + colon + text;
+            compact += std::string(first ? "" : ",") + "\"" + key + "\":" + text;
+            first = false;
+        }
+        if (j == 2) { // a member added
+            pretty += "," + separator + "\"extra\"" + colon + "[1, {\"nodes\": \"x\"}]";
+            compact += ",\"extra\":[1,{\"nodes\":\"x\"}]";
+        }
+        pretty += "\n    }";
+        compact += "}";
+    }
+    pretty += "\n  ]\n}\n";
+    compact += "]}";
+    const auto a = parseSqueueJson(pretty, 0), b = parseSqueueJson(compact, 0);
+    ASSERT_EQ(a.jobs.size(), layouts.size());
+    ASSERT_EQ(b.jobs.size(), layouts.size());
+    for (std::size_t j = 0; j < layouts.size(); ++j) {
+        SCOPED_TRACE("job " + std::to_string(j + 1));
+        EXPECT_EQ(a.jobs[j].jobId, static_cast<JobId>(j + 1));
+        EXPECT_EQ(a.jobs[j].userId, b.jobs[j].userId);
+        EXPECT_EQ(a.jobs[j].name, b.jobs[j].name);
+        EXPECT_EQ(a.jobs[j].state, b.jobs[j].state);
+        EXPECT_EQ(a.jobs[j].nodes, b.jobs[j].nodes);
+        EXPECT_EQ(a.jobs[j].nodeCount, b.jobs[j].nodeCount);
+        EXPECT_EQ(a.jobs[j].comment, b.jobs[j].comment);
+    }
+    EXPECT_EQ(a.jobs[5].nodes, "");
+    EXPECT_EQ(a.jobs[6].nodeCount, 0);
+    EXPECT_EQ(a.jobs[4].nodes, "n[1-2]");
+    EXPECT_EQ(a.jobs[4].userId, 1001u);
+}
+
 TEST(SqueueJson, ReadsTheStructuredNumbersOfLaterReleases)
 {
     const auto s = parseSqueueJson(
