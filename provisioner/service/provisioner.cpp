@@ -323,12 +323,17 @@ bool Provisioner::startSubmission(
     return startSubmissions(one) == 1;
 }
 
-// The intents of all the chains that submit in this tick are written in a few statements and made
-// durable together (one flush to disk, however many chains reached their lead at once), before any
-// sbatch runs.
-std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> starts)
+// The intents of all the chains that submit in this tick are written in one statement and made durable
+// together with the tick's decision rows (one flush to disk, however many chains reached their lead at
+// once), before any sbatch runs.
+std::size_t Provisioner::startSubmissions(
+    std::span<const SubmissionStart> starts, std::vector<DecisionInput> decisions)
 {
-    std::vector<const SubmissionStart*> recorded;
+    if (starts.empty()) {
+        store_.recordDecisions(config_.policy, decisions);
+        return 0;
+    }
+    std::unordered_map<std::int64_t, Json> specs; // of the chains whose intent was written
     {
         std::vector<IntentRequest> requests;
         for (const SubmissionStart& start : starts) {
@@ -338,35 +343,28 @@ std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> start
         }
         db::Transaction transaction(store_.connection());
         durable(store_);
-        const std::vector<std::int64_t> ids = store_.recordIntents(requests);
-        std::vector<DecisionInput> decisions;
+        specs = store_.recordIntents(requests);
         for (const SubmissionStart& start : starts)
-            if (std::find(ids.begin(), ids.end(), start.chain->id) != ids.end()) {
-                recorded.push_back(&start);
+            if (specs.contains(start.chain->id))
                 decisions.push_back(DecisionInput { start.chain->id, "submit", start.inputs, start.reason });
-            }
         store_.recordDecisions(config_.policy, decisions);
         transaction.commit();
     }
-    // A tick reads chains without their specs (a batch script each): those that submit are read now.
-    std::vector<std::int64_t> unread;
-    for (const SubmissionStart* start : recorded)
-        if (start->chain->spec.is_null())
-            unread.push_back(start->chain->id);
-    const auto specs = store_.specs(unread);
     std::vector<SubmittedJob> submitted;
-    for (const SubmissionStart* start : recorded) {
-        const ChainRow& chain = *start->chain;
+    for (const SubmissionStart& start : starts) {
+        const ChainRow& chain = *start.chain;
+        const auto spec = specs.find(chain.id);
+        if (spec == specs.end())
+            continue;
         const int seq = chain.seq + 1;
         try {
-            const auto spec = specs.find(chain.id);
-            const auto jobId = submitIntent(chain, seq, submissionKey(chain.id, seq), start->reason,
-                spec != specs.end() ? spec->second : chain.spec);
+            const auto jobId
+                = submitIntent(chain, seq, submissionKey(chain.id, seq), start.reason, spec->second);
             if (!jobId)
                 continue;
-            const auto predicted = start->inputs.find("predicted_wait_s");
+            const auto predicted = start.inputs.find("predicted_wait_s");
             submitted.push_back(SubmittedJob { submissionKey(chain.id, seq), chain.id, *jobId,
-                predicted != start->inputs.end() && predicted->is_number()
+                predicted != start.inputs.end() && predicted->is_number()
                     ? std::optional(predicted->get<double>())
                     : std::nullopt });
         } catch (const db::DbError&) {
@@ -377,7 +375,7 @@ std::size_t Provisioner::startSubmissions(std::span<const SubmissionStart> start
         }
     }
     store_.recordSubmitted(submitted);
-    return recorded.size();
+    return specs.size();
 }
 
 void Provisioner::collectSpoolHints(const ChainRow& chain)
@@ -649,9 +647,8 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
             logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
         }
     }
-    store_.recordDecisions(config_.policy, waits);
     waitSlot_ = std::move(waitSlots);
-    startSubmissions(submissions);
+    startSubmissions(submissions, std::move(waits));
 }
 
 void Provisioner::updateGauges(const QueueSnapshot& queue)

@@ -84,8 +84,10 @@ private:
     void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
     bool startSubmission(
         const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
-    // Returns how many were recorded (and then handed to sbatch).
-    std::size_t startSubmissions(std::span<const SubmissionStart> starts);
+    // Records the intents and, in the same transaction, `decisions` (the tick's other rows) with a
+    // "submit" row for each intent; returns how many intents were recorded (and then handed to sbatch).
+    std::size_t startSubmissions(
+        std::span<const SubmissionStart> starts, std::vector<DecisionInput> decisions = {});
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);

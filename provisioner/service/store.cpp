@@ -41,8 +41,6 @@ constexpr Statement selectTickChains { "svc_tick_chains",
 constexpr Statement selectSpec { "svc_chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
 #undef BATON_CHAIN_COLUMNS
-constexpr Statement selectSpecs { "svc_chain_specs",
-    "SELECT id, coalesce(spec, 'null'::jsonb) FROM chains WHERE id = ANY($1::bigint[])", true };
 constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
     " WHERE id = $1 AND state = ANY($3::text[])" };
@@ -60,24 +58,24 @@ constexpr Statement updateSpec { "svc_spec", "UPDATE chains SET spec = $2 WHERE 
 constexpr Statement insertIntent { "svc_intent",
     "INSERT INTO submissions (chain_id, seq, idempotency_key, reason) VALUES ($1, $2, $3, $4)"
     " ON CONFLICT DO NOTHING" };
-constexpr Statement lockIntentChains { "svc_lock_intent_chains",
-    "SELECT c.id FROM chains c"
-    " JOIN jsonb_to_recordset($1::jsonb) AS r(chain_id bigint, state text, seq int)"
-    " ON c.id = r.chain_id AND c.state = r.state AND c.seq + 1 = r.seq"
-    " WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.chain_id = c.id AND s.seq = r.seq"
-    " AND s.state NOT IN ('failed', 'cancelled')) ORDER BY c.id FOR UPDATE OF c",
-    true };
-constexpr Statement moveToSuccessorPending { "svc_successor_pending",
-    "UPDATE chains SET state = 'successor_pending', resubmit_requested = false, updated_at = now()"
-    " WHERE id = ANY($1::bigint[])",
-    true };
-constexpr Statement insertIntents { "svc_intents",
-    "INSERT INTO submissions (chain_id, seq, idempotency_key, reason)"
-    " SELECT chain_id, seq, key, reason FROM jsonb_to_recordset($1::jsonb)"
-    " AS r(chain_id bigint, seq int, key text, reason text)"
-    " ON CONFLICT (chain_id, seq) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key,"
-    " reason = EXCLUDED.reason, state = 'intent', slurm_job_id = NULL, error = NULL, created_at = now(),"
-    " submitted_at = NULL WHERE submissions.state IN ('failed', 'cancelled')",
+// The intents of a tick in one statement: lock the chains still in their expected state and without a
+// live submission of the next seq (in id order, as every writer locks chains), write their intents
+// (replacing a failed or cancelled one), move them to successor_pending with their resubmit request
+// answered, and return their specs for sbatch.
+constexpr Statement recordIntentsStatement { "svc_intents",
+    "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb)"
+    "   AS r(chain_id bigint, state text, seq int, key text, reason text)),"
+    " locked AS (SELECT c.id, r.seq, r.key, r.reason FROM chains c"
+    "   JOIN r ON c.id = r.chain_id AND c.state = r.state AND c.seq + 1 = r.seq"
+    "   WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.chain_id = c.id AND s.seq = r.seq"
+    "   AND s.state NOT IN ('failed', 'cancelled')) ORDER BY c.id FOR UPDATE OF c),"
+    " intents AS (INSERT INTO submissions (chain_id, seq, idempotency_key, reason)"
+    "   SELECT id, seq, key, reason FROM locked"
+    "   ON CONFLICT (chain_id, seq) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key,"
+    "   reason = EXCLUDED.reason, state = 'intent', slurm_job_id = NULL, error = NULL, created_at = now(),"
+    "   submitted_at = NULL WHERE submissions.state IN ('failed', 'cancelled'))"
+    " UPDATE chains c SET state = 'successor_pending', resubmit_requested = false, updated_at = now()"
+    " FROM locked WHERE c.id = locked.id RETURNING c.id, coalesce(c.spec, 'null'::jsonb)",
     true };
 constexpr Statement updateSubmitted { "svc_submitted",
     "UPDATE submissions SET state = 'submitted', slurm_job_id = $2, submitted_at = now(), error = NULL"
@@ -366,17 +364,6 @@ std::vector<LiveChain> Store::liveChainsForTick()
     return live;
 }
 
-std::unordered_map<std::int64_t, Json> Store::specs(const std::vector<std::int64_t>& chainIds)
-{
-    std::unordered_map<std::int64_t, Json> specs;
-    if (chainIds.empty())
-        return specs;
-    const Result result = connection_.exec(selectSpecs, Params(bigintArray(chainIds)));
-    for (int row = 0; row < result.rows(); ++row)
-        specs.emplace(result.int64(row, 0), result.json(row, 1));
-    return specs;
-}
-
 Json Store::spec(std::int64_t chainId)
 {
     return connection_.exec(selectSpec, Params(chainId))
@@ -426,27 +413,19 @@ bool Store::recordIntent(std::int64_t chainId, int seq, const std::string& key, 
     return connection_.exec(insertIntent, Params(chainId, seq, key, reason)).affected() == 1;
 }
 
-std::vector<std::int64_t> Store::recordIntents(const std::vector<IntentRequest>& requests)
+std::unordered_map<std::int64_t, Json> Store::recordIntents(const std::vector<IntentRequest>& requests)
 {
+    std::unordered_map<std::int64_t, Json> recorded;
     if (requests.empty())
-        return {};
+        return recorded;
     Json wanted = Json::array();
     for (const IntentRequest& r : requests)
-        wanted.push_back({ { "chain_id", r.chainId }, { "state", nameOf(r.from) }, { "seq", r.seq } });
-    const Result locked = connection_.exec(lockIntentChains, Params(wanted));
-    std::vector<std::int64_t> ids;
-    for (int row = 0; row < locked.rows(); ++row)
-        ids.push_back(locked.int64(row, 0));
-    if (ids.empty())
-        return ids;
-    Json intents = Json::array();
-    for (const IntentRequest& r : requests)
-        if (std::find(ids.begin(), ids.end(), r.chainId) != ids.end())
-            intents.push_back(
-                { { "chain_id", r.chainId }, { "seq", r.seq }, { "key", r.key }, { "reason", r.reason } });
-    connection_.exec(moveToSuccessorPending, Params(bigintArray(ids)));
-    connection_.exec(insertIntents, Params(intents));
-    return ids;
+        wanted.push_back({ { "chain_id", r.chainId }, { "state", nameOf(r.from) }, { "seq", r.seq },
+            { "key", r.key }, { "reason", r.reason } });
+    const Result result = connection_.exec(recordIntentsStatement, Params(wanted));
+    for (int row = 0; row < result.rows(); ++row)
+        recorded.emplace(result.int64(row, 0), result.json(row, 1));
+    return recorded;
 }
 
 void Store::markSubmitted(const std::string& key, std::int64_t slurmJobId)

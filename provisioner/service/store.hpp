@@ -115,8 +115,6 @@ public:
     // whatever the number of chains.
     std::vector<LiveChain> liveChainsForTick();
     nlohmann::json spec(std::int64_t chainId);
-    // The specs of several chains by chain id: one query for a tick's submissions.
-    std::unordered_map<std::int64_t, nlohmann::json> specs(const std::vector<std::int64_t>& chainIds);
     // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
     bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
         const std::optional<std::string>& reason = std::nullopt);
@@ -132,8 +130,10 @@ public:
     bool recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason);
     // For many chains at once, inside the caller's transaction: locks those still in their `from` state
     // and without a live submission of `seq`, moves them to successor_pending (their resubmit request
-    // answered) and writes their intents (replacing a failed or cancelled one). Returns their ids.
-    std::vector<std::int64_t> recordIntents(const std::vector<IntentRequest>& requests);
+    // answered) and writes their intents (replacing a failed or cancelled one). Returns their specs by
+    // chain id.
+    std::unordered_map<std::int64_t, nlohmann::json> recordIntents(
+        const std::vector<IntentRequest>& requests);
     void markSubmitted(const std::string& key, std::int64_t slurmJobId);
     void markSubmission(const std::string& key, const std::string& state, const std::string& error);
     std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);
