@@ -107,6 +107,8 @@ void Provisioner::tick()
     std::optional<std::vector<LiveChain>> liveChains;
     if (events.empty())
         liveChains = store_.liveChainsForTick();
+    // The gauges show the chains as the last tick and the requests since left them.
+    updateGauges(epochNow());
     const QueueSnapshot queue = queueRead.get();
     now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
     processEvents(events, queue);
@@ -124,7 +126,6 @@ void Provisioner::tick()
         }
     }
     decide(awaiting, queue);
-    updateGauges(queue);
 }
 
 void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)
@@ -651,13 +652,13 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
     startSubmissions(submissions, std::move(waits));
 }
 
-void Provisioner::updateGauges(const QueueSnapshot& queue)
+void Provisioner::updateGauges(std::int64_t now)
 {
     for (const auto& [state, name] : chainStateNames) {
         metrics_.chains(state).Set(0);
         metrics_.checkpointAge(state).Set(0);
     }
-    for (const auto& summary : store_.stateSummary(queue.takenAt > 0 ? queue.takenAt : now_)) {
+    for (const auto& summary : store_.stateSummary(now)) {
         metrics_.chains(summary.state).Set(static_cast<double>(summary.chains));
         metrics_.checkpointAge(summary.state).Set(std::max(0.0, summary.oldestCheckpointAge));
     }

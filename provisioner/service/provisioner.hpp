@@ -91,7 +91,7 @@ private:
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
-    void updateGauges(const QueueSnapshot& queue);
+    void updateGauges(std::int64_t now);
 
     const ServiceConfig& config_;
     Store& store_;
