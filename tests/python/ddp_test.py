@@ -496,6 +496,11 @@ def reshard_test(args, launcher, base, before, after):
     exits, _ = finish(first, f"the {before}-rank launch", args.timeout)
     if {e["step"] for e in exits} != {args.stop_at} or any(e["finished"] or not e["closed_ok"] for e in exits):
         raise Failure(f"the {before} ranks did not stop at step {args.stop_at} with a final checkpoint: {exits}")
+    with open(os.path.join(chain, f"ckpt-{args.stop_at:012d}", "manifest.json")) as f:
+        manifest = json.load(f)
+    if not manifest["final"] or manifest.get("world_size") != before:
+        raise Failure(f"the checkpoint of step {args.stop_at} is not the {before} ranks' final one: "
+                      f"final {manifest['final']}, world size {manifest.get('world_size')}")
     saved = exits[0]["sampler"]
     epoch, size = saved["epoch"], saved["size"]
     if saved["position"] == 0:
@@ -595,7 +600,7 @@ def main(argv):
     if args.seed is None:
         args.seed = int(os.environ.get("BATON_TEST_SEED", random.randrange(1 << 30)))
     if args.reshard and args.stop_at <= 0:
-        args.stop_at = 30
+        args.stop_at = 31  # inside an epoch with 2 and 4 ranks, and not on the interval: close() writes it
     try:
         return run(args)
     except Failure as failure:
