@@ -24,6 +24,7 @@ int baton_sampler_next(baton_sampler* sampler, uint64_t* index);
 /* Fills out[0..count) with the next count indices. */
 int baton_sampler_next_many(baton_sampler* sampler, uint64_t* out, size_t count);
 int baton_sampler_index_at(const baton_sampler* sampler, uint64_t epoch, uint64_t position, uint64_t* index);
+/* position counts from the epoch's beginning (an offset left by a reshard no longer applies). */
 int baton_sampler_seek(baton_sampler* sampler, uint64_t epoch, uint64_t position);
 /* Continues where a saved state (a manifest's "sampler" object) left off, on this sampler's world size
  * and rank: with another number of ranks, the saved ranks' consumed part of the epoch (they took it in

@@ -119,14 +119,12 @@ std::string where(const SamplerState& state)
 
 std::uint64_t consumedPositions(const SamplerState& state)
 {
-    // A valid state has position · ranks < size − offset (see ResumableSampler); the clamp keeps an
-    // unsettled one (position at the epoch's end) meaningful.
-    if (state.offset >= state.size || state.ranks == 0)
+    // A settled state has position < its share of the N − offset positions left, so
+    // offset + position · ranks < N; a state at its epoch's end (not yet moved on) has taken it all.
+    if (state.offset >= state.size || state.ranks == 0
+        || state.position >= share(state.size - state.offset, state.ranks, state.dropLast))
         return state.size;
-    const std::uint64_t remaining = state.size - state.offset;
-    if (state.position >= (remaining + state.ranks - 1) / state.ranks)
-        return state.size;
-    return std::min(state.size, state.offset + state.position * state.ranks);
+    return state.offset + state.position * state.ranks;
 }
 
 SamplerState reshardedState(std::span<const SamplerState> saved, std::uint64_t ranks, std::uint64_t rank)
