@@ -70,6 +70,14 @@ int baton_sampler_seek(baton_sampler* sampler, uint64_t epoch, uint64_t position
     return lastError.guarded([&] { sampler->sampler.seek(epoch, position); });
 }
 
+int baton_sampler_resume(baton_sampler* sampler, const char* state_json)
+{
+    if (!lastError.present(sampler) || !lastError.present(state_json))
+        return -1;
+    return lastError.guarded(
+        [&] { sampler->sampler.resume(nlohmann::json::parse(state_json).get<baton::ckpt::SamplerState>()); });
+}
+
 uint64_t baton_sampler_epoch(const baton_sampler* sampler)
 {
     return sampler ? sampler->sampler.epoch() : 0;
@@ -83,6 +91,11 @@ uint64_t baton_sampler_position(const baton_sampler* sampler)
 uint64_t baton_sampler_samples_per_epoch(const baton_sampler* sampler)
 {
     return sampler ? sampler->sampler.samplesPerEpoch() : 0;
+}
+
+uint64_t baton_sampler_samples_in_epoch(const baton_sampler* sampler)
+{
+    return sampler ? sampler->sampler.samplesInEpoch(sampler->sampler.epoch()) : 0;
 }
 
 size_t baton_sampler_state_json(const baton_sampler* sampler, char* buffer, size_t capacity)

@@ -104,19 +104,19 @@ RestoreResult Session::restore()
             } catch (const std::invalid_argument& error) {
                 throw Error(std::string("the checkpoint's sampler state is unusable: ") + error.what());
             }
-            const SamplerState& mine = sampler_->state();
-            if (saved.size != mine.size || saved.seed != mine.seed)
-                throw Error("the checkpoint's sampler has size " + std::to_string(saved.size) + " and seed "
-                    + std::to_string(saved.seed) + ", the attached one size " + std::to_string(mine.size)
-                    + " and seed " + std::to_string(mine.seed));
-            std::uint64_t position = saved.position;
-            if (saved.ranks != mine.ranks || saved.dropLast != mine.dropLast) {
-                // Keep the number of samples the whole job has consumed, in whole steps of the new layout.
-                position = saved.position * saved.ranks / mine.ranks;
-                log("sampler: " + std::to_string(saved.ranks) + " ranks before, " + std::to_string(mine.ranks)
-                    + " now: resuming at position " + std::to_string(position));
+            const std::uint64_t savedRanks = saved.ranks;
+            try {
+                // On another world size the saved ranks' consumed part of the epoch stays done and this
+                // world shares the rest (reshardedState in sampler.hpp).
+                sampler_->resume(saved);
+            } catch (const std::invalid_argument& error) {
+                throw Error(std::string("the checkpoint's sampler state does not fit: ") + error.what());
             }
-            sampler_->seek(saved.epoch, std::min(position, sampler_->samplesPerEpoch()));
+            if (savedRanks != sampler_->state().ranks)
+                log("sampler: " + std::to_string(savedRanks) + " ranks before, "
+                    + std::to_string(sampler_->state().ranks) + " now: epoch "
+                    + std::to_string(sampler_->epoch()) + " continues after its first "
+                    + std::to_string(sampler_->offset()) + " positions");
         }
         lastIteration_ = result.iteration;
     }

@@ -151,6 +151,202 @@ TEST(ResumableSampler, RejectsBadConfigurationAndState)
               .get<SamplerState>();
     EXPECT_EQ(state.epoch, 2u);
     EXPECT_FALSE(state.dropLast);
+    EXPECT_EQ(state.offset, 0u); // written before resharding existed
+    EXPECT_THROW(
+        nlohmann::json::parse(R"({"seed":1,"epoch":2,"position":3,"size":4,"ranks":1,"rank":0,"offset":-2})")
+            .get<SamplerState>(),
+        std::invalid_argument);
+}
+
+namespace {
+
+std::uint64_t share(std::uint64_t remaining, std::uint64_t ranks, bool dropLast)
+{
+    return dropLast ? remaining / ranks : (remaining + ranks - 1) / ranks;
+}
+
+// What `from` ranks in lockstep take of epoch `epoch` (each `taken` samples from the epoch's start),
+// then what `to` ranks take of the rest of that epoch after restoring rank 0's saved state (JSON, as
+// the manifest carries it), checked against the rule: the epoch's positions [0, G) by the old ranks,
+// [G, G + k·M) by the new ones (k = each new rank's share of the N − G left), wrapping to the epoch's
+// first positions for padding; with drop_last the last (N − G) mod M positions are left out. Then
+// each new rank's next epoch must be a plain one.
+void checkReshard(
+    std::uint64_t size, std::uint64_t from, std::uint64_t to, bool dropLast, std::uint64_t taken)
+{
+    const std::uint64_t seed = 31;
+    const std::uint64_t epoch = 2;
+    SCOPED_TRACE("size " + std::to_string(size) + ", " + std::to_string(from) + " -> " + std::to_string(to)
+        + " ranks, drop_last " + std::to_string(dropLast) + ", " + std::to_string(taken) + " taken per rank");
+    std::map<std::uint64_t, int> visits; // index -> times seen in the epoch
+    std::vector<SamplerState> saved;
+    for (std::uint64_t rank = 0; rank < from; ++rank) {
+        ResumableSampler old(size, seed, from, rank, dropLast);
+        old.seek(epoch, 0);
+        for (std::uint64_t i = 0; i < taken; ++i)
+            ++visits[old.next()];
+        saved.push_back(nlohmann::json(old.state()).get<SamplerState>());
+    }
+    const bool boundary = taken == share(size, from, dropLast);
+    const std::uint64_t consumed = boundary ? 0 : taken * from;
+    EXPECT_EQ(consumedPositions(saved[0]), consumed);
+    const std::uint64_t left = size - consumed;
+    const std::uint64_t each = share(left, to, dropLast);
+    std::uint64_t newVisits = 0;
+    for (std::uint64_t rank = 0; rank < to; ++rank) {
+        ResumableSampler resumed(size, seed, to, rank, dropLast);
+        resumed.resume(saved[0]); // what a data-parallel restore on another world size hands every rank
+        ResumableSampler fromAll(size, seed, to, rank, dropLast);
+        fromAll.resume(saved); // every old rank's state: the same, checked for lockstep
+        EXPECT_EQ(nlohmann::json(fromAll.state()), nlohmann::json(resumed.state()));
+        if (boundary) {
+            // The old ranks finished the epoch: the new ones start the next one from its beginning.
+            EXPECT_EQ(resumed.epoch(), epoch + 1);
+            EXPECT_EQ(resumed.position(), 0u);
+            EXPECT_EQ(resumed.offset(), 0u);
+            continue;
+        }
+        // An emptied epoch (drop_last, fewer positions left than ranks) moves on at once.
+        EXPECT_EQ(resumed.epoch(), each == 0 ? epoch + 1 : epoch);
+        EXPECT_EQ(resumed.samplesInEpoch(epoch), each == 0 ? resumed.samplesPerEpoch() : each);
+        // Saved and restored again mid-way (same world), through JSON: the same continuation.
+        for (std::uint64_t i = 0; i < each; ++i) {
+            if (i == each / 2) {
+                ResumableSampler again(size, seed, to, rank, dropLast);
+                again.resume(nlohmann::json(resumed.state()).get<SamplerState>());
+                EXPECT_EQ(nlohmann::json(again.state()), nlohmann::json(resumed.state()));
+                EXPECT_EQ(again.indexAt(epoch, i), resumed.indexAt(epoch, i));
+            }
+            ++visits[resumed.next()];
+            ++newVisits;
+        }
+        EXPECT_EQ(resumed.epoch(), epoch + 1);
+        EXPECT_EQ(resumed.position(), 0u);
+        EXPECT_EQ(resumed.offset(), 0u);
+        // The next epoch is a plain one of this world.
+        ResumableSampler plain(size, seed, to, rank, dropLast);
+        plain.seek(epoch + 1, 0);
+        for (std::uint64_t i = 0; i < plain.samplesPerEpoch(); ++i)
+            ASSERT_EQ(resumed.next(), plain.next());
+    }
+    if (boundary)
+        return;
+    ASSERT_EQ(newVisits, each * to);
+    const std::uint64_t total = consumed + each * to;
+    // Padding: positions [N, total) wrap to the epoch's first total − N positions, seen twice.
+    const std::uint64_t twice = total > size ? total - size : 0;
+    // Drop: positions [total, N) are nobody's.
+    const std::uint64_t dropped = total < size ? size - total : 0;
+    EXPECT_EQ(dropped, dropLast ? left % to : 0);
+    EXPECT_TRUE(dropLast || twice < to);
+    for (std::uint64_t position = 0; position < size; ++position) {
+        const std::uint64_t index = permutedIndex(position, size, seed, epoch);
+        const int expected = position < twice ? 2 : position >= size - dropped ? 0 : 1;
+        EXPECT_EQ(visits.count(index) ? visits[index] : 0, expected)
+            << "index " << index << " at position " << position;
+    }
+}
+
+} // namespace
+
+TEST(ResumableSampler, ReshardsAnEpochOntoAnotherWorldSize)
+{
+    const std::pair<std::uint64_t, std::uint64_t> worlds[] = { { 4, 2 }, { 2, 4 }, { 3, 2 }, { 2, 3 } };
+    for (const std::uint64_t size : { 48ull, 53ull, 101ull }) {
+        for (const auto& [from, to] : worlds) {
+            for (const bool dropLast : { false, true }) {
+                const std::uint64_t perRank = share(size, from, dropLast);
+                // The epoch's start, every cut in its middle, its last sample, and its end (a boundary).
+                for (std::uint64_t taken = 0; taken <= perRank; ++taken)
+                    checkReshard(size, from, to, dropLast, taken);
+            }
+        }
+    }
+}
+
+TEST(ResumableSampler, ReshardsAgainBeforeTheEpochEnds)
+{
+    // 4 ranks take 5 samples each of 53, 2 ranks take 7 more each, then 3 ranks finish the epoch:
+    // every index once, but for the padding's wrap to the epoch's first positions.
+    const std::uint64_t size = 53;
+    std::map<std::uint64_t, int> visits;
+    SamplerState state;
+    for (std::uint64_t rank = 0; rank < 4; ++rank) {
+        ResumableSampler sampler(size, 8, 4, rank);
+        for (int i = 0; i < 5; ++i)
+            ++visits[sampler.next()];
+        state = sampler.state();
+    }
+    SamplerState second;
+    for (std::uint64_t rank = 0; rank < 2; ++rank) {
+        ResumableSampler sampler(size, 8, 2, rank);
+        sampler.resume(state);
+        EXPECT_EQ(sampler.offset(), 20u);
+        for (int i = 0; i < 7; ++i)
+            ++visits[sampler.next()];
+        second = nlohmann::json(sampler.state()).get<SamplerState>();
+    }
+    EXPECT_EQ(consumedPositions(second), 34u);
+    std::uint64_t drawn = 0;
+    for (std::uint64_t rank = 0; rank < 3; ++rank) {
+        ResumableSampler sampler(size, 8, 3, rank);
+        sampler.resume(second);
+        EXPECT_EQ(sampler.offset(), 34u);
+        EXPECT_EQ(sampler.samplesInEpoch(0), 7u); // ceil(19 / 3)
+        while (sampler.epoch() == 0) {
+            ++visits[sampler.next()];
+            ++drawn;
+        }
+    }
+    EXPECT_EQ(drawn, 21u);
+    // 34 + 21 = 55 positions: the epoch's first two indices twice, every other once.
+    for (std::uint64_t position = 0; position < size; ++position)
+        EXPECT_EQ(visits[permutedIndex(position, size, 8, 0)], position < 2 ? 2 : 1) << position;
+}
+
+TEST(ResumableSampler, RefusesStatesItCannotMap)
+{
+    ResumableSampler mine(50, 4, 2, 1);
+    const SamplerState other = ResumableSampler(50, 5, 4, 0).state();
+    EXPECT_THROW(mine.resume(other), std::invalid_argument); // seed
+    EXPECT_THROW(mine.resume(ResumableSampler(51, 4, 4, 0).state()), std::invalid_argument); // size
+    EXPECT_THROW(
+        mine.resume(ResumableSampler(50, 4, 4, 0, true).state()), std::invalid_argument); // drop_last
+    // Ranks not in lockstep: their consumed part of the epoch is not one prefix of its order.
+    std::vector<SamplerState> states;
+    for (std::uint64_t rank = 0; rank < 4; ++rank) {
+        ResumableSampler sampler(50, 4, 4, rank);
+        for (std::uint64_t i = 0; i < 3 + (rank == 2 ? 1 : 0); ++i)
+            sampler.next();
+        states.push_back(sampler.state());
+    }
+    try {
+        mine.resume(states);
+        FAIL() << "ranks out of lockstep were accepted";
+    } catch (const std::invalid_argument& error) {
+        EXPECT_NE(std::string(error.what()).find("not in lockstep"), std::string::npos) << error.what();
+        EXPECT_NE(std::string(error.what()).find("rank 2 of 4 at epoch 0 position 4"), std::string::npos)
+            << error.what();
+    }
+    states[2] = states[1];
+    EXPECT_THROW(mine.resume(states), std::invalid_argument); // rank 1 twice
+    EXPECT_THROW(mine.resume(std::span<const SamplerState>()), std::invalid_argument);
+    // Impossible states: an offset outside the epoch, a position past the resharded epoch's share.
+    SamplerState bad = ResumableSampler(50, 4, 4, 0).state();
+    bad.offset = 50;
+    EXPECT_THROW(mine.resume(bad), std::invalid_argument);
+    bad.offset = 40;
+    bad.position = 4; // ceil(10 / 4) = 3 is the most
+    EXPECT_THROW(mine.resume(bad), std::invalid_argument);
+    // A refused state leaves the sampler as it was.
+    EXPECT_EQ(nlohmann::json(mine.state()), nlohmann::json(ResumableSampler(50, 4, 2, 1).state()));
+    // seek() starts the epoch from its beginning: a reshard's offset no longer applies.
+    bad.position = 1;
+    mine.resume(bad);
+    EXPECT_EQ(mine.offset(), 44u);
+    mine.seek(mine.epoch(), 0);
+    EXPECT_EQ(mine.offset(), 0u);
+    EXPECT_EQ(mine.samplesInEpoch(mine.epoch()), 25u);
 }
 
 TEST(SamplerCApi, MatchesTheCppSampler)
@@ -187,6 +383,28 @@ TEST(SamplerCApi, MatchesTheCppSampler)
     EXPECT_EQ(baton_sampler_create(10, 1, 2, 5, 0), nullptr);
     EXPECT_NE(std::string(baton_sampler_last_error()).find("rank"), std::string::npos);
     EXPECT_EQ(baton_sampler_from_json("{not json"), nullptr);
+
+    // Resuming a 4-rank state on 2 ranks through C matches the C++ sampler.
+    ResumableSampler four(1000, 11, 4, 0);
+    for (int i = 0; i < 30; ++i)
+        four.next();
+    const std::string saved = nlohmann::json(four.state()).dump();
+    baton_sampler* two = baton_sampler_create(1000, 11, 2, 1, 0);
+    ASSERT_EQ(baton_sampler_resume(two, saved.c_str()), 0) << baton_sampler_last_error();
+    ResumableSampler twoCpp(1000, 11, 2, 1);
+    twoCpp.resume(four.state());
+    EXPECT_EQ(baton_sampler_samples_in_epoch(two), twoCpp.samplesInEpoch(0));
+    EXPECT_EQ(baton_sampler_samples_in_epoch(two), 440u); // (1000 − 120) / 2
+    for (int i = 0; i < 500; ++i) {
+        ASSERT_EQ(baton_sampler_next(two, &a), 0);
+        ASSERT_EQ(a, twoCpp.next());
+    }
+    EXPECT_EQ(
+        baton_sampler_resume(two, R"({"seed":12,"epoch":0,"position":0,"size":1000,"ranks":4,"rank":0})"),
+        -1);
+    EXPECT_NE(std::string(baton_sampler_last_error()).find("seed 12"), std::string::npos);
+    EXPECT_EQ(baton_sampler_resume(two, nullptr), -1);
+    baton_sampler_destroy(two);
     EXPECT_EQ(baton_sampler_from_json(nullptr), nullptr);
     EXPECT_EQ(samplerFromC(), 0);
 }

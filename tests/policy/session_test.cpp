@@ -118,6 +118,43 @@ TEST(Session, CheckpointsWithSamplerAndTuningAndResumesFromThem)
         log.begin(), log.end(), [](const std::string& l) { return l.find("keeping k") != l.npos; }));
 }
 
+TEST(Session, ContinuesTheSamplersEpochOnAnotherWorldSize)
+{
+    // A job whose sampler is rank 0 of 4 ends after 10 iterations (positions 0..39 of epoch 0 taken by
+    // the 4 ranks); the next job's sampler is rank 1 of 2: it continues at position 41 of the same order.
+    TempDir dir("baton-session-reshard");
+    std::vector<std::uint64_t> state(64);
+    {
+        Session session(sessionOptions(dir.path()));
+        session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+        ResumableSampler sampler(100, 3, 4, 0);
+        session.attachSampler(&sampler);
+        train(session, sampler, state, 0, 10, std::chrono::milliseconds(1));
+        session.markTrainingDone(); // finish() then commits iteration 9 whatever the policy did
+        ASSERT_TRUE(session.finish());
+    }
+    std::vector<std::string> log;
+    Session session(sessionOptions(dir.path(), &log));
+    session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    ResumableSampler sampler(100, 3, 2, 1);
+    session.attachSampler(&sampler);
+    ASSERT_TRUE(session.restore().restored);
+    EXPECT_EQ(sampler.epoch(), 0u);
+    EXPECT_EQ(sampler.offset(), 40u);
+    EXPECT_EQ(sampler.position(), 0u);
+    EXPECT_EQ(sampler.samplesInEpoch(0), 30u);
+    EXPECT_EQ(sampler.next(), permutedIndex(41, 100, 3, 0));
+    EXPECT_TRUE(std::any_of(log.begin(), log.end(),
+        [](const std::string& l) { return l.find("4 ranks before, 2 now") != l.npos; }));
+
+    // A sampler over another data set cannot continue that order.
+    Session other(sessionOptions(dir.path()));
+    other.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    ResumableSampler different(101, 3, 2, 1);
+    other.attachSampler(&different);
+    EXPECT_THROW(other.restore(), Error);
+}
+
 TEST(Session, BadEnvironmentIsAConfigError)
 {
     ::setenv("BATON_CHAIN_DIR", "/tmp", 1);

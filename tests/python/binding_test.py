@@ -306,10 +306,37 @@ class SamplerTest(unittest.TestCase):
         self.assertTrue(all(len(s) == 4 for s in shards))
         self.assertEqual(set().union(*shards), set(range(10)))
 
+    def test_another_world_size_continues_the_epoch(self):
+        # 4 ranks take 5 samples each of 50 in lockstep; 2 ranks restored from rank 0's state take the
+        # rest of the epoch: every index once (50 - 20 = 30 positions split evenly), then whole epochs.
+        old = [baton.torch.ResumableSampler(50, seed=3, num_replicas=4, rank=r) for r in range(4)]
+        taken = [index for sampler in old for _, index in zip(range(5), iter(sampler))]
+        state = old[0].state_dict()
+        new = [baton.torch.ResumableSampler(50, seed=3, num_replicas=2, rank=r) for r in range(2)]
+        rest = []
+        for sampler in new:
+            sampler.load_state_dict(state)
+            self.assertEqual((sampler.epoch, sampler.position, sampler.state_dict()["offset"]), (0, 0, 20))
+            rest += list(sampler)
+            self.assertEqual((sampler.epoch, sampler.position), (1, 0))
+        self.assertEqual(sorted(taken + rest), list(range(50)))
+        self.assertEqual(len(list(new[0])), 25)  # the next epoch is a whole one
+        old_state = dict(state, ranks=4, rank=0)
+        del old_state["offset"]  # a state written before resharding existed
+        new[1].load_state_dict(old_state)
+        self.assertEqual(new[1].state_dict()["offset"], 20)
+        # The saved ranks' states disagreeing on the position: not in lockstep.
+        with self.assertRaisesRegex(ValueError, "lockstep"):
+            new[0]._native.resume([old[0].state_dict(), dict(old[1].state_dict(), position=4)])
+
     def test_a_different_sampler_is_refused(self):
         state = baton.torch.ResumableSampler(50, seed=4).state_dict()
         with self.assertRaisesRegex(baton.torch.RestoreError, "seed"):
             baton.torch.ResumableSampler(50, seed=5).load_state_dict(state)
+        with self.assertRaisesRegex(baton.torch.RestoreError, "size 50"):
+            baton.torch.ResumableSampler(51, seed=4, num_replicas=2, rank=0).load_state_dict(state)
+        with self.assertRaisesRegex(baton.torch.RestoreError, "drop_last"):
+            baton.torch.ResumableSampler(50, seed=4, drop_last=True).load_state_dict(state)
         with self.assertRaises(ValueError):
             baton.torch.ResumableSampler(3, seed=0, num_replicas=2, rank=2)
 

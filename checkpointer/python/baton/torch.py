@@ -194,6 +194,11 @@ class ResumableSampler(torch.utils.data.Sampler):
     default to torch.distributed's world when it is initialized). The position counts the indices this
     sampler has handed out; with a DataLoader, use ``num_workers=0`` or accept that prefetched batches
     count as taken.
+
+    ``load_state_dict`` accepts the state of another world size (a DDP checkpoint restored on another
+    number of ranks hands every rank rank 0's state): the saved ranks took the epoch's first
+    ``offset + position * ranks`` positions in lockstep; this world shares the rest of that epoch (rank
+    r takes the next positions r, r + R, ...), then continues with whole epochs.
     """
 
     def __init__(self, data_source_or_size, seed: int = 0, num_replicas: Optional[int] = None,
@@ -216,11 +221,10 @@ class ResumableSampler(torch.utils.data.Sampler):
 
     def __iter__(self) -> Iterator[int]:
         # Lazy: the remaining count is taken when the first index is asked for, so that an iterator
-        # created before a restore still continues from the restored position.
+        # created before a restore still continues from the restored position. The native sampler
+        # moves to the next epoch at an epoch's end, so an epoch never starts here at its end.
         native = self._native
-        if native.position >= native.samples_per_epoch:
-            native.seek(native.epoch + 1, 0)
-        remaining = native.samples_per_epoch - native.position
+        remaining = native.samples_in_epoch - native.position
         for _ in range(remaining):
             if self._boundary is not None:
                 self._boundary()
@@ -242,11 +246,10 @@ class ResumableSampler(torch.utils.data.Sampler):
         return dict(self._native.state)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        mine = self._native.state
-        for key in ("seed", "size", "ranks", "rank", "drop_last"):
-            if key in state and state[key] != mine[key]:
-                raise RestoreError(f"the checkpoint's sampler has {key} = {state[key]}, this one {mine[key]}")
-        self._native.seek(state["epoch"], state["position"])
+        try:
+            self._native.resume(state)
+        except ValueError as error:
+            raise RestoreError(f"the checkpoint's sampler state does not fit this one: {error}") from None
 
 
 # --- torch.distributed ----------------------------------------------------------------------------------

@@ -38,8 +38,32 @@ void bindSampler(py::module_& module)
             },
             "count"_a, "The next `count` indices.")
         .def("index_at", &ResumableSampler::indexAt, "epoch"_a, "position"_a)
-        .def("seek", &ResumableSampler::seek, "epoch"_a, "position"_a)
+        .def("seek", &ResumableSampler::seek, "epoch"_a, "position"_a,
+            "Continue from (epoch, position), the position counted from the epoch's beginning.")
+        .def(
+            "resume",
+            [](ResumableSampler& self, py::handle saved) {
+                // One state dict, or a list of the saved ranks' state dicts (checked for lockstep).
+                std::vector<ckpt::SamplerState> states;
+                if (py::isinstance<py::dict>(saved)) {
+                    states.push_back(toJson(saved).get<ckpt::SamplerState>());
+                } else {
+                    for (py::handle item : saved)
+                        states.push_back(toJson(item).get<ckpt::SamplerState>());
+                }
+                self.resume(states);
+            },
+            "state"_a,
+            "Continue where a saved state (or the list of the saved ranks' states) left off, on this "
+            "sampler's world size and rank: with another number of ranks the epoch's remainder is "
+            "shared by this world. ValueError for another size, seed or drop_last, or ranks not in "
+            "lockstep.")
         .def_property_readonly("samples_per_epoch", &ResumableSampler::samplesPerEpoch)
+        .def_property_readonly(
+            "samples_in_epoch",
+            [](const ResumableSampler& self) { return self.samplesInEpoch(self.epoch()); },
+            "This rank's samples in the current epoch (fewer than samples_per_epoch after a reshard).")
+        .def_property_readonly("offset", &ResumableSampler::offset)
         .def_property_readonly("epoch", &ResumableSampler::epoch)
         .def_property_readonly("position", &ResumableSampler::position)
         .def_property_readonly("state", [](const ResumableSampler& self) {
