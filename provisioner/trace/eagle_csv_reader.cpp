@@ -164,7 +164,12 @@ const char* EagleCsvReader::rowToJob(TraceJob& job)
             job.partition = trim(field);
             break;
         case Column::Name:
+            // A quoted name may hold line breaks; the readers pass on no control characters, and the
+            // name is only a label, so they become spaces rather than cost the job.
             job.name = field;
+            std::replace_if(
+                job.name.begin(), job.name.end(), [](char c) { return c == '\n' || c == '\r' || c == '\t'; },
+                ' ');
             break;
         case Column::State:
             job.state = trim(field).substr(0, trim(field).find(' ')); // "CANCELLED by 123"
