@@ -7,9 +7,13 @@
 
 #include <gtest/gtest.h>
 
+#include <bzlib.h>
+#include <zlib.h>
+
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 namespace {
 
@@ -225,6 +229,90 @@ TEST(EagleCsv, UnclosedQuoteAndCutOffFileAreErrors)
         "line 3 opens a quoted field that is never closed");
     expectTraceError(writeFile(dir, "cut.csv", header + good + "3,u,a,p,q,60.0,1,1,0,0.0,2019-01-01 00:0"),
         "is truncated");
+}
+
+namespace {
+
+std::string fileText(const std::filesystem::path& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+std::string gzipped(const std::string& text)
+{
+    z_stream z {};
+    EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK); // 16: gzip header
+    std::string out(deflateBound(&z, text.size()), '\0');
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+    z.avail_in = static_cast<uInt>(text.size());
+    z.next_out = reinterpret_cast<Bytef*>(out.data());
+    z.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+    out.resize(z.total_out);
+    deflateEnd(&z);
+    return out;
+}
+
+std::string bzipped(const std::string& text)
+{
+    std::string out(text.size() + text.size() / 100 + 600, '\0');
+    auto size = static_cast<unsigned>(out.size());
+    EXPECT_EQ(BZ2_bzBuffToBuffCompress(out.data(), &size, const_cast<char*>(text.data()),
+                  static_cast<unsigned>(text.size()), 9, 0, 0),
+        BZ_OK);
+    out.resize(size);
+    return out;
+}
+
+// The jobs as one comparable string each.
+std::vector<std::string> described(const std::vector<TraceJob>& jobs)
+{
+    std::vector<std::string> out;
+    for (const auto& j : jobs)
+        out.push_back(std::to_string(j.jobId) + " " + j.user + " " + j.partition + " " + std::to_string(j.nodes)
+            + " " + std::to_string(j.cpus) + " " + std::to_string(j.gpus) + " " + std::to_string(j.submit) + " "
+            + std::to_string(j.start.value_or(-1)) + " " + std::to_string(j.end.value_or(-1)) + " "
+            + std::to_string(j.timeLimit) + " " + j.state + " " + j.name);
+    return out;
+}
+
+} // namespace
+
+// gzip and bzip2 files (the full dataset is published compressed) read exactly as the plain file, bad
+// rows and all, whatever their names; bzip2 made of several streams (pbzip2) reads to its end; a
+// compressed file cut off is an error, not a shorter trace.
+TEST(EagleCsv, CompressedFilesReadAsThePlainOne)
+{
+    baton::test::TempDir dir;
+    const auto plainText = fileText(dataFile("eagle_small.csv"));
+    TraceSummary plainSummary;
+    const auto plain = described(readAll(dataFile("eagle_small.csv"), TraceFormat::Auto, &plainSummary));
+    const auto half = plainText.find("\n1012,") + 1;
+    const std::pair<const char*, std::string> files[] = {
+        { "jobs.csv.gz", gzipped(plainText) },
+        { "jobs.bin", gzipped(plainText) }, // found by its magic bytes, not its name
+        { "members.csv.gz", gzipped(plainText.substr(0, half)) + gzipped(plainText.substr(half)) },
+        { "jobs.csv.bz2", bzipped(plainText) },
+        { "streams.csv.bz2", bzipped(plainText.substr(0, half)) + bzipped(plainText.substr(half)) },
+    };
+    for (const auto& [name, bytes] : files) {
+        TraceSummary summary;
+        const auto jobs = readAll(writeFile(dir, name, bytes), TraceFormat::Auto, &summary);
+        EXPECT_EQ(summary.format, TraceFormat::EagleCsv) << name;
+        EXPECT_EQ(described(jobs), plain) << name;
+        EXPECT_EQ(summary.toString(), plainSummary.toString()) << name;
+    }
+    const auto gz = gzipped(plainText);
+    expectTraceError(writeFile(dir, "cut.csv.gz", gz.substr(0, gz.size() / 2)), "damaged or truncated gzip");
+    // Cut after whole lines: only the missing end of the stream (its 8-byte trailer) tells.
+    const auto lines = gzipped(plainText.substr(0, half));
+    expectTraceError(
+        writeFile(dir, "lines.csv.gz", lines.substr(0, lines.size() - 8)), "damaged or truncated gzip");
+    const auto bz = bzipped(plainText);
+    expectTraceError(writeFile(dir, "cut.csv.bz2", bz.substr(0, bz.size() / 2)), "damaged or truncated bzip2");
 }
 
 TEST(EagleCsv, PublicSample)
