@@ -120,7 +120,7 @@ int traceCommand(std::span<const std::string> args)
     static const std::vector<Subcommand> subcommands = [] {
         CommandSpec import("batonctl trace import", "Import a job trace into the database (all or nothing).");
         import.argument("FILE", "the trace file")
-            .option("format", "FORMAT", "auto|sacct|sacct-text|sacct-parsable|sacct-json|swf", "auto")
+            .option("format", "FORMAT", "auto|sacct|sacct-text|sacct-parsable|sacct-json|swf|eagle-csv", "auto")
             .option("name", "NAME", "the trace's name (default: the file's name)")
             .flag("replace", "replace a trace of the same name")
             .option("max-rejected", "FRACTION", "refuse the file if more rows than this are bad", "0.05");

@@ -58,8 +58,10 @@ bool isLearnedPolicy(const std::string& name)
     return name == "predict" || name == "checkpoint-aware";
 }
 
-ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
+ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace, std::int64_t warmup, std::int64_t limit)
 {
+    if (warmup < 0 || limit <= 0)
+        throw std::invalid_argument("the warm-up must not be negative and the limit must be positive");
     if (trace.empty())
         throw std::invalid_argument("the trace has no jobs");
     ComparisonConfig c;
@@ -71,7 +73,9 @@ ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace)
     // Jobs submitted before the cluster ran anything tell nothing about its queue.
     first = std::max(first, firstStart);
     const std::int64_t last = trace.back().submit;
-    c.warmupEnd = first + 7 * 86400;
+    c.protocol.limit = limit;
+    c.trainingMargin = std::min<std::int64_t>(86400, limit / 2);
+    c.warmupEnd = first + warmup;
     c.split = c.warmupEnd + (last - c.warmupEnd) / 2;
     c.evaluationEnd = last - 2 * c.protocol.limit;
     c.chainEnd = last - c.chain.compute - c.protocol.limit;
@@ -87,7 +91,7 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     Comparison out;
     const bool learned = std::any_of(config.policies.begin(), config.policies.end(), isLearnedPolicy);
     // Training probes stop early enough that their counterfactuals stay (mostly) before the split.
-    const std::int64_t trainEnd = config.split - config.protocol.limit - 86400;
+    const std::int64_t trainEnd = config.split - config.protocol.limit - config.trainingMargin;
     const std::int64_t calibrationFrom = trainEnd
         - static_cast<std::int64_t>(
             config.calibrationFraction * static_cast<double>(trainEnd - config.warmupEnd));

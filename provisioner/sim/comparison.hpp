@@ -21,6 +21,9 @@ struct ComparisonConfig {
     std::int64_t evaluationEnd = 0; // no evaluation probe at or after this moment
     std::int64_t sampleEvery = 3 * 3600;
     double calibrationFraction = 0.2; // the last part of the training period, held out
+    // Training probes end this long plus one limit before the split, so that their counterfactuals
+    // stay (mostly) before it: a day, or half the limit when that is shorter (a short trace).
+    std::int64_t trainingMargin = 86400;
     // Steps of 0.05: the held-out overlap grows several-fold between neighbouring tenths, so a coarser
     // grid leaves the overlap budget far from binding.
     std::vector<double> quantileGrid { 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65,
@@ -86,11 +89,13 @@ bool isLearnedPolicy(const std::string& name);
 // The median recorded-priority input of the jobs submitted before `before`: what probe jobs get.
 double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);
 
-// Defaults derived from the trace itself: warm-up of a week after the first job, the split in the
-// middle when none is given, evaluation ending two limits before the last submission, chains starting
-// no later than their compute plus one limit before it, probes with the median recorded priority of
-// the jobs before the split.
-ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace);
+// Defaults derived from the trace itself: warm-up of `warmup` seconds (a week) after the first job, the
+// split in the middle when none is given, evaluation ending two limits before the last submission,
+// chains starting no later than their compute plus one limit before it, probes with the median
+// recorded priority of the jobs before the split. `limit` is the probe jobs' (48 h); a short trace
+// needs both shorter.
+ComparisonConfig defaultComparisonConfig(
+    const std::vector<Job>& trace, std::int64_t warmup = 7 * 86400, std::int64_t limit = 48 * 3600);
 
 // `pretrained`: use this predictor instead of training one. `trained` receives the predictor used.
 Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const ComparisonConfig& config,

@@ -60,6 +60,11 @@ void addSchedulerOptions(ctl::CommandSpec& spec)
 void addComparisonOptions(ctl::CommandSpec& spec)
 {
     spec.option("split", "YYYY-MM-DD", "train before, evaluate after (default: the middle of the trace)")
+        .option("warmup-hours", "H", "no probe in the first H hours after the first recorded start", "168")
+        .option("limit-hours", "H",
+            "limit of the probe jobs and of the chain's jobs; a trace of a few days\n"
+            "needs jobs shorter than Mirage's 48 h",
+            "48")
         .option("interval-hours", "H", "spacing of probes", "4")
         .option("shapes", "N,N", "node counts of probe chains", "1,8")
         .option("tolerance-seconds", "S", "\"within\" tolerance", "600")
@@ -107,6 +112,17 @@ std::string formatDate(std::int64_t t)
     return buf;
 }
 
+// An option in hours as whole seconds, at least `minimumSeconds`.
+std::int64_t hoursOption(const ctl::ParsedCommand& o, std::string_view name, std::int64_t minimumSeconds)
+{
+    const double hours = o.number(std::string(name));
+    if (!(hours * 3600 >= static_cast<double>(minimumSeconds) && hours <= 24 * 365))
+        throw std::invalid_argument("--" + std::string(name)
+            + (minimumSeconds > 0 ? " must be at least a minute" : " must not be negative")
+            + " and at most 8760 hours");
+    return static_cast<std::int64_t>(std::llround(hours * 3600));
+}
+
 int nonNegativeInteger(const ctl::ParsedCommand& o, std::string_view name)
 {
     const double v = o.number(name);
@@ -140,6 +156,9 @@ LoadedJobs loadReported(const ctl::ParsedCommand& o)
                   << unitName(loaded.plan.unit) << " skipped\n";
     if (loaded.withoutGpus)
         std::cerr << path << ": " << loaded.withoutGpus << " jobs without GPUs are not in the GPU pool\n";
+    if (loaded.repeatedIds)
+        std::cerr << path << ": " << loaded.repeatedIds
+                  << " jobs repeat an earlier job's id (array tasks): replayed as separate jobs with fresh ids\n";
     if (loaded.limitsFromRunTime)
         std::cerr << path << ": " << loaded.limitsFromRunTime
                   << " rows without a requested limit: their run time is used as the limit\n";
@@ -329,7 +348,7 @@ int fitCommand(const ctl::ParsedCommand& o)
             if (prepared.empty())
                 continue;
             auto trace = std::make_shared<const std::vector<Job>>(std::move(prepared));
-            const auto from = defaultComparisonConfig(*trace).warmupEnd;
+            const auto from = defaultComparisonConfig(*trace, hoursOption(o, "warmup-hours", 0)).warmupEnd;
             for (const auto& w : grid) {
                 SchedulerConfig c;
                 c.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
@@ -374,7 +393,7 @@ int fitCommand(const ctl::ParsedCommand& o)
             partitionLabel(partition).c_str(), best.line.c_str());
         // A queue unlike the real one makes every policy figure measured on it meaningless.
         if (best.fit.jobs == 0) {
-            std::printf("WARNING: partition %s: no job submitted after the warm-up week has a recorded "
+            std::printf("WARNING: partition %s: no job submitted after the warm-up has a recorded "
                         "start, so the fit cannot be judged (a model-generated trace?)\n",
                 partitionLabel(partition).c_str());
             ++poor;
@@ -395,7 +414,8 @@ int fitCommand(const ctl::ParsedCommand& o)
 ComparisonConfig comparisonFrom(
     const ctl::ParsedCommand& o, const std::vector<Job>& trace, const SchedulerConfig& scheduler)
 {
-    ComparisonConfig c = defaultComparisonConfig(trace);
+    ComparisonConfig c = defaultComparisonConfig(
+        trace, hoursOption(o, "warmup-hours", 0), hoursOption(o, "limit-hours", 60));
     c.scheduler = scheduler;
     if (const auto split = o.text("split"); !split.empty()) {
         c.split = parseDate(split);
@@ -693,7 +713,11 @@ const std::vector<ctl::Subcommand>& simCommands()
                 "and 2.5 .. 15 % below it (no recorded starts: the SWF header's size)",
                 "auto")
             .option("warn-below", "R", "warn when the best fit's correlation of log waits is below R", "0.3")
-            .option("max-age-days", "D", "age at which the age factor saturates", "7");
+            .option("max-age-days", "D", "age at which the age factor saturates", "7")
+            .option("warmup-hours", "H",
+                "jobs submitted in the first H hours after the first recorded start are not\n"
+                "compared (the queue fills up); a trace of a few days needs less than a week",
+                "168");
         addUnitOptions(fit);
         ctl::CommandSpec run(
             "batonctl sim run", "Evaluate one policy with Mirage's protocol; print a table.");

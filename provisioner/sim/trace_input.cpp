@@ -5,6 +5,8 @@
 #include <trace_reader.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <unordered_set>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -135,10 +137,23 @@ std::optional<Job> toSimJob(const trace::TraceJob& row, double maxPriority, cons
     return j;
 }
 
+namespace {
+
+// The simulator's own job CSV starts with its header; any other .csv (Eagle's job records) goes to the
+// trace readers.
+bool isJobCsv(const std::filesystem::path& path)
+{
+    std::ifstream in(path);
+    std::string header;
+    return !in || !std::getline(in, header) || header.rfind("id,", 0) == 0;
+}
+
+} // namespace
+
 LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& options)
 {
     LoadedJobs out;
-    if (path.extension() == ".csv") {
+    if (path.extension() == ".csv" && isJobCsv(path)) {
         if (options.unit != ResourceUnit::Auto && options.unit != ResourceUnit::Nodes)
             throw std::invalid_argument(path.string() + ": the job CSV counts nodes only");
         out.jobs = readJobCsv(path);
@@ -178,8 +193,10 @@ LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& option
         maxPriority = std::max(maxPriority, static_cast<double>(r.priority));
     std::map<std::string, std::uint32_t> partitionIndex;
     std::map<std::string, std::int32_t> userIndex; // dense ids, for per-user limits
+    std::int64_t maxId = 0;
     out.jobs.reserve(rows.size());
     for (const auto& r : rows) {
+        maxId = std::max({ maxId, r.jobId, r.precedingJob }); // fresh ids must not name any trace job
         auto j = toSimJob(r, maxPriority, plan);
         if (!j) {
             ++out.unusable;
@@ -201,6 +218,15 @@ LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& option
         if (r.timeLimit <= 0 && r.requestedTime <= 0)
             ++out.limitsFromRunTime;
     }
+    // Job ids must name one job each: the simulator breaks ties and finds a dependency's predecessor by
+    // id. Eagle's records keep an array's id on every task, so repeats get fresh ids above the largest.
+    std::unordered_set<std::int64_t> seen;
+    seen.reserve(out.jobs.size());
+    for (auto& j : out.jobs)
+        if (!seen.insert(j.id).second) {
+            j.id = ++maxId;
+            ++out.repeatedIds;
+        }
     return out;
 }
 

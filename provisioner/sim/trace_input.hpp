@@ -48,6 +48,7 @@ struct LoadedJobs {
     std::size_t unusable = 0; // trace rows without a run time or a size in the chosen unit
     std::size_t withoutGpus = 0; // unit gpus: rows of jobs that held no GPU (not in this pool)
     std::size_t limitsFromRunTime = 0; // rows with no requested limit: their run time stands in
+    std::size_t repeatedIds = 0; // jobs whose id an earlier job had (array tasks): given fresh ids
     std::string readerSummary; // the trace reader's own account of rejected rows
 
     // Units in one node of the simulated cluster (1 for nodes).
@@ -65,7 +66,8 @@ struct LoadedJobs {
 // A row that says it held no GPU has size 0 in the GPU unit (callers leave it out of the pool).
 std::optional<Job> toSimJob(const trace::TraceJob& row, double maxPriority, const UnitPlan& plan = {});
 
-// `.csv`: the simulator's job CSV (job_csv.hpp, node counts); anything else goes to the trace readers.
+// `.csv` with the header `id,...`: the simulator's job CSV (job_csv.hpp, node counts); anything else,
+// Eagle's job CSV included, goes to the trace readers.
 // Throws std::runtime_error (or trace::TraceError) with the file name for unreadable input, and
 // std::invalid_argument when the unit cannot be read from this trace (e.g. GPUs from an SWF file).
 LoadedJobs loadJobs(const std::filesystem::path& path, const LoadOptions& options = {});

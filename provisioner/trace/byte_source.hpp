@@ -1,9 +1,11 @@
-// Reads a file in fixed-size chunks, as lines or as single bytes, in constant memory. A NUL byte
-// anywhere means the file is binary, not a trace: TraceError.
+// Reads a file in fixed-size chunks, as lines or as single bytes, in constant memory. A file that starts
+// with gzip's or bzip2's magic bytes is decompressed as it is read (large public traces are published
+// compressed). A NUL byte anywhere in the text means the file is binary, not a trace: TraceError.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -39,10 +41,19 @@ public:
     static constexpr std::size_t maxLineBytes = 1 << 20;
 
 private:
+    enum class Compression { None, Gzip, Bzip2 };
     bool fill();
+    // Reads up to `size` bytes of text (decompressed); 0 at the end.
+    std::size_t readSome(char* into, std::size_t size);
+    void closeAll();
 
     std::filesystem::path path_;
     int fd_ = -1;
+    Compression compression_ = Compression::None;
+    void* gzip_ = nullptr; // gzFile
+    std::FILE* file_ = nullptr; // under bzip2_
+    void* bzip2_ = nullptr; // BZFILE
+    bool bzip2End_ = false;
     std::vector<char> buffer_;
     std::size_t pos_ = 0;
     std::size_t end_ = 0;

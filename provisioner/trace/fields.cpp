@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
@@ -205,6 +206,95 @@ bool isValidUtf8(std::string_view text)
         i += extra + 1;
     }
     return true;
+}
+
+bool splitCsv(std::string_view row, std::vector<std::string_view>& out, std::string& scratch)
+{
+    out.clear();
+    if (row.find('"') == std::string_view::npos) {
+        splitOn(row, ',', out);
+        return true;
+    }
+    // Every field is copied into `scratch`, reserved first: the copies are never longer than the row,
+    // so the buffer does not move and the views stay valid.
+    scratch.clear();
+    scratch.reserve(row.size());
+    std::size_t i = 0;
+    for (;;) {
+        const std::size_t start = scratch.size();
+        if (i < row.size() && row[i] == '"') {
+            ++i;
+            for (;;) {
+                if (i >= row.size())
+                    return false; // the quote is never closed
+                if (row[i] == '"') {
+                    if (i + 1 < row.size() && row[i + 1] == '"') {
+                        scratch += '"';
+                        i += 2;
+                        continue;
+                    }
+                    ++i;
+                    break;
+                }
+                scratch += row[i++];
+            }
+            if (i < row.size() && row[i] != ',')
+                return false; // text after the closing quote
+        } else {
+            const auto comma = row.find(',', i);
+            const auto end = comma == std::string_view::npos ? row.size() : comma;
+            const auto field = row.substr(i, end - i);
+            if (field.find('"') != std::string_view::npos)
+                return false; // a quote inside an unquoted field
+            scratch.append(field);
+            i = end;
+        }
+        out.emplace_back(scratch.data() + start, scratch.size() - start);
+        if (i >= row.size())
+            return true;
+        ++i; // the comma
+    }
+}
+
+bool endsInQuote(std::string_view row)
+{
+    // An escaped quote ("") counts twice, so an odd count means a quoted field is still open.
+    std::size_t quotes = 0;
+    for (char c : row)
+        quotes += c == '"';
+    return quotes % 2 == 1;
+}
+
+namespace {
+
+std::optional<double> parseDecimal(std::string_view text)
+{
+    text = trim(text);
+    if (text.empty() || text.front() == '+')
+        return std::nullopt;
+    double value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) || value < 0)
+        return std::nullopt;
+    return value;
+}
+
+} // namespace
+
+std::optional<std::int64_t> parseDecimalSeconds(std::string_view text)
+{
+    const auto value = parseDecimal(text);
+    if (!value || *value > static_cast<double>(maxDurationSeconds))
+        return std::nullopt;
+    return std::llround(*value);
+}
+
+std::optional<std::int64_t> parseWholeCount(std::string_view text)
+{
+    const auto value = parseDecimal(text);
+    if (!value || *value != std::floor(*value) || *value > 1e15)
+        return std::nullopt;
+    return static_cast<std::int64_t>(*value);
 }
 
 void splitOn(std::string_view text, char separator, std::vector<std::string_view>& out)

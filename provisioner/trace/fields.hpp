@@ -35,6 +35,19 @@ std::optional<std::int64_t> parseSlurmDuration(std::string_view text);
 // Days since 1970-01-01 of a civil date (proleptic Gregorian).
 std::int64_t daysFromCivil(std::int64_t year, unsigned month, unsigned day);
 bool isValidUtf8(std::string_view text);
+// One CSV row (RFC 4180): fields split on commas; a field in double quotes may hold commas, line breaks
+// and "" for a quote. Fields without quotes are views into `row`; unquoted copies of quoted ones go
+// into `scratch` (which must not change until the views are used). False if a quote is left open or
+// text follows a closing quote.
+bool splitCsv(std::string_view row, std::vector<std::string_view>& out, std::string& scratch);
+// True if `row` ends inside a quoted field (an odd number of quotes): the row goes on on the next line.
+bool endsInQuote(std::string_view row);
+// A decimal number of seconds or a count written as "172800" or "172800.0" (as CSV exports of float
+// columns write them); seconds are rounded to the nearest whole second. Negative, not finite, or
+// not a number: nullopt.
+std::optional<std::int64_t> parseDecimalSeconds(std::string_view text);
+// A count that must be whole: "36" or "36.0"; "36.5", negative or not a number: nullopt.
+std::optional<std::int64_t> parseWholeCount(std::string_view text);
 // Splits on every occurrence of `separator` (empty fields kept).
 void splitOn(std::string_view text, char separator, std::vector<std::string_view>& out);
 // Splits on runs of spaces and tabs (no empty fields).

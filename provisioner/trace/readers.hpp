@@ -88,6 +88,44 @@ private:
     std::int64_t unixStartTime_ = 0;
 };
 
+// NREL Eagle's job records (the OEDI "Eagle HPC jobs" CSV and its 1,000-job sample): a comma-separated
+// header naming the columns (job_id, submit_time, start_time, end_time, wallclock_req, nodes_req, ...),
+// then one row per job; fields may be double-quoted (RFC 4180: "" is a quote, and a quoted field may
+// hold commas and line breaks).
+// True for a comma-separated header line naming job_id, submit_time and start_time.
+bool looksLikeEagleHeader(std::string_view line);
+
+class EagleCsvReader final : public LineReader {
+public:
+    explicit EagleCsvReader(const std::filesystem::path& path);
+
+    enum class Column {
+        Ignored,
+        JobId,
+        User,
+        Partition,
+        WallclockReq,
+        NodesReq,
+        ProcessorsReq,
+        GpusReq,
+        SubmitTime,
+        StartTime,
+        EndTime,
+        RunTime,
+        State,
+        Name
+    };
+
+private:
+    // Joins the physical lines of a row whose quoted field spans line breaks.
+    bool nextRow() override;
+    const char* rowToJob(TraceJob& job) override;
+
+    std::vector<Column> columns_;
+    std::string joined_; // a row of several lines, or a row with quotes, unescaped
+    std::string unquoted_;
+};
+
 // `sacct --json`: streams the top-level "jobs" array one job object at a time.
 class SacctJsonReader final : public RowReader {
 public:

@@ -19,6 +19,7 @@ constexpr std::pair<TraceFormat, std::string_view> formatNames[] = {
     { TraceFormat::SacctParsable, "sacct-parsable" },
     { TraceFormat::SacctJson, "sacct-json" },
     { TraceFormat::Swf, "swf" },
+    { TraceFormat::EagleCsv, "eagle-csv" },
 };
 
 bool containsJobIdHeader(std::string_view line)
@@ -53,6 +54,8 @@ TraceFormat detectFromContent(const std::filesystem::path& path)
             return TraceFormat::SacctJson;
         if (text.front() == ';')
             return TraceFormat::Swf;
+        if (looksLikeEagleHeader(text))
+            return TraceFormat::EagleCsv;
         if (containsJobIdHeader(text))
             return text.find('|') != std::string_view::npos ? TraceFormat::SacctParsable
                                                             : TraceFormat::SacctText;
@@ -63,7 +66,7 @@ TraceFormat detectFromContent(const std::filesystem::path& path)
             continue;
         }
         throw TraceError(path.string() + ": unknown trace layout (line " + std::to_string(source.lineNumber())
-            + " is neither a sacct header, sacct JSON nor an SWF row)");
+            + " is neither a sacct header, sacct JSON, an SWF row nor an Eagle CSV header)");
     }
     throw TraceError(path.string() + " is empty");
 }
@@ -141,6 +144,8 @@ std::unique_ptr<TraceReader> openTrace(const std::filesystem::path& path, TraceF
         return std::make_unique<SacctJsonReader>(path);
     case TraceFormat::Swf:
         return std::make_unique<SwfReader>(path);
+    case TraceFormat::EagleCsv:
+        return std::make_unique<EagleCsvReader>(path);
     case TraceFormat::Auto:
     case TraceFormat::Sacct:
         break;

@@ -1,5 +1,5 @@
-// Streaming readers of job traces: sacct (fixed-width, --parsable2, --json) and the Standard Workload
-// Format. Memory use is bounded by the longest row, never by the file's size. Rows that cannot be
+// Streaming readers of job traces: sacct (fixed-width, --parsable2, --json), the Standard Workload
+// Format and NREL Eagle's job CSV. Memory use is bounded by the longest row, never by the file's size. Rows that cannot be
 // used are counted by reason and skipped; a file that is not a trace at all (binary, truncated,
 // empty, unknown layout) raises TraceError.
 #pragma once
@@ -18,9 +18,10 @@
 
 namespace baton::trace {
 
-enum class TraceFormat { Auto, Sacct, SacctText, SacctParsable, SacctJson, Swf };
+enum class TraceFormat { Auto, Sacct, SacctText, SacctParsable, SacctJson, Swf, EagleCsv };
 
-// "auto", "sacct" (any sacct layout), "sacct-text", "sacct-parsable", "sacct-json", "swf".
+// "auto", "sacct" (any sacct layout), "sacct-text", "sacct-parsable", "sacct-json", "swf", "eagle-csv"
+// (NREL Eagle's job CSV).
 std::optional<TraceFormat> parseFormat(std::string_view text);
 std::string_view formatName(TraceFormat format);
 

@@ -27,4 +27,18 @@ inline std::optional<std::filesystem::path> traceDir()
     return dir;
 }
 
+// One trace of the traces directory ($BATON_TRACE_DIR, else <source root>/../shared/traces) by its
+// file name; nullopt when it is not there (each trace can be fetched on its own).
+inline std::optional<std::filesystem::path> traceFile(const char* name)
+{
+    std::filesystem::path dir;
+    if (const char* env = std::getenv("BATON_TRACE_DIR"); env && *env)
+        dir = env;
+    else
+        dir = sourceRoot().parent_path() / "shared" / "traces";
+    if (!std::filesystem::is_regular_file(dir / name))
+        return std::nullopt;
+    return dir / name;
+}
+
 } // namespace baton::test

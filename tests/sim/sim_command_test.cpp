@@ -291,3 +291,45 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure(
         { batonctl(), "sim", "compare", "--trace", trace(), "--model", bad.string() }, 1, "not a model file");
 }
+
+// A trace of a few days needs a shorter warm-up and shorter probe jobs than ls6's week and 48 h: both
+// are options, and the chain and the time-min check follow the limit given.
+TEST(SimCommand, WarmupAndLimitForShortTraces)
+{
+    TempDir dir("baton-sim-cli");
+    const auto out = (dir.path() / "out").string();
+    const auto r = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
+        "--interval-hours", "6", "--warmup-hours", "24", "--limit-hours", "6", "--chain-days", "1", "--out", out });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    // The trace has no recorded starts: the warm-up runs from its first submission, 2020-09-13 12:39.
+    EXPECT_NE(r.output.find("warm-up until 2020-09-14 12:39"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("chains: 1 days of compute as 6 h jobs"), std::string::npos) << r.output;
+    // The small Eagle CSV spans a day: after a week's warm-up no job is left to compare; without one,
+    // the partition's jobs submitted at or after its first recorded start are (two of its three; the
+    // jobs column of the best fit).
+    const auto eagle = (sourceRoot() / "tests/data/eagle_small.csv").string();
+    const auto jobsCompared = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> argv { batonctl(), "sim", "fit", "--trace", eagle, "--partition", "short",
+            "--nodes", "8" };
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        const auto fit = run(argv);
+        EXPECT_EQ(fit.exitCode, 0) << fit.output;
+        const auto fields = bestFitFields(fit.output, "short");
+        return fields.size() > 5 ? std::stoi(fields[5]) : -1;
+    };
+    EXPECT_EQ(jobsCompared({}), 0);
+    EXPECT_EQ(jobsCompared({ "--warmup-hours", "0" }), 2);
+
+    const auto expectFailure = [](const std::vector<std::string>& argv, const std::string& message) {
+        const auto failed = run(argv);
+        EXPECT_EQ(failed.exitCode, 2) << failed.output;
+        EXPECT_NE(failed.output.find(message), std::string::npos) << failed.output;
+    };
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--limit-hours", "0" },
+        "--limit-hours must be at least a minute");
+    expectFailure({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "16", "--warmup-hours", "-1" },
+        "--warmup-hours must not be negative");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--limit-hours", "6",
+                      "--successor-time-min-hours", "7" },
+        "between 0 and the limit (6 h)");
+}

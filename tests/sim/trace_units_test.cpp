@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 
 using namespace baton::sim;
@@ -202,4 +203,56 @@ TEST(TraceUnits, DependenciesInferredFromTheRecordedSchedule)
     EXPECT_EQ(jobs[5].afterId, -1);
     std::vector<Job> narrow { a, b };
     EXPECT_EQ(inferDependencies(narrow, 5), 0u); // 10 s after the end is outside a 5 s window
+}
+
+// An Eagle job CSV goes to the trace readers although its name ends in .csv (the simulator's own job
+// CSV still reads as before); an array's repeated id gets a fresh one, so that ties and dependencies
+// name one job each; the partitions are separate pools and users are kept for per-user limits.
+TEST(TraceUnits, EagleCsvIsATraceAndRepeatedIdsAreMadeUnique)
+{
+    const auto loaded = loadJobs(baton::test::sourceRoot() / "tests/data/eagle_small.csv");
+    EXPECT_EQ(loaded.plan.unit, ResourceUnit::Nodes);
+    EXPECT_NE(loaded.readerSummary.find("format eagle-csv"), std::string::npos) << loaded.readerSummary;
+    // 5 accepted rows; the still-running one has no run time.
+    EXPECT_EQ(loaded.unusable, 1u);
+    ASSERT_EQ(loaded.jobs.size(), 4u);
+    EXPECT_EQ(loaded.partitions, (std::vector<std::string> { "short", "gpu" }));
+    EXPECT_EQ(loaded.partitionSizes(), (std::vector<std::size_t> { 3, 1 }));
+    EXPECT_EQ(loaded.repeatedIds, 0u); // the repeat of 1003 is the unusable row
+    const auto jobs = byId(loaded.jobs);
+    EXPECT_EQ(jobs.at(1001).nodes, 2);
+    EXPECT_EQ(jobs.at(1001).limit, 3600);
+    EXPECT_EQ(jobs.at(1001).runTime, 1800);
+    EXPECT_GE(jobs.at(1001).user, 0);
+    EXPECT_NE(jobs.at(1001).user, jobs.at(1002).user);
+    // Counting cores or GPUs reads processors_req and gpus_req.
+    const auto cores = loadJobs(baton::test::sourceRoot() / "tests/data/eagle_small.csv",
+        { .unit = ResourceUnit::Cores });
+    EXPECT_EQ(byId(cores.jobs).at(1020).nodes, 144);
+    const auto gpus = loadJobs(baton::test::sourceRoot() / "tests/data/eagle_small.csv",
+        { .unit = ResourceUnit::Gpus });
+    ASSERT_EQ(gpus.jobs.size(), 1u);
+    EXPECT_EQ(gpus.jobs[0].nodes, 2);
+    EXPECT_EQ(gpus.withoutGpus, 3u);
+
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "array.csv";
+    {
+        std::ofstream out(path);
+        out << "job_id,submit_time,start_time,end_time,wallclock_req,nodes_req,user\n";
+        for (int task = 0; task < 3; ++task)
+            out << "50,2019-01-01 00:00:00,2019-01-01 00:00:0" << task << ",2019-01-01 01:00:00,7200,1,u\n";
+        out << "60,2019-01-01 00:00:00,2019-01-01 00:00:00,2019-01-01 01:00:00,7200,1,u\n";
+    }
+    const auto array = loadJobs(path);
+    ASSERT_EQ(array.jobs.size(), 4u);
+    EXPECT_EQ(array.repeatedIds, 2u);
+    std::vector<std::int64_t> ids;
+    for (const auto& j : array.jobs)
+        ids.push_back(j.id);
+    EXPECT_EQ(ids, (std::vector<std::int64_t> { 50, 61, 62, 60 })); // above every id of the trace
+
+    const auto own = loadJobs(data("synthetic_jobs.csv")); // the simulator's job CSV
+    EXPECT_TRUE(own.readerSummary.empty());
+    EXPECT_FALSE(own.jobs.empty());
 }
