@@ -586,6 +586,8 @@ def argument_parser():
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=120)
     parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
+    # One rank in a process of its own, as `srun -n N` starts them (sbatch_test.py's DDP chain).
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--chain-dir", help=argparse.SUPPRESS)
@@ -597,6 +599,8 @@ def main(argv):
     args = argument_parser().parse_args(argv)
     if args.zygote:
         return zygote(args)
+    if args.worker:
+        return worker(args, load_example(args.example))
     if args.seed is None:
         args.seed = int(os.environ.get("BATON_TEST_SEED", random.randrange(1 << 30)))
     if args.reshard and args.stop_at <= 0:

@@ -159,10 +159,14 @@ def ddp_chain_test(args, base, env):
         raise Failure(f"job {job} did not resume both ranks from step {final_step} and finish: {ranks}")
     finals = [torch.load(os.path.join(results, f"final-{rank}.pt")) for rank in range(2)]
 
-    reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=total, example=args.example),
-                                os.path.join(base, "ddp-reference"), os.path.join(base, "ddp-reference-results"),
-                                interval=1_000_000)
-    codes = reference.wait(600)
+    launcher = ddp_test.Launcher(args.example)
+    try:
+        reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=total, example=args.example), launcher,
+                                    os.path.join(base, "ddp-reference"), os.path.join(base, "ddp-reference-results"),
+                                    interval=1_000_000)
+        codes = reference.wait(600)
+    finally:
+        launcher.close()
     if any(codes):
         raise Failure(f"the straight two-rank run failed: {reference.tail()}")
     for rank, expected in enumerate(reference.finals()):
