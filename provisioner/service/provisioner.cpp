@@ -107,8 +107,6 @@ void Provisioner::tick()
     std::optional<std::vector<LiveChain>> liveChains;
     if (events.empty())
         liveChains = store_.liveChainsForTick();
-    // The gauges show the chains as the last tick and the requests since left them.
-    updateGauges(epochNow());
     const QueueSnapshot queue = queueRead.get();
     now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
     processEvents(events, queue);
@@ -126,6 +124,7 @@ void Provisioner::tick()
         }
     }
     decide(awaiting, queue);
+    updateGauges(now_);
 }
 
 void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)
