@@ -3,6 +3,7 @@
 #include "trace_reader.hpp"
 
 #include "fields.hpp"
+#include "trace_checks.hpp"
 #include "trace_files.hpp"
 
 #include <gtest/gtest.h>
@@ -18,18 +19,9 @@
 namespace {
 
 using baton::test::dataFile;
+using baton::test::rejectedFor;
+using baton::test::utc;
 using namespace baton::trace;
-
-std::int64_t utc(const char* text)
-{
-    return *parseTimestamp(text);
-}
-
-std::uint64_t rejectedFor(const TraceSummary& summary, const std::string& reason)
-{
-    auto it = summary.rejected.find(reason);
-    return it == summary.rejected.end() ? 0 : it->second.count;
-}
 
 std::uint64_t firstLineOf(const TraceSummary& summary, const std::string& reason)
 {
@@ -272,10 +264,11 @@ std::vector<std::string> described(const std::vector<TraceJob>& jobs)
 {
     std::vector<std::string> out;
     for (const auto& j : jobs)
-        out.push_back(std::to_string(j.jobId) + " " + j.user + " " + j.partition + " " + std::to_string(j.nodes)
-            + " " + std::to_string(j.cpus) + " " + std::to_string(j.gpus) + " " + std::to_string(j.submit) + " "
-            + std::to_string(j.start.value_or(-1)) + " " + std::to_string(j.end.value_or(-1)) + " "
-            + std::to_string(j.timeLimit) + " " + j.state + " " + j.name);
+        out.push_back(std::to_string(j.jobId) + " " + j.user + " " + j.partition + " "
+            + std::to_string(j.nodes) + " " + std::to_string(j.cpus) + " " + std::to_string(j.gpus) + " "
+            + std::to_string(j.submit) + " " + std::to_string(j.start.value_or(-1)) + " "
+            + std::to_string(j.end.value_or(-1)) + " " + std::to_string(j.timeLimit) + " " + j.state + " "
+            + j.name);
     return out;
 }
 
@@ -312,7 +305,8 @@ TEST(EagleCsv, CompressedFilesReadAsThePlainOne)
     expectTraceError(
         writeFile(dir, "lines.csv.gz", lines.substr(0, lines.size() - 8)), "damaged or truncated gzip");
     const auto bz = bzipped(plainText);
-    expectTraceError(writeFile(dir, "cut.csv.bz2", bz.substr(0, bz.size() / 2)), "damaged or truncated bzip2");
+    expectTraceError(
+        writeFile(dir, "cut.csv.bz2", bz.substr(0, bz.size() / 2)), "damaged or truncated bzip2");
 }
 
 TEST(EagleCsv, PublicSample)
@@ -340,8 +334,9 @@ TEST(EagleCsv, PublicSample)
         ASSERT_GT(job.timeLimit, 0);
         ASSERT_FALSE(job.user.empty());
     }
-    EXPECT_EQ(partitions, (std::map<std::string, int> { { "partition001", 597 }, { "partition004", 1 },
-                              { "partition007", 5 }, { "partition008", 393 }, { "partition009", 4 } }));
+    EXPECT_EQ(partitions,
+        (std::map<std::string, int> { { "partition001", 597 }, { "partition004", 1 }, { "partition007", 5 },
+            { "partition008", 393 }, { "partition009", 4 } }));
     EXPECT_EQ(arrayTasks, 452); // one array's tasks, all under the array's id
     EXPECT_EQ(withGpus, 4);
     EXPECT_EQ(timeouts, 15);

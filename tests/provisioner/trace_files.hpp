@@ -14,31 +14,31 @@ inline std::filesystem::path dataFile(const char* name)
     return sourceRoot() / "tests" / "data" / name;
 }
 
-// The shared job traces: $BATON_TRACE_DIR, else <source root>/../shared/traces; nullopt when absent.
+// The directory of the shared job traces: $BATON_TRACE_DIR, else <source root>/../shared/traces.
+inline std::filesystem::path traceDirectory()
+{
+    if (const char* env = std::getenv("BATON_TRACE_DIR"); env && *env)
+        return env;
+    return sourceRoot().parent_path() / "shared" / "traces";
+}
+
+// That directory when it holds the ls6 trace; nullopt when absent.
 inline std::optional<std::filesystem::path> traceDir()
 {
-    std::filesystem::path dir;
-    if (const char* env = std::getenv("BATON_TRACE_DIR"); env && *env)
-        dir = env;
-    else
-        dir = sourceRoot().parent_path() / "shared" / "traces";
+    const std::filesystem::path dir = traceDirectory();
     if (!std::filesystem::is_regular_file(dir / "ls6-a100.log"))
         return std::nullopt;
     return dir;
 }
 
-// One trace of the traces directory ($BATON_TRACE_DIR, else <source root>/../shared/traces) by its
-// file name; nullopt when it is not there (each trace can be fetched on its own).
+// One trace of that directory by its file name; nullopt when it is not there (each trace can be
+// fetched on its own).
 inline std::optional<std::filesystem::path> traceFile(const char* name)
 {
-    std::filesystem::path dir;
-    if (const char* env = std::getenv("BATON_TRACE_DIR"); env && *env)
-        dir = env;
-    else
-        dir = sourceRoot().parent_path() / "shared" / "traces";
-    if (!std::filesystem::is_regular_file(dir / name))
+    const std::filesystem::path file = traceDirectory() / name;
+    if (!std::filesystem::is_regular_file(file))
         return std::nullopt;
-    return dir / name;
+    return file;
 }
 
 } // namespace baton::test

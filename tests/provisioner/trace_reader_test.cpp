@@ -2,6 +2,7 @@
 #include "trace_reader.hpp"
 
 #include "fields.hpp"
+#include "trace_checks.hpp"
 #include "trace_files.hpp"
 
 #include <gtest/gtest.h>
@@ -15,18 +16,9 @@
 namespace {
 
 using baton::test::dataFile;
+using baton::test::rejectedFor;
+using baton::test::utc;
 using namespace baton::trace;
-
-std::int64_t utc(const char* text)
-{
-    return *parseTimestamp(text);
-}
-
-std::uint64_t rejectedFor(const TraceSummary& summary, const std::string& reason)
-{
-    auto it = summary.rejected.find(reason);
-    return it == summary.rejected.end() ? 0 : it->second.count;
-}
 
 struct ReadTrace {
     std::vector<TraceJob> jobs;
