@@ -1,6 +1,7 @@
 #include "baton/ckpt/session.hpp"
 
 #include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/tuning.hpp"
 #include "baton_session.h"
 #include "process.hpp"
 
@@ -8,7 +9,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -113,9 +116,24 @@ TEST(Session, CheckpointsWithSamplerAndTuningAndResumesFromThem)
         = train(session, sampler, state, restored.iteration + 1, 30, std::chrono::milliseconds(20));
     EXPECT_TRUE(std::equal(
         drawn.begin(), drawn.end(), reference.begin() + static_cast<long>(restored.iteration + 1)));
-    EXPECT_EQ(profiles, 0u);
-    EXPECT_TRUE(std::any_of(
-        log.begin(), log.end(), [](const std::string& l) { return l.find("keeping k") != l.npos; }));
+    // On a loaded machine the two jobs' measured speeds can differ by more than the tolerance after
+    // all: then profiling again is the right decision, and the log must show the difference.
+    const auto reprofiled = std::find_if(
+        log.begin(), log.end(), [](const std::string& l) { return l.find("profiling again") != l.npos; });
+    if (reprofiled == log.end()) {
+        EXPECT_EQ(profiles, 0u);
+        EXPECT_TRUE(std::any_of(
+            log.begin(), log.end(), [](const std::string& l) { return l.find("keeping k") != l.npos; }));
+    } else {
+        double measured = 0, previous = 0;
+        const std::string line = reprofiled->substr(reprofiled->find("iteration time"));
+        ASSERT_EQ(std::sscanf(line.c_str(), "iteration time %lf s differs from the previous job's %lf s",
+                      &measured, &previous),
+            2)
+            << *reprofiled;
+        EXPECT_GT(std::abs(measured - previous), reprofileTolerance * previous) << *reprofiled;
+        EXPECT_EQ(profiles, 1u);
+    }
 }
 
 TEST(Session, ContinuesTheSamplersEpochOnAnotherWorldSize)
