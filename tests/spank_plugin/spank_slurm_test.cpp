@@ -173,6 +173,16 @@ protected:
     }
     static ProcessResult slurm(const std::vector<std::string>& argv) { return ::slurm(*cluster_, argv); }
 
+    // `srun --uid=nobody ...` from root, once the node is free (see SlurmCluster::waitUntilIdle).
+    static ProcessResult srunAsNobody(const std::vector<std::string>& args)
+    {
+        cluster_->waitUntilIdle();
+        std::vector<std::string> argv { "srun", "--uid=" + std::to_string(nobody),
+            "--gid=" + std::to_string(nobody), "--chdir=/" };
+        argv.insert(argv.end(), args.begin(), args.end());
+        return slurm(argv);
+    }
+
     static Layout* layout_;
     static EventServer* server_;
     static SlurmCluster* cluster_;
@@ -307,8 +317,7 @@ TEST_F(SpankPlugin, TraversalSymlinksAndOutsidePrefixesAreRefused)
 
 TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
 {
-    const auto result = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
-        "--chdir=/", "--baton=userchain", "--time=1", "env" });
+    const auto result = srunAsNobody({ "--baton=userchain", "--time=1", "env" });
     ASSERT_EQ(result.exitCode, 0) << result.output;
     const fs::path dir = layout_->chains / "nobody" / "userchain";
     auto vars = variables(result.output);
@@ -327,16 +336,15 @@ TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
     const fs::path rootOnly = layout_->allowed / "root-only";
     fs::create_directory(rootOnly);
     ::chmod(rootOnly.c_str(), 0700);
-    const auto refused = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
-        "--chdir=/", "--baton", "--baton-dir=" + (rootOnly / "chain").string(), "--time=1", "true" });
+    const auto refused
+        = srunAsNobody({ "--baton", "--baton-dir=" + (rootOnly / "chain").string(), "--time=1", "true" });
     EXPECT_NE(refused.exitCode, 0);
     EXPECT_THAT(refused.output, HasSubstr("Permission denied"));
     EXPECT_FALSE(fs::exists(rootOnly / "chain"));
 
     // A directory of another user is not taken over.
-    const auto foreign = slurm({ "srun", "--uid=" + std::to_string(nobody), "--gid=" + std::to_string(nobody),
-        "--chdir=/", "--baton", "--baton-dir=" + (layout_->chains / "root" / "envchain").string(), "--time=1",
-        "true" });
+    const auto foreign = srunAsNobody(
+        { "--baton", "--baton-dir=" + (layout_->chains / "root" / "envchain").string(), "--time=1", "true" });
     EXPECT_NE(foreign.exitCode, 0);
 }
 

@@ -1,7 +1,9 @@
 #include "services.hpp"
 
+#include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 namespace baton::test {
 
@@ -59,6 +61,24 @@ SlurmCluster::SlurmCluster(std::vector<std::string> plugstackLines)
     }
     slurmConf_ = answer.substr(std::string("SLURM_CONF=").size());
     setenv("SLURM_CONF", slurmConf_.c_str(), 1);
+}
+
+void SlurmCluster::waitUntilIdle() const
+{
+    setenv("SLURM_CONF", slurmConf_.c_str(), 1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    for (;;) {
+        const auto jobs = run({"squeue", "-h", "-o", "%i"});
+        const auto nodes = run({"sinfo", "-h", "-o", "%t"});
+        const bool idle = jobs.exitCode == 0 && jobs.output.find_first_not_of(" \n") == std::string::npos
+            && nodes.exitCode == 0 && !nodes.output.empty()
+            && nodes.output.find_first_not_of("idle\n") == std::string::npos;
+        if (idle)
+            return;
+        if (std::chrono::steady_clock::now() > deadline)
+            throw std::runtime_error("Slurm is still busy after a minute:\n" + jobs.output + nodes.output);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
 }
 
 SlurmCluster::~SlurmCluster()

@@ -41,6 +41,10 @@ public:
     const std::string& slurmConf() const { return slurmConf_; }
     const std::filesystem::path& dir() const { return dir_.path(); }
 
+    // Waits (up to a minute) until no job is queued or completing and every node is idle. `srun --uid`
+    // needs this: a queued allocation's answer is signed for the job's user, and root's srun cannot read it.
+    void waitUntilIdle() const;
+
 private:
     TempDir dir_{"baton-slurm"};
     std::string slurmConf_;
