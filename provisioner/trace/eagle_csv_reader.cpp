@@ -231,21 +231,10 @@ const char* EagleCsvReader::rowToJob(TraceJob& job)
     auto start = parseTimestamp(startText);
     if (!start)
         return "bad start time";
-    if (*start < job.submit)
-        return "start before submit";
-    job.start = start;
-    if (!isUnsetCsvTime(endText)) {
-        auto end = parseTimestamp(endText);
-        if (!end)
-            return "bad end time";
-        if (*end < *start)
-            return "end before start";
-        job.end = end;
-        job.runTime = *end - *start;
-    }
-    job.wait = *start - job.submit;
-    job.requestedTime = job.timeLimit;
-    return nullptr;
+    std::optional<std::int64_t> end;
+    if (!isUnsetCsvTime(endText) && !(end = parseTimestamp(endText)))
+        return "bad end time";
+    return job.setRunTimes(*start, end);
 }
 
 } // namespace baton::trace

@@ -127,17 +127,13 @@ const char* toJob(const json& object, TraceJob& job)
         return "bad start time";
     if (!start.value || *start.value <= 0)
         return "never started";
-    job.start = start.value;
     auto end = numberAt(time, "end");
     if (end.bad)
         return "bad end time";
-    if (end.value && *end.value > 0) {
-        if (*end.value < *start.value)
-            return "end before start";
-        job.end = end.value;
-    }
-    if (*start.value < job.submit)
-        return "start before submit";
+    if (end.value && *end.value <= 0)
+        end.value.reset(); // still running
+    const auto runStart = *start.value;
+    const auto runEnd = end.value;
     auto limit = numberAt(time, "limit");
     if (limit.bad)
         return "bad time limit";
@@ -202,11 +198,7 @@ const char* toJob(const json& object, TraceJob& job)
         job.partition = it->get<std::string>();
     if (!isValidUtf8(job.name) || !isValidUtf8(job.user) || !isValidUtf8(job.partition))
         return "invalid characters in name";
-    job.wait = *job.start - job.submit;
-    if (job.end)
-        job.runTime = *job.end - *job.start;
-    job.requestedTime = job.timeLimit;
-    return nullptr;
+    return job.setRunTimes(runStart, runEnd);
 }
 
 } // namespace

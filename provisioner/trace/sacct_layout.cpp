@@ -276,22 +276,10 @@ const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, Trac
     auto start = parseTimestamp(startText);
     if (!start)
         return "bad start time";
-    job.start = start;
-    if (!isUnsetTime(endText)) {
-        auto end = parseTimestamp(endText);
-        if (!end)
-            return "bad end time";
-        if (*end < *start)
-            return "end before start";
-        job.end = end;
-    }
-    if (*start < job.submit)
-        return "start before submit";
-    job.wait = *start - job.submit;
-    if (job.end)
-        job.runTime = *job.end - *start;
-    job.requestedTime = job.timeLimit;
-    return nullptr;
+    std::optional<std::int64_t> end;
+    if (!isUnsetTime(endText) && !(end = parseTimestamp(endText)))
+        return "bad end time";
+    return job.setRunTimes(*start, end);
 }
 
 } // namespace baton::trace

@@ -33,6 +33,23 @@ struct TraceJob {
     std::int64_t runTime = -1; // seconds
     std::int64_t wait = -1; // seconds
 
+    // Sets when a job of a Slurm trace ran (end absent while it runs) and the SWF fields that follow from
+    // it, or returns why those times are impossible. Every Slurm reader ends a row with it, so that a row
+    // with several faults is rejected for the same reason whatever its format.
+    const char* setRunTimes(std::int64_t startTime, std::optional<std::int64_t> endTime)
+    {
+        if (endTime && *endTime < startTime)
+            return "end before start";
+        if (startTime < submit)
+            return "start before submit";
+        start = startTime;
+        end = endTime;
+        wait = startTime - submit;
+        runTime = endTime ? *endTime - startTime : -1;
+        requestedTime = timeLimit;
+        return nullptr;
+    }
+
     // Queue wait, when the job started.
     std::optional<std::int64_t> waitSeconds() const
     {

@@ -507,3 +507,39 @@ TEST(SacctJson, ReadsPartitionCpusAndGpusFromTres)
     EXPECT_EQ(jobs[2].cpus, 64);
     EXPECT_EQ(jobs[2].gpus, 0);
 }
+
+// Job 700 starts before its submission and ends before its start: every Slurm format rejects it for the
+// same reason, and job 701 beside it is read.
+TEST(SlurmReaders, NameATimesFaultAlike)
+{
+    baton::test::TempDir dir;
+    const auto write = [&](const char* name, const std::string& text) {
+        const auto path = dir.path() / name;
+        std::ofstream(path) << text;
+        return path;
+    };
+    const std::vector<std::filesystem::path> files {
+        write("faults.txt",
+            "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State|ExitCode\n"
+            "700|x|alice|2023-01-01T01:00:00|2023-01-01T00:30:00|2023-01-01T00:10:00|02:00:00|1|COMPLETED|0:0\n"
+            "701|y|alice|2023-01-01T01:00:00|2023-01-01T01:30:00|2023-01-01T02:10:00|02:00:00|1|COMPLETED|0:0\n"),
+        write("faults.json",
+            R"({"jobs": [)"
+            R"({"job_id": 700, "allocation_nodes": 1, "time": {"submission": 1672534800, "start": 1672533000, "end": 1672531800, "limit": 120}},)"
+            R"({"job_id": 701, "allocation_nodes": 1, "time": {"submission": 1672534800, "start": 1672536600, "end": 1672539000, "limit": 120}}]})"),
+        write("faults.csv",
+            "job_id,user,partition,wallclock_req,nodes_req,submit_time,start_time,end_time,state\n"
+            "700,alice,short,7200,1,2023-01-01 01:00:00,2023-01-01 00:30:00,2023-01-01 00:10:00,COMPLETED\n"
+            "701,alice,short,7200,1,2023-01-01 01:00:00,2023-01-01 01:30:00,2023-01-01 02:10:00,COMPLETED\n"),
+    };
+    for (const auto& file : files) {
+        TraceSummary summary;
+        const auto jobs = readAll(file, TraceFormat::Auto, &summary);
+        ASSERT_EQ(jobs.size(), 1u) << file << "\n" << summary.toString();
+        EXPECT_EQ(jobs[0].jobId, 701) << file;
+        EXPECT_EQ(jobs[0].waitSeconds(), 1800) << file;
+        EXPECT_EQ(jobs[0].runTime, 2400) << file;
+        EXPECT_EQ(jobs[0].requestedTime, 7200) << file;
+        EXPECT_EQ(rejectedFor(summary, "end before start"), 1u) << file << "\n" << summary.toString();
+    }
+}
