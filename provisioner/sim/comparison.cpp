@@ -58,7 +58,8 @@ bool isLearnedPolicy(const std::string& name)
     return name == "predict" || name == "checkpoint-aware";
 }
 
-ComparisonConfig defaultComparisonConfig(const std::vector<Job>& trace, std::int64_t warmup, std::int64_t limit)
+ComparisonConfig defaultComparisonConfig(
+    const std::vector<Job>& trace, std::int64_t warmup, std::int64_t limit)
 {
     if (warmup < 0 || limit <= 0)
         throw std::invalid_argument("the warm-up must not be negative and the limit must be positive");
@@ -141,6 +142,7 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         for (std::size_t k = 0; k < candidates.size(); ++k)
             columns.push_back(column(r, k));
         double bestSym = 0;
+        std::size_t leastSym = 0;
         for (std::size_t k = 0; k < candidates.size(); ++k) {
             const double sym = symmetricCost(columns[k], unstarted);
             out.candidates.push_back({ candidates[k].q(), candidates[k].persist(), sym,
@@ -149,10 +151,14 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
                 summarize(columns[k], config.tolerance, config.handoverSeconds) });
             if (k == 0 || sym < bestSym) {
                 bestSym = sym;
-                qPredict = candidates[k].q();
-                persistPredict = candidates[k].persist();
+                leastSym = k;
             }
         }
+        const std::size_t chosen = config.predictMeanInterruption
+            ? leastSym
+            : chooseMostWithin(columns, config.tolerance, unstarted, config.predictOverlapBudgetSeconds);
+        qPredict = candidates[chosen].q();
+        persistPredict = candidates[chosen].persist();
         out.overlapBudget = config.overlapBudgetFromAvg ? meanOverlap(column(r, candidates.size()))
                                                         : config.overlapBudgetSeconds;
         const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,

@@ -37,6 +37,11 @@ struct ComparisonConfig {
     // does on average, and must make better use of it (fewer gaps). Otherwise this many seconds.
     bool overlapBudgetFromAvg = true;
     double overlapBudgetSeconds = 1800;
+    // predict's q on the held-out training probes. By default in the restated target's terms: the most
+    // successors within the tolerance, with a mean raw overlap within predictOverlapBudgetSeconds
+    // (chooseMostWithin). With `meanInterruption`, Mirage's: the least mean |interruption|.
+    bool predictMeanInterruption = false;
+    double predictOverlapBudgetSeconds = 1800;
     TrainOptions training;
     // baton's chain metric on the evaluation period (runChains): a chain per policy from every probe
     // moment before chainEnd, so that each chain runs on the trace's queue rather than a drained one.

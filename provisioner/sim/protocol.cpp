@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <thread>
@@ -51,14 +52,15 @@ struct SuccessorStart {
     std::int64_t grantedLimit = 0;
 };
 
-// Submits a successor into a fork of `sim` (at sim.now()) and returns how it started, if it did.
-std::optional<SuccessorStart> successorStart(
-    const Simulator& sim, int nodes, const ProtocolConfig& config, std::size_t& forks)
+// Submits a successor into a fork of `sim` (at sim.now()) and returns how it started, if it did by
+// the horizon or by `until`, whichever is earlier.
+std::optional<SuccessorStart> successorStart(const Simulator& sim, int nodes, const ProtocolConfig& config,
+    std::size_t& forks, std::int64_t until = std::numeric_limits<std::int64_t>::max())
 {
     ++forks;
     Simulator f = sim.fork();
     f.submit(probeJob(successorId, f.now(), nodes, config));
-    const auto start = f.runUntilStarted(successorId, f.now() + config.horizon);
+    const auto start = f.runUntilStarted(successorId, std::min(f.now() + config.horizon, until));
     if (!start)
         return std::nullopt;
     return SuccessorStart { *start - sim.now(), *f.grantedLimitOf(successorId) };
@@ -72,8 +74,15 @@ PolicyOutcome hindsightBest(const Simulator& atStart, std::int64_t predStart, st
     PolicyOutcome best { predEnd, std::nullopt };
     Simulator walker = atStart.fork();
     auto consider = [&](std::int64_t t) {
+        // A successor that starts |best| or more after predEnd cannot do better: its run stops there,
+        // which on a long queue saves most of the simulation (the answer is the same).
+        std::int64_t until = std::numeric_limits<std::int64_t>::max();
+        if (best.interruption)
+            until = predEnd + std::abs(*best.interruption) - 1;
+        if (t > until)
+            return;
         walker.advanceTo(t);
-        const auto started = successorStart(walker, nodes, config, forks);
+        const auto started = successorStart(walker, nodes, config, forks, until);
         if (!started)
             return;
         const std::int64_t x = t + started->wait - predEnd;
@@ -272,6 +281,30 @@ std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<s
             continue;
         const double cost = handoverCost(candidates[k], unstartedSeconds, handoverSeconds, limitSeconds);
         if (best == candidates.size() || cost < bestCost) {
+            bestCost = cost;
+            best = k;
+        }
+    }
+    return best < candidates.size() ? best : leastOverlap;
+}
+
+std::size_t chooseMostWithin(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double tolerance, double unstartedSeconds, double overlapBudgetSeconds)
+{
+    std::size_t best = candidates.size(), leastOverlap = 0;
+    double bestWithin = 0, bestCost = 0, least = 0;
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+        const double overlap = meanOverlap(candidates[k]);
+        if (k == 0 || overlap < least) {
+            least = overlap;
+            leastOverlap = k;
+        }
+        if (overlap > overlapBudgetSeconds)
+            continue;
+        const double within = summarize(candidates[k], tolerance, 0).fractionWithin;
+        const double cost = symmetricCost(candidates[k], unstartedSeconds);
+        if (best == candidates.size() || within > bestWithin || (within == bestWithin && cost < bestCost)) {
+            bestWithin = within;
             bestCost = cost;
             best = k;
         }

@@ -112,6 +112,13 @@ double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions);
 std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
     double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds);
 
+// The predict choice in the target's own terms: the candidate with the most successors within
+// `tolerance` of the predecessor's end among those whose mean raw overlap stays within
+// `overlapBudgetSeconds`; ties go to the lower symmetricCost, then to the earlier candidate. If none is
+// within the budget, the one with the least overlap.
+std::size_t chooseMostWithin(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
+    double tolerance, double unstartedSeconds, double overlapBudgetSeconds);
+
 } // namespace baton::sim
 
 namespace baton::sim {

@@ -73,6 +73,12 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "submit successors with Slurm's --time-min H: backfill may start one with\n"
             "a limit cut to as little as H (0: the full limit, Mirage's protocol)",
             "0")
+        .option("predict-objective", "within|mean",
+            "predict's q on the held-out training probes: the most successors within\n"
+            "the tolerance (mean overlap <= --predict-overlap-seconds), or Mirage's\n"
+            "least mean |interruption|",
+            "within")
+        .option("predict-overlap-seconds", "S", "predict (within): bound on the mean early start", "1800")
         .option("overlap-budget-seconds", "S|avg",
             "checkpoint-aware: bound on the mean early start on the held-out training\n"
             "probes; avg: the overlap Mirage's avg spends on them",
@@ -157,8 +163,9 @@ LoadedJobs loadReported(const ctl::ParsedCommand& o)
     if (loaded.withoutGpus)
         std::cerr << path << ": " << loaded.withoutGpus << " jobs without GPUs are not in the GPU pool\n";
     if (loaded.repeatedIds)
-        std::cerr << path << ": " << loaded.repeatedIds
-                  << " jobs repeat an earlier job's id (array tasks): replayed as separate jobs with fresh ids\n";
+        std::cerr
+            << path << ": " << loaded.repeatedIds
+            << " jobs repeat an earlier job's id (array tasks): replayed as separate jobs with fresh ids\n";
     if (loaded.limitsFromRunTime)
         std::cerr << path << ": " << loaded.limitsFromRunTime
                   << " rows without a requested limit: their run time is used as the limit\n";
@@ -425,6 +432,11 @@ ComparisonConfig comparisonFrom(
     c.protocol.shapes = o.positiveIntegers("shapes");
     c.tolerance = o.number("tolerance-seconds");
     c.handoverSeconds = o.number("handover-seconds");
+    const std::string objective = o.text("predict-objective");
+    if (objective != "within" && objective != "mean")
+        throw std::invalid_argument("--predict-objective must be within or mean, not '" + objective + "'");
+    c.predictMeanInterruption = objective == "mean";
+    c.predictOverlapBudgetSeconds = o.number("predict-overlap-seconds");
     c.overlapBudgetFromAvg = o.text("overlap-budget-seconds") == "avg";
     if (!c.overlapBudgetFromAvg)
         c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
@@ -445,7 +457,8 @@ ComparisonConfig comparisonFrom(
         if (c.handoverSeconds >= static_cast<double>(c.protocol.limit))
             throw std::invalid_argument("--handover-seconds must be shorter than the limit");
     }
-    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
+    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0
+        || c.predictOverlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)
@@ -656,9 +669,17 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
             g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
             g.greedyRewardAfter);
     }
-    if (!r.candidates.empty())
+    if (!r.candidates.empty()) {
+        if (config.predictMeanInterruption)
+            std::printf("predict: q with the least mean |interruption| on the held-out training probes\n");
+        else
+            std::printf(
+                "predict: q with the most within %.0f s on the held-out training probes, mean overlap <= "
+                "%.0f s\n",
+                config.tolerance, config.predictOverlapBudgetSeconds);
         std::printf("checkpoint-aware: overlap budget %.3f s%s\n", r.overlapBudget,
             config.overlapBudgetFromAvg ? " (avg's mean overlap on the held-out training probes)" : "");
+    }
     printTable(r, config.protocol.successorMinLimit > 0, std::cout);
     if (config.chains)
         printChainTable(r, config, std::cout);

@@ -96,6 +96,21 @@ TEST(Protocol, CheckpointAwareChoiceRespectsTheOverlapBudget)
     EXPECT_EQ(chooseUnderOverlapBudget(allEarly, 1e5, 60, 172800, 1800), 1u);
 }
 
+TEST(Protocol, PredictChoiceCountsSuccessorsWithinTheTolerance)
+{
+    using Column = std::vector<std::optional<std::int64_t>>;
+    // 0: two of four within 600 s, the least mean |x|; 1: three within, one long gap; 2: all four
+    // within, each 600 s early (mean overlap 600 s); 3: three within, like 1, at a lower mean |x|.
+    const std::vector<Column> candidates { { 700, 700, 0, 0 }, { 0, 0, 0, 9000 }, { -600, -600, -600, -600 },
+        { 0, 0, 600, 8000 } };
+    EXPECT_EQ(chooseMostWithin(candidates, 600, 1e5, 1e9), 2u); // no overlap bound: the most within
+    EXPECT_EQ(chooseMostWithin(candidates, 600, 1e5, 500), 3u); // the tie goes to the lower mean |x|
+    EXPECT_EQ(chooseMostWithin(std::span(candidates).first(2), 600, 1e5, 500), 1u); // within beats mean |x|
+    // Nothing within the bound: the least overlap.
+    const std::vector<Column> allEarly { { -4000 }, { -3000 }, { -9000 } };
+    EXPECT_EQ(chooseMostWithin(allEarly, 600, 1e5, 1800), 1u);
+}
+
 TEST(Protocol, SameInputsGiveTheSameOutput)
 {
     std::mt19937_64 rng(42);

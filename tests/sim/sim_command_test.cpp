@@ -98,6 +98,9 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     std::string line;
     std::getline(candidates, line);
     double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
+    // predict's q: the most within the tolerance among those with at most 1800 s of mean overlap (ties:
+    // the lower symmetric cost).
+    double predictQ = -1, predictWithin = 0, predictCost = 0;
     std::size_t rows = 0;
     while (std::getline(candidates, line)) {
         ++rows;
@@ -114,11 +117,21 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
             expectedQ = f[0];
             bestCost = f[3];
         }
+        if (f[5] <= 1800
+            && (predictQ < 0 || f[4] > predictWithin || (f[4] == predictWithin && f[2] < predictCost))) {
+            predictQ = f[0];
+            predictWithin = f[4];
+            predictCost = f[2];
+        }
     }
     EXPECT_EQ(rows, 20u);
     const auto at = csv.find("\ncheckpoint-aware,");
     ASSERT_NE(at, std::string::npos) << csv;
     EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
+    const auto predictAt = csv.find("\npredict,");
+    ASSERT_NE(predictAt, std::string::npos) << csv;
+    EXPECT_NEAR(std::stod(csv.substr(predictAt + 9)), predictQ >= 0 ? predictQ : leastOverlapQ, 1e-9) << csv;
+    EXPECT_NE(r.output.find("predict: q with the most within 600 s"), std::string::npos) << r.output;
 
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model, "--chain-days", "0" });
@@ -299,7 +312,8 @@ TEST(SimCommand, WarmupAndLimitForShortTraces)
     TempDir dir("baton-sim-cli");
     const auto out = (dir.path() / "out").string();
     const auto r = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
-        "--interval-hours", "6", "--warmup-hours", "24", "--limit-hours", "6", "--chain-days", "1", "--out", out });
+        "--interval-hours", "6", "--warmup-hours", "24", "--limit-hours", "6", "--chain-days", "1", "--out",
+        out });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     // The trace has no recorded starts: the warm-up runs from its first submission, 2020-09-13 12:39.
     EXPECT_NE(r.output.find("warm-up until 2020-09-14 12:39"), std::string::npos) << r.output;
