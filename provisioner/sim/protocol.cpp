@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace baton::sim {
 
@@ -266,50 +267,51 @@ double meanOverlap(std::span<const std::optional<std::int64_t>> interruptions)
     return overlap / static_cast<double>(interruptions.size());
 }
 
-std::size_t chooseUnderOverlapBudget(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
-    double unstartedSeconds, double handoverSeconds, double limitSeconds, double overlapBudgetSeconds)
+namespace {
+
+using Columns = std::span<const std::vector<std::optional<std::int64_t>>>;
+
+// The candidate with the lowest `cost` (compared as a tuple; ties to the earlier candidate) among those
+// whose mean raw overlap stays within the budget; if none does, the one with the least overlap.
+template<typename Cost> std::size_t cheapestWithinOverlapBudget(Columns candidates, double budget, Cost cost)
 {
     std::size_t best = candidates.size(), leastOverlap = 0;
-    double bestCost = 0, least = 0;
+    decltype(cost(candidates[0])) bestCost {};
+    double least = 0;
     for (std::size_t k = 0; k < candidates.size(); ++k) {
         const double overlap = meanOverlap(candidates[k]);
         if (k == 0 || overlap < least) {
             least = overlap;
             leastOverlap = k;
         }
-        if (overlap > overlapBudgetSeconds)
+        if (overlap > budget)
             continue;
-        const double cost = handoverCost(candidates[k], unstartedSeconds, handoverSeconds, limitSeconds);
-        if (best == candidates.size() || cost < bestCost) {
-            bestCost = cost;
+        const auto c = cost(candidates[k]);
+        if (best == candidates.size() || c < bestCost) {
+            bestCost = c;
             best = k;
         }
     }
     return best < candidates.size() ? best : leastOverlap;
 }
 
-std::size_t chooseMostWithin(std::span<const std::vector<std::optional<std::int64_t>>> candidates,
-    double tolerance, double unstartedSeconds, double overlapBudgetSeconds)
+} // namespace
+
+std::size_t chooseUnderOverlapBudget(Columns candidates, double unstartedSeconds, double handoverSeconds,
+    double limitSeconds, double overlapBudgetSeconds)
 {
-    std::size_t best = candidates.size(), leastOverlap = 0;
-    double bestWithin = 0, bestCost = 0, least = 0;
-    for (std::size_t k = 0; k < candidates.size(); ++k) {
-        const double overlap = meanOverlap(candidates[k]);
-        if (k == 0 || overlap < least) {
-            least = overlap;
-            leastOverlap = k;
-        }
-        if (overlap > overlapBudgetSeconds)
-            continue;
-        const double within = summarize(candidates[k], tolerance, 0).fractionWithin;
-        const double cost = symmetricCost(candidates[k], unstartedSeconds);
-        if (best == candidates.size() || within > bestWithin || (within == bestWithin && cost < bestCost)) {
-            bestWithin = within;
-            bestCost = cost;
-            best = k;
-        }
-    }
-    return best < candidates.size() ? best : leastOverlap;
+    return cheapestWithinOverlapBudget(candidates, overlapBudgetSeconds, [&](const auto& column) {
+        return handoverCost(column, unstartedSeconds, handoverSeconds, limitSeconds);
+    });
+}
+
+std::size_t chooseMostWithin(
+    Columns candidates, double tolerance, double unstartedSeconds, double overlapBudgetSeconds)
+{
+    return cheapestWithinOverlapBudget(candidates, overlapBudgetSeconds, [&](const auto& column) {
+        return std::pair { -summarize(column, tolerance, 0).fractionWithin,
+            symmetricCost(column, unstartedSeconds) };
+    });
 }
 
 } // namespace baton::sim
