@@ -25,7 +25,8 @@ struct ServiceConfig {
     double quantile = 0.5; // q of the learned policies when the model stores none
     std::string operatorsGroup; // unix group whose members may act on every chain
     std::vector<std::string> slurmUsers { "root" }; // who may send plugin events (uid 0 always may)
-    std::chrono::seconds submitLead { 60 }; // successors go in at least this long before the limit
+    // Successors go in at least this long before the predecessor's limit (at most half of that limit).
+    std::chrono::seconds submitLead { 60 };
     int retryBudget = 3; // resubmissions of a job that failed without progress
     std::chrono::seconds handoverTimeout {
         600

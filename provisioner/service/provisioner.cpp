@@ -617,9 +617,16 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
         const sim::DecisionPoint& point = points.at(i);
         try {
             // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle
-            // take time, and a successor submitted at the last second always leaves a gap.
-            const bool submit = policy_->submitNow(point)
-                || (config_.policy != "reactive" && point.remaining <= config_.submitLead.count());
+            // take time, and a successor submitted at the last second always leaves a gap. It takes at
+            // most half of a job's limit: on a free cluster the successor starts at once and the job
+            // hands over, so a lead near the limit would end each job of a short-limit chain before it
+            // has trained, and its successor's the same way.
+            const std::int64_t limit = awaiting[i].current.timeLimitSeconds;
+            const std::int64_t lead = limit > 0
+                ? std::min<std::int64_t>(config_.submitLead.count(), limit / 2)
+                : config_.submitLead.count();
+            const bool submit
+                = policy_->submitNow(point) || (config_.policy != "reactive" && point.remaining <= lead);
             // What the decision row says the policy saw; built only for the rows that are written.
             const auto inputs = [&] {
                 Json seen { { "remaining_s", point.remaining },

@@ -119,8 +119,8 @@ protected:
         config_.submitGrace = std::chrono::seconds(30);
     }
 
-    // A chain named after the test whose first job (id 1, running) came from plain sbatch.
-    ChainRow chainWithRunningJob(std::int64_t jobId)
+    // A chain named after the test (and `suffix`) whose first job (running) came from plain sbatch.
+    ChainRow chainWithRunningJob(std::int64_t jobId, const std::string& suffix = "")
     {
         ClusterJob first;
         first.id = jobId;
@@ -129,7 +129,7 @@ protected:
         first.submitTime = first.startTime = cluster_.now - 60;
         first.timeLimitSeconds = 3600;
         cluster_.jobs.push_back(first);
-        const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name();
+        const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name() + suffix;
         const ChainRow chain = store_.createChain(65534, "nobody", name, "/chains/" + name,
             Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
                 { "workdir", "/tmp" } });
@@ -382,6 +382,33 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     provisioner.tick();
     EXPECT_NE(rowVersion(), before);
     EXPECT_EQ(store_.jobs(chain.id).front().state, "TIMEOUT");
+}
+
+// The lead floor submits a successor at most half a job's limit early, so that a job with a short limit
+// still trains before it hands over.
+TEST_F(ProvisionerTest, TheLeadTakesAtMostHalfOfAShortLimit)
+{
+    config_.policy = "avg";
+    config_.submitLead = std::chrono::seconds(600);
+    const ChainRow chain = chainWithRunningJob(31);
+    cluster_.find(31)->timeLimitSeconds = 900; // started 60 s ago: 840 s left; half the limit is 450 s
+    const auto never = std::make_shared<NeverSubmit>();
+    tick(never);
+    EXPECT_TRUE(cluster_.submissions.empty());
+    cluster_.now += 340; // 500 s left: within the configured lead, not within half the limit
+    tick(never);
+    EXPECT_TRUE(cluster_.submissions.empty()) << "the successor went in with 500 s of a 900 s job left";
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    cluster_.now += 60; // 440 s left
+    tick(never);
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+
+    // A long job keeps the whole configured lead.
+    const ChainRow longer = chainWithRunningJob(32, "-long"); // 3,600 s limit, 3,540 s left
+    cluster_.now += 2950; // 590 s left
+    tick(never);
+    EXPECT_EQ(stateOf(longer), ChainState::SuccessorPending);
 }
 
 // The tick's set-based read sees what the per-chain reads see: the current and next job and
