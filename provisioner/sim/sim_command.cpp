@@ -437,6 +437,8 @@ ComparisonConfig comparisonFrom(
         throw std::invalid_argument("--predict-objective must be within or mean, not '" + objective + "'");
     c.predictMeanInterruption = objective == "mean";
     c.predictOverlapBudgetSeconds = o.number("predict-overlap-seconds");
+    if (!(c.predictOverlapBudgetSeconds >= 0))
+        throw std::invalid_argument("--predict-overlap-seconds must not be negative");
     c.overlapBudgetFromAvg = o.text("overlap-budget-seconds") == "avg";
     if (!c.overlapBudgetFromAvg)
         c.overlapBudgetSeconds = o.number("overlap-budget-seconds");
@@ -457,8 +459,7 @@ ComparisonConfig comparisonFrom(
         if (c.handoverSeconds >= static_cast<double>(c.protocol.limit))
             throw std::invalid_argument("--handover-seconds must be shorter than the limit");
     }
-    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0
-        || c.predictOverlapBudgetSeconds < 0)
+    if (c.protocol.interval <= 0 || c.tolerance < 0 || c.handoverSeconds < 0 || c.overlapBudgetSeconds < 0)
         throw std::invalid_argument("--interval-hours must be positive, tolerances not negative");
     for (int n : c.protocol.shapes)
         if (n > scheduler.nodes)

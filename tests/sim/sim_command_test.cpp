@@ -297,6 +297,10 @@ TEST(SimCommand, BadInputGivesClearErrors)
         "not negative");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--successor-time-min-hours", "49" }, 2,
         "--successor-time-min-hours must lie between 0 and the limit (48 h)");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--predict-objective", "median" }, 2,
+        "--predict-objective must be within or mean, not 'median'");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--predict-overlap-seconds", "-1" }, 2,
+        "--predict-overlap-seconds must not be negative");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
