@@ -132,8 +132,6 @@ const char* toJob(const json& object, TraceJob& job)
         return "bad end time";
     if (end.value && *end.value <= 0)
         end.value.reset(); // still running
-    const auto runStart = *start.value;
-    const auto runEnd = end.value;
     auto limit = numberAt(time, "limit");
     if (limit.bad)
         return "bad time limit";
@@ -198,7 +196,7 @@ const char* toJob(const json& object, TraceJob& job)
         job.partition = it->get<std::string>();
     if (!isValidUtf8(job.name) || !isValidUtf8(job.user) || !isValidUtf8(job.partition))
         return "invalid characters in name";
-    return job.setRunTimes(runStart, runEnd);
+    return job.setRunTimes(*start.value, end.value);
 }
 
 } // namespace

@@ -263,18 +263,18 @@ TEST(TraceImport, BlockedCopyTimesOutAndLeavesNothing)
 
 TEST(TraceImport, WholeLs6TraceWithQuantilesMatchingCpp)
 {
-    auto dir = baton::test::traceDir();
-    if (!dir)
+    const auto ls6 = baton::test::traceFile("ls6-a100.log");
+    if (!ls6)
         GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
     Connection connection = migrated();
     ImportOptions options;
     options.name = "ls6";
-    auto result = importTrace(connection, *dir / "ls6-a100.log", options);
+    auto result = importTrace(connection, *ls6, options);
     EXPECT_EQ(result.summary.rowsRead, 24777u);
     EXPECT_EQ(result.rowsStored, 24776u);
     EXPECT_EQ(connection.exec(countTraceJobs).int64(0, 0), 24776);
 
-    auto jobs = trace::readAll(*dir / "ls6-a100.log");
+    auto jobs = trace::readAll(*ls6);
     std::vector<double> waits;
     double nodeSeconds = 0;
     for (const auto& job : jobs) {

@@ -446,10 +446,10 @@ TEST(Malformed, OverlongLineIsAnError)
 
 TEST(RealTraces, Ls6A100)
 {
-    auto dir = baton::test::traceDir();
-    if (!dir)
+    const auto trace = baton::test::traceFile("ls6-a100.log");
+    if (!trace)
         GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
-    auto [jobs, summary] = readAs(*dir / "ls6-a100.log", TraceFormat::SacctText);
+    auto [jobs, summary] = readAs(*trace, TraceFormat::SacctText);
     EXPECT_EQ(summary.rowsRead, 24777u);
     EXPECT_EQ(summary.accepted, 24776u);
     EXPECT_EQ(rejectedFor(summary, "wrong field count"), 1u);
@@ -465,10 +465,10 @@ TEST(RealTraces, Ls6A100)
 
 TEST(RealTraces, Lublin256)
 {
-    auto dir = baton::test::traceDir();
-    if (!dir)
+    const auto trace = baton::test::traceFile("lublin_256.swf");
+    if (!trace)
         GTEST_SKIP() << "shared traces not found: set BATON_TRACE_DIR";
-    auto [jobs, summary] = readAs(*dir / "lublin_256.swf", TraceFormat::Swf);
+    auto [jobs, summary] = readAs(*trace, TraceFormat::Swf);
     EXPECT_EQ(jobs.size(), 10000u);
     EXPECT_EQ(summary.rejectedTotal(), 0u);
 }

@@ -1,14 +1,12 @@
 // The whole ls6-a100 trace replayed with the fitted configuration reproduces the recorded waits
 // about as well as recorded in provisioner/sim/README.md. Skipped when the trace is absent.
 #include "comparison.hpp"
-#include "process.hpp"
 #include "simulator.hpp"
+#include "trace_files.hpp"
 #include "trace_input.hpp"
 #include "validation.hpp"
 
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 
 using namespace baton::sim;
 
@@ -16,10 +14,7 @@ namespace {
 
 std::filesystem::path traceFile(const char* name)
 {
-    const char* dir = std::getenv("BATON_TRACE_DIR");
-    const auto base
-        = dir ? std::filesystem::path(dir) : baton::test::sourceRoot() / ".." / "shared" / "traces";
-    return base / name;
+    return baton::test::traceDirectory() / name;
 }
 
 std::filesystem::path ls6Trace()

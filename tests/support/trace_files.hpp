@@ -22,15 +22,6 @@ inline std::filesystem::path traceDirectory()
     return sourceRoot().parent_path() / "shared" / "traces";
 }
 
-// That directory when it holds the ls6 trace; nullopt when absent.
-inline std::optional<std::filesystem::path> traceDir()
-{
-    const std::filesystem::path dir = traceDirectory();
-    if (!std::filesystem::is_regular_file(dir / "ls6-a100.log"))
-        return std::nullopt;
-    return dir;
-}
-
 // One trace of that directory by its file name; nullopt when it is not there (each trace can be
 // fetched on its own).
 inline std::optional<std::filesystem::path> traceFile(const char* name)
