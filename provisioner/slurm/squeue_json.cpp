@@ -12,6 +12,10 @@
 #include <limits>
 #include <thread>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace baton::slurm {
 
 namespace {
@@ -228,15 +232,8 @@ private:
         const std::size_t size = t_.size();
         while (true) {
             // Most of a skipped value is names, numbers and spaces: jump to the next character that
-            // matters, eight bytes at a time.
-            if constexpr (std::endian::native == std::endian::little) {
-                while (pos_ + 8 <= size) {
-                    const int at = firstStructural(load8(data + pos_));
-                    pos_ += static_cast<std::size_t>(at);
-                    if (at < 8)
-                        break;
-                }
-            }
+            // matters, a block at a time.
+            scanBlocks(firstStructural);
             while (pos_ < size && !structural[static_cast<unsigned char>(data[pos_])])
                 ++pos_;
             if (pos_ >= size)
@@ -272,18 +269,10 @@ private:
     {
         // Other control characters are no valid JSON anywhere outside strings: taking them for space
         // only makes the reader more lenient, never wrong about a valid document.
-        // squeue indents its output: after a newline comes a run of spaces, measured eight bytes at a time.
+        // squeue indents its output: after a newline comes a run of spaces, measured a block at a time.
         while (pos_ < t_.size() && static_cast<unsigned char>(t_[pos_]) <= ' ') {
             ++pos_;
-            if constexpr (std::endian::native == std::endian::little) {
-                while (pos_ + 8 <= t_.size()) {
-                    if (const std::uint64_t other = load8(t_.data() + pos_) ^ broadcast(' ')) {
-                        pos_ += static_cast<std::size_t>(std::countr_zero(other) / 8);
-                        break;
-                    }
-                    pos_ += 8;
-                }
-            }
+            scanBlocks(firstNotSpace);
         }
     }
 
@@ -303,36 +292,104 @@ private:
         return load8(a + n - 8) == load8(b + n - 8);
     }
 
-    // Eight bytes at p as one word, and the word of eight copies of c.
+    // Eight bytes at p as one word, the first in its lowest byte; and the word of eight copies of c.
     static std::uint64_t load8(const char* p)
     {
         std::uint64_t word;
         std::memcpy(&word, p, sizeof word);
+        if constexpr (std::endian::native == std::endian::big)
+            word = __builtin_bswap64(word);
         return word;
     }
     static constexpr std::uint64_t broadcast(unsigned char c) { return 0x0101010101010101ULL * c; }
 
-    // The index of the first byte of `word` (in memory order) that is '"', '\\' or a control
-    // character, or 8. Borrows can mark bytes after the first true one, never before it.
-    static int firstSpecial(std::uint64_t word)
+    // The scans below look at a block of bytes at a time for the first byte of a kind, and return its
+    // index in the block, or blockBytes when there is none: sixteen bytes with SSE2 (every x86-64), else
+    // eight in a word, whose borrows can mark bytes after the first true one, never before it.
+#if defined(__SSE2__)
+    static constexpr std::size_t blockBytes = 16;
+    static __m128i loadBlock(const char* p)
     {
-        constexpr std::uint64_t high = broadcast(0x80);
-        const auto zeroAt = [](std::uint64_t v) { return (v - broadcast(1)) & ~v & high; };
-        const std::uint64_t marks = zeroAt(word ^ broadcast('"')) | zeroAt(word ^ broadcast('\\'))
-            | ((word - broadcast(0x20)) & ~word & high);
-        return marks ? std::countr_zero(marks) / 8 : 8;
+        return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     }
-
-    // The index of the first byte of `word` (in memory order) that is '"', '{', '}', '[' or ']', or 8.
-    // Setting bit 0x20 turns '[' and ']' into '{' and '}' and no other byte into either.
-    static int firstStructural(std::uint64_t word)
+    static __m128i equal(__m128i v, char c)
     {
-        constexpr std::uint64_t high = broadcast(0x80);
-        const auto zeroAt = [](std::uint64_t v) { return (v - broadcast(1)) & ~v & high; };
-        const std::uint64_t folded = word | broadcast(0x20);
-        const std::uint64_t marks = zeroAt(word ^ broadcast('"')) | zeroAt(folded ^ broadcast('{'))
-            | zeroAt(folded ^ broadcast('}'));
-        return marks ? std::countr_zero(marks) / 8 : 8;
+        return _mm_cmpeq_epi8(v, _mm_set1_epi8(c));
+    }
+    static std::size_t firstMarked(__m128i marks)
+    {
+        const auto bits = static_cast<unsigned>(_mm_movemask_epi8(marks));
+        return bits ? static_cast<std::size_t>(std::countr_zero(bits)) : blockBytes;
+    }
+    // '"' or '\\'.
+    static std::size_t firstQuoteOrEscape(const char* p)
+    {
+        const __m128i v = loadBlock(p);
+        return firstMarked(_mm_or_si128(equal(v, '"'), equal(v, '\\')));
+    }
+    // '"', '\\' or a control character (unsigned v <= 0x1F: max(v, 0x1F) == 0x1F).
+    static std::size_t firstSpecial(const char* p)
+    {
+        const __m128i v = loadBlock(p);
+        const __m128i control = _mm_cmpeq_epi8(_mm_max_epu8(v, _mm_set1_epi8(0x1F)), _mm_set1_epi8(0x1F));
+        return firstMarked(_mm_or_si128(_mm_or_si128(equal(v, '"'), equal(v, '\\')), control));
+    }
+    // '"', '{', '}', '[' or ']': setting bit 0x20 turns '[' and ']' into '{' and '}' and no other byte
+    // into either.
+    static std::size_t firstStructural(const char* p)
+    {
+        const __m128i v = loadBlock(p);
+        const __m128i folded = _mm_or_si128(v, _mm_set1_epi8(0x20));
+        return firstMarked(_mm_or_si128(equal(v, '"'), _mm_or_si128(equal(folded, '{'), equal(folded, '}'))));
+    }
+    static std::size_t firstNotSpace(const char* p)
+    {
+        return firstMarked(_mm_xor_si128(equal(loadBlock(p), ' '), _mm_set1_epi8(-1)));
+    }
+#else
+    static constexpr std::size_t blockBytes = 8;
+    static std::uint64_t zeroAt(std::uint64_t v)
+    {
+        return (v - broadcast(1)) & ~v & broadcast(0x80);
+    }
+    static std::size_t firstMarked(std::uint64_t marks)
+    {
+        return marks ? static_cast<std::size_t>(std::countr_zero(marks) / 8) : blockBytes;
+    }
+    static std::size_t firstQuoteOrEscape(const char* p)
+    {
+        const std::uint64_t word = load8(p);
+        return firstMarked(zeroAt(word ^ broadcast('"')) | zeroAt(word ^ broadcast('\\')));
+    }
+    static std::size_t firstSpecial(const char* p)
+    {
+        const std::uint64_t word = load8(p);
+        return firstMarked(zeroAt(word ^ broadcast('"')) | zeroAt(word ^ broadcast('\\'))
+            | ((word - broadcast(0x20)) & ~word & broadcast(0x80)));
+    }
+    static std::size_t firstStructural(const char* p)
+    {
+        const std::uint64_t word = load8(p), folded = word | broadcast(0x20);
+        return firstMarked(zeroAt(word ^ broadcast('"')) | zeroAt(folded ^ broadcast('{'))
+            | zeroAt(folded ^ broadcast('}')));
+    }
+    static std::size_t firstNotSpace(const char* p)
+    {
+        const std::uint64_t other = load8(p) ^ broadcast(' ');
+        return other ? static_cast<std::size_t>(std::countr_zero(other) / 8) : blockBytes;
+    }
+#endif
+
+    // Moves pos_ to the first byte at or after it for which find (one of the scans above) marks one,
+    // or to the last whole block's end.
+    template<class Find> void scanBlocks(Find find)
+    {
+        while (pos_ + blockBytes <= t_.size()) {
+            const std::size_t at = find(t_.data() + pos_);
+            pos_ += at;
+            if (at < blockBytes)
+                return;
+        }
     }
 
     void literal(std::string_view word)
@@ -346,17 +403,14 @@ private:
     {
         ++pos_; // the opening quote
         while (true) {
-            const void* q = std::memchr(t_.data() + pos_, '"', t_.size() - pos_);
-            if (!q)
+            scanBlocks(firstQuoteOrEscape);
+            while (pos_ < t_.size() && t_[pos_] != '"' && t_[pos_] != '\\')
+                ++pos_;
+            if (pos_ >= t_.size())
                 fail("unterminated string");
-            const std::size_t quote = static_cast<std::size_t>(static_cast<const char*>(q) - t_.data());
-            // Escaped when preceded by an odd number of backslashes.
-            std::size_t slashes = 0;
-            while (quote - slashes > pos_ && t_[quote - slashes - 1] == '\\')
-                ++slashes;
-            pos_ = quote + 1;
-            if (slashes % 2 == 0)
+            if (t_[pos_++] == '"')
                 return;
+            ++pos_; // the escaped character, which never ends the string
         }
     }
 
@@ -422,22 +476,11 @@ private:
         const std::size_t begin = ++pos_;
         // The common case, short and without escapes, in one pass: most strings here are member
         // names of a dozen characters, where a library call costs more than the loop.
-        std::size_t i = pos_;
-        if constexpr (std::endian::native == std::endian::little) {
-            // Eight bytes at a time up to the first one that ends the plain part.
-            while (i + 8 <= t_.size()) {
-                const int at = firstSpecial(load8(t_.data() + i));
-                i += static_cast<std::size_t>(at);
-                if (at < 8)
-                    break;
-            }
-        }
-        for (; i < t_.size(); ++i) {
-            const auto c = static_cast<unsigned char>(t_[i]);
-            if (c == '"') {
-                pos_ = i + 1;
-                return t_.substr(begin, i - begin);
-            }
+        scanBlocks(firstSpecial); // up to the first byte that ends the plain part
+        for (; pos_ < t_.size(); ++pos_) {
+            const auto c = static_cast<unsigned char>(t_[pos_]);
+            if (c == '"')
+                return t_.substr(begin, pos_++ - begin);
             if (c == '\\' || c < 0x20)
                 break;
         }
@@ -764,6 +807,15 @@ std::size_t guessJobStart(std::string_view t, std::size_t from)
     return std::string_view::npos;
 }
 
+// Room for the jobs in `bytes` of a jobs list whose first job took `firstJob` bytes: growing a vector
+// of 10,000 jobs moves each of them about twice. Jobs of Slurm take kilobytes, so a document whose first
+// job is much smaller is no guide and grows as usual.
+std::size_t expectedJobs(std::size_t bytes, std::size_t firstJob)
+{
+    constexpr std::size_t smallestGuide = 512;
+    return bytes / std::max(firstJob, smallestGuide) * 5 / 4 + 1;
+}
+
 // Reads the jobs list whose '[' is at `open`; returns the position after its ']', or npos when the
 // parallel read cannot vouch for its result (then `jobs` is left empty).
 std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector<QueueJob>& jobs)
@@ -796,8 +848,11 @@ std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector
             Scanner s(t, starts[k]);
             MemberOrder order;
             const bool last = k + 1 == starts.size();
+            const std::size_t end = last ? t.size() : starts[k + 1];
             while (true) {
                 parts[k].jobs.push_back(readJob(s, order));
+                if (parts[k].jobs.size() == 1)
+                    parts[k].jobs.reserve(expectedJobs(end - starts[k], s.position() - starts[k]));
                 if (!s.consume(',')) {
                     s.expect(']');
                     parts[k].end = s.position();
@@ -853,7 +908,11 @@ QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
                 return;
             }
             MemberOrder order;
-            s.array([&] { snapshot.jobs.push_back(readJob(s, order)); });
+            s.array([&] {
+                snapshot.jobs.push_back(readJob(s, order));
+                if (snapshot.jobs.size() == 1)
+                    snapshot.jobs.reserve(expectedJobs(text.size() - open, s.position() - open));
+            });
         } else if (key == "meta" && s.peek() == '{') {
             s.object([&](std::string_view metaKey) {
                 if (metaKey != "Slurm" || s.peek() != '{')

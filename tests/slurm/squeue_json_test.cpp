@@ -339,7 +339,9 @@ TEST(SqueueJson, LargeDamagedQueuesAreErrors)
 // character at any offset in a word is found where it is.
 TEST(SqueueJson, StringsAreReadRightAtEveryOffset)
 {
-    for (int k = 0; k < 20; ++k) {
+    // The reader scans a block of bytes at a time (up to 16): every offset of the special bytes in and
+    // across two blocks.
+    for (int k = 0; k < 40; ++k) {
         const std::string a(static_cast<std::size_t>(k), 'a'), b(static_cast<std::size_t>(k % 7), 'b');
         const std::string doc = "{\"jobs\": [{\"job_id\": 1, \"name\": \"" + a + "\\\"" + b
             + "\", \"comment\": \"" + a + "\xc3\xa9\\\\" + b + "\", \"partition\": \"" + a + "\"}]}";
@@ -350,5 +352,23 @@ TEST(SqueueJson, StringsAreReadRightAtEveryOffset)
         EXPECT_EQ(snapshot.jobs[0].partition, a) << k;
         const std::string control = "{\"jobs\": [{\"job_id\": 1, \"name\": \"" + a + "\t" + b + "\"}]}";
         EXPECT_THROW(parseSqueueJson(control, 1), SqueueParseError) << k;
+    }
+}
+
+// Skipped members are passed over by the same block scans: escaped quotes, backslashes, brackets inside
+// strings and bytes above 0x7F, at every offset, must leave the reader exactly after the value.
+TEST(SqueueJson, SkippedValuesEndRightAtEveryOffset)
+{
+    for (int k = 0; k < 40; ++k) {
+        const std::string a(static_cast<std::size_t>(k), 'a'), b(static_cast<std::size_t>(k % 9), ' ');
+        const std::string doc = "{\"jobs\": [{\"command\": \"" + a + "\\\"}]{[\\\\" + b + "\xff\",\n" + b
+            + "\"job_resources\": {\"x\": [\"" + a + "]}\\\"\", {\"y\": \"" + b + "\\\\\"}, "
+            + std::to_string(a.size()) + ", null]}, \"job_id\": 7," + b + "\"name\": \"" + a + "\"}]}";
+        const auto snapshot = parseSqueueJson(doc, 1);
+        ASSERT_EQ(snapshot.jobs.size(), 1u) << k;
+        EXPECT_EQ(snapshot.jobs[0].jobId, 7) << k;
+        EXPECT_EQ(snapshot.jobs[0].name, a) << k;
+        // A quote left open inside a skipped value is an error, not a read past the document.
+        EXPECT_THROW(parseSqueueJson(doc.substr(0, doc.find("\\\"}]{[")) + "\\", 1), SqueueParseError) << k;
     }
 }
