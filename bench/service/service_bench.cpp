@@ -17,7 +17,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <spawn.h>
 #include <string>
 #include <sys/wait.h>
@@ -81,6 +83,28 @@ Percentiles percentiles(std::vector<double> ms)
 double msSince(Clock::time_point start)
 {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// CPU time the benchmark's threads (exited ones too) have used, in ms.
+double processCpuMs()
+{
+    timespec t {};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
+// From the kernel's scheduler statistics of one process (its main thread): the time it has run and the
+// time it was ready to run but waited for a core, in ms; zeros where the kernel does not keep them.
+struct SchedTimes {
+    double ran = 0, waited = 0;
+};
+SchedTimes schedTimes(long pid)
+{
+    std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+    double ranNs = 0, waitedNs = 0;
+    if (!(in >> ranNs >> waitedNs))
+        return {};
+    return { ranNs / 1e6, waitedNs / 1e6 };
 }
 
 // The cluster of the tick benchmark: each queue() parses the same 10,000-job `squeue --json` document
@@ -274,6 +298,11 @@ int main()
         double drainMs = 0, firstTickMs = 0;
         std::int64_t submitted = 0;
         std::vector<double> ticks, parses;
+        // Where a slow tick's time goes: the CPU it used (the benchmark's threads and the database
+        // server's process for this connection), and how long the tick's thread and that server process
+        // were ready to run but waited for a core.
+        std::vector<double> tickCpu, tickWaits;
+        const long serverPid = count("bench_backend", "SELECT pg_backend_pid()");
         for (int round = 0; round < rounds; ++round) {
             if (round > 0)
                 connection.execScript("TRUNCATE chains CASCADE");
@@ -306,9 +335,15 @@ int main()
             } while (backlog() > 0);
             for (int steady = 0; steady < steadyTicks; ++steady) {
                 cluster.now = now + tick++ * tickSeconds;
+                const double cpuBefore = processCpuMs();
+                const SchedTimes serverBefore = schedTimes(serverPid), mainBefore = schedTimes(getpid());
                 start = Clock::now();
                 provisioner.tick();
                 ticks.push_back(msSince(start));
+                const SchedTimes serverAfter = schedTimes(serverPid), mainAfter = schedTimes(getpid());
+                tickCpu.push_back(processCpuMs() - cpuBefore + serverAfter.ran - serverBefore.ran);
+                tickWaits.push_back(
+                    mainAfter.waited - mainBefore.waited + serverAfter.waited - serverBefore.waited);
                 start = Clock::now();
                 cluster.queue();
                 parses.push_back(msSince(start));
@@ -316,7 +351,8 @@ int main()
             submitted
                 += count("bench_submitted", "SELECT count(*) FROM submissions WHERE state = 'submitted'");
         }
-        const Percentiles tick = percentiles(ticks), parse = percentiles(parses);
+        const Percentiles tick = percentiles(ticks), parse = percentiles(parses), cpu = percentiles(tickCpu),
+                          waits = percentiles(tickWaits);
 
         std::vector<double> scrapes;
         httplib::Client scraper("127.0.0.1", port);
@@ -344,6 +380,12 @@ int main()
             tick.p99, "< 50", tick.p99 / 50);
         std::printf("%-52s %12.1f\n", "  the slowest tick, ms", tick.max);
         std::printf("%-52s %12zu\n", "  steady ticks measured", ticks.size());
+        std::printf("%-52s %12.1f %12s %10.2f\n", "  CPU a tick used (with the database's), p50 ms", cpu.p50,
+            "", cpu.p50 / tick.p50);
+        std::printf("%-52s %12.1f %12s %10.2f\n", "  the same, p99 ms", cpu.p99, "", cpu.p99 / tick.p99);
+        std::printf(
+            "%-52s %12.1f %12s\n", "  waited for a core (tick thread + database), p50 ms", waits.p50, "");
+        std::printf("%-52s %12.1f %12s\n", "  the same, p99 ms", waits.p99, "");
         std::printf("%-52s %12.1f %12s %10.2f\n", "  of which the squeue document read, p50 ms", parse.p50,
             "", parse.p50 / tick.p50);
         std::printf("%-52s %12lld %12s\n", "  successors submitted (10 a tick)",
