@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cctype>
 #include <charconv>
@@ -792,6 +793,7 @@ QueueJob readJob(Scanner& s, MemberOrder& order)
 // also gives the error messages. So the result is always the one-thread result.
 constexpr std::size_t parallelFrom = 4 << 20; // bytes of document
 constexpr unsigned maxReaders = 4;
+constexpr unsigned piecesPerReader = 4;
 
 // The next position at or after `from` that looks like the start of an element of the jobs list: a
 // '{' preceded by "}," and spaces. Inside a string this can be wrong, which the check above catches.
@@ -827,17 +829,19 @@ std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector
     first.expect('[');
     if (first.peek() != '{')
         return std::string_view::npos; // empty or odd: the plain reader says what is wrong
+    // More pieces than readers, each taken by the next free reader: a reader that the machine holds up
+    // leaves its remaining pieces to the others instead of making every reader wait for its half.
+    const unsigned pieces = readers * piecesPerReader;
     std::vector<std::size_t> starts { first.position() };
-    for (unsigned k = 1; k < readers; ++k) {
-        const std::size_t guess
-            = guessJobStart(t, starts.front() + (t.size() - starts.front()) * k / readers);
+    for (unsigned k = 1; k < pieces; ++k) {
+        const std::size_t guess = guessJobStart(t, starts.front() + (t.size() - starts.front()) * k / pieces);
         if (guess == std::string_view::npos || guess <= starts.back())
             break;
         starts.push_back(guess);
     }
     if (starts.size() < 2)
         return std::string_view::npos;
-    struct Part {
+    struct alignas(64) Part { // a cache line of its own: each is written by its reader
         std::vector<QueueJob> jobs;
         std::size_t end = std::string_view::npos; // after ']' for the last part, else the next start
         bool ok = false;
@@ -869,10 +873,15 @@ std::size_t readJobsInParallel(std::string_view t, std::size_t open, std::vector
             parts[k].ok = false;
         }
     };
+    std::atomic<std::size_t> nextPiece { 0 };
+    const auto reader = [&] {
+        for (std::size_t k; (k = nextPiece++) < starts.size();)
+            read(k);
+    };
     std::vector<std::thread> threads;
-    for (std::size_t k = 1; k < starts.size(); ++k)
-        threads.emplace_back(read, k);
-    read(0);
+    for (unsigned k = 1; k < readers; ++k)
+        threads.emplace_back(reader);
+    reader();
     for (auto& thread : threads)
         thread.join();
     if (!std::all_of(parts.begin(), parts.end(), [](const Part& part) { return part.ok; }))
