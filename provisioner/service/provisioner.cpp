@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <map>
 
 namespace baton::service {
 
@@ -660,14 +661,40 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
 
 void Provisioner::updateGauges(std::int64_t now)
 {
+    std::map<ChainState, std::pair<std::int64_t, double>> live; // chains, oldest newest-checkpoint age
+    std::vector<std::int64_t> liveIds;
+    for (const Store::LiveChainAge& chain : store_.liveChainAges(now)) {
+        auto& [chains, oldest] = live[chain.state];
+        ++chains;
+        oldest = std::max(oldest, chain.checkpointAge);
+        liveIds.push_back(chain.id); // in id order
+    }
+    // The ended states change only when a chain ends or a failed one is resubmitted; their count reads
+    // every chain ever run, so it is taken only then. Chain ids only grow, so against the last count:
+    // a chain live then and not now has ended; one known then, live now but not then, came back; and
+    // the new ids not live now are chains that began and ended in between (or unused ids: a recount).
+    const std::int64_t maxId = store_.maxChainId();
+    const auto newIds = static_cast<std::int64_t>(
+        liveIds.end() - std::upper_bound(liveIds.begin(), liveIds.end(), countedMaxId_.value_or(0)));
+    const bool someEnded = !std::includes(liveIds.begin(), liveIds.end(), liveIds_.begin(), liveIds_.end());
+    const bool someCameBack = std::any_of(liveIds.begin(), liveIds.end(), [&](std::int64_t id) {
+        return id <= countedMaxId_.value_or(0) && !std::binary_search(liveIds_.begin(), liveIds_.end(), id);
+    });
+    const bool countEnded = !countedMaxId_ || someEnded || someCameBack || maxId - *countedMaxId_ > newIds;
     for (const auto& [state, name] : chainStateNames) {
-        metrics_.chains(state).Set(0);
-        metrics_.checkpointAge(state).Set(0);
+        const auto found = live.find(state);
+        metrics_.checkpointAge(state).Set(found == live.end() ? 0 : found->second.second);
+        if (!isTerminal(state))
+            metrics_.chains(state).Set(found == live.end() ? 0 : static_cast<double>(found->second.first));
+        else if (countEnded)
+            metrics_.chains(state).Set(0);
     }
-    for (const auto& summary : store_.stateSummary(now)) {
-        metrics_.chains(summary.state).Set(static_cast<double>(summary.chains));
-        metrics_.checkpointAge(summary.state).Set(std::max(0.0, summary.oldestCheckpointAge));
+    if (countEnded) {
+        for (const auto& [state, chains] : store_.endedCounts())
+            metrics_.chains(state).Set(static_cast<double>(chains));
     }
+    liveIds_ = std::move(liveIds);
+    countedMaxId_ = maxId;
 }
 
 } // namespace baton::service

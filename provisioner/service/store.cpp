@@ -96,11 +96,18 @@ constexpr Statement selectSubmission { "svc_submission",
     "SELECT seq, idempotency_key, reason, state, slurm_job_id, extract(epoch FROM created_at)::bigint,"
     " coalesce(error, '') FROM submissions WHERE chain_id = $1 AND seq = $2",
     true };
+// The tick's reads start from the live chains (their partial index) and probe each one's rows by its key:
+// a year of ended chains, jobs and checkpoints must not be scanned every tick. The LIMIT in each probe
+// changes no result (a chain has one row per seq) but keeps the planner from flattening the probes into
+// a join that it may hash over the whole table.
+#define BATON_LIVE_CHAINS                                                                                    \
+    "WITH live AS MATERIALIZED (SELECT id, seq, state FROM chains"                                           \
+    " WHERE state NOT IN ('finished', 'failed', 'cancelled')) "
 constexpr Statement selectTickSubmissions { "svc_tick_submissions",
-    "SELECT s.seq, s.idempotency_key, s.reason, s.state, s.slurm_job_id,"
-    " extract(epoch FROM s.created_at)::bigint, coalesce(s.error, ''), s.chain_id"
-    " FROM submissions s JOIN chains c ON c.id = s.chain_id"
-    " WHERE c.state NOT IN ('finished', 'failed', 'cancelled') AND s.seq IN (c.seq, c.seq + 1)",
+    BATON_LIVE_CHAINS "SELECT s.seq, s.idempotency_key, s.reason, s.state, s.slurm_job_id,"
+                      " extract(epoch FROM s.created_at)::bigint, coalesce(s.error, ''), c.id"
+                      " FROM live c JOIN LATERAL (SELECT * FROM submissions"
+                      " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) LIMIT 2) s ON true",
     true };
 constexpr Statement deleteSubmission { "svc_forget_submission",
     "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
@@ -123,10 +130,11 @@ constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id =
 constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1",
     true };
 constexpr Statement selectTickJobs { "svc_tick_jobs",
+    BATON_LIVE_CHAINS
     "SELECT j.restart_count, j.slurm_job_id, j.state, extract(epoch FROM j.submit_time)::bigint,"
-    " extract(epoch FROM j.start_time)::bigint, extract(epoch FROM j.end_time)::bigint, j.time_limit_s,"
-    " j.exit_code, j.chain_id FROM jobs j JOIN chains c ON c.id = j.chain_id"
-    " WHERE c.state NOT IN ('finished', 'failed', 'cancelled') AND j.restart_count IN (c.seq, c.seq + 1)",
+    " extract(epoch FROM j.start_time)::bigint, extract(epoch FROM j.end_time)::bigint,"
+    " j.time_limit_s, j.exit_code, j.chain_id FROM live c JOIN LATERAL (SELECT * FROM jobs"
+    " WHERE chain_id = c.id AND restart_count IN (c.seq, c.seq + 1) LIMIT 2) j ON true",
     true };
 #undef BATON_JOB_COLUMNS
 
@@ -165,8 +173,9 @@ constexpr Statement selectLatestCheckpoint { "svc_latest_checkpoint",
 constexpr Statement selectTrainingDone { "svc_training_done",
     "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done)", true };
 constexpr Statement selectTickTrainingDone { "svc_tick_training_done",
-    "SELECT DISTINCT k.chain_id FROM checkpoints k JOIN chains c ON c.id = k.chain_id"
-    " WHERE k.training_done AND c.state NOT IN ('finished', 'failed', 'cancelled')",
+    BATON_LIVE_CHAINS
+    "SELECT c.id FROM live c JOIN LATERAL"
+    " (SELECT 1 FROM checkpoints WHERE chain_id = c.id AND training_done LIMIT 1) k ON true",
     true };
 constexpr Statement selectCheckpoints { "svc_checkpoints",
     "SELECT iteration, path, extract(epoch FROM created_at), total_bytes, training_done, final, slurm_job_id"
@@ -200,11 +209,15 @@ constexpr Statement selectHandovers { "svc_handovers",
     " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
     true };
 
-constexpr Statement selectStateSummary { "svc_state_summary",
-    "SELECT c.state, count(*), coalesce(max($1 - extract(epoch FROM k.created_at))"
-    " FILTER (WHERE c.state NOT IN ('finished', 'failed', 'cancelled')), 0)"
-    " FROM chains c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints WHERE chain_id = c.id"
-    " ORDER BY iteration DESC LIMIT 1) k ON true GROUP BY c.state",
+constexpr Statement selectLiveAges { "svc_live_ages",
+    BATON_LIVE_CHAINS "SELECT c.id, c.state, coalesce($1 - extract(epoch FROM k.created_at), 0)"
+                      " FROM live c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints"
+                      " WHERE chain_id = c.id ORDER BY iteration DESC LIMIT 1) k ON true ORDER BY c.id",
+    true };
+#undef BATON_LIVE_CHAINS
+constexpr Statement selectMaxChainId { "svc_max_chain_id", "SELECT coalesce(max(id), 0) FROM chains", true };
+constexpr Statement selectEndedCounts { "svc_ended_counts",
+    "SELECT state, count(*) FROM chains WHERE state IN ('finished', 'failed', 'cancelled') GROUP BY state",
     true };
 
 ChainRow chainAt(const Result& r, int row)
@@ -625,11 +638,23 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
     return result.int64(0, 0);
 }
 
-std::vector<Store::StateSummary> Store::stateSummary(std::int64_t now)
+std::vector<Store::LiveChainAge> Store::liveChainAges(std::int64_t now)
 {
-    return connection_.exec(selectStateSummary, Params(now)).all([](const Result& r, int row) {
-        return StateSummary { chainStateFromName(r.text(row, 0)).value_or(ChainState::Failed),
-            r.int64(row, 1), r.real(row, 2) };
+    return connection_.exec(selectLiveAges, Params(now)).all([](const Result& r, int row) {
+        return LiveChainAge { r.int64(row, 0),
+            chainStateFromName(r.text(row, 1)).value_or(ChainState::Failed), r.real(row, 2) };
+    });
+}
+
+std::int64_t Store::maxChainId()
+{
+    return connection_.exec(selectMaxChainId).int64(0, 0);
+}
+
+std::vector<std::pair<ChainState, std::int64_t>> Store::endedCounts()
+{
+    return connection_.exec(selectEndedCounts).all([](const Result& r, int row) {
+        return std::pair { chainStateFromName(r.text(row, 0)).value_or(ChainState::Failed), r.int64(row, 1) };
     });
 }
 

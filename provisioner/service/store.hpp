@@ -177,13 +177,18 @@ public:
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
 
-    // Per state: how many chains, and the age of the oldest newest-checkpoint among the live ones.
-    struct StateSummary {
+    // Each live chain (by id) with the age of its newest checkpoint (0 without one): read through the
+    // live chains alone.
+    struct LiveChainAge {
+        std::int64_t id = 0;
         ChainState state;
-        std::int64_t chains = 0;
-        double oldestCheckpointAge = 0;
+        double checkpointAge = 0;
     };
-    std::vector<StateSummary> stateSummary(std::int64_t now);
+    std::vector<LiveChainAge> liveChainAges(std::int64_t now);
+    // The highest chain id given so far (ids only grow; 0 without chains).
+    std::int64_t maxChainId();
+    // How many chains each ended state has: this reads every chain ever run.
+    std::vector<std::pair<ChainState, std::int64_t>> endedCounts();
 
     // The detail document of GET /v1/chains/{owner}/{name}.
     nlohmann::json detail(const ChainRow& chain);

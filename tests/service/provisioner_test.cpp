@@ -446,3 +446,62 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     for (const LiveChain& view : live)
         EXPECT_EQ(view.trainingDone, view.chain.id == other.id) << chain.id;
 }
+
+// The ended states' gauges read every chain ever run, so batond recounts them only when the live chains
+// and the highest chain id show that a chain ended or came back; the live states every tick.
+TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
+{
+    const ChainRow first = chainWithRunningJob(21, "-a");
+    const ChainRow second = chainWithRunningJob(22, "-b");
+    const ChainRow history = store_.createChain(65534, "nobody", "history", "/chains/history", Json());
+    ASSERT_TRUE(store_.transition(history.id, { ChainState::Running }, ChainState::Finished));
+    Provisioner provisioner(config_, store_, cluster_, metrics_,
+        std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
+    const auto gauge = [&](ChainState state) { return metrics_.chains(state).Value(); };
+    const auto nextTick = [&] {
+        cluster_.now += 30;
+        provisioner.tick();
+    };
+    provisioner.tick();
+    EXPECT_EQ(gauge(ChainState::Running), 2);
+    EXPECT_EQ(gauge(ChainState::Finished), 1);
+
+    // Nothing began or ended: the ended states are not read again (a change among them that no chain's
+    // end or return explains, which batond never makes, stays unseen).
+    ASSERT_TRUE(store_.transition(history.id, { ChainState::Finished }, ChainState::Failed));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Finished), 1);
+    EXPECT_EQ(gauge(ChainState::Failed), 0);
+
+    // A chain that began and ended between two ticks is seen by its id, and the recount takes in all.
+    const ChainRow unseen = store_.createChain(65534, "nobody", "unseen", "/chains/unseen", Json());
+    ASSERT_TRUE(store_.transition(unseen.id, { ChainState::Running }, ChainState::Finished));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Finished), 1);
+    EXPECT_EQ(gauge(ChainState::Failed), 1);
+
+    // A chain counted live ends.
+    ASSERT_TRUE(store_.transition(first.id, { ChainState::Running }, ChainState::Cancelled));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Running), 1);
+    EXPECT_EQ(gauge(ChainState::Cancelled), 1);
+
+    // A failed chain resubmitted comes back.
+    ASSERT_TRUE(store_.transition(history.id, { ChainState::Failed }, ChainState::Paused));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Failed), 0);
+    EXPECT_EQ(gauge(ChainState::Paused), 1);
+
+    // A new chain still live is no reason to recount.
+    chainWithRunningJob(23, "-c");
+    ASSERT_TRUE(store_.transition(unseen.id, { ChainState::Finished }, ChainState::Cancelled));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Running), 2);
+    EXPECT_EQ(gauge(ChainState::Cancelled), 1) << "not recounted";
+
+    ASSERT_TRUE(store_.transition(second.id, { ChainState::Running }, ChainState::Finished));
+    nextTick();
+    EXPECT_EQ(gauge(ChainState::Running), 1);
+    EXPECT_EQ(gauge(ChainState::Finished), 1);
+    EXPECT_EQ(gauge(ChainState::Cancelled), 2);
+}
