@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -222,6 +223,45 @@ TEST(SimCommand, FitsEachPartitionAndWarnsOnlyOnThePoorOne)
     ASSERT_EQ(only.exitCode, 0) << only.output;
     EXPECT_EQ(only.output.find("partition 2"), std::string::npos) << only.output;
     EXPECT_NE(only.output.find("WARNING: partition 1 fits poorly"), std::string::npos) << only.output;
+}
+
+TEST(SimCommand, FitWritesEachComparedJobsRecordedAndSimulatedWait)
+{
+    TempDir dir("baton-sim-cli");
+    const auto swf = (sourceRoot() / "tests/data/sim/partitions.swf").string();
+    const auto csv = dir.path() / "residuals.csv";
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", swf, "--residuals", csv.string() });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    std::istringstream in(slurp(csv));
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    EXPECT_EQ(line, "partition,id,user,units,submit,limit_s,run_time_s,recorded_wait_s,simulated_wait_s");
+    std::map<std::string, int> rows, exact;
+    while (std::getline(in, line)) {
+        std::vector<std::string> f;
+        std::istringstream fields(line);
+        for (std::string v; std::getline(fields, v, ',');)
+            f.push_back(v);
+        ASSERT_EQ(f.size(), 9u) << line;
+        ++rows[f[0]];
+        exact[f[0]] += f[7] == f[8] ? 1 : 0;
+    }
+    // One row per compared job (the best fit's "jobs" column); partition 1 replays exactly, partition
+    // 2's recorded waits are unrelated to its load.
+    const auto one = bestFitFields(r.output, "1");
+    const auto two = bestFitFields(r.output, "2");
+    ASSERT_EQ(one.size(), 13u) << r.output;
+    ASSERT_EQ(two.size(), 13u) << r.output;
+    EXPECT_EQ(rows["1"], std::stoi(one[5]));
+    EXPECT_GT(rows["1"], 0);
+    EXPECT_EQ(exact["1"], rows["1"]);
+    EXPECT_EQ(rows["2"], std::stoi(two[5]));
+    EXPECT_LT(exact["2"], rows["2"]);
+
+    const auto bad = run({ batonctl(), "sim", "fit", "--trace", swf, "--residuals",
+        (dir.path() / "absent" / "residuals.csv").string() });
+    EXPECT_NE(bad.exitCode, 0) << bad.output;
+    EXPECT_NE(bad.output.find("cannot write"), std::string::npos) << bad.output;
 }
 
 TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
