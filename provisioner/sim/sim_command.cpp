@@ -332,8 +332,25 @@ int fitCommand(const ctl::ParsedCommand& o)
     struct Weights {
         double age, size, recorded;
     };
-    const Weights grid[] = { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
+    std::vector<Weights> grid { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
         { 1000, 100, 1000 }, { 100, 10, 1000 } };
+    if (const auto given = o.text("weights"); !given.empty()) {
+        // AGE/SIZE/PRIORITY,...: weights to try instead of the grid above.
+        grid.clear();
+        std::istringstream list(given);
+        for (std::string triple; std::getline(list, triple, ',');) {
+            Weights w {};
+            char slash1 = 0, slash2 = 0;
+            std::istringstream in(triple);
+            if (!(in >> w.age >> slash1 >> w.size >> slash2 >> w.recorded) || slash1 != '/' || slash2 != '/'
+                || !(in >> std::ws).eof() || !(w.age >= 0 && w.size >= 0 && w.recorded >= 0))
+                throw std::invalid_argument(
+                    "--weights: expected AGE/SIZE/PRIORITY,... with numbers >= 0, got '" + triple + "'");
+            grid.push_back(w);
+        }
+        if (grid.empty())
+            throw std::invalid_argument("--weights: no weights given");
+    }
     // --residuals: every compared job's recorded and simulated wait under each partition's best fit,
     // to see which jobs the replay gets wrong (by wait, size, user, time).
     const auto residualsPath = o.text("residuals");
@@ -758,6 +775,9 @@ const std::vector<ctl::Subcommand>& simCommands()
                 "and 2.5 .. 15 % below it (no recorded starts: the SWF header's size)",
                 "auto")
             .option("warn-below", "R", "warn when the best fit's correlation of log waits is below R", "0.3")
+            .option("weights", "A/S/P,...",
+                "age/size/priority weights to try instead of the built-in six\n"
+                "(1000/0/0, 1000/100/0, 1000/1000/0, 0/0/1000, 1000/100/1000, 100/10/1000)")
             .option("residuals", "FILE",
                 "write every compared job's recorded and simulated wait under the best\n"
                 "fit of its partition (CSV)")

@@ -225,6 +225,29 @@ TEST(SimCommand, FitsEachPartitionAndWarnsOnlyOnThePoorOne)
     EXPECT_NE(only.output.find("WARNING: partition 1 fits poorly"), std::string::npos) << only.output;
 }
 
+TEST(SimCommand, FitTriesTheWeightsGiven)
+{
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "12,16", "--weights",
+        "0/0/0,1000/0/0, 100/0/1000" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    // One row per size and weight triple: fields nodes, neverfit, age, size, prio, ...
+    std::istringstream lines(r.output);
+    std::vector<std::string> tried;
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream in(line);
+        std::vector<std::string> f;
+        for (std::string v; in >> v;)
+            f.push_back(v);
+        if (f.size() == 13 && (f[0] == "12" || f[0] == "16"))
+            tried.push_back(f[0] + ":" + f[2] + "/" + f[3] + "/" + f[4]);
+    }
+    tried.pop_back(); // the best fit, printed again
+    EXPECT_EQ(tried,
+        (std::vector<std::string> { "12:0/0/0", "12:1000/0/0", "12:100/0/1000", "16:0/0/0", "16:1000/0/0",
+            "16:100/0/1000" }))
+        << r.output;
+}
+
 TEST(SimCommand, FitWritesEachComparedJobsRecordedAndSimulatedWait)
 {
     TempDir dir("baton-sim-cli");
@@ -325,6 +348,9 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure(
         { batonctl(), "sim", "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
+    for (const auto* weights : { "1/2", "1/2/x", "1/2/-3", "1/2/3/", "," })
+        expectFailure({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "16", "--weights", weights },
+            2, "--weights:");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
         "--oracle: expected yes or no");
     expectFailure(
