@@ -243,8 +243,8 @@ TEST(SimCommand, FitTriesTheWeightsGiven)
     }
     tried.pop_back(); // the best fit, printed again
     EXPECT_EQ(tried,
-        (std::vector<std::string> { "12:0/0/0", "12:1000/0/0", "12:100/0/1000", "16:0/0/0", "16:1000/0/0",
-            "16:100/0/1000" }))
+        (std::vector<std::string> {
+            "12:0/0/0", "12:1000/0/0", "12:100/0/1000", "16:0/0/0", "16:1000/0/0", "16:100/0/1000" }))
         << r.output;
 }
 
