@@ -332,8 +332,35 @@ int fitCommand(const ctl::ParsedCommand& o)
     struct Weights {
         double age, size, recorded;
     };
-    const Weights grid[] = { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
+    std::vector<Weights> grid { { 1000, 0, 0 }, { 1000, 100, 0 }, { 1000, 1000, 0 }, { 0, 0, 1000 },
         { 1000, 100, 1000 }, { 100, 10, 1000 } };
+    if (const auto given = o.text("weights"); !given.empty()) {
+        // AGE/SIZE/PRIORITY,...: weights to try instead of the grid above.
+        grid.clear();
+        std::istringstream list(given);
+        for (std::string triple; std::getline(list, triple, ',');) {
+            Weights w {};
+            char slash1 = 0, slash2 = 0;
+            std::istringstream in(triple);
+            if (!(in >> w.age >> slash1 >> w.size >> slash2 >> w.recorded) || slash1 != '/' || slash2 != '/'
+                || !(in >> std::ws).eof() || !(w.age >= 0 && w.size >= 0 && w.recorded >= 0))
+                throw std::invalid_argument(
+                    "--weights: expected AGE/SIZE/PRIORITY,... with numbers >= 0, got '" + triple + "'");
+            grid.push_back(w);
+        }
+        if (grid.empty())
+            throw std::invalid_argument("--weights: no weights given");
+    }
+    // --residuals: every compared job's recorded and simulated wait under each partition's best fit,
+    // to see which jobs the replay gets wrong (by wait, size, user, time).
+    const auto residualsPath = o.text("residuals");
+    std::ofstream residuals;
+    if (!residualsPath.empty()) {
+        residuals.open(residualsPath);
+        if (!residuals)
+            throw std::runtime_error("cannot write " + residualsPath);
+        residuals << "partition,id,user,units,submit,limit_s,run_time_s,recorded_wait_s,simulated_wait_s\n";
+    }
     int poor = 0;
     for (const auto& partition : partitions) {
         const auto jobs = loaded.jobsOf(partition);
@@ -346,6 +373,9 @@ int fitCommand(const ctl::ParsedCommand& o)
         struct Row {
             FitReport fit;
             std::string line;
+            std::shared_ptr<const std::vector<Job>> trace;
+            SchedulerConfig config;
+            std::int64_t from;
         };
         std::vector<Row> rows;
         for (int n : sizes) {
@@ -372,7 +402,7 @@ int fitCommand(const ctl::ParsedCommand& o)
                     r.correlation, r.logCorrelation, r.recordedMeanWait, r.simulatedMeanWait,
                     r.replaySeconds);
                 std::puts(line);
-                rows.push_back({ r, line });
+                rows.push_back({ r, line, trace, c, from });
             }
         }
         if (rows.empty()) {
@@ -398,6 +428,16 @@ int fitCommand(const ctl::ParsedCommand& o)
         const auto& best = rows[std::min_element(score.begin(), score.end()) - score.begin()];
         std::printf("best fit for partition %s (smallest rank sum of medAE, p90AE, -corr, -logcorr):\n%s\n",
             partitionLabel(partition).c_str(), best.line.c_str());
+        if (residuals.is_open()) {
+            std::vector<JobWait> waits;
+            validateReplay(best.trace, best.config, best.from, &waits);
+            for (const auto& w : waits)
+                residuals << partitionLabel(partition) << ',' << w.job->id << ',' << w.job->user << ','
+                          << w.job->nodes << ',' << w.job->submit << ',' << w.job->limit << ','
+                          << w.job->runTime << ',' << w.recorded << ',' << w.simulated << '\n';
+            if (!residuals)
+                throw std::runtime_error("cannot write " + residualsPath);
+        }
         // A queue unlike the real one makes every policy figure measured on it meaningless.
         if (best.fit.jobs == 0) {
             std::printf("WARNING: partition %s: no job submitted after the warm-up has a recorded "
@@ -735,6 +775,12 @@ const std::vector<ctl::Subcommand>& simCommands()
                 "and 2.5 .. 15 % below it (no recorded starts: the SWF header's size)",
                 "auto")
             .option("warn-below", "R", "warn when the best fit's correlation of log waits is below R", "0.3")
+            .option("weights", "A/S/P,...",
+                "age/size/priority weights to try instead of the built-in six\n"
+                "(1000/0/0, 1000/100/0, 1000/1000/0, 0/0/1000, 1000/100/1000, 100/10/1000)")
+            .option("residuals", "FILE",
+                "write every compared job's recorded and simulated wait under the best\n"
+                "fit of its partition (CSV)")
             .option("max-age-days", "D", "age at which the age factor saturates", "7")
             .option("warmup-hours", "H",
                 "jobs submitted in the first H hours after the first recorded start are not\n"

@@ -36,8 +36,8 @@ double pearson(const std::vector<double>& x, const std::vector<double>& y)
     return sxx > 0 && syy > 0 ? sxy / std::sqrt(sxx * syy) : 0;
 }
 
-FitReport validateReplay(
-    std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config, std::int64_t from)
+FitReport validateReplay(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config,
+    std::int64_t from, std::vector<JobWait>* waits)
 {
     const auto t0 = std::chrono::steady_clock::now();
     Simulator sim(trace, config);
@@ -59,6 +59,8 @@ FitReport validateReplay(
         logRec.push_back(std::log1p(rec));
         logSim.push_back(std::log1p(sim));
         absErr.push_back(std::abs(sim - rec));
+        if (waits)
+            waits->push_back({ &j, j.recordedStart - j.submit, starts[i] - j.submit });
     }
     r.jobs = recorded.size();
     if (r.jobs == 0)

@@ -21,9 +21,17 @@ struct FitReport {
     double replaySeconds = 0; // wall-clock time of the replay
 };
 
+// One compared job's recorded and simulated wait: the residuals a fit leaves, for analysis.
+struct JobWait {
+    const Job* job = nullptr; // into the replayed trace
+    std::int64_t recorded = 0; // seconds
+    std::int64_t simulated = 0;
+};
+
 // Replays the whole trace and compares jobs submitted at or after `from` (to skip the warm-up).
-FitReport validateReplay(
-    std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config, std::int64_t from);
+// `waits`, when given, receives every compared job's waits in trace order.
+FitReport validateReplay(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config,
+    std::int64_t from, std::vector<JobWait>* waits = nullptr);
 
 double quantile(std::vector<double> values, double q);
 double pearson(const std::vector<double>& x, const std::vector<double>& y);

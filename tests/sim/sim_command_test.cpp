@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -224,6 +225,68 @@ TEST(SimCommand, FitsEachPartitionAndWarnsOnlyOnThePoorOne)
     EXPECT_NE(only.output.find("WARNING: partition 1 fits poorly"), std::string::npos) << only.output;
 }
 
+TEST(SimCommand, FitTriesTheWeightsGiven)
+{
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "12,16", "--weights",
+        "0/0/0,1000/0/0, 100/0/1000" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    // One row per size and weight triple: fields nodes, neverfit, age, size, prio, ...
+    std::istringstream lines(r.output);
+    std::vector<std::string> tried;
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream in(line);
+        std::vector<std::string> f;
+        for (std::string v; in >> v;)
+            f.push_back(v);
+        if (f.size() == 13 && (f[0] == "12" || f[0] == "16"))
+            tried.push_back(f[0] + ":" + f[2] + "/" + f[3] + "/" + f[4]);
+    }
+    tried.pop_back(); // the best fit, printed again
+    EXPECT_EQ(tried,
+        (std::vector<std::string> {
+            "12:0/0/0", "12:1000/0/0", "12:100/0/1000", "16:0/0/0", "16:1000/0/0", "16:100/0/1000" }))
+        << r.output;
+}
+
+TEST(SimCommand, FitWritesEachComparedJobsRecordedAndSimulatedWait)
+{
+    TempDir dir("baton-sim-cli");
+    const auto swf = (sourceRoot() / "tests/data/sim/partitions.swf").string();
+    const auto csv = dir.path() / "residuals.csv";
+    const auto r = run({ batonctl(), "sim", "fit", "--trace", swf, "--residuals", csv.string() });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    std::istringstream in(slurp(csv));
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    EXPECT_EQ(line, "partition,id,user,units,submit,limit_s,run_time_s,recorded_wait_s,simulated_wait_s");
+    std::map<std::string, int> rows, exact;
+    while (std::getline(in, line)) {
+        std::vector<std::string> f;
+        std::istringstream fields(line);
+        for (std::string v; std::getline(fields, v, ',');)
+            f.push_back(v);
+        ASSERT_EQ(f.size(), 9u) << line;
+        ++rows[f[0]];
+        exact[f[0]] += f[7] == f[8] ? 1 : 0;
+    }
+    // One row per compared job (the best fit's "jobs" column); partition 1 replays exactly, partition
+    // 2's recorded waits are unrelated to its load.
+    const auto one = bestFitFields(r.output, "1");
+    const auto two = bestFitFields(r.output, "2");
+    ASSERT_EQ(one.size(), 13u) << r.output;
+    ASSERT_EQ(two.size(), 13u) << r.output;
+    EXPECT_EQ(rows["1"], std::stoi(one[5]));
+    EXPECT_GT(rows["1"], 0);
+    EXPECT_EQ(exact["1"], rows["1"]);
+    EXPECT_EQ(rows["2"], std::stoi(two[5]));
+    EXPECT_LT(exact["2"], rows["2"]);
+
+    const auto bad = run({ batonctl(), "sim", "fit", "--trace", swf, "--residuals",
+        (dir.path() / "absent" / "residuals.csv").string() });
+    EXPECT_NE(bad.exitCode, 0) << bad.output;
+    EXPECT_NE(bad.output.find("cannot write"), std::string::npos) << bad.output;
+}
+
 TEST(SimCommand, CompareCountsJobsThatNeverFitInTheChosenUnit)
 {
     TempDir dir("baton-sim-cli");
@@ -285,6 +348,9 @@ TEST(SimCommand, BadInputGivesClearErrors)
     expectFailure(
         { batonctl(), "sim", "compare", "--trace", (dir.path() / "absent.csv").string() }, 1, "cannot open");
     expectFailure({ batonctl(), "sim", "frobnicate" }, 2, "unknown command");
+    for (const auto* weights : { "1/2", "1/2/x", "1/2/-3", "1/2/3/", "," })
+        expectFailure({ batonctl(), "sim", "fit", "--trace", trace(), "--nodes", "16", "--weights", weights },
+            2, "--weights:");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--oracle", "maybe" }, 2,
         "--oracle: expected yes or no");
     expectFailure(
