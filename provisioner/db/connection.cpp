@@ -92,10 +92,13 @@ void Connection::connectWithBackoff()
 
 void Connection::configureSession()
 {
-    // The server-side limit on every statement, bound as a parameter like everything else.
+    // The server-side limit on every statement, bound as a parameter like everything else. JIT off: it
+    // compiles a query the planner thinks costly (on a large history, estimates easily pass its
+    // threshold) for 100-200 ms, and the service's queries run in milliseconds.
     const std::string limit = std::to_string(options_.statementTimeout.count());
     const char* params[] = { limit.c_str() };
-    if (!PQsendQueryParams(conn_.get(), "SELECT set_config('statement_timeout', $1, false)", 1, nullptr,
+    if (!PQsendQueryParams(conn_.get(),
+            "SELECT set_config('statement_timeout', $1, false), set_config('jit', 'off', false)", 1, nullptr,
             params, nullptr, nullptr, 0))
         throwSendFailure("session setup");
     finish(nullptr, "session setup");

@@ -385,6 +385,14 @@ TEST(Timeouts, StatementTimeoutOnTheServer)
     EXPECT_GT(connection.exec(backendPid).int64(0, 0), 0); // still usable
 }
 
+// The service's queries take milliseconds; JIT would compile one for 100-200 ms whenever the planner's
+// estimate passes its threshold.
+TEST(Timeouts, SessionsRunWithoutJit)
+{
+    Connection connection(freshDatabase());
+    EXPECT_EQ(connection.exec(Statement { "test_jit", "SELECT current_setting('jit')" }).text(0, 0), "off");
+}
+
 TEST(Timeouts, ClientDeadlineCancelsTheCall)
 {
     ConnectionOptions options;
