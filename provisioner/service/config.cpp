@@ -113,6 +113,10 @@ const std::map<std::string, Setter>& keyTable()
             [](auto& c, const Json& v, const auto& k) {
                 c.submitGrace = std::chrono::seconds(expectInteger(v, k, 5, 3600));
             } },
+        { "retention_days",
+            [](auto& c, const Json& v, const auto& k) {
+                c.retentionDays = static_cast<int>(expectInteger(v, k, 0, 36500));
+            } },
         { "max_body_bytes",
             [](auto& c, const Json& v, const auto& k) {
                 c.maxBodyBytes = static_cast<std::size_t>(expectInteger(v, k, 1024, 16 << 20));

@@ -33,6 +33,7 @@ struct ServiceConfig {
     }; // a signalled predecessor still running after this is cancelled
     std::chrono::seconds slurmTimeout { 30 }; // every squeue/sbatch/scancel call
     std::chrono::seconds submitGrace { 120 }; // an intent not visible in squeue after this is retried
+    int retentionDays = 90; // processed events and decisions older than this are deleted; 0 = kept
     std::size_t maxBodyBytes = 64 * 1024;
     int maxJsonDepth = 16;
     int httpThreads = 8;

@@ -115,6 +115,12 @@ Metrics::Metrics()
                         .Register(*registry_);
     for (const char* outcome : { "accepted", "duplicate", "rejected" })
         events(outcome);
+    auto& prunedFamily = prometheus::BuildCounter()
+                             .Name("baton_pruned_rows_total")
+                             .Help("Rows deleted after the retention period, by table (events, decisions)")
+                             .Register(*registry_);
+    for (const char* table : { "events", "decisions" })
+        pruned_[table] = &prunedFamily.Add({ { "table", table } });
     leader_ = &prometheus::BuildGauge()
                    .Name("baton_leader")
                    .Help("1 while this instance is the active one")

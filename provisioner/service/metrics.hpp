@@ -38,6 +38,7 @@ public:
     prometheus::Counter& dbErrors() { return *dbErrors_; }
     prometheus::Histogram& tick() { return *tick_; }
     prometheus::Counter& events(const std::string& outcome); // accepted, duplicate, rejected
+    prometheus::Counter& pruned(const std::string& table) { return *pruned_.at(table); } // events, decisions
     prometheus::Gauge& leader() { return *leader_; }
     prometheus::Gauge& ready() { return *ready_; }
 
@@ -55,6 +56,7 @@ private:
     prometheus::Gauge *leader_, *ready_;
     std::map<std::string, prometheus::Counter*> submissions_, handovers_, slurmErrors_, events_;
     std::map<std::string, prometheus::Histogram*> slurmCalls_;
+    std::map<std::string, prometheus::Counter*> pruned_; // made once: no lock
     std::mutex labelsMutex_; // guards the label caches above
 };
 

@@ -126,6 +126,16 @@ void Provisioner::tick()
     }
     decide(awaiting, queue);
     updateGauges(now_);
+    pruneHistory();
+}
+
+void Provisioner::pruneHistory()
+{
+    if (config_.retentionDays == 0)
+        return;
+    const Store::Pruned pruned = store_.prune(config_.retentionDays, pruneBatch);
+    metrics_.pruned("events").Increment(static_cast<double>(pruned.events));
+    metrics_.pruned("decisions").Increment(static_cast<double>(pruned.decisions));
 }
 
 void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)

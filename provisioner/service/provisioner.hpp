@@ -72,6 +72,7 @@ private:
     std::optional<std::int64_t> submitIntent(const ChainRow& chain, int seq, const std::string& key,
         const std::string& reason, const nlohmann::json& spec);
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
+    static constexpr int pruneBatch = 5000;
     void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
@@ -92,6 +93,9 @@ private:
     void collectSpoolHints(const ChainRow& chain);
     void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
     void updateGauges(std::int64_t now);
+    // Deletes the processed events and decisions past the retention period, at most pruneBatch rows of
+    // each a tick: a service that has run for months catches up over a few ticks without a long one.
+    void pruneHistory();
 
     const ServiceConfig& config_;
     Store& store_;

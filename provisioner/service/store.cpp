@@ -215,6 +215,14 @@ constexpr Statement selectLiveAges { "svc_live_ages",
                       " WHERE chain_id = c.id ORDER BY iteration DESC LIMIT 1) k ON true ORDER BY c.id",
     true };
 #undef BATON_LIVE_CHAINS
+// Retention: the oldest processed events and decisions past the period, a batch at a time (the time
+// indexes find them), by the database's clock.
+constexpr Statement pruneEvents { "svc_prune_events",
+    "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE processed_at IS NOT NULL"
+    " AND received_at < now() - make_interval(days => $1) ORDER BY received_at LIMIT $2)" };
+constexpr Statement pruneDecisions { "svc_prune_decisions",
+    "DELETE FROM decisions WHERE id IN (SELECT id FROM decisions"
+    " WHERE decided_at < now() - make_interval(days => $1) ORDER BY decided_at LIMIT $2)" };
 constexpr Statement selectMaxChainId { "svc_max_chain_id", "SELECT coalesce(max(id), 0) FROM chains", true };
 constexpr Statement selectEndedCounts { "svc_ended_counts",
     "SELECT state, count(*) FROM chains WHERE state IN ('finished', 'failed', 'cancelled') GROUP BY state",
@@ -644,6 +652,12 @@ std::vector<Store::LiveChainAge> Store::liveChainAges(std::int64_t now)
         return LiveChainAge { r.int64(row, 0),
             chainStateFromName(r.text(row, 1)).value_or(ChainState::Failed), r.real(row, 2) };
     });
+}
+
+Store::Pruned Store::prune(int retentionDays, int batch)
+{
+    return Pruned { connection_.exec(pruneEvents, Params(retentionDays, batch)).affected(),
+        connection_.exec(pruneDecisions, Params(retentionDays, batch)).affected() };
 }
 
 std::int64_t Store::maxChainId()

@@ -185,6 +185,12 @@ public:
         double checkpointAge = 0;
     };
     std::vector<LiveChainAge> liveChainAges(std::int64_t now);
+    // Deletes up to `batch` processed events and `batch` decisions older than `retentionDays`, the
+    // oldest first.
+    struct Pruned {
+        std::uint64_t events = 0, decisions = 0;
+    };
+    Pruned prune(int retentionDays, int batch);
     // The highest chain id given so far (ids only grow; 0 without chains).
     std::int64_t maxChainId();
     // How many chains each ended state has: this reads every chain ever run.

@@ -505,3 +505,53 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     EXPECT_EQ(gauge(ChainState::Finished), 1);
     EXPECT_EQ(gauge(ChainState::Cancelled), 2);
 }
+
+// Processed events and decisions past the retention period go, the oldest first and at most a batch a
+// tick; newer rows and everything with retention 0 stay.
+TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
+{
+    const ChainRow chain = chainWithRunningJob(31);
+    const auto run = [&](const char* name, const char* sql) {
+        return connection_.exec(baton::db::Statement { name, sql }).int64(0, 0);
+    };
+    // 5,100 decisions 100 days old and 10 from yesterday; 3 old processed events, 1 new.
+    connection_.exec(
+        baton::db::Statement { "test_old_decisions",
+            "INSERT INTO decisions (chain_id, decided_at, policy, action)"
+            " SELECT $1::bigint, now() - make_interval(days => 100) + g * interval '1 s', 'avg', 'wait'"
+            " FROM generate_series(1, 5100) g UNION ALL SELECT $1::bigint, now() - interval '1 day',"
+            " 'avg', 'wait' FROM generate_series(1, 10)" },
+        baton::db::Params(chain.id));
+    run("test_old_events",
+        "WITH added AS (INSERT INTO events (idempotency_key, kind, payload, received_at, processed_at)"
+        " SELECT 'test-' || g, 'step_start', '{}', now() - make_interval(days => CASE WHEN g <= 3 THEN 100"
+        " ELSE 0 END), now() FROM generate_series(1, 4) g RETURNING 1) SELECT count(*) FROM added");
+    const auto decisions = [&] { return run("test_count_decisions", "SELECT count(*) FROM decisions"); };
+    const auto oldDecisions = [&] {
+        return run(
+            "test_count_old", "SELECT count(*) FROM decisions WHERE decided_at < now() - interval '90 days'");
+    };
+    const auto events = [&] { return run("test_count_events", "SELECT count(*) FROM events"); };
+
+    config_.retentionDays = 0;
+    tick();
+    EXPECT_EQ(oldDecisions(), 5100);
+    EXPECT_EQ(events(), 4);
+
+    config_.retentionDays = 90;
+    const std::int64_t before = decisions();
+    tick();
+    EXPECT_EQ(oldDecisions(), 100) << "one batch of 5,000 a tick";
+    EXPECT_EQ(run("test_count_oldest",
+                  "SELECT count(*) FROM decisions WHERE decided_at <= now() - make_interval(days => 100, "
+                  "secs => -5000)"),
+        0)
+        << "the oldest first";
+    EXPECT_EQ(events(), 1);
+    EXPECT_EQ(metrics_.pruned("events").Value(), 3);
+    EXPECT_GE(decisions(), before - 5000);
+    tick();
+    EXPECT_EQ(oldDecisions(), 0);
+    EXPECT_GE(decisions(), 10) << "yesterday's decisions stay";
+    EXPECT_EQ(metrics_.pruned("decisions").Value(), 5100);
+}

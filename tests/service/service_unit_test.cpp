@@ -29,12 +29,14 @@ TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
     std::ofstream(path)
         << R"({"listen_port": 9000, "policy": "avg", "tick_seconds": 2.5, "slurm_users": ["root"]})";
     ServiceConfig config;
-    const std::vector<std::string> args { "--config", path, "--listen-port=9100", "--retry-budget", "5" };
+    const std::vector<std::string> args { "--config", path, "--listen-port=9100", "--retry-budget", "5",
+        "--retention-days", "0" };
     ASSERT_TRUE(applyFlags(config, args));
     EXPECT_EQ(config.listenPort, 9100);
     EXPECT_EQ(config.policy, "avg");
     EXPECT_EQ(config.tick.count(), 2500);
     EXPECT_EQ(config.retryBudget, 5);
+    EXPECT_EQ(config.retentionDays, 0);
 
     std::ofstream(path) << R"({"listen_prot": 9000})";
     try {
@@ -45,7 +47,7 @@ TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
             << error.what();
     }
     for (const char* bad : { R"({"listen_port": 70000})", R"({"policy": "fastest"})",
-             R"({"tick_seconds": "1"})", R"([1, 2])", "{not json" }) {
+             R"({"tick_seconds": "1"})", R"({"retention_days": -1})", R"([1, 2])", "{not json" }) {
         std::ofstream(path) << bad;
         EXPECT_THROW(loadConfigFile(path), ConfigError) << bad;
     }
