@@ -671,31 +671,32 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
 
 void Provisioner::updateGauges(std::int64_t now)
 {
-    std::map<ChainState, std::pair<std::int64_t, double>> live; // chains, oldest newest-checkpoint age
-    std::vector<std::int64_t> liveIds;
+    struct Live {
+        std::int64_t chains = 0;
+        double oldestCheckpointAge = 0; // of the chains' newest checkpoints
+    };
+    std::map<ChainState, Live> live;
+    std::vector<std::int64_t> liveIds; // in id order
     for (const Store::LiveChainAge& chain : store_.liveChainAges(now)) {
-        auto& [chains, oldest] = live[chain.state];
-        ++chains;
-        oldest = std::max(oldest, chain.checkpointAge);
-        liveIds.push_back(chain.id); // in id order
+        Live& state = live[chain.state];
+        ++state.chains;
+        state.oldestCheckpointAge = std::max(state.oldestCheckpointAge, chain.checkpointAge);
+        liveIds.push_back(chain.id);
     }
     // The ended states change only when a chain ends or a failed one is resubmitted; their count reads
-    // every chain ever run, so it is taken only then. Chain ids only grow, so against the last count:
-    // a chain live then and not now has ended; one known then, live now but not then, came back; and
-    // the new ids not live now are chains that began and ended in between (or unused ids: a recount).
+    // every chain ever run, so it is taken only then. Chain ids only grow, so nothing ended or came back
+    // since the last count exactly when the live chains among the ids known then are the same, and every
+    // id given since is a live chain (an unused id only costs a recount).
     const std::int64_t maxId = store_.maxChainId();
-    const auto newIds = static_cast<std::int64_t>(
-        liveIds.end() - std::upper_bound(liveIds.begin(), liveIds.end(), countedMaxId_.value_or(0)));
-    const bool someEnded = !std::includes(liveIds.begin(), liveIds.end(), liveIds_.begin(), liveIds_.end());
-    const bool someCameBack = std::any_of(liveIds.begin(), liveIds.end(), [&](std::int64_t id) {
-        return id <= countedMaxId_.value_or(0) && !std::binary_search(liveIds_.begin(), liveIds_.end(), id);
-    });
-    const bool countEnded = !countedMaxId_ || someEnded || someCameBack || maxId - *countedMaxId_ > newIds;
+    const auto firstNew = std::upper_bound(liveIds.begin(), liveIds.end(), countedMaxId_.value_or(0));
+    const bool countEnded = !countedMaxId_
+        || !std::equal(liveIds.begin(), firstNew, liveIds_.begin(), liveIds_.end())
+        || liveIds.end() - firstNew != maxId - *countedMaxId_;
     for (const auto& [state, name] : chainStateNames) {
-        const auto found = live.find(state);
-        metrics_.checkpointAge(state).Set(found == live.end() ? 0 : found->second.second);
+        const Live counted = live.contains(state) ? live.at(state) : Live {};
+        metrics_.checkpointAge(state).Set(counted.oldestCheckpointAge);
         if (!isTerminal(state))
-            metrics_.chains(state).Set(found == live.end() ? 0 : static_cast<double>(found->second.first));
+            metrics_.chains(state).Set(static_cast<double>(counted.chains));
         else if (countEnded)
             metrics_.chains(state).Set(0);
     }
