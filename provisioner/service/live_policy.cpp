@@ -23,11 +23,29 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
         return { std::make_shared<sim::AveragePolicy>(), nullptr };
     }
     auto predictor = std::make_shared<const sim::WaitPredictor>(sim::WaitPredictor::fromJson(model->params));
-    // The quantile chosen for this policy when the model was evaluated, else the configured one.
+    // The rule chosen for this policy when the model was evaluated (one per job size, or one quantile),
+    // else the configured quantile.
     double q = config.quantile;
     const auto chosen = model->metrics.find("evaluation");
-    if (chosen != model->metrics.end() && chosen->contains(config.policy)) {
+    if (chosen != model->metrics.end() && chosen->is_object() && chosen->contains(config.policy)) {
         const auto& row = (*chosen)[config.policy];
+        const auto rules = row.find("rules");
+        if (rules != row.end() && rules->is_array() && !rules->empty()) {
+            try {
+                const auto stored = model->metrics.find("tolerance_s");
+                const double tolerance
+                    = stored != model->metrics.end() && stored->is_number() ? stored->get<double>() : 600.0;
+                auto policy = std::make_shared<sim::ShapeRulesPolicy>(
+                    config.policy, predictor, sim::rulesFromJson(*rules), tolerance);
+                logInfo("policy " + config.policy + ": model " + config.modelName + " version "
+                    + std::to_string(model->version) + ", " + sim::describeRules(policy->rules()));
+                return { policy, predictor };
+            } catch (const std::invalid_argument& error) {
+                logWarning("policy " + config.policy + ": model " + config.modelName + " version "
+                    + std::to_string(model->version) + " has unusable rules (" + error.what()
+                    + "); using its quantile");
+            }
+        }
         if (row.contains("q") && row["q"].is_number())
             q = row["q"].get<double>();
     }

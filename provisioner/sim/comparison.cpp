@@ -118,18 +118,28 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     if (trained)
         *trained = predictor;
 
-    // Choose the quantiles on the held-out end of the training period, under each policy's cost.
-    double qPredict = 0.5, qCheckpoint = 0.5;
-    int persistPredict = 1, persistCheckpoint = 1;
+    // Choose the learned policies' rules on the held-out end of the training period, under each policy's
+    // cost: checkpoint-aware's among the quantile candidates, predict's (per size) among all.
+    double qCheckpoint = 0.5;
+    int persistCheckpoint = 1;
+    DecisionRule predictAll; // one quantile rule for every size
+    std::vector<ShapeRulesPolicy::ForShape> predictRules; // or one rule per size
     if (learned) {
         auto t0 = std::chrono::steady_clock::now();
-        std::vector<QuantilePolicy> candidates;
+        std::vector<DecisionRule> rules;
         for (double q : config.quantileGrid)
             for (int persist : config.persistGrid)
-                candidates.emplace_back("q", predictor, q, 0.0, persist);
+                rules.push_back({ DecisionRule::Kind::Quantile, q, persist });
+        const std::size_t quantileCount = rules.size();
+        if (config.predictPerShape && !config.predictMeanInterruption)
+            for (double tau : config.windowGrid)
+                rules.push_back({ DecisionRule::Kind::Window, tau, 1 });
+        std::vector<std::unique_ptr<Policy>> candidates;
         std::vector<const Policy*> ptrs;
-        for (const auto& c : candidates)
-            ptrs.push_back(&c);
+        for (const DecisionRule& rule : rules) {
+            candidates.push_back(makeRulePolicy("candidate", predictor, rule, config.tolerance));
+            ptrs.push_back(candidates.back().get());
+        }
         AveragePolicy avg; // its overlap on these probes is checkpoint-aware's default budget
         ptrs.push_back(&avg);
         ProtocolConfig pc = config.protocol;
@@ -138,33 +148,56 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         pc.annotate = predictor;
         const auto r = runProtocol(trace, config.scheduler, pc, ptrs);
         const auto unstarted = static_cast<double>(config.protocol.horizon);
-        std::vector<std::vector<std::optional<std::int64_t>>> columns;
-        for (std::size_t k = 0; k < candidates.size(); ++k)
-            columns.push_back(column(r, k));
-        double bestSym = 0;
-        std::size_t leastSym = 0;
-        for (std::size_t k = 0; k < candidates.size(); ++k) {
-            const double sym = symmetricCost(columns[k], unstarted);
-            out.candidates.push_back({ candidates[k].q(), candidates[k].persist(), sym,
-                handoverCost(columns[k], unstarted, config.handoverSeconds,
-                    static_cast<double>(config.protocol.limit)),
-                summarize(columns[k], config.tolerance, config.handoverSeconds) });
-            if (k == 0 || sym < bestSym) {
-                bestSym = sym;
-                leastSym = k;
+        const auto limit = static_cast<double>(config.protocol.limit);
+        // The columns of the probes of one size (0: all).
+        const auto columnsOf = [&](int nodes) {
+            std::vector<std::vector<std::optional<std::int64_t>>> columns(rules.size());
+            for (const auto& probe : r.probes)
+                if (nodes == 0 || probe.nodes == nodes)
+                    for (std::size_t k = 0; k < rules.size(); ++k)
+                        columns[k].push_back(probe.outcomes[k].interruption);
+            return columns;
+        };
+        const auto record = [&](const auto& columns, int nodes) {
+            for (std::size_t k = 0; k < rules.size(); ++k)
+                out.candidates.push_back({ rules[k], nodes, symmetricCost(columns[k], unstarted),
+                    handoverCost(columns[k], unstarted, config.handoverSeconds, limit),
+                    summarize(columns[k], config.tolerance, config.handoverSeconds) });
+        };
+        const auto all = columnsOf(0);
+        record(all, 0);
+        const std::span<const std::vector<std::optional<std::int64_t>>> quantileColumns(
+            all.data(), quantileCount);
+        if (config.predictMeanInterruption) {
+            std::size_t least = 0;
+            for (std::size_t k = 1; k < quantileCount; ++k)
+                if (symmetricCost(all[k], unstarted) < symmetricCost(all[least], unstarted))
+                    least = k;
+            predictAll = rules[least];
+        } else {
+            predictAll = rules[chooseMostWithin(
+                quantileColumns, config.tolerance, unstarted, config.predictOverlapBudgetSeconds)];
+        }
+        if (config.predictPerShape && !config.predictMeanInterruption) {
+            std::vector<int> shapes = config.protocol.shapes;
+            std::sort(shapes.begin(), shapes.end());
+            shapes.erase(std::unique(shapes.begin(), shapes.end()), shapes.end());
+            for (int nodes : shapes) {
+                const auto columns = columnsOf(nodes);
+                if (columns.front().empty())
+                    continue; // no held-out probe of this size: it follows the nearest size's rule
+                record(columns, nodes);
+                predictRules.push_back({ nodes,
+                    rules[chooseMostWithin(
+                        columns, config.tolerance, unstarted, config.predictOverlapBudgetSeconds)] });
             }
         }
-        const std::size_t chosen = config.predictMeanInterruption
-            ? leastSym
-            : chooseMostWithin(columns, config.tolerance, unstarted, config.predictOverlapBudgetSeconds);
-        qPredict = candidates[chosen].q();
-        persistPredict = candidates[chosen].persist();
-        out.overlapBudget = config.overlapBudgetFromAvg ? meanOverlap(column(r, candidates.size()))
+        out.overlapBudget = config.overlapBudgetFromAvg ? meanOverlap(column(r, rules.size()))
                                                         : config.overlapBudgetSeconds;
-        const std::size_t k = chooseUnderOverlapBudget(columns, unstarted, config.handoverSeconds,
-            static_cast<double>(config.protocol.limit), out.overlapBudget);
-        qCheckpoint = candidates[k].q();
-        persistCheckpoint = candidates[k].persist();
+        const DecisionRule& checkpoint = rules[chooseUnderOverlapBudget(
+            quantileColumns, unstarted, config.handoverSeconds, limit, out.overlapBudget)];
+        qCheckpoint = checkpoint.value;
+        persistCheckpoint = checkpoint.persist;
         out.calibrateSeconds = secondsSince(t0);
     }
 
@@ -194,9 +227,11 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
             policies.push_back(std::make_unique<ReactivePolicy>());
         else if (name == "avg")
             policies.push_back(std::make_unique<AveragePolicy>());
-        else if (name == "predict")
+        else if (name == "predict" && !predictRules.empty())
             policies.push_back(
-                std::make_unique<QuantilePolicy>(name, predictor, qPredict, 0.0, persistPredict));
+                std::make_unique<ShapeRulesPolicy>(name, predictor, predictRules, config.tolerance));
+        else if (name == "predict")
+            policies.push_back(makeRulePolicy(name, predictor, predictAll, config.tolerance));
         else if (name == "checkpoint-aware")
             policies.push_back(
                 std::make_unique<QuantilePolicy>(name, predictor, qCheckpoint, 0.0, persistCheckpoint));
@@ -222,9 +257,11 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     for (const auto& name : config.policies) {
         PolicyRow row;
         row.name = name;
-        if (row.name == "predict") {
-            row.q = qPredict;
-            row.persist = persistPredict;
+        if (row.name == "predict" && !predictRules.empty()) {
+            row.rules = predictRules;
+        } else if (row.name == "predict") {
+            row.q = predictAll.value;
+            row.persist = predictAll.persist;
         } else if (row.name == "checkpoint-aware") {
             row.q = qCheckpoint;
             row.persist = persistCheckpoint;

@@ -42,6 +42,11 @@ struct ComparisonConfig {
     // (chooseMostWithin). With `meanInterruption`, Mirage's: the least mean |interruption|.
     bool predictMeanInterruption = false;
     double predictOverlapBudgetSeconds = 1800;
+    // predict's rule (in the target's terms): for each probe size, whichever candidate of the quantile
+    // rule and of the window rule (WindowPolicy, tau from windowGrid) places the most held-out successors
+    // within the tolerance; or, with predictPerShape false, the quantile rule with one q for all sizes.
+    bool predictPerShape = true;
+    std::vector<double> windowGrid { 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85 };
     TrainOptions training;
     // baton's chain metric on the evaluation period (runChains): a chain per policy from every probe
     // moment before chainEnd, so that each chain runs on the trace's queue rather than a drained one.
@@ -56,8 +61,9 @@ struct ComparisonConfig {
 
 struct PolicyRow {
     std::string name;
-    double q = std::nan(""); // chosen quantile, for learned policies
-    int persist = 0; // chosen persistence in ticks, for learned policies
+    double q = std::nan(""); // chosen quantile, for learned policies with one quantile rule
+    int persist = 0; // chosen persistence in ticks, for learned policies with one quantile rule
+    std::vector<ShapeRulesPolicy::ForShape> rules; // predict's rules per probe size, when chosen so
     InterruptionMetrics metrics;
     std::vector<std::optional<std::int64_t>> interruptions;
     // Over the successors that started: the share that backfill started with a limit lowered towards
@@ -68,10 +74,11 @@ struct PolicyRow {
     std::vector<ChainOutcome> chains;
 };
 
-// One candidate setting of a learned policy on the held-out end of the training period.
+// One candidate setting of a learned policy on the held-out end of the training period, over all its
+// probes (nodes 0) or those of one size.
 struct CandidateRow {
-    double q = 0;
-    int persist = 1;
+    DecisionRule rule;
+    int nodes = 0;
     double symmetricCost = 0, handoverCost = 0;
     InterruptionMetrics metrics;
 };

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace baton::sim {
 
@@ -73,5 +75,64 @@ private:
     double margin_;
     int persist_;
 };
+
+// Submit at the first tick at which the predicted probability that the successor starts within
+// ±tolerance of the predecessor's limit, P(remaining - tolerance < wait <= remaining + tolerance), is
+// at least tau: the rule that aims at Mirage's ±10-min target itself rather than at a quantile.
+class WindowPolicy final : public Policy {
+public:
+    WindowPolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor, double tau,
+        double toleranceSeconds);
+    std::string name() const override { return name_; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    double tau() const { return tau_; }
+
+private:
+    std::string name_;
+    std::shared_ptr<const WaitPredictor> predictor_;
+    double tau_;
+    double tolerance_;
+};
+
+// A decision rule of a learned policy, as chosen on the held-out probes and stored with its model.
+struct DecisionRule {
+    enum class Kind { Quantile, Window };
+    Kind kind = Kind::Quantile;
+    double value = 0.5; // q, or tau
+    int persist = 1; // ticks a quantile crossing must last
+    std::string describe() const; // e.g. "quantile q=0.25", "window tau=0.65"
+};
+std::unique_ptr<Policy> makeRulePolicy(const std::string& name,
+    std::shared_ptr<const WaitPredictor> predictor, const DecisionRule& rule, double toleranceSeconds);
+
+// One rule per job size: the waits of a 1-node and an 8-node job differ in kind (backfill starts small
+// jobs in holes), and so does the rule that places them best. A chain follows the rule of the nearest
+// size it was chosen for (by ratio, the smaller on a tie). The size is the features' node count.
+class ShapeRulesPolicy final : public Policy {
+public:
+    struct ForShape {
+        int nodes = 1;
+        DecisionRule rule;
+    };
+    ShapeRulesPolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor,
+        std::vector<ForShape> rules, double toleranceSeconds);
+    std::string name() const override { return name_; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    const std::vector<ForShape>& rules() const { return rules_; }
+
+private:
+    const Policy& ruleFor(double nodes) const;
+
+    std::string name_;
+    std::vector<ForShape> rules_; // by node count
+    std::vector<std::unique_ptr<Policy>> policies_; // rules_[i]'s
+};
+
+// "1 node: window tau=0.65; 8 nodes: quantile q=0.25" (no comma: it is also a CSV field).
+std::string describeRules(const std::vector<ShapeRulesPolicy::ForShape>& rules);
+// As stored with a model: [{"nodes": 1, "rule": "window", "value": 0.65, "persist": 1}, ...]. The reader
+// throws std::invalid_argument on anything else.
+nlohmann::json rulesToJson(const std::vector<ShapeRulesPolicy::ForShape>& rules);
+std::vector<ShapeRulesPolicy::ForShape> rulesFromJson(const nlohmann::json& doc);
 
 } // namespace baton::sim

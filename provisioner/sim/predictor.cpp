@@ -4,6 +4,7 @@
 
 #include <xgboost/c_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -134,6 +135,22 @@ double WaitPredictor::quantileSeconds(double meanLog, double q) const
     const auto hi = std::min<std::size_t>(lo + 1, residualSteps - 1);
     const double r = residualQuantiles_[lo] + (residualQuantiles_[hi] - residualQuantiles_[lo]) * (pos - lo);
     return std::max(std::expm1(meanLog + r), 0.0);
+}
+
+double WaitPredictor::probabilityAtMost(double meanLog, double seconds) const
+{
+    const double r = std::log1p(std::max(seconds, 0.0)) - meanLog;
+    const auto& table = residualQuantiles_;
+    if (r <= table.front())
+        return 0.01;
+    if (r >= table.back())
+        return 0.99;
+    // The first step above r; equal residuals (a flat stretch of the table) resolve to its upper end.
+    const auto hi = static_cast<std::size_t>(std::upper_bound(table.begin(), table.end(), r) - table.begin());
+    const std::size_t lo = hi - 1;
+    const double step = table[hi] - table[lo];
+    const double within = step > 0 ? (r - table[lo]) / step : 1.0;
+    return (static_cast<double>(lo) + 1.0 + within) / 100.0;
 }
 
 nlohmann::json WaitPredictor::toJson() const

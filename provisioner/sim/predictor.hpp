@@ -53,6 +53,9 @@ public:
     std::vector<double> predictLog(std::span<const Features> rows) const;
     // The q-quantile (0 < q < 1) of the wait in seconds, given a row's mean log-wait.
     double quantileSeconds(double meanLog, double q) const;
+    // Its inverse: the probability that the wait is at most `seconds`. The residual quantiles span
+    // 0.01-0.99, so the answer does too, clamped at the ends.
+    double probabilityAtMost(double meanLog, double seconds) const;
     const PredictorMetrics& metrics() const { return metrics_; }
 
 private:

@@ -79,6 +79,11 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "least mean |interruption|",
             "within")
         .option("predict-overlap-seconds", "S", "predict (within): bound on the mean early start", "1800")
+        .option("predict-rule", "per-size|quantile",
+            "predict (within): per probe size, the best on the held-out probes of the\n"
+            "quantile rule and the window rule (submit when the chance of a start within\n"
+            "the tolerance of the predecessor's end reaches tau); or one quantile rule",
+            "per-size")
         .option("overlap-budget-seconds", "S|avg",
             "checkpoint-aware: bound on the mean early start on the held-out training\n"
             "probes; avg: the overlap Mirage's avg spends on them",
@@ -477,6 +482,10 @@ ComparisonConfig comparisonFrom(
         throw std::invalid_argument("--predict-objective must be within or mean, not '" + objective + "'");
     c.predictMeanInterruption = objective == "mean";
     c.predictOverlapBudgetSeconds = o.number("predict-overlap-seconds");
+    const std::string rule = o.text("predict-rule");
+    if (rule != "per-size" && rule != "quantile")
+        throw std::invalid_argument("--predict-rule must be per-size or quantile, not '" + rule + "'");
+    c.predictPerShape = rule == "per-size";
     if (!(c.predictOverlapBudgetSeconds >= 0))
         throw std::invalid_argument("--predict-overlap-seconds must not be negative");
     c.overlapBudgetFromAvg = o.text("overlap-budget-seconds") == "avg";
@@ -561,7 +570,9 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
         const auto& m = row.metrics;
         std::snprintf(line, sizeof line,
             "%-17s %5s %4s %6zu %9.1f %9.1f %9.1f %6.1f %7.1f %9.1f %9.1f %8.1f %9.2f", row.name.c_str(),
-            std::isnan(row.q) ? "-" : std::to_string(row.q).substr(0, 4).c_str(),
+            !row.rules.empty()      ? "size"
+                : std::isnan(row.q) ? "-"
+                                    : std::to_string(row.q).substr(0, 4).c_str(),
             row.persist ? std::to_string(row.persist).c_str() : "-", m.count, m.mean / 60, m.median / 60,
             m.p90 / 60, 100 * m.fractionZero, 100 * m.fractionWithin, m.meanOverlap / 60, m.meanGap / 60,
             100 * m.effectiveWithin, m.effectiveMeanOverlap / 60);
@@ -583,7 +594,8 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
     std::filesystem::create_directories(dir);
     {
         std::ofstream csv(dir / "compare.csv");
-        csv << "policy,q,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_within,"
+        csv << "policy,q,rules,persist_ticks,probes,unstarted,mean_s,median_s,p90_s,fraction_zero,fraction_"
+               "within,"
                "mean_overlap_s,mean_gap_s,effective_fraction_within,effective_mean_overlap_s,tolerance_s,"
                "handover_s,fraction_shortened,mean_granted_limit_s,within_over_bound,chains,chains_"
                "unfinished,"
@@ -591,6 +603,7 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             csv << row.name << ',' << (std::isnan(row.q) ? std::string() : std::to_string(row.q)) << ','
+                << describeRules(row.rules) << ','
                 << (row.persist ? std::to_string(row.persist) : std::string()) << ',' << m.count << ','
                 << m.unstarted << ',' << m.mean << ',' << m.median << ',' << m.p90 << ',' << m.fractionZero
                 << ',' << m.fractionWithin << ',' << m.meanOverlap << ',' << m.meanGap << ','
@@ -623,12 +636,15 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
     }
     if (!r.candidates.empty()) {
         std::ofstream csv(dir / "candidates.csv");
-        csv << "q,persist_ticks,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_s,mean_gap_s,"
-               "effective_fraction_within\n";
+        csv << "rule,value,persist_ticks,nodes,symmetric_cost_s,handover_cost_s,fraction_within,mean_overlap_"
+               "s,"
+               "mean_gap_s,effective_fraction_within\n";
         for (const auto& c : r.candidates)
-            csv << c.q << ',' << c.persist << ',' << c.symmetricCost << ',' << c.handoverCost << ','
-                << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap << ',' << c.metrics.meanGap << ','
-                << c.metrics.effectiveWithin << '\n';
+            csv << (c.rule.kind == DecisionRule::Kind::Window ? "window" : "quantile") << ',' << c.rule.value
+                << ',' << c.rule.persist << ','
+                << (c.nodes == 0 ? std::string("all") : std::to_string(c.nodes)) << ',' << c.symmetricCost
+                << ',' << c.handoverCost << ',' << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap
+                << ',' << c.metrics.meanGap << ',' << c.metrics.effectiveWithin << '\n';
         if (!csv)
             throw std::runtime_error("cannot write " + (dir / "candidates.csv").string());
     }
@@ -715,9 +731,13 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
             std::printf("predict: q with the least mean |interruption| on the held-out training probes\n");
         else
             std::printf(
-                "predict: q with the most within %.0f s on the held-out training probes, mean overlap <= "
+                "predict: %s with the most within %.0f s on the held-out training probes, mean overlap <= "
                 "%.0f s\n",
+                config.predictPerShape ? "per probe size, the quantile or window rule" : "q",
                 config.tolerance, config.predictOverlapBudgetSeconds);
+        for (const auto& row : r.rows)
+            if (!row.rules.empty())
+                std::printf("%s's rules: %s\n", row.name.c_str(), describeRules(row.rules).c_str());
         std::printf("checkpoint-aware: overlap budget %.3f s%s\n", r.overlapBudget,
             config.overlapBudgetFromAvg ? " (avg's mean overlap on the held-out training probes)" : "");
     }
@@ -743,9 +763,10 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
         for (const auto& row : r.rows) {
             const auto& m = row.metrics;
             evaluation[row.name] = { { "q", std::isnan(row.q) ? nlohmann::json() : nlohmann::json(row.q) },
-                { "mean_s", m.mean }, { "median_s", m.median }, { "p90_s", m.p90 },
-                { "fraction_zero", m.fractionZero }, { "fraction_within", m.fractionWithin },
-                { "mean_overlap_s", m.meanOverlap }, { "effective_fraction_within", m.effectiveWithin } };
+                { "rules", rulesToJson(row.rules) }, { "mean_s", m.mean }, { "median_s", m.median },
+                { "p90_s", m.p90 }, { "fraction_zero", m.fractionZero },
+                { "fraction_within", m.fractionWithin }, { "mean_overlap_s", m.meanOverlap },
+                { "effective_fraction_within", m.effectiveWithin } };
             if (const auto ratio = ratioToBound(r, row))
                 evaluation[row.name]["within_over_bound"] = *ratio;
             if (row.chain)

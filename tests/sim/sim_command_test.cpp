@@ -1,4 +1,5 @@
 // The `sim` command group end to end on a small synthetic trace, and its answers to bad input.
+#include "policy.hpp"
 #include "process.hpp"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,9 @@
 #include <string>
 #include <vector>
 
+using baton::sim::DecisionRule;
+using baton::sim::describeRules;
+using baton::sim::ShapeRulesPolicy;
 using baton::test::run;
 using baton::test::sourceRoot;
 using baton::test::TempDir;
@@ -95,44 +99,106 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     ASSERT_NE(budgetAt, std::string::npos) << r.output;
     const double budget = std::stod(r.output.substr(budgetAt + 33));
     EXPECT_NE(r.output.find("(avg's mean overlap on the held-out training probes)"), std::string::npos);
-    std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
-    std::string line;
-    std::getline(candidates, line);
-    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
-    // predict's q: the most within the tolerance among those with at most 1800 s of mean overlap (ties:
-    // the lower symmetric cost).
-    double predictQ = -1, predictWithin = 0, predictCost = 0;
-    std::size_t rows = 0;
-    while (std::getline(candidates, line)) {
-        ++rows;
-        std::vector<double> f;
-        std::istringstream fields(line);
-        for (std::string v; std::getline(fields, v, ',');)
-            f.push_back(std::stod(v));
-        ASSERT_EQ(f.size(), 8u) << line;
-        if (leastOverlapQ < 0 || f[5] < leastOverlap) {
-            leastOverlapQ = f[0];
-            leastOverlap = f[5];
-        }
-        if (f[5] <= budget + 0.001 && (expectedQ < 0 || f[3] < bestCost)) {
-            expectedQ = f[0];
-            bestCost = f[3];
-        }
-        if (f[5] <= 1800
-            && (predictQ < 0 || f[4] > predictWithin || (f[4] == predictWithin && f[2] < predictCost))) {
-            predictQ = f[0];
-            predictWithin = f[4];
-            predictCost = f[2];
+    // candidates.csv: every candidate over all held-out probes, then over each size's.
+    struct Candidate {
+        DecisionRule rule;
+        std::string nodes;
+        double symmetricCost, handoverCost, within, overlap;
+    };
+    std::vector<Candidate> rows;
+    {
+        std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
+        std::string line;
+        std::getline(candidates, line);
+        EXPECT_EQ(line.rfind("rule,value,persist_ticks,nodes,", 0), 0u) << line;
+        while (std::getline(candidates, line)) {
+            std::vector<std::string> f;
+            std::istringstream fields(line);
+            for (std::string v; std::getline(fields, v, ',');)
+                f.push_back(v);
+            ASSERT_EQ(f.size(), 10u) << line;
+            ASSERT_TRUE(f[0] == "quantile" || f[0] == "window") << line;
+            rows.push_back({ { f[0] == "window" ? DecisionRule::Kind::Window : DecisionRule::Kind::Quantile,
+                                 std::stod(f[1]), std::stoi(f[2]) },
+                f[3], std::stod(f[4]), std::stod(f[5]), std::stod(f[6]), std::stod(f[7]) });
         }
     }
-    EXPECT_EQ(rows, 20u);
+    EXPECT_EQ(rows.size(), 3 * 32u) << "20 quantiles and 12 windows, over all probes and each of 2 sizes";
+    // checkpoint-aware's q: the cheapest quantile candidate over all probes within the overlap budget.
+    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
+    for (const Candidate& c : rows) {
+        if (c.nodes != "all" || c.rule.kind != DecisionRule::Kind::Quantile)
+            continue;
+        if (leastOverlapQ < 0 || c.overlap < leastOverlap) {
+            leastOverlapQ = c.rule.value;
+            leastOverlap = c.overlap;
+        }
+        if (c.overlap <= budget + 0.001 && (expectedQ < 0 || c.handoverCost < bestCost)) {
+            expectedQ = c.rule.value;
+            bestCost = c.handoverCost;
+        }
+    }
     const auto at = csv.find("\ncheckpoint-aware,");
     ASSERT_NE(at, std::string::npos) << csv;
     EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
-    const auto predictAt = csv.find("\npredict,");
-    ASSERT_NE(predictAt, std::string::npos) << csv;
-    EXPECT_NEAR(std::stod(csv.substr(predictAt + 9)), predictQ >= 0 ? predictQ : leastOverlapQ, 1e-9) << csv;
-    EXPECT_NE(r.output.find("predict: q with the most within 600 s"), std::string::npos) << r.output;
+    // predict's rule for each size: the most within the tolerance among that size's candidates, of
+    // either rule, with at most 1800 s of mean overlap (ties: the lower symmetric cost).
+    std::vector<ShapeRulesPolicy::ForShape> expectedRules;
+    for (int nodes : { 1, 4 }) {
+        const Candidate* best = nullptr;
+        for (const Candidate& c : rows)
+            if (c.nodes == std::to_string(nodes) && c.overlap <= 1800
+                && (!best || c.within > best->within
+                    || (c.within == best->within && c.symmetricCost < best->symmetricCost)))
+                best = &c;
+        ASSERT_NE(best, nullptr) << nodes;
+        expectedRules.push_back({ nodes, best->rule });
+    }
+    EXPECT_NE(csv.find("\npredict,," + describeRules(expectedRules) + ","), std::string::npos) << csv;
+    EXPECT_NE(r.output.find("predict's rules: " + describeRules(expectedRules)), std::string::npos)
+        << r.output;
+    EXPECT_NE(
+        r.output.find("predict: per probe size, the quantile or window rule with the most within 600 s"),
+        std::string::npos)
+        << r.output;
+
+    // With one quantile rule: predict's q is the most within over all probes, among quantiles only.
+    const auto one = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes",
+        "1,4", "--interval-hours", "6", "--out", out, "--model", model, "--chain-days", "0", "--predict-rule",
+        "quantile" });
+    ASSERT_EQ(one.exitCode, 0) << one.output;
+    {
+        std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
+        std::string line;
+        std::getline(candidates, line);
+        double predictQ = -1, predictWithin = 0, predictCost = 0;
+        std::size_t count = 0;
+        while (std::getline(candidates, line)) {
+            std::vector<std::string> f;
+            std::istringstream fields(line);
+            for (std::string v; std::getline(fields, v, ',');)
+                f.push_back(v);
+            ASSERT_EQ(f.size(), 10u) << line;
+            EXPECT_EQ(f[0], "quantile");
+            EXPECT_EQ(f[3], "all");
+            ++count;
+            const double within = std::stod(f[6]), cost = std::stod(f[4]);
+            if (std::stod(f[7]) <= 1800
+                && (predictQ < 0 || within > predictWithin
+                    || (within == predictWithin && cost < predictCost))) {
+                predictQ = std::stod(f[1]);
+                predictWithin = within;
+                predictCost = cost;
+            }
+        }
+        EXPECT_EQ(count, 20u);
+        const auto quantileCsv = slurp(dir.path() / "out/compare.csv");
+        const auto predictAt = quantileCsv.find("\npredict,");
+        ASSERT_NE(predictAt, std::string::npos) << quantileCsv;
+        ASSERT_GE(predictQ, 0) << "a candidate within the overlap bound";
+        EXPECT_NEAR(std::stod(quantileCsv.substr(predictAt + 9)), predictQ, 1e-9) << quantileCsv;
+        EXPECT_NE(one.output.find("predict: q with the most within 600 s"), std::string::npos) << one.output;
+    }
 
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model, "--chain-days", "0" });

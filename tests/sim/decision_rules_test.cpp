@@ -1,0 +1,141 @@
+// predict's decision rules: the predictor's wait distribution read both ways, the window rule, the
+// per-size choice between rules, and the rules as stored with a model.
+#include "policy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+using namespace baton::sim;
+
+namespace {
+
+// A predictor whose waits depend on the job's size and the queue ahead, with log-normal noise.
+std::shared_ptr<const WaitPredictor> trainedPredictor()
+{
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> ahead(0, 200);
+    std::normal_distribution<double> noise(0, 0.8);
+    std::vector<WaitSample> samples;
+    for (int i = 0; i < 2000; ++i) {
+        WaitSample s;
+        s.x[0] = static_cast<float>(1 + rng() % 8);
+        s.x[5] = ahead(rng);
+        s.waitSeconds = std::expm1(std::log1p(30.0 * s.x[5] * s.x[0]) + noise(rng));
+        samples.push_back(s);
+    }
+    TrainOptions options;
+    options.rounds = 40;
+    options.maxDepth = 4;
+    options.learningRate = 0.3;
+    return std::make_shared<const WaitPredictor>(WaitPredictor::train(samples, options));
+}
+
+// The ticks of a predecessor's last `ticks` minutes, for a successor of `nodes` nodes with `ahead`
+// node-hours queued before it.
+std::vector<DecisionPoint> lastMinutes(
+    const WaitPredictor& predictor, int nodes, int ticks, float ahead = 100)
+{
+    Features x {};
+    x[0] = static_cast<float>(nodes);
+    x[5] = ahead;
+    const double meanLog = predictor.predictLog(std::vector<Features> { x }).front();
+    std::vector<DecisionPoint> points(static_cast<std::size_t>(ticks));
+    for (int i = 0; i < ticks; ++i) {
+        points[static_cast<std::size_t>(i)].remaining = 60LL * (ticks - i);
+        points[static_cast<std::size_t>(i)].features = x;
+        points[static_cast<std::size_t>(i)].meanLogWait = meanLog;
+    }
+    return points;
+}
+
+} // namespace
+
+TEST(DecisionRules, ProbabilityIsTheQuantileReadBackwards)
+{
+    const auto predictor = trainedPredictor();
+    const double meanLog = 8.0;
+    double last = 0;
+    for (double q = 0.02; q < 0.985; q += 0.03) {
+        const double wait = predictor->quantileSeconds(meanLog, q);
+        EXPECT_NEAR(predictor->probabilityAtMost(meanLog, wait), q, 0.011) << "q " << q;
+        const double p = predictor->probabilityAtMost(meanLog, wait * 1.01);
+        EXPECT_GE(p, last) << "monotone at q " << q;
+        last = p;
+    }
+    EXPECT_DOUBLE_EQ(predictor->probabilityAtMost(meanLog, 0), 0.01) << "below the table: its lowest step";
+    EXPECT_DOUBLE_EQ(predictor->probabilityAtMost(meanLog, 1e12), 0.99);
+}
+
+TEST(DecisionRules, WindowSubmitsAtTheFirstTickWhoseChanceReachesTau)
+{
+    const auto predictor = trainedPredictor();
+    // About 20 min of predicted wait: the chance peaks in the last half hour.
+    const auto points = lastMinutes(*predictor, 4, 48 * 60, 10);
+    const double tolerance = 600;
+    const auto chance = [&](const DecisionPoint& p) {
+        const double r = static_cast<double>(p.remaining);
+        return predictor->probabilityAtMost(p.meanLogWait, r + tolerance)
+            - (r > tolerance ? predictor->probabilityAtMost(p.meanLogWait, r - tolerance) : 0.0);
+    };
+    std::set<std::size_t> seen;
+    for (double tau : { 0.2, 0.4, 0.6, 0.8, 0.95 }) {
+        const WindowPolicy window("w", predictor, tau, tolerance);
+        const std::size_t at = window.firstSubmit(points);
+        std::size_t expected = points.size();
+        for (std::size_t i = 0; i < points.size() && expected == points.size(); ++i)
+            if (chance(points[i]) >= tau)
+                expected = i;
+        EXPECT_EQ(at, expected) << "tau " << tau;
+        seen.insert(at);
+    }
+    EXPECT_GE(seen.size(), 3u) << "the taus should submit at different ticks, one of them never";
+    EXPECT_TRUE(seen.contains(points.size())) << "a chance of 0.95 is never reached";
+    // The lowest tau submits before the last half hour.
+    EXPECT_LE(*seen.begin(), points.size() - 30) << "at the latest in the last half hour";
+    EXPECT_THROW(WindowPolicy("w", predictor, 1.0, tolerance), std::invalid_argument);
+    EXPECT_THROW(WindowPolicy("w", predictor, 0.5, 0), std::invalid_argument);
+    EXPECT_THROW(WindowPolicy("w", nullptr, 0.5, tolerance), std::invalid_argument);
+}
+
+TEST(DecisionRules, EachSizeFollowsTheRuleOfTheNearestChosenSize)
+{
+    const auto predictor = trainedPredictor();
+    const DecisionRule window { DecisionRule::Kind::Window, 0.5, 1 };
+    const DecisionRule quantile { DecisionRule::Kind::Quantile, 0.3, 1 };
+    const ShapeRulesPolicy rules("predict", predictor, { { 8, quantile }, { 1, window } }, 600);
+    EXPECT_EQ(describeRules(rules.rules()), "1 node: window tau=0.5; 8 nodes: quantile q=0.3");
+    const auto byWindow = makeRulePolicy("w", predictor, window, 600);
+    const auto byQuantile = makeRulePolicy("q", predictor, quantile, 600);
+    // 2 nodes is nearer 1 (x2) than 8 (x4); 3 is nearer 8 (x2.7) than 1 (x3); 64 follows 8.
+    for (const auto& [nodes, follows] :
+        std::vector<std::pair<int, const Policy*>> { { 1, byWindow.get() }, { 2, byWindow.get() },
+            { 3, byQuantile.get() }, { 8, byQuantile.get() }, { 64, byQuantile.get() } }) {
+        const auto points = lastMinutes(*predictor, nodes, 24 * 60);
+        EXPECT_EQ(rules.firstSubmit(points), follows->firstSubmit(points)) << nodes << " nodes";
+    }
+    // The two rules differ on these ticks, so the dispatch above is seen.
+    const auto one = lastMinutes(*predictor, 1, 24 * 60);
+    EXPECT_NE(byWindow->firstSubmit(one), byQuantile->firstSubmit(one));
+    EXPECT_THROW(ShapeRulesPolicy("predict", predictor, {}, 600), std::invalid_argument);
+}
+
+TEST(DecisionRules, RulesRoundTripThroughJsonAndBadOnesAreRefused)
+{
+    const std::vector<ShapeRulesPolicy::ForShape> rules { { 1, { DecisionRule::Kind::Window, 0.65, 1 } },
+        { 8, { DecisionRule::Kind::Quantile, 0.25, 3 } } };
+    const auto back = rulesFromJson(rulesToJson(rules));
+    ASSERT_EQ(back.size(), 2u);
+    EXPECT_EQ(back[0].nodes, 1);
+    EXPECT_EQ(back[0].rule.kind, DecisionRule::Kind::Window);
+    EXPECT_DOUBLE_EQ(back[0].rule.value, 0.65);
+    EXPECT_EQ(back[1].rule.persist, 3);
+    EXPECT_EQ(describeRules(back), "1 node: window tau=0.65; 8 nodes: quantile q=0.25 over 3 ticks");
+    for (const char* bad : { R"({"nodes": 1})", R"([{"nodes": 1, "rule": "window"}])",
+             R"([{"nodes": 0, "rule": "window", "value": 0.5}])",
+             R"([{"nodes": 1, "rule": "guess", "value": 0.5}])",
+             R"([{"nodes": 1, "rule": "quantile", "value": 1.5}])", R"([3])" })
+        EXPECT_THROW(rulesFromJson(nlohmann::json::parse(bad)), std::invalid_argument) << bad;
+}
