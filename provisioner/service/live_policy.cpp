@@ -3,6 +3,7 @@
 #include "log.hpp"
 
 #include <live_queue.hpp>
+#include <model_store.hpp>
 #include <repositories.hpp>
 
 #include <cmath>
@@ -22,7 +23,13 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
               "there is");
         return { std::make_shared<sim::AveragePolicy>(), nullptr };
     }
-    auto predictor = std::make_shared<const sim::WaitPredictor>(sim::WaitPredictor::fromJson(model->params));
+    std::shared_ptr<const sim::WaitPredictor> predictor;
+    try {
+        predictor = std::make_shared<const sim::WaitPredictor>(sim::predictorOf(*model));
+    } catch (const std::runtime_error& error) {
+        logError("policy " + config.policy + ": " + error.what() + "; using avg until there is a usable one");
+        return { std::make_shared<sim::AveragePolicy>(), nullptr };
+    }
     // The rule chosen for this policy when the model was evaluated (one per job size, or one quantile),
     // else the configured quantile.
     double q = config.quantile;

@@ -13,7 +13,8 @@
 namespace baton::service {
 
 // reactive and avg need nothing; predict and checkpoint-aware load the newest version of the
-// configured model from the `models` table with the quantile chosen for them when it was trained.
+// configured model from the `models` table with the rule chosen for them when it was evaluated (one
+// per job size, or one quantile).
 // Without a model they fall back to avg, with a warning.
 struct LivePolicy {
     std::shared_ptr<const sim::Policy> policy;

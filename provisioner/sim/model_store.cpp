@@ -30,12 +30,17 @@ WaitPredictor loadStoredModel(db::Connection& connection, const std::string& nam
     const auto m = models.latest(name);
     if (!m)
         throw std::runtime_error("no model named '" + name + "' in the database");
-    if (m->kind != waitPredictorKind || !m->params.contains("model"))
-        throw std::runtime_error("model '" + name + "' is a " + m->kind + ", not a wait predictor");
+    return predictorOf(*m);
+}
+
+WaitPredictor predictorOf(const db::Model& m)
+{
+    if (m.kind != waitPredictorKind || !m.params.contains("model"))
+        throw std::runtime_error("model '" + m.name + "' is a " + m.kind + ", not a wait predictor");
     try {
-        return WaitPredictor::fromJson(m->params.at("model"));
+        return WaitPredictor::fromJson(m.params.at("model"));
     } catch (const nlohmann::json::exception& e) {
-        throw std::runtime_error("model '" + name + "' in the database is malformed: " + e.what());
+        throw std::runtime_error("model '" + m.name + "' in the database is malformed: " + e.what());
     }
 }
 

@@ -6,6 +6,7 @@
 #include "predictor.hpp"
 
 #include <connection.hpp>
+#include <records.hpp>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -27,5 +28,7 @@ StoredModel storeModel(db::Connection& connection, const WaitPredictor& predicto
 
 // The highest version of `name`; throws std::runtime_error if there is none or it is not a predictor.
 WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name);
+// The predictor of a `models` row; throws std::runtime_error if it is not one or is malformed.
+WaitPredictor predictorOf(const db::Model& model);
 
 } // namespace baton::sim

@@ -1,10 +1,12 @@
 // The chain state machine against a real PostgreSQL and a scripted cluster (a fake of Slurm, in
 // addition to the real-Slurm tests in batond_test): crash windows around sbatch, the retry budget, the
 // end of training, handover bookkeeping.
+#include "live_policy.hpp"
 #include "provisioner.hpp"
 #include "services.hpp"
 
 #include <migrations.hpp>
+#include <model_store.hpp>
 #include <policy.hpp>
 
 #include <gtest/gtest.h>
@@ -554,4 +556,46 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     EXPECT_EQ(oldDecisions(), 0);
     EXPECT_GE(decisions(), 10) << "yesterday's decisions stay";
     EXPECT_EQ(metrics_.pruned("decisions").Value(), 5100);
+}
+
+// A learned policy follows the rules stored with its model: one per job size when `sim compare` chose
+// them so, else the model's quantile; rules that cannot be read fall back to that quantile.
+TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
+{
+    std::vector<baton::sim::WaitSample> samples;
+    for (int i = 0; i < 400; ++i) {
+        baton::sim::WaitSample s;
+        s.x[0] = static_cast<float>(1 + i % 8);
+        s.x[5] = static_cast<float>(i % 50);
+        s.waitSeconds = 60.0 * (1 + i % 50) * (1 + i % 3);
+        samples.push_back(s);
+    }
+    baton::sim::TrainOptions options;
+    options.rounds = 10;
+    const auto predictor = baton::sim::WaitPredictor::train(samples, options);
+    const Json rules = Json::array({ { { "nodes", 1 }, { "rule", "window" }, { "value", 0.65 } },
+        { { "nodes", 8 }, { "rule", "quantile" }, { "value", 0.25 }, { "persist", 1 } } });
+    baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
+        Json { { "evaluation", { { "predict", { { "q", nullptr }, { "rules", rules } } } } },
+            { "tolerance_s", 600 } });
+    config_.policy = "predict";
+    config_.modelName = "waits";
+    const LivePolicy live = makeLivePolicy(config_, connection_);
+    ASSERT_NE(live.predictor, nullptr);
+    const auto* perSize = dynamic_cast<const baton::sim::ShapeRulesPolicy*>(live.policy.get());
+    ASSERT_NE(perSize, nullptr);
+    EXPECT_EQ(
+        baton::sim::describeRules(perSize->rules()), "1 node: window tau=0.65; 8 nodes: quantile q=0.25");
+    EXPECT_EQ(live.policy->name(), "predict");
+
+    // A newer version whose rules are damaged: its quantile.
+    baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
+        Json { { "evaluation",
+            { { "predict",
+                { { "q", 0.3 },
+                    { "rules", Json::array({ { { "nodes", 1 }, { "rule", "guess" } } }) } } } } } });
+    const LivePolicy fallback = makeLivePolicy(config_, connection_);
+    const auto* quantile = dynamic_cast<const baton::sim::QuantilePolicy*>(fallback.policy.get());
+    ASSERT_NE(quantile, nullptr);
+    EXPECT_DOUBLE_EQ(quantile->q(), 0.3);
 }
