@@ -76,6 +76,7 @@ void Connection::connectWithBackoff()
             poisoned_ = false;
             try {
                 configureSession();
+                ++session_;
                 return;
             } catch (const DbError& failure) {
                 error = failure.what();

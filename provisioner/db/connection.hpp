@@ -52,6 +52,9 @@ public:
     // Drops the session and connects anew (with backoff).
     void reconnect();
     int serverVersion() const { return PQserverVersion(conn_.get()); }
+    // Counts the sessions this connection has opened: a session setting made under one number holds
+    // until the number changes.
+    std::uint64_t session() const { return session_; }
     PGconn* raw() const { return conn_.get(); }
     const ConnectionOptions& options() const { return options_; }
 
@@ -94,6 +97,7 @@ private:
     std::set<std::string, std::less<>> prepared_;
     bool poisoned_ = false;
     bool transactionOpen_ = false;
+    std::uint64_t session_ = 0;
 };
 
 } // namespace baton::db

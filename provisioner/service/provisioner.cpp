@@ -101,7 +101,10 @@ void Provisioner::tick()
     // Bookkeeping (job rows, wait decisions, processed events) can be rebuilt from Slurm after a crash,
     // so it commits without waiting for the disk; the transactions that fence an action (a submission's
     // intent, a handover) turn durability back on for themselves (durable()).
-    store_.connection().execScript("SET synchronous_commit TO off");
+    if (store_.connection().session() != bookkeepingSession_) {
+        store_.connection().execScript("SET synchronous_commit TO off");
+        bookkeepingSession_ = store_.connection().session();
+    }
     const std::vector<EventRow> events = store_.unprocessedEvents(maxEventsPerTick);
     // Events may register chains and adopt jobs, so the live chains are read before them only when
     // there are none.
@@ -131,9 +134,12 @@ void Provisioner::tick()
 
 void Provisioner::pruneHistory()
 {
-    if (config_.retentionDays == 0)
+    if (config_.retentionDays == 0 || ++ticksSincePrune_ < pruneEveryTicks)
         return;
     const Store::Pruned pruned = store_.prune(config_.retentionDays, pruneBatch);
+    const bool full = pruned.events >= static_cast<std::uint64_t>(pruneBatch)
+        || pruned.decisions >= static_cast<std::uint64_t>(pruneBatch);
+    ticksSincePrune_ = full ? pruneEveryTicks : 0;
     metrics_.pruned("events").Increment(static_cast<double>(pruned.events));
     metrics_.pruned("decisions").Increment(static_cast<double>(pruned.decisions));
 }
@@ -677,7 +683,8 @@ void Provisioner::updateGauges(std::int64_t now)
     };
     std::map<ChainState, Live> live;
     std::vector<std::int64_t> liveIds; // in id order
-    for (const Store::LiveChainAge& chain : store_.liveChainAges(now)) {
+    const Store::LiveGauges gauges = store_.liveGauges(now);
+    for (const Store::LiveChainAge& chain : gauges.chains) {
         Live& state = live[chain.state];
         ++state.chains;
         state.oldestCheckpointAge = std::max(state.oldestCheckpointAge, chain.checkpointAge);
@@ -687,7 +694,7 @@ void Provisioner::updateGauges(std::int64_t now)
     // every chain ever run, so it is taken only then. Chain ids only grow, so nothing ended or came back
     // since the last count exactly when the live chains among the ids known then are the same, and every
     // id given since is a live chain (an unused id only costs a recount).
-    const std::int64_t maxId = store_.maxChainId();
+    const std::int64_t maxId = gauges.maxChainId;
     const auto firstNew = std::upper_bound(liveIds.begin(), liveIds.end(), countedMaxId_.value_or(0));
     const bool countEnded = !countedMaxId_
         || !std::equal(liveIds.begin(), firstNew, liveIds_.begin(), liveIds_.end())

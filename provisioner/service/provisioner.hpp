@@ -66,13 +66,17 @@ public:
     {
         return chainId * 7919 % waitRecordSeconds;
     }
+    // Retention deletes at most pruneBatch rows of each table a tick. Nothing is past the period most of
+    // the time: a prune that found less than a batch is repeated only pruneEveryTicks later (5 min at
+    // the default 30 s); one that filled its batch, the next tick.
+    static constexpr int pruneBatch = 5000;
+    static constexpr int pruneEveryTicks = 10;
 
 private:
     // sbatch for the intent `key`; a failure is recorded, a success is for the caller to record.
     std::optional<std::int64_t> submitIntent(const ChainRow& chain, int seq, const std::string& key,
         const std::string& reason, const nlohmann::json& spec);
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
-    static constexpr int pruneBatch = 5000;
     void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
@@ -110,6 +114,10 @@ private:
     // The live chains at the last count, in id order, and the highest chain id then (see updateGauges).
     std::vector<std::int64_t> liveIds_;
     std::optional<std::int64_t> countedMaxId_;
+    // The session in which the tick's bookkeeping was set to commit without waiting for the disk.
+    std::uint64_t bookkeepingSession_ = 0;
+    // Ticks since the last prune (see pruneEveryTicks); the first tick prunes.
+    int ticksSincePrune_ = pruneEveryTicks;
 };
 
 } // namespace baton::service

@@ -33,11 +33,6 @@ constexpr Statement selectChains { "svc_chains",
     BATON_CHAIN_COLUMNS "WHERE ($1::bigint IS NULL OR owner_uid = $1) AND ($2::text IS NULL OR state = $2)"
                         " ORDER BY owner_uid, name",
     true };
-constexpr Statement selectTickChains { "svc_tick_chains",
-    "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"
-    " 'null'::jsonb, chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"
-    " FROM chains WHERE state NOT IN ('finished', 'failed', 'cancelled') ORDER BY id",
-    true };
 constexpr Statement selectSpec { "svc_chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
 #undef BATON_CHAIN_COLUMNS
@@ -96,19 +91,6 @@ constexpr Statement selectSubmission { "svc_submission",
     "SELECT seq, idempotency_key, reason, state, slurm_job_id, extract(epoch FROM created_at)::bigint,"
     " coalesce(error, '') FROM submissions WHERE chain_id = $1 AND seq = $2",
     true };
-// The tick's reads start from the live chains (their partial index) and probe each one's rows by its key:
-// a year of ended chains, jobs and checkpoints must not be scanned every tick. The LIMIT in each probe
-// changes no result (a chain has one row per seq) but keeps the planner from flattening the probes into
-// a join that it may hash over the whole table.
-#define BATON_LIVE_CHAINS                                                                                    \
-    "WITH live AS MATERIALIZED (SELECT id, seq, state FROM chains"                                           \
-    " WHERE state NOT IN ('finished', 'failed', 'cancelled')) "
-constexpr Statement selectTickSubmissions { "svc_tick_submissions",
-    BATON_LIVE_CHAINS "SELECT s.seq, s.idempotency_key, s.reason, s.state, s.slurm_job_id,"
-                      " extract(epoch FROM s.created_at)::bigint, coalesce(s.error, ''), c.id"
-                      " FROM live c JOIN LATERAL (SELECT * FROM submissions"
-                      " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) LIMIT 2) s ON true",
-    true };
 constexpr Statement deleteSubmission { "svc_forget_submission",
     "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
 
@@ -128,13 +110,6 @@ constexpr Statement upsertJobRow { "svc_upsert_job",
 constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id = $1 ORDER BY restart_count",
     true };
 constexpr Statement selectJobBySlurmId { "svc_job_by_slurm_id", BATON_JOB_COLUMNS "WHERE slurm_job_id = $1",
-    true };
-constexpr Statement selectTickJobs { "svc_tick_jobs",
-    BATON_LIVE_CHAINS
-    "SELECT j.restart_count, j.slurm_job_id, j.state, extract(epoch FROM j.submit_time)::bigint,"
-    " extract(epoch FROM j.start_time)::bigint, extract(epoch FROM j.end_time)::bigint,"
-    " j.time_limit_s, j.exit_code, j.chain_id FROM live c JOIN LATERAL (SELECT * FROM jobs"
-    " WHERE chain_id = c.id AND restart_count IN (c.seq, c.seq + 1) LIMIT 2) j ON true",
     true };
 #undef BATON_JOB_COLUMNS
 
@@ -172,11 +147,6 @@ constexpr Statement selectLatestCheckpoint { "svc_latest_checkpoint",
     true };
 constexpr Statement selectTrainingDone { "svc_training_done",
     "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done)", true };
-constexpr Statement selectTickTrainingDone { "svc_tick_training_done",
-    BATON_LIVE_CHAINS
-    "SELECT c.id FROM live c JOIN LATERAL"
-    " (SELECT 1 FROM checkpoints WHERE chain_id = c.id AND training_done LIMIT 1) k ON true",
-    true };
 constexpr Statement selectCheckpoints { "svc_checkpoints",
     "SELECT iteration, path, extract(epoch FROM created_at), total_bytes, training_done, final, slurm_job_id"
     " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 50",
@@ -209,10 +179,54 @@ constexpr Statement selectHandovers { "svc_handovers",
     " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
     true };
 
+// The tick's reads start from the live chains (their partial index) and probe each one's rows by its key:
+// a year of ended chains, jobs and checkpoints must not be scanned every tick. The LIMIT in each probe
+// changes no result (a chain has one row per seq) but keeps the planner from flattening the probes into
+// a join that it may hash over the whole table.
+#define BATON_LIVE_CHAINS                                                                                    \
+    "WITH live AS MATERIALIZED (SELECT id, seq, state FROM chains"                                           \
+    " WHERE state NOT IN ('finished', 'failed', 'cancelled')) "
+// Everything a tick reads of the live chains, in one statement (one snapshot, one round trip): each
+// chain with its jobs and submissions of seq and seq + 1, and whether its training is done.
+// clang-format off
+#define BATON_TICK_JOB(j)                                                                                    \
+    " " j ".restart_count, " j ".slurm_job_id, " j ".state, extract(epoch FROM " j ".submit_time)::bigint,"  \
+    " extract(epoch FROM " j ".start_time)::bigint, extract(epoch FROM " j ".end_time)::bigint,"            \
+    " " j ".time_limit_s, " j ".exit_code,"
+#define BATON_TICK_SUBMISSION(s)                                                                             \
+    " " s ".seq, " s ".idempotency_key, " s ".reason, " s ".state, " s ".slurm_job_id,"                      \
+    " extract(epoch FROM " s ".created_at)::bigint, coalesce(" s ".error, ''),"
+constexpr Statement selectTickChains { "svc_tick_chains",
+    "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, generation, retries,"
+    " reason, chain_dir, resubmit_requested, updated_at FROM chains"
+    " WHERE state NOT IN ('finished', 'failed', 'cancelled'))"
+    " SELECT c.id, c.owner_uid, coalesce(c.owner_name, ''), c.name, c.state, c.seq, c.generation, c.retries,"
+    " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
+    BATON_TICK_JOB("j0") BATON_TICK_JOB("j1") BATON_TICK_SUBMISSION("s0") BATON_TICK_SUBMISSION("s1")
+    " k.done IS NOT NULL FROM live c"
+    " LEFT JOIN LATERAL (SELECT * FROM jobs"
+    " WHERE chain_id = c.id AND restart_count = c.seq LIMIT 1) j0 ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM jobs"
+    " WHERE chain_id = c.id AND restart_count = c.seq + 1 LIMIT 1) j1 ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM submissions WHERE chain_id = c.id AND seq = c.seq LIMIT 1) s0 ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM submissions"
+    " WHERE chain_id = c.id AND seq = c.seq + 1 LIMIT 1) s1 ON true"
+    " LEFT JOIN LATERAL (SELECT true AS done FROM checkpoints"
+    " WHERE chain_id = c.id AND training_done LIMIT 1) k ON true"
+    " ORDER BY c.id",
+    true };
+#undef BATON_TICK_JOB
+#undef BATON_TICK_SUBMISSION
+// clang-format on
+constexpr int tickJobColumns = 8, tickSubmissionColumns = 7;
+
+// With the highest chain id given so far, in the same statement: one row even without live chains.
 constexpr Statement selectLiveAges { "svc_live_ages",
-    BATON_LIVE_CHAINS "SELECT c.id, c.state, coalesce($1 - extract(epoch FROM k.created_at), 0)"
-                      " FROM live c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints"
-                      " WHERE chain_id = c.id ORDER BY iteration DESC LIMIT 1) k ON true ORDER BY c.id",
+    BATON_LIVE_CHAINS
+    "SELECT top.max_id, c.id, c.state, coalesce($1 - extract(epoch FROM k.created_at), 0)"
+    " FROM (SELECT coalesce(max(id), 0) AS max_id FROM chains) top LEFT JOIN"
+    " (live c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints"
+    " WHERE chain_id = c.id ORDER BY iteration DESC LIMIT 1) k ON true) ON true ORDER BY c.id",
     true };
 #undef BATON_LIVE_CHAINS
 // Retention: the oldest processed events and decisions past the period, a batch at a time (the time
@@ -223,7 +237,6 @@ constexpr Statement pruneEvents { "svc_prune_events",
 constexpr Statement pruneDecisions { "svc_prune_decisions",
     "DELETE FROM decisions WHERE id IN (SELECT id FROM decisions"
     " WHERE decided_at < now() - make_interval(days => $1) ORDER BY decided_at LIMIT $2)" };
-constexpr Statement selectMaxChainId { "svc_max_chain_id", "SELECT coalesce(max(id), 0) FROM chains", true };
 constexpr Statement selectEndedCounts { "svc_ended_counts",
     "SELECT state, count(*) FROM chains WHERE state IN ('finished', 'failed', 'cancelled') GROUP BY state",
     true };
@@ -247,26 +260,38 @@ ChainRow chainAt(const Result& r, int row)
     return chain;
 }
 
-JobRow jobAt(const Result& r, int row)
+// A job's columns from column `at` on.
+JobRow jobFrom(const Result& r, int row, int at)
 {
     JobRow job;
-    job.seq = static_cast<int>(r.int64(row, 0));
-    job.slurmJobId = r.int64(row, 1);
-    job.state = std::string(r.text(row, 2));
-    job.submitTime = r.optInt64(row, 3);
-    job.startTime = r.optInt64(row, 4);
-    job.endTime = r.optInt64(row, 5);
-    job.timeLimitSeconds = r.optInt64(row, 6);
-    if (auto code = r.optInt64(row, 7))
+    job.seq = static_cast<int>(r.int64(row, at));
+    job.slurmJobId = r.int64(row, at + 1);
+    job.state = std::string(r.text(row, at + 2));
+    job.submitTime = r.optInt64(row, at + 3);
+    job.startTime = r.optInt64(row, at + 4);
+    job.endTime = r.optInt64(row, at + 5);
+    job.timeLimitSeconds = r.optInt64(row, at + 6);
+    if (auto code = r.optInt64(row, at + 7))
         job.exitCode = static_cast<int>(*code);
     return job;
 }
 
+JobRow jobAt(const Result& r, int row)
+{
+    return jobFrom(r, row, 0);
+}
+
+// A submission's columns from column `at` on.
+SubmissionRow submissionFrom(const Result& r, int row, int at)
+{
+    return SubmissionRow { static_cast<int>(r.int64(row, at)), std::string(r.text(row, at + 1)),
+        std::string(r.text(row, at + 2)), std::string(r.text(row, at + 3)), r.optInt64(row, at + 4),
+        r.int64(row, at + 5), std::string(r.text(row, at + 6)) };
+}
+
 SubmissionRow submissionAt(const Result& r, int row)
 {
-    return SubmissionRow { static_cast<int>(r.int64(row, 0)), std::string(r.text(row, 1)),
-        std::string(r.text(row, 2)), std::string(r.text(row, 3)), r.optInt64(row, 4), r.int64(row, 5),
-        std::string(r.text(row, 6)) };
+    return submissionFrom(r, row, 0);
 }
 
 std::optional<std::int64_t> positive(std::int64_t value)
@@ -355,33 +380,22 @@ std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::o
 
 std::vector<LiveChain> Store::liveChainsForTick()
 {
-    db::Transaction snapshot(connection_);
-    connection_.execScript("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+    const Result result = connection_.exec(selectTickChains);
+    constexpr int jobsAt = 13, submissionsAt = jobsAt + 2 * tickJobColumns,
+                  doneAt = submissionsAt + 2 * tickSubmissionColumns;
     std::vector<LiveChain> live;
-    std::unordered_map<std::int64_t, std::size_t> index;
-    for (ChainRow& chain : connection_.exec(selectTickChains).all(chainAt)) {
-        index.emplace(chain.id, live.size());
-        live.push_back(LiveChain { std::move(chain), {}, {}, {}, false });
+    live.reserve(static_cast<std::size_t>(result.rows()));
+    for (int row = 0; row < result.rows(); ++row) {
+        LiveChain chain { chainAt(result, row), {}, {}, {}, result.boolean(row, doneAt) };
+        for (int at : { jobsAt, jobsAt + tickJobColumns })
+            if (!result.isNull(row, at))
+                chain.jobs.push_back(jobFrom(result, row, at));
+        if (!result.isNull(row, submissionsAt))
+            chain.current = submissionFrom(result, row, submissionsAt);
+        if (!result.isNull(row, submissionsAt + tickSubmissionColumns))
+            chain.next = submissionFrom(result, row, submissionsAt + tickSubmissionColumns);
+        live.push_back(std::move(chain));
     }
-    const auto of = [&](std::int64_t chainId) -> LiveChain* {
-        const auto found = index.find(chainId);
-        return found == index.end() ? nullptr : &live[found->second];
-    };
-    const Result jobs = connection_.exec(selectTickJobs);
-    for (int row = 0; row < jobs.rows(); ++row)
-        if (LiveChain* chain = of(jobs.int64(row, 8)))
-            chain->jobs.push_back(jobAt(jobs, row));
-    const Result submissions = connection_.exec(selectTickSubmissions);
-    for (int row = 0; row < submissions.rows(); ++row)
-        if (LiveChain* chain = of(submissions.int64(row, 7))) {
-            SubmissionRow submission = submissionAt(submissions, row);
-            (submission.seq == chain->chain.seq ? chain->current : chain->next) = std::move(submission);
-        }
-    const Result done = connection_.exec(selectTickTrainingDone);
-    for (int row = 0; row < done.rows(); ++row)
-        if (LiveChain* chain = of(done.int64(row, 0)))
-            chain->trainingDone = true;
-    snapshot.commit();
     return live;
 }
 
@@ -646,23 +660,24 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
     return result.int64(0, 0);
 }
 
-std::vector<Store::LiveChainAge> Store::liveChainAges(std::int64_t now)
+Store::LiveGauges Store::liveGauges(std::int64_t now)
 {
-    return connection_.exec(selectLiveAges, Params(now)).all([](const Result& r, int row) {
-        return LiveChainAge { r.int64(row, 0),
-            chainStateFromName(r.text(row, 1)).value_or(ChainState::Failed), r.real(row, 2) };
-    });
+    const Result result = connection_.exec(selectLiveAges, Params(now));
+    LiveGauges gauges;
+    gauges.chains.reserve(static_cast<std::size_t>(result.rows()));
+    for (int row = 0; row < result.rows(); ++row) {
+        gauges.maxChainId = result.int64(row, 0);
+        if (!result.isNull(row, 1))
+            gauges.chains.push_back(LiveChainAge { result.int64(row, 1),
+                chainStateFromName(result.text(row, 2)).value_or(ChainState::Failed), result.real(row, 3) });
+    }
+    return gauges;
 }
 
 Store::Pruned Store::prune(int retentionDays, int batch)
 {
     return Pruned { connection_.exec(pruneEvents, Params(retentionDays, batch)).affected(),
         connection_.exec(pruneDecisions, Params(retentionDays, batch)).affected() };
-}
-
-std::int64_t Store::maxChainId()
-{
-    return connection_.exec(selectMaxChainId).int64(0, 0);
 }
 
 std::vector<std::pair<ChainState, std::int64_t>> Store::endedCounts()

@@ -177,22 +177,24 @@ public:
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
 
-    // Each live chain (by id) with the age of its newest checkpoint (0 without one): read through the
-    // live chains alone.
+    // Each live chain (by id) with the age of its newest checkpoint (0 without one), read through the
+    // live chains alone, and the highest chain id given so far (ids only grow; 0 without chains).
     struct LiveChainAge {
         std::int64_t id = 0;
         ChainState state;
         double checkpointAge = 0;
     };
-    std::vector<LiveChainAge> liveChainAges(std::int64_t now);
+    struct LiveGauges {
+        std::int64_t maxChainId = 0;
+        std::vector<LiveChainAge> chains;
+    };
+    LiveGauges liveGauges(std::int64_t now);
     // Deletes up to `batch` processed events and `batch` decisions older than `retentionDays`, the
     // oldest first.
     struct Pruned {
         std::uint64_t events = 0, decisions = 0;
     };
     Pruned prune(int retentionDays, int batch);
-    // The highest chain id given so far (ids only grow; 0 without chains).
-    std::int64_t maxChainId();
     // How many chains each ended state has: this reads every chain ever run.
     std::vector<std::pair<ChainState, std::int64_t>> endedCounts();
 

@@ -540,9 +540,13 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     EXPECT_EQ(oldDecisions(), 5100);
     EXPECT_EQ(events(), 4);
 
+    // One service: a full batch is followed by another prune the next tick, a partial one only
+    // pruneEveryTicks later.
     config_.retentionDays = 90;
+    Provisioner service(config_, store_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
+        timeOnlyDecisionPoints);
     const std::int64_t before = decisions();
-    tick();
+    service.tick();
     EXPECT_EQ(oldDecisions(), 100) << "one batch of 5,000 a tick";
     EXPECT_EQ(run("test_count_oldest",
                   "SELECT count(*) FROM decisions WHERE decided_at <= now() - make_interval(days => 100, "
@@ -552,10 +556,20 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     EXPECT_EQ(events(), 1);
     EXPECT_EQ(metrics_.pruned("events").Value(), 3);
     EXPECT_GE(decisions(), before - 5000);
-    tick();
+    service.tick();
     EXPECT_EQ(oldDecisions(), 0);
     EXPECT_GE(decisions(), 10) << "yesterday's decisions stay";
     EXPECT_EQ(metrics_.pruned("decisions").Value(), 5100);
+
+    run("test_more_old_decisions",
+        "WITH added AS (INSERT INTO decisions (chain_id, decided_at, policy, action) SELECT id,"
+        " now() - make_interval(days => 100), 'avg', 'wait' FROM chains RETURNING 1) SELECT count(*) FROM "
+        "added");
+    for (int tick = 1; tick < Provisioner::pruneEveryTicks; ++tick)
+        service.tick();
+    EXPECT_EQ(oldDecisions(), 1) << "not pruned before " << Provisioner::pruneEveryTicks << " ticks";
+    service.tick();
+    EXPECT_EQ(oldDecisions(), 0);
 }
 
 // A learned policy follows the rules stored with its model: one per job size when `sim compare` chose
