@@ -80,14 +80,22 @@ int main()
             "vs avg", "+-10m%", "vs avg", "overlap(m)", "vs avg", "eff+-%", "effOvl(m)", "chain%", "jobs");
         for (const auto& row : cmp.rows) {
             const auto& m = row.metrics;
-            std::printf("%-17s %5.2f %9.1f %9.2f %8.1f %8.2f %10.1f %9.2f %8.1f %10.2f %8.2f %6.2f\n",
-                row.name.c_str(), row.q, std::abs(m.mean) / 60,
+            char q[16] = "-";
+            if (!row.rules.empty())
+                std::snprintf(q, sizeof q, "size");
+            else if (!std::isnan(row.q))
+                std::snprintf(q, sizeof q, "%.2f", row.q);
+            std::printf("%-17s %5s %9.1f %9.2f %8.1f %8.2f %10.1f %9.2f %8.1f %10.2f %8.2f %6.2f\n",
+                row.name.c_str(), q, std::abs(m.mean) / 60,
                 ratio(std::abs(m.mean), std::abs(avg->metrics.mean)), 100 * m.fractionWithin,
                 ratio(m.fractionWithin, avg->metrics.fractionWithin), m.meanOverlap / 60,
                 ratio(m.meanOverlap, avg->metrics.meanOverlap), 100 * m.effectiveWithin,
                 m.effectiveMeanOverlap / 60, row.chain ? 100 * row.chain->efficiency : 0.0,
                 row.chain ? row.chain->meanJobs : 0.0);
         }
+        for (const auto& row : cmp.rows)
+            if (!row.rules.empty())
+                std::printf("%s's rules: %s\n", row.name.c_str(), describeRules(row.rules).c_str());
         std::printf("chains: %zu per policy (7 days of compute as 48 h jobs), %.1f s\n", cmp.chainStarts,
             cmp.chainSeconds);
         std::printf("comparison wall time: %.1f s (budget 120 s, ratio %.2f)\n", total, total / 120.0);
