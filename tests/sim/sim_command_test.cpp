@@ -40,6 +40,16 @@ std::string slurp(const std::filesystem::path& p)
     return ss.str();
 }
 
+// The fields of one CSV line (no quoting: the command's CSVs have none).
+std::vector<std::string> fieldsOf(const std::string& line)
+{
+    std::vector<std::string> fields;
+    std::istringstream in(line);
+    for (std::string field; std::getline(in, field, ',');)
+        fields.push_back(field);
+    return fields;
+}
+
 std::size_t count(const std::string& text, const std::string& what)
 {
     std::size_t n = 0;
@@ -74,18 +84,12 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
         std::istringstream rows(csv);
         std::string header, line;
         std::getline(rows, header);
-        std::vector<std::string> names;
-        std::istringstream hs(header);
-        for (std::string v; std::getline(hs, v, ',');)
-            names.push_back(v);
+        const std::vector<std::string> names = fieldsOf(header);
         const auto col = static_cast<std::size_t>(
             std::find(names.begin(), names.end(), "chain_efficiency") - names.begin());
         ASSERT_LT(col, names.size()) << header;
         while (std::getline(rows, line)) {
-            std::vector<std::string> f;
-            std::istringstream fs(line);
-            for (std::string v; std::getline(fs, v, ',');)
-                f.push_back(v);
+            const std::vector<std::string> f = fieldsOf(line);
             ASSERT_GT(f.size(), col) << line;
             const double efficiency = std::stod(f[col]);
             EXPECT_GT(efficiency, 0) << line;
@@ -112,10 +116,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
         std::getline(candidates, line);
         EXPECT_EQ(line.rfind("rule,value,persist_ticks,nodes,", 0), 0u) << line;
         while (std::getline(candidates, line)) {
-            std::vector<std::string> f;
-            std::istringstream fields(line);
-            for (std::string v; std::getline(fields, v, ',');)
-                f.push_back(v);
+            const std::vector<std::string> f = fieldsOf(line);
             ASSERT_EQ(f.size(), 10u) << line;
             ASSERT_TRUE(f[0] == "quantile" || f[0] == "window") << line;
             rows.push_back({ { f[0] == "window" ? DecisionRule::Kind::Window : DecisionRule::Kind::Quantile,
@@ -174,10 +175,7 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
         double predictQ = -1, predictWithin = 0, predictCost = 0;
         std::size_t count = 0;
         while (std::getline(candidates, line)) {
-            std::vector<std::string> f;
-            std::istringstream fields(line);
-            for (std::string v; std::getline(fields, v, ',');)
-                f.push_back(v);
+            const std::vector<std::string> f = fieldsOf(line);
             ASSERT_EQ(f.size(), 10u) << line;
             EXPECT_EQ(f[0], "quantile");
             EXPECT_EQ(f[3], "all");
@@ -327,10 +325,7 @@ TEST(SimCommand, FitWritesEachComparedJobsRecordedAndSimulatedWait)
     EXPECT_EQ(line, "partition,id,user,units,submit,limit_s,run_time_s,recorded_wait_s,simulated_wait_s");
     std::map<std::string, int> rows, exact;
     while (std::getline(in, line)) {
-        std::vector<std::string> f;
-        std::istringstream fields(line);
-        for (std::string v; std::getline(fields, v, ',');)
-            f.push_back(v);
+        const std::vector<std::string> f = fieldsOf(line);
         ASSERT_EQ(f.size(), 9u) << line;
         ++rows[f[0]];
         exact[f[0]] += f[7] == f[8] ? 1 : 0;
