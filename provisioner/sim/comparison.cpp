@@ -169,11 +169,12 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
         const std::span<const std::vector<std::optional<std::int64_t>>> quantileColumns(
             all.data(), quantileCount);
         if (config.predictMeanInterruption) {
-            std::size_t least = 0;
-            for (std::size_t k = 1; k < quantileCount; ++k)
-                if (symmetricCost(all[k], unstarted) < symmetricCost(all[least], unstarted))
-                    least = k;
-            predictAll = rules[least];
+            // The first rows recorded are the candidates over all probes, in the order of `rules`.
+            const auto quantileRows = std::span(out.candidates).first(quantileCount);
+            predictAll = std::min_element(
+                quantileRows.begin(), quantileRows.end(), [](const CandidateRow& a, const CandidateRow& b) {
+                    return a.symmetricCost < b.symmetricCost;
+                })->rule;
         } else {
             predictAll = rules[chooseMostWithin(
                 quantileColumns, config.tolerance, unstarted, config.predictOverlapBudgetSeconds)];

@@ -89,7 +89,7 @@ WindowPolicy::WindowPolicy(
 
 std::size_t WindowPolicy::firstSubmit(std::span<const DecisionPoint> points) const
 {
-    std::vector<double> meanLog = batchMeanLog(*predictor_, points);
+    const std::vector<double> meanLog = batchMeanLog(*predictor_, points);
     for (std::size_t i = 0; i < points.size(); ++i) {
         const double remaining = static_cast<double>(points[i].remaining);
         // A window that reaches below zero holds every wait up to its top, a start at once included.
@@ -105,8 +105,7 @@ std::size_t WindowPolicy::firstSubmit(std::span<const DecisionPoint> points) con
 std::string DecisionRule::describe() const
 {
     char text[64];
-    std::snprintf(text, sizeof text, "%s %s=%.3g", kind == Kind::Window ? "window" : "quantile",
-        kind == Kind::Window ? "tau" : "q", value);
+    std::snprintf(text, sizeof text, "%s %s=%.3g", kindName(), kind == Kind::Window ? "tau" : "q", value);
     std::string out = text;
     if (kind == Kind::Quantile && persist > 1)
         out += " over " + std::to_string(persist) + " ticks";
@@ -172,9 +171,8 @@ nlohmann::json rulesToJson(const std::vector<ShapeRulesPolicy::ForShape>& rules)
 {
     nlohmann::json doc = nlohmann::json::array();
     for (const auto& r : rules)
-        doc.push_back({ { "nodes", r.nodes },
-            { "rule", r.rule.kind == DecisionRule::Kind::Window ? "window" : "quantile" },
-            { "value", r.rule.value }, { "persist", r.rule.persist } });
+        doc.push_back({ { "nodes", r.nodes }, { "rule", r.rule.kindName() }, { "value", r.rule.value },
+            { "persist", r.rule.persist } });
     return doc;
 }
 

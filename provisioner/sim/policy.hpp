@@ -100,6 +100,7 @@ struct DecisionRule {
     Kind kind = Kind::Quantile;
     double value = 0.5; // q, or tau
     int persist = 1; // ticks a quantile crossing must last
+    const char* kindName() const { return kind == Kind::Window ? "window" : "quantile"; }
     std::string describe() const; // e.g. "quantile q=0.25", "window tau=0.65"
 };
 std::unique_ptr<Policy> makeRulePolicy(const std::string& name,

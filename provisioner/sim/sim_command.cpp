@@ -640,8 +640,7 @@ void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const C
                "s,"
                "mean_gap_s,effective_fraction_within\n";
         for (const auto& c : r.candidates)
-            csv << (c.rule.kind == DecisionRule::Kind::Window ? "window" : "quantile") << ',' << c.rule.value
-                << ',' << c.rule.persist << ','
+            csv << c.rule.kindName() << ',' << c.rule.value << ',' << c.rule.persist << ','
                 << (c.nodes == 0 ? std::string("all") : std::to_string(c.nodes)) << ',' << c.symmetricCost
                 << ',' << c.handoverCost << ',' << c.metrics.fractionWithin << ',' << c.metrics.meanOverlap
                 << ',' << c.metrics.meanGap << ',' << c.metrics.effectiveWithin << '\n';
