@@ -110,12 +110,12 @@ void Provisioner::tick()
     // there are none.
     std::optional<std::vector<LiveChain>> liveChains;
     if (events.empty())
-        liveChains = store_.liveChainsForTick();
+        liveChains = store_.liveChainsForTick(liveChainCache_);
     const QueueSnapshot queue = queueRead.get();
     now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
     processEvents(events, queue);
     if (!liveChains)
-        liveChains = store_.liveChainsForTick();
+        liveChains = store_.liveChainsForTick(liveChainCache_);
     std::vector<AwaitingDecision> awaiting;
     for (LiveChain& live : *liveChains) {
         const std::string label = live.chain.ownerName + "/" + live.chain.name;

@@ -111,6 +111,7 @@ private:
     // The interval in which each waiting chain's last "wait" decision was written: one per
     // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.
     std::unordered_map<std::int64_t, std::int64_t> waitSlot_;
+    LiveChainCache liveChainCache_; // the live chains' rows as the last tick read them
     // The live chains at the last count, in id order, and the highest chain id then (see updateGauges).
     std::vector<std::int64_t> liveIds_;
     std::optional<std::int64_t> countedMaxId_;

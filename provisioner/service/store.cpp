@@ -196,23 +196,30 @@ constexpr Statement selectHandovers { "svc_handovers",
 #define BATON_TICK_SUBMISSION(s)                                                                             \
     " " s ".seq, " s ".idempotency_key, " s ".reason, " s ".state, " s ".slurm_job_id,"                      \
     " extract(epoch FROM " s ".created_at)::bigint, coalesce(" s ".error, ''),"
+// The jobs, submissions and end of training are looked up only for the chains whose revision differs
+// from the one the caller read them at ($1: chain ids, $2: their revisions).
 constexpr Statement selectTickChains { "svc_tick_chains",
     "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, generation, retries,"
-    " reason, chain_dir, resubmit_requested, updated_at FROM chains"
-    " WHERE state NOT IN ('finished', 'failed', 'cancelled'))"
+    " reason, chain_dir, resubmit_requested, updated_at, revision FROM chains"
+    " WHERE state NOT IN ('finished', 'failed', 'cancelled')),"
+    " known AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS revision),"
+    " c AS (SELECT live.*, known.revision IS DISTINCT FROM live.revision AS stale"
+    " FROM live LEFT JOIN known USING (id))"
     " SELECT c.id, c.owner_uid, coalesce(c.owner_name, ''), c.name, c.state, c.seq, c.generation, c.retries,"
     " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
+    " c.revision, c.stale,"
     BATON_TICK_JOB("j0") BATON_TICK_JOB("j1") BATON_TICK_SUBMISSION("s0") BATON_TICK_SUBMISSION("s1")
-    " k.done IS NOT NULL FROM live c"
+    " k.done IS NOT NULL FROM c"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
-    " WHERE chain_id = c.id AND restart_count = c.seq LIMIT 1) j0 ON true"
+    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq LIMIT 1) j0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
-    " WHERE chain_id = c.id AND restart_count = c.seq + 1 LIMIT 1) j1 ON true"
-    " LEFT JOIN LATERAL (SELECT * FROM submissions WHERE chain_id = c.id AND seq = c.seq LIMIT 1) s0 ON true"
+    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq + 1 LIMIT 1) j1 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM submissions"
-    " WHERE chain_id = c.id AND seq = c.seq + 1 LIMIT 1) s1 ON true"
+    " WHERE c.stale AND chain_id = c.id AND seq = c.seq LIMIT 1) s0 ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM submissions"
+    " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 1 LIMIT 1) s1 ON true"
     " LEFT JOIN LATERAL (SELECT true AS done FROM checkpoints"
-    " WHERE chain_id = c.id AND training_done LIMIT 1) k ON true"
+    " WHERE c.stale AND chain_id = c.id AND training_done LIMIT 1) k ON true"
     " ORDER BY c.id",
     true };
 #undef BATON_TICK_JOB
@@ -378,24 +385,61 @@ std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::o
     return connection_.exec(selectChains, Params(ownerUid, stateName)).all(chainAt);
 }
 
-std::vector<LiveChain> Store::liveChainsForTick()
+std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
 {
-    const Result result = connection_.exec(selectTickChains);
-    constexpr int jobsAt = 13, submissionsAt = jobsAt + 2 * tickJobColumns,
+    // The cached chains, as the statement's arrays of ids and revisions.
+    const auto known = [&] {
+        std::string ids = "{", revisions = "{";
+        for (const auto& [id, entry] : cache.chains) {
+            if (ids.size() > 1) {
+                ids += ',';
+                revisions += ',';
+            }
+            ids += std::to_string(id);
+            revisions += std::to_string(entry.revision);
+        }
+        return Params(ids + "}", revisions + "}");
+    };
+    std::optional<Result> read;
+    // A reconnect, before the statement or within it, makes the whole cache unusable.
+    while (!read || cache.session != connection_.session()) {
+        if (cache.session != connection_.session()) {
+            cache.chains.clear();
+            cache.session = connection_.session();
+        }
+        read.emplace(connection_.exec(selectTickChains, known()));
+    }
+    const Result& result = *read;
+    constexpr int revisionAt = 13, staleAt = 14, jobsAt = 15, submissionsAt = jobsAt + 2 * tickJobColumns,
                   doneAt = submissionsAt + 2 * tickSubmissionColumns;
     std::vector<LiveChain> live;
     live.reserve(static_cast<std::size_t>(result.rows()));
+    std::unordered_map<std::int64_t, LiveChainCache::Entry> kept;
+    kept.reserve(static_cast<std::size_t>(result.rows()));
+    cache.readAgain = 0;
     for (int row = 0; row < result.rows(); ++row) {
-        LiveChain chain { chainAt(result, row), {}, {}, {}, result.boolean(row, doneAt) };
-        for (int at : { jobsAt, jobsAt + tickJobColumns })
-            if (!result.isNull(row, at))
-                chain.jobs.push_back(jobFrom(result, row, at));
-        if (!result.isNull(row, submissionsAt))
-            chain.current = submissionFrom(result, row, submissionsAt);
-        if (!result.isNull(row, submissionsAt + tickSubmissionColumns))
-            chain.next = submissionFrom(result, row, submissionsAt + tickSubmissionColumns);
+        const std::int64_t id = result.int64(row, 0);
+        LiveChainCache::Entry entry;
+        if (!result.boolean(row, staleAt)) { // the statement found it in the cache, at this revision
+            entry = std::move(cache.chains.at(id));
+        } else {
+            entry.revision = result.int64(row, revisionAt);
+            entry.rows.trainingDone = result.boolean(row, doneAt);
+            for (int at : { jobsAt, jobsAt + tickJobColumns })
+                if (!result.isNull(row, at))
+                    entry.rows.jobs.push_back(jobFrom(result, row, at));
+            if (!result.isNull(row, submissionsAt))
+                entry.rows.current = submissionFrom(result, row, submissionsAt);
+            if (!result.isNull(row, submissionsAt + tickSubmissionColumns))
+                entry.rows.next = submissionFrom(result, row, submissionsAt + tickSubmissionColumns);
+            ++cache.readAgain;
+        }
+        LiveChain chain = entry.rows;
+        chain.chain = chainAt(result, row);
         live.push_back(std::move(chain));
+        kept.emplace(id, std::move(entry));
     }
+    cache.chains = std::move(kept); // chains that ended are dropped
     return live;
 }
 

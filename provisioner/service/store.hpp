@@ -73,6 +73,21 @@ struct LiveChain {
     bool trainingDone = false;
 };
 
+// What the tick read of each live chain beyond its own row, and the chain's revision then (the schema
+// counts a chain's revision up with every change to its jobs, submissions and checkpoints): the next
+// read takes these rows from here while the revision stays, and reads only the changed chains' again.
+struct LiveChainCache {
+    struct Entry {
+        std::int64_t revision = 0;
+        LiveChain rows; // rows.chain is not used: a chain's own row is read every time
+    };
+    std::unordered_map<std::int64_t, Entry> chains;
+    // The database session they were read in: after a reconnect (perhaps to a promoted standby, whose
+    // revisions can repeat with other rows) everything is read again.
+    std::uint64_t session = 0;
+    std::size_t readAgain = 0; // how many chains the last read took from the database
+};
+
 // One decision of a tick, for recordDecisions.
 struct DecisionInput {
     std::int64_t chainId = 0;
@@ -111,9 +126,9 @@ public:
     std::optional<ChainRow> chain(std::int64_t ownerUid, const std::string& name);
     // Every chain, or the owner's; optionally only those in `state`.
     std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
-    // Every live chain with what a tick reads of it, from one snapshot of the database: four queries
-    // whatever the number of chains.
-    std::vector<LiveChain> liveChainsForTick();
+    // Every live chain with what a tick reads of it, from one snapshot of the database, in one statement
+    // whatever the number of chains; the rows of chains whose revision is in `cache` come from there.
+    std::vector<LiveChain> liveChainsForTick(LiveChainCache& cache);
     nlohmann::json spec(std::int64_t chainId);
     // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
     bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,

@@ -114,7 +114,8 @@ protected:
     }
 
     ProvisionerTest()
-        : connection_(freshDatabase())
+        : conninfo_(freshDatabase())
+        , connection_(conninfo_)
         , store_(connection_)
     {
         config_.retryBudget = 2;
@@ -148,6 +149,7 @@ protected:
 
     static baton::test::PostgresServer* server_;
     ServiceConfig config_;
+    const std::string conninfo_;
     baton::db::Connection connection_;
     Store store_;
     ScriptedCluster cluster_;
@@ -429,7 +431,8 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     EXPECT_EQ(cluster_.submissions.back().script, "#!/bin/bash\ntrain\n");
     store_.recordCheckpoint(other.id, std::nullopt,
         Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
-    const auto live = store_.liveChainsForTick();
+    LiveChainCache cache;
+    const auto live = store_.liveChainsForTick(cache);
     ASSERT_EQ(live.size(), 2u);
     for (const LiveChain& view : live) {
         const ChainRow row = *store_.chain(view.chain.id);
@@ -447,6 +450,93 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     EXPECT_TRUE(std::any_of(live.begin(), live.end(), [&](const LiveChain& v) { return v.trainingDone; }));
     for (const LiveChain& view : live)
         EXPECT_EQ(view.trainingDone, view.chain.id == other.id) << chain.id;
+}
+
+// A tick reads a chain's jobs, submissions and end of training again only when one of them changed,
+// whoever changed them (here batond's own statements and an operator's SQL); the chain's own row every
+// time. What it keeps is always what a fresh read sees.
+TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
+{
+    const ChainRow a = chainWithRunningJob(41, "-a");
+    const ChainRow b = chainWithRunningJob(42, "-b");
+    LiveChainCache cache;
+    const auto read = [&](std::size_t expectReadAgain) {
+        SCOPED_TRACE("expecting " + std::to_string(expectReadAgain) + " chains read again");
+        const std::vector<LiveChain> kept = store_.liveChainsForTick(cache);
+        EXPECT_EQ(cache.readAgain, expectReadAgain);
+        LiveChainCache empty;
+        const std::vector<LiveChain> fresh = store_.liveChainsForTick(empty);
+        EXPECT_EQ(empty.readAgain, fresh.size());
+        EXPECT_EQ(cache.chains.size(), fresh.size()) << "ended chains are dropped";
+        EXPECT_EQ(kept.size(), fresh.size());
+        for (std::size_t i = 0; i < std::min(kept.size(), fresh.size()); ++i) {
+            EXPECT_EQ(kept[i].chain.toJson(), fresh[i].chain.toJson());
+            EXPECT_EQ(kept[i].trainingDone, fresh[i].trainingDone);
+            EXPECT_EQ(kept[i].next.has_value(), fresh[i].next.has_value());
+            EXPECT_EQ(kept[i].current.has_value(), fresh[i].current.has_value());
+            EXPECT_EQ(kept[i].jobs.size(), fresh[i].jobs.size());
+            for (std::size_t j = 0; j < std::min(kept[i].jobs.size(), fresh[i].jobs.size()); ++j) {
+                EXPECT_EQ(kept[i].jobs[j].state, fresh[i].jobs[j].state);
+                EXPECT_EQ(kept[i].jobs[j].endTime, fresh[i].jobs[j].endTime);
+            }
+        }
+        return kept;
+    };
+    const auto of = [](const std::vector<LiveChain>& live, const ChainRow& chain) {
+        const auto it = std::find_if(
+            live.begin(), live.end(), [&](const LiveChain& view) { return view.chain.id == chain.id; });
+        return it == live.end() ? std::optional<LiveChain>() : std::optional(*it);
+    };
+    read(2);
+    read(0);
+
+    store_.recordIntent(a.id, 1, Provisioner::submissionKey(a.id, 1), "policy");
+    EXPECT_TRUE(of(read(1), a)->next.has_value());
+    connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
+    EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
+    store_.recordCheckpoint(b.id, std::nullopt,
+        Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
+    EXPECT_TRUE(of(read(1), b)->trainingDone);
+    connection_.execScript(
+        "DELETE FROM submissions WHERE idempotency_key = 'baton:" + std::to_string(a.id) + ":1'");
+    EXPECT_FALSE(of(read(1), a)->next.has_value());
+    // The chain's own row is read every time: a change to it alone reads no other rows.
+    ASSERT_TRUE(store_.transition(a.id, { ChainState::Running }, ChainState::Paused, "test"));
+    EXPECT_EQ(of(read(0), a)->chain.state, ChainState::Paused);
+    ASSERT_TRUE(store_.transition(b.id, { ChainState::Running }, ChainState::Finished));
+    EXPECT_FALSE(of(read(0), b).has_value());
+
+    // A new database session (a reconnect, perhaps to a promoted standby) reads everything again.
+    baton::db::Connection other(conninfo_);
+    other.execScript("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                     " WHERE datname = current_database() AND pid <> pg_backend_pid()");
+    read(1);
+}
+
+// One provisioner through a chain's whole handover, as batond keeps it from tick to tick: what it kept
+// of the chain is read again after each of its own changes.
+TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
+{
+    const ChainRow chain = chainWithRunningJob(51);
+    Provisioner provisioner(
+        config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+    provisioner.tick();
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    provisioner.tick();
+    EXPECT_EQ(cluster_.submissions.size(), 1u) << "nothing new while the successor waits";
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    provisioner.tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    cluster_.now += 30;
+    cluster_.end(51, "COMPLETED");
+    provisioner.tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    EXPECT_EQ(store_.chain(chain.id)->seq, 1);
+    provisioner.tick(); // the next successor for job 1
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_EQ(cluster_.submissions.back().comment, Provisioner::submissionKey(chain.id, 2));
 }
 
 // The ended states' gauges read every chain ever run, so batond recounts them only when the live chains
