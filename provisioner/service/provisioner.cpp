@@ -683,18 +683,23 @@ void Provisioner::updateGauges(std::int64_t now)
     };
     std::map<ChainState, Live> live;
     std::vector<std::int64_t> liveIds; // in id order
-    const Store::LiveGauges gauges = store_.liveGauges(now);
-    for (const Store::LiveChainAge& chain : gauges.chains) {
-        Live& state = live[chain.state];
+    const Store::LiveStates states = store_.liveStates();
+    for (const auto& [id, chainState] : states.chains) {
+        Live& state = live[chainState];
         ++state.chains;
-        state.oldestCheckpointAge = std::max(state.oldestCheckpointAge, chain.checkpointAge);
-        liveIds.push_back(chain.id);
+        // The newest checkpoint as this tick read it: one written since (a spooled hint collected in this
+        // tick's steps) counts from the next tick on; a chain that came after the read has none yet.
+        if (const auto read = liveChainCache_.chains.find(id);
+            read != liveChainCache_.chains.end() && read->second.rows.newestCheckpointAt)
+            state.oldestCheckpointAge = std::max(
+                state.oldestCheckpointAge, static_cast<double>(now) - *read->second.rows.newestCheckpointAt);
+        liveIds.push_back(id);
     }
     // The ended states change only when a chain ends or a failed one is resubmitted; their count reads
     // every chain ever run, so it is taken only then. Chain ids only grow, so nothing ended or came back
     // since the last count exactly when the live chains among the ids known then are the same, and every
     // id given since is a live chain (an unused id only costs a recount).
-    const std::int64_t maxId = gauges.maxChainId;
+    const std::int64_t maxId = states.maxChainId;
     const auto firstNew = std::upper_bound(liveIds.begin(), liveIds.end(), countedMaxId_.value_or(0));
     const bool countEnded = !countedMaxId_
         || !std::equal(liveIds.begin(), firstNew, liveIds_.begin(), liveIds_.end())

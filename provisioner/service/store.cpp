@@ -179,15 +179,13 @@ constexpr Statement selectHandovers { "svc_handovers",
     " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
     true };
 
-// The tick's reads start from the live chains (their partial index) and probe each one's rows by its key:
+// The tick's read starts from the live chains (their partial index) and probes each one's rows by its key:
 // a year of ended chains, jobs and checkpoints must not be scanned every tick. The LIMIT in each probe
 // changes no result (a chain has one row per seq) but keeps the planner from flattening the probes into
 // a join that it may hash over the whole table.
-#define BATON_LIVE_CHAINS                                                                                    \
-    "WITH live AS MATERIALIZED (SELECT id, seq, state FROM chains"                                           \
-    " WHERE state NOT IN ('finished', 'failed', 'cancelled')) "
 // Everything a tick reads of the live chains, in one statement (one snapshot, one round trip): each
-// chain with its jobs and submissions of seq and seq + 1, and whether its training is done.
+// chain with its jobs and submissions of seq and seq + 1, whether its training is done, and when its
+// newest checkpoint was written.
 // clang-format off
 #define BATON_TICK_JOB(j)                                                                                    \
     " " j ".restart_count, " j ".slurm_job_id, " j ".state, extract(epoch FROM " j ".submit_time)::bigint,"  \
@@ -196,8 +194,8 @@ constexpr Statement selectHandovers { "svc_handovers",
 #define BATON_TICK_SUBMISSION(s)                                                                             \
     " " s ".seq, " s ".idempotency_key, " s ".reason, " s ".state, " s ".slurm_job_id,"                      \
     " extract(epoch FROM " s ".created_at)::bigint, coalesce(" s ".error, ''),"
-// The jobs, submissions and end of training are looked up only for the chains whose revision differs
-// from the one the caller read them at ($1: chain ids, $2: their revisions).
+// The jobs, submissions, end of training and newest checkpoint are looked up only for the chains whose
+// revision differs from the one the caller read them at ($1: chain ids, $2: their revisions).
 constexpr Statement selectTickChains { "svc_tick_chains",
     "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, generation, retries,"
     " reason, chain_dir, resubmit_requested, updated_at, revision FROM chains"
@@ -209,7 +207,7 @@ constexpr Statement selectTickChains { "svc_tick_chains",
     " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
     " c.revision, c.stale,"
     BATON_TICK_JOB("j0") BATON_TICK_JOB("j1") BATON_TICK_SUBMISSION("s0") BATON_TICK_SUBMISSION("s1")
-    " k.done IS NOT NULL FROM c"
+    " k.done IS NOT NULL, extract(epoch FROM n.created_at) FROM c"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
     " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq LIMIT 1) j0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
@@ -220,6 +218,8 @@ constexpr Statement selectTickChains { "svc_tick_chains",
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 1 LIMIT 1) s1 ON true"
     " LEFT JOIN LATERAL (SELECT true AS done FROM checkpoints"
     " WHERE c.stale AND chain_id = c.id AND training_done LIMIT 1) k ON true"
+    " LEFT JOIN LATERAL (SELECT created_at FROM checkpoints"
+    " WHERE c.stale AND chain_id = c.id ORDER BY iteration DESC LIMIT 1) n ON true"
     " ORDER BY c.id",
     true };
 #undef BATON_TICK_JOB
@@ -228,14 +228,12 @@ constexpr Statement selectTickChains { "svc_tick_chains",
 constexpr int tickJobColumns = 8, tickSubmissionColumns = 7;
 
 // With the highest chain id given so far, in the same statement: one row even without live chains.
-constexpr Statement selectLiveAges { "svc_live_ages",
-    BATON_LIVE_CHAINS
-    "SELECT top.max_id, c.id, c.state, coalesce($1 - extract(epoch FROM k.created_at), 0)"
-    " FROM (SELECT coalesce(max(id), 0) AS max_id FROM chains) top LEFT JOIN"
-    " (live c LEFT JOIN LATERAL (SELECT created_at FROM checkpoints"
-    " WHERE chain_id = c.id ORDER BY iteration DESC LIMIT 1) k ON true) ON true ORDER BY c.id",
+// With the highest chain id given so far, in the same statement: one row even without live chains.
+constexpr Statement selectLiveStates { "svc_live_states",
+    "SELECT top.max_id, c.id, c.state FROM (SELECT coalesce(max(id), 0) AS max_id FROM chains) top"
+    " LEFT JOIN (SELECT id, state FROM chains WHERE state NOT IN ('finished', 'failed', 'cancelled')) c"
+    " ON true ORDER BY c.id",
     true };
-#undef BATON_LIVE_CHAINS
 // Retention: the oldest processed events and decisions past the period, a batch at a time (the time
 // indexes find them), by the database's clock.
 constexpr Statement pruneEvents { "svc_prune_events",
@@ -425,6 +423,8 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
         } else {
             entry.revision = result.int64(row, revisionAt);
             entry.rows.trainingDone = result.boolean(row, doneAt);
+            if (!result.isNull(row, doneAt + 1))
+                entry.rows.newestCheckpointAt = result.real(row, doneAt + 1);
             for (int at : { jobsAt, jobsAt + tickJobColumns })
                 if (!result.isNull(row, at))
                     entry.rows.jobs.push_back(jobFrom(result, row, at));
@@ -704,18 +704,18 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
     return result.int64(0, 0);
 }
 
-Store::LiveGauges Store::liveGauges(std::int64_t now)
+Store::LiveStates Store::liveStates()
 {
-    const Result result = connection_.exec(selectLiveAges, Params(now));
-    LiveGauges gauges;
-    gauges.chains.reserve(static_cast<std::size_t>(result.rows()));
+    const Result result = connection_.exec(selectLiveStates);
+    LiveStates states;
+    states.chains.reserve(static_cast<std::size_t>(result.rows()));
     for (int row = 0; row < result.rows(); ++row) {
-        gauges.maxChainId = result.int64(row, 0);
+        states.maxChainId = result.int64(row, 0);
         if (!result.isNull(row, 1))
-            gauges.chains.push_back(LiveChainAge { result.int64(row, 1),
-                chainStateFromName(result.text(row, 2)).value_or(ChainState::Failed), result.real(row, 3) });
+            states.chains.emplace_back(
+                result.int64(row, 1), chainStateFromName(result.text(row, 2)).value_or(ChainState::Failed));
     }
-    return gauges;
+    return states;
 }
 
 Store::Pruned Store::prune(int retentionDays, int batch)

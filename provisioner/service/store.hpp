@@ -71,6 +71,7 @@ struct LiveChain {
     std::vector<JobRow> jobs; // of seq and seq + 1
     std::optional<SubmissionRow> current, next; // the submissions of seq and seq + 1
     bool trainingDone = false;
+    std::optional<double> newestCheckpointAt; // when its newest checkpoint was written (epoch seconds)
 };
 
 // What the tick read of each live chain beyond its own row, and the chain's revision then (the schema
@@ -192,18 +193,13 @@ public:
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
 
-    // Each live chain (by id) with the age of its newest checkpoint (0 without one), read through the
-    // live chains alone, and the highest chain id given so far (ids only grow; 0 without chains).
-    struct LiveChainAge {
-        std::int64_t id = 0;
-        ChainState state;
-        double checkpointAge = 0;
-    };
-    struct LiveGauges {
+    // The live chains' states in id order, read through the live chains alone, and the highest chain id
+    // given so far (ids only grow; 0 without chains), for the gauges.
+    struct LiveStates {
         std::int64_t maxChainId = 0;
-        std::vector<LiveChainAge> chains;
+        std::vector<std::pair<std::int64_t, ChainState>> chains;
     };
-    LiveGauges liveGauges(std::int64_t now);
+    LiveStates liveStates();
     // Deletes up to `batch` processed events and `batch` decisions older than `retentionDays`, the
     // oldest first.
     struct Pruned {

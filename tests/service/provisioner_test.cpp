@@ -539,6 +539,40 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     EXPECT_EQ(cluster_.submissions.back().comment, Provisioner::submissionKey(chain.id, 2));
 }
 
+// The checkpoint-age gauge of a state is the age of the oldest newest checkpoint among its live chains,
+// taken from what the tick read: a new checkpoint counts from the tick that reads it.
+TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
+{
+    const ChainRow a = chainWithRunningJob(61, "-a");
+    const ChainRow b = chainWithRunningJob(62, "-b");
+    chainWithRunningJob(63, "-c"); // no checkpoint: counts as age 0
+    Provisioner provisioner(config_, store_, cluster_, metrics_,
+        std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
+    const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
+        store_.recordCheckpoint(chain.id, std::nullopt,
+            Json { { "name", "ckpt-" + std::to_string(iteration) }, { "iteration", iteration },
+                { "created_unix", cluster_.now - ago } },
+            "/c");
+    };
+    const auto age = [&] { return metrics_.checkpointAge(ChainState::Running).Value(); };
+    provisioner.tick();
+    EXPECT_EQ(age(), 0);
+    checkpoint(a, 10, 600);
+    checkpoint(b, 10, 900);
+    checkpoint(b, 20, 300); // b's newest: 300 s old
+    cluster_.now += 30;
+    provisioner.tick();
+    EXPECT_DOUBLE_EQ(age(), 630) << "a's newest, the older of the two";
+    cluster_.now += 30;
+    provisioner.tick();
+    EXPECT_DOUBLE_EQ(age(), 660) << "unchanged rows: the same checkpoints, older by a tick";
+    checkpoint(a, 20, 0);
+    cluster_.now += 30;
+    provisioner.tick();
+    EXPECT_DOUBLE_EQ(age(), 390) << "a checkpointed again: b's is now the oldest";
+    EXPECT_EQ(metrics_.checkpointAge(ChainState::Paused).Value(), 0);
+}
+
 // The ended states' gauges read every chain ever run, so batond recounts them only when the live chains
 // and the highest chain id show that a chain ended or came back; the live states every tick.
 TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
