@@ -195,13 +195,15 @@ constexpr Statement selectHandovers { "svc_handovers",
     " " s ".seq, " s ".idempotency_key, " s ".reason, " s ".state, " s ".slurm_job_id,"                      \
     " extract(epoch FROM " s ".created_at)::bigint, coalesce(" s ".error, ''),"
 // The jobs, submissions, end of training and newest checkpoint are looked up only for the chains whose
-// revision differs from the one the caller read them at ($1: chain ids, $2: their revisions).
+// revision or seq differs from the ones the caller read them at ($1: chain ids, $2: their revisions,
+// $3: their seqs; a new seq alone changes which rows are the current and next job's).
 constexpr Statement selectTickChains { "svc_tick_chains",
     "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, generation, retries,"
     " reason, chain_dir, resubmit_requested, updated_at, revision FROM chains"
     " WHERE state NOT IN ('finished', 'failed', 'cancelled')),"
-    " known AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS revision),"
-    " c AS (SELECT live.*, known.revision IS DISTINCT FROM live.revision AS stale"
+    " known AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS revision,"
+    " unnest($3::int[]) AS seq),"
+    " c AS (SELECT live.*, (known.revision, known.seq) IS DISTINCT FROM (live.revision, live.seq) AS stale"
     " FROM live LEFT JOIN known USING (id))"
     " SELECT c.id, c.owner_uid, coalesce(c.owner_name, ''), c.name, c.state, c.seq, c.generation, c.retries,"
     " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
@@ -227,7 +229,6 @@ constexpr Statement selectTickChains { "svc_tick_chains",
 // clang-format on
 constexpr int tickJobColumns = 8, tickSubmissionColumns = 7;
 
-// With the highest chain id given so far, in the same statement: one row even without live chains.
 // With the highest chain id given so far, in the same statement: one row even without live chains.
 constexpr Statement selectLiveStates { "svc_live_states",
     "SELECT top.max_id, c.id, c.state FROM (SELECT coalesce(max(id), 0) AS max_id FROM chains) top"
@@ -385,18 +386,20 @@ std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::o
 
 std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
 {
-    // The cached chains, as the statement's arrays of ids and revisions.
+    // The cached chains, as the statement's arrays of ids, revisions and seqs.
     const auto known = [&] {
-        std::string ids = "{", revisions = "{";
+        std::string ids = "{", revisions = "{", seqs = "{";
         for (const auto& [id, entry] : cache.chains) {
             if (ids.size() > 1) {
                 ids += ',';
                 revisions += ',';
+                seqs += ',';
             }
             ids += std::to_string(id);
             revisions += std::to_string(entry.revision);
+            seqs += std::to_string(entry.seq);
         }
-        return Params(ids + "}", revisions + "}");
+        return Params(ids + "}", revisions + "}", seqs + "}");
     };
     std::optional<Result> read;
     // A reconnect, before the statement or within it, makes the whole cache unusable.
@@ -409,7 +412,7 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
     }
     const Result& result = *read;
     constexpr int revisionAt = 13, staleAt = 14, jobsAt = 15, submissionsAt = jobsAt + 2 * tickJobColumns,
-                  doneAt = submissionsAt + 2 * tickSubmissionColumns;
+                  doneAt = submissionsAt + 2 * tickSubmissionColumns, newestCheckpointAt = doneAt + 1;
     std::vector<LiveChain> live;
     live.reserve(static_cast<std::size_t>(result.rows()));
     std::unordered_map<std::int64_t, LiveChainCache::Entry> kept;
@@ -418,13 +421,14 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
     for (int row = 0; row < result.rows(); ++row) {
         const std::int64_t id = result.int64(row, 0);
         LiveChainCache::Entry entry;
-        if (!result.boolean(row, staleAt)) { // the statement found it in the cache, at this revision
+        if (!result.boolean(row, staleAt)) { // the statement found it in the cache, as it is now
             entry = std::move(cache.chains.at(id));
         } else {
             entry.revision = result.int64(row, revisionAt);
+            entry.seq = static_cast<int>(result.int64(row, 5));
             entry.rows.trainingDone = result.boolean(row, doneAt);
-            if (!result.isNull(row, doneAt + 1))
-                entry.rows.newestCheckpointAt = result.real(row, doneAt + 1);
+            if (!result.isNull(row, newestCheckpointAt))
+                entry.rows.newestCheckpointAt = result.real(row, newestCheckpointAt);
             for (int at : { jobsAt, jobsAt + tickJobColumns })
                 if (!result.isNull(row, at))
                     entry.rows.jobs.push_back(jobFrom(result, row, at));

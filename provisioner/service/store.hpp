@@ -74,12 +74,13 @@ struct LiveChain {
     std::optional<double> newestCheckpointAt; // when its newest checkpoint was written (epoch seconds)
 };
 
-// What the tick read of each live chain beyond its own row, and the chain's revision then (the schema
-// counts a chain's revision up with every change to its jobs, submissions and checkpoints): the next
-// read takes these rows from here while the revision stays, and reads only the changed chains' again.
+// What the tick read of each live chain beyond its own row, and the chain's revision and seq then (the
+// schema counts a chain's revision up with every change to its jobs, submissions and checkpoints): the
+// next read takes these rows from here while both stay, and reads only the changed chains' again.
 struct LiveChainCache {
     struct Entry {
         std::int64_t revision = 0;
+        int seq = 0; // which job's rows are the current ones
         LiveChain rows; // rows.chain is not used: a chain's own row is read every time
     };
     std::unordered_map<std::int64_t, Entry> chains;

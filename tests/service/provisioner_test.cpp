@@ -500,6 +500,9 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     connection_.execScript(
         "DELETE FROM submissions WHERE idempotency_key = 'baton:" + std::to_string(a.id) + ":1'");
     EXPECT_FALSE(of(read(1), a)->next.has_value());
+    // A new seq alone (the chain's own row) makes other rows the current and next job's.
+    ASSERT_TRUE(store_.advance(a.id, 0, ChainState::Running));
+    EXPECT_EQ(of(read(1), a)->jobs.size(), 0u) << "no job 1 or 2 yet";
     // The chain's own row is read every time: a change to it alone reads no other rows.
     ASSERT_TRUE(store_.transition(a.id, { ChainState::Running }, ChainState::Paused, "test"));
     EXPECT_EQ(of(read(0), a)->chain.state, ChainState::Paused);
