@@ -117,6 +117,7 @@ void Provisioner::tick()
     if (!liveChains)
         liveChains = store_.liveChainsForTick(liveChainCache_);
     std::vector<AwaitingDecision> awaiting;
+    jobWrites_.clear(); // what a tick that failed had not written yet is read from the queue again
     for (LiveChain& live : *liveChains) {
         const std::string label = live.chain.ownerName + "/" + live.chain.name;
         try {
@@ -127,6 +128,8 @@ void Provisioner::tick()
             logError("chain " + label + ": " + error.what());
         }
     }
+    store_.upsertJobs(jobWrites_);
+    jobWrites_.clear();
     decide(awaiting, queue);
     updateGauges(now_);
     pruneHistory();
@@ -263,12 +266,13 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
     if (!job.ended()) {
         job.state = "UNKNOWN";
         job.endTime = std::max(now_, job.startTime);
-        store_.upsertJob(chain.id, seq, job);
+        jobWrites_.push_back(Store::JobWrite { chain.id, seq, job });
     }
     return job;
 }
 
-// Most ticks change nothing about most jobs: a row is written only when slurmctld's facts changed.
+// Most ticks change nothing about most jobs: a row is written only when slurmctld's facts changed, and
+// with the other chains' after their steps.
 void Provisioner::recordJob(
     const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs)
 {
@@ -280,7 +284,7 @@ void Provisioner::recordJob(
         && row->startTime == known(job.startTime) && row->endTime == known(job.endTime)
         && row->timeLimitSeconds == known(job.timeLimitSeconds) && row->exitCode == job.exitCode)
         return;
-    store_.upsertJob(chain.id, seq, job);
+    jobWrites_.push_back(Store::JobWrite { chain.id, seq, job });
 }
 
 std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, int seq)

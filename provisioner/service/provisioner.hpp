@@ -112,6 +112,9 @@ private:
     // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.
     std::unordered_map<std::int64_t, std::int64_t> waitSlot_;
     LiveChainCache liveChainCache_; // the live chains' rows as the last tick read them
+    // Job rows the steps found changed, written together after them: bookkeeping that the next tick
+    // rebuilds from the queue if batond stops first, and that no step reads back.
+    std::vector<Store::JobWrite> jobWrites_;
     // The live chains at the last count, in id order, and the highest chain id then (see updateGauges).
     std::vector<std::int64_t> liveIds_;
     std::optional<std::int64_t> countedMaxId_;

@@ -94,10 +94,14 @@ constexpr Statement selectSubmission { "svc_submission",
 constexpr Statement deleteSubmission { "svc_forget_submission",
     "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
 
-constexpr Statement upsertJobRow { "svc_upsert_job",
+// Job rows as slurmctld reports them, a batch at a time; a job already recorded keeps its chain and seq.
+constexpr Statement upsertJobRows { "svc_upsert_jobs",
     "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, name, submit_time, start_time, end_time,"
     " time_limit_s, nodes, state, exit_code, owner_uid)"
-    " VALUES ($1, $2, $3, $4, to_timestamp($5), to_timestamp($6), to_timestamp($7), $8, $9, $10, $11, $12)"
+    " SELECT chain, job, seq, name, to_timestamp(submitted), to_timestamp(started), to_timestamp(ended),"
+    " time_limit_s, nodes, state, exit_code, owner_uid FROM jsonb_to_recordset($1::jsonb) AS w(chain bigint,"
+    " job bigint, seq int, name text, submitted bigint, started bigint, ended bigint, time_limit_s bigint,"
+    " nodes int, state text, exit_code int, owner_uid bigint)"
     " ON CONFLICT (slurm_job_id) DO UPDATE SET submit_time = EXCLUDED.submit_time,"
     " start_time = EXCLUDED.start_time, end_time = EXCLUDED.end_time, time_limit_s = EXCLUDED.time_limit_s,"
     " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code",
@@ -533,10 +537,35 @@ void Store::forgetSubmission(std::int64_t chainId, int seq)
 
 void Store::upsertJob(std::int64_t chainId, int seq, const ClusterJob& job)
 {
-    connection_.exec(upsertJobRow,
-        Params(chainId, job.id, seq, job.name, positive(job.submitTime), positive(job.startTime),
-            positive(job.endTime), positive(job.timeLimitSeconds), job.nodes > 0 ? job.nodes : 1, job.state,
-            job.exitCode, job.userId >= 0 ? std::optional<std::int64_t>(job.userId) : std::nullopt));
+    const JobWrite write { chainId, seq, job };
+    upsertJobs(std::span(&write, 1));
+}
+
+void Store::upsertJobs(std::span<const JobWrite> writes)
+{
+    // One row per job: a statement may not update a row twice. A job written twice keeps the first
+    // write's chain and seq (as two statements would: the second only updates) and the last one's facts.
+    std::vector<JobWrite> rows;
+    std::unordered_map<std::int64_t, std::size_t> rowOfJob;
+    for (const JobWrite& write : writes) {
+        if (const auto [at, added] = rowOfJob.emplace(write.job.id, rows.size()); !added) {
+            rows[at->second].job = write.job;
+            continue;
+        }
+        rows.push_back(write);
+    }
+    Json batch = Json::array();
+    for (const auto& [chainId, seq, job] : rows)
+        batch.push_back(Json { { "chain", chainId }, { "job", job.id }, { "seq", seq }, { "name", job.name },
+            { "submitted", optionalJson(positive(job.submitTime)) },
+            { "started", optionalJson(positive(job.startTime)) },
+            { "ended", optionalJson(positive(job.endTime)) },
+            { "time_limit_s", optionalJson(positive(job.timeLimitSeconds)) },
+            { "nodes", job.nodes > 0 ? job.nodes : 1 }, { "state", job.state },
+            { "exit_code", job.exitCode ? Json(*job.exitCode) : Json() },
+            { "owner_uid", job.userId >= 0 ? Json(job.userId) : Json() } });
+    if (!batch.empty())
+        connection_.exec(upsertJobRows, Params(batch));
 }
 
 std::vector<JobRow> Store::jobs(std::int64_t chainId)

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -156,8 +157,14 @@ public:
     std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);
     void forgetSubmission(std::int64_t chainId, int seq); // a failed intent may be written anew
 
-    // Inserts or updates the job row of `seq` from slurmctld's facts.
+    // Inserts or updates the job row of `seq` from slurmctld's facts; upsertJobs a batch in one statement.
     void upsertJob(std::int64_t chainId, int seq, const ClusterJob& job);
+    struct JobWrite {
+        std::int64_t chainId = 0;
+        int seq = 0;
+        ClusterJob job;
+    };
+    void upsertJobs(std::span<const JobWrite> writes);
     std::vector<JobRow> jobs(std::int64_t chainId);
     std::optional<JobRow> jobBySlurmId(std::int64_t slurmJobId, std::int64_t* chainId = nullptr);
 

@@ -516,6 +516,36 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(1);
 }
 
+// A tick writes the job rows its steps found changed in one statement. A job written twice in a batch
+// ends as two statements would leave it: the first write's seq (a recorded job keeps its place in the
+// chain), the last write's facts.
+TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
+{
+    const ChainRow chain = chainWithRunningJob(71);
+    ClusterJob ended = cluster_.jobs.front(), successor = ended, started = ended;
+    ended.state = "COMPLETED";
+    ended.endTime = cluster_.now;
+    ended.exitCode = 0;
+    successor.id = started.id = 72;
+    successor.state = "PENDING";
+    successor.startTime = 0;
+    started.startTime = cluster_.now - 5;
+    store_.upsertJobs(std::vector<Store::JobWrite> {
+        { chain.id, 1, successor }, { chain.id, 0, ended }, { chain.id, 5, started } });
+    const std::vector<JobRow> jobs = store_.jobs(chain.id);
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_EQ(jobs[0].seq, 0);
+    EXPECT_EQ(jobs[0].state, "COMPLETED");
+    EXPECT_EQ(jobs[0].endTime, cluster_.now);
+    EXPECT_EQ(jobs[0].exitCode, 0);
+    EXPECT_EQ(jobs[1].seq, 1) << "the first write's seq";
+    EXPECT_EQ(jobs[1].slurmJobId, 72);
+    EXPECT_EQ(jobs[1].state, "RUNNING") << "the last write's facts";
+    EXPECT_EQ(jobs[1].startTime, cluster_.now - 5);
+    EXPECT_FALSE(jobs[1].endTime.has_value());
+    store_.upsertJobs({}); // nothing to write: no statement
+}
+
 // One provisioner through a chain's whole handover, as batond keeps it from tick to tick: what it kept
 // of the chain is read again after each of its own changes.
 TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
