@@ -1,5 +1,5 @@
--- batond's tick keeps what it last read of each live chain's jobs, submissions and end of training,
--- and reads them again only for the chains whose rows changed since. Every statement that changes
+-- batond's tick keeps what it last read of each live chain's jobs, submissions and checkpoints (the end
+-- of training, the newest one), and reads them again only for the chains whose rows changed since. Every statement that changes
 -- such rows counts up their chains' revision in its own transaction, whoever runs it (batond, batonctl,
 -- an operator's SQL), so a revision the tick has seen before means rows it has read before.
 ALTER TABLE chains ADD COLUMN revision bigint NOT NULL DEFAULT 0;
