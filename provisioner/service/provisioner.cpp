@@ -13,6 +13,7 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <utility>
 
 namespace baton::service {
 
@@ -128,8 +129,7 @@ void Provisioner::tick()
             logError("chain " + label + ": " + error.what());
         }
     }
-    store_.upsertJobs(jobWrites_);
-    jobWrites_.clear();
+    store_.upsertJobs(std::exchange(jobWrites_, {}));
     decide(awaiting, queue);
     updateGauges(now_);
     pruneHistory();

@@ -423,13 +423,13 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
     kept.reserve(static_cast<std::size_t>(result.rows()));
     cache.readAgain = 0;
     for (int row = 0; row < result.rows(); ++row) {
-        const std::int64_t id = result.int64(row, 0);
+        ChainRow chain = chainAt(result, row);
         LiveChainCache::Entry entry;
         if (!result.boolean(row, staleAt)) { // the statement found it in the cache, as it is now
-            entry = std::move(cache.chains.at(id));
+            entry = std::move(cache.chains.at(chain.id));
         } else {
             entry.revision = result.int64(row, revisionAt);
-            entry.seq = static_cast<int>(result.int64(row, 5));
+            entry.seq = chain.seq;
             entry.rows.trainingDone = result.boolean(row, doneAt);
             if (!result.isNull(row, newestCheckpointAt))
                 entry.rows.newestCheckpointAt = result.real(row, newestCheckpointAt);
@@ -442,9 +442,9 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
                 entry.rows.next = submissionFrom(result, row, submissionsAt + tickSubmissionColumns);
             ++cache.readAgain;
         }
-        LiveChain chain = entry.rows;
-        chain.chain = chainAt(result, row);
-        live.push_back(std::move(chain));
+        const std::int64_t id = chain.id;
+        live.push_back(entry.rows);
+        live.back().chain = std::move(chain);
         kept.emplace(id, std::move(entry));
     }
     cache.chains = std::move(kept); // chains that ended are dropped

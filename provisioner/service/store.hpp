@@ -130,7 +130,8 @@ public:
     // Every chain, or the owner's; optionally only those in `state`.
     std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
     // Every live chain with what a tick reads of it, from one snapshot of the database, in one statement
-    // whatever the number of chains; the rows of chains whose revision is in `cache` come from there.
+    // whatever the number of chains; the rows of a chain whose revision and seq are those in `cache`
+    // come from there.
     std::vector<LiveChain> liveChainsForTick(LiveChainCache& cache);
     nlohmann::json spec(std::int64_t chainId);
     // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
