@@ -104,4 +104,42 @@ inline std::optional<std::uint64_t> parseCheckpointDirName(std::string_view name
     return value;
 }
 
+// Chain names, one rule for the plugin (--baton=NAME, BATON_CHAIN) and batond (POST /v1/chains, the
+// events): 1..kChainNameMax characters of letters, digits, '.', '_' and '-', not starting with '.' or
+// '-' (so that a name is never ".", "..", a hidden file or an option).
+inline constexpr std::size_t kChainNameMax = 128;
+constexpr bool isChainNameCharacter(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_'
+        || c == '-';
+}
+constexpr bool validChainName(std::string_view name)
+{
+    if (name.empty() || name.size() > kChainNameMax || name.front() == '.' || name.front() == '-')
+        return false;
+    for (const char c : name)
+        if (!isChainNameCharacter(c))
+            return false;
+    return true;
+}
+
+// A checkpoint as reported in an event (read by the plugin from a user-written manifest, stored by
+// batond): each number is range-checked on both sides, so that no value a user writes can overflow a
+// conversion or a database column. 2^53 keeps every value exact in a JSON double; created_unix lies
+// between 1970 and the year 9999 (what PostgreSQL's to_timestamp takes).
+inline constexpr double kReportedIntegerMax = 9007199254740992.0; // 2^53
+inline constexpr double kCreatedUnixMax = 253402300799.0; // 9999-12-31T23:59:59Z
+constexpr bool reportedIterationInRange(double iteration)
+{
+    return iteration >= 0 && iteration <= kReportedIntegerMax; // false for NaN
+}
+constexpr bool reportedBytesInRange(double bytes)
+{
+    return bytes >= 0 && bytes <= kReportedIntegerMax;
+}
+constexpr bool reportedCreatedInRange(double unixSeconds)
+{
+    return unixSeconds >= 0 && unixSeconds <= kCreatedUnixMax;
+}
+
 } // namespace baton::contract
