@@ -31,4 +31,21 @@ public:
     using DbError::DbError;
 };
 
+// Whether the server refused this statement's data (a constraint, a value out of range, ...) rather than
+// failing as a service (connection, resources, shutdown, a conflict worth retrying): a refused row belongs
+// to whoever wrote it and must not stop the work of everyone else.
+inline bool isChainDataError(const DbError& error)
+{
+    if (dynamic_cast<const ConnectionLost*>(&error) || dynamic_cast<const DbTimeout*>(&error))
+        return false;
+    const std::string& state = error.sqlState();
+    if (state.size() != 5)
+        return false; // no answer from the server: the connection
+    const std::string serviceClasses[] = { "08", "25", "40", "53", "55", "57", "58", "XX" };
+    for (const std::string& serviceClass : serviceClasses)
+        if (state.compare(0, 2, serviceClass) == 0)
+            return false;
+    return true;
+}
+
 } // namespace baton::db

@@ -23,11 +23,14 @@ const ClusterJob* QueueSnapshot::find(std::int64_t id) const
     return found == byId_.end() ? nullptr : &jobs[found->second];
 }
 
-const ClusterJob* QueueSnapshot::findByComment(const std::string& comment) const
+const ClusterJob* QueueSnapshot::findByComment(const std::string& comment, std::int64_t ownerUid) const
 {
     index();
-    const auto found = byComment_.find(comment);
-    return found == byComment_.end() ? nullptr : &jobs[found->second];
+    const auto [first, last] = byComment_.equal_range(comment);
+    for (auto it = first; it != last; ++it)
+        if (jobs[it->second].userId == ownerUid)
+            return &jobs[it->second];
+    return nullptr;
 }
 
 } // namespace baton::service

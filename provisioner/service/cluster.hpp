@@ -37,6 +37,13 @@ struct ClusterJob {
     bool pending() const { return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED"; }
     bool running() const { return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED"; }
     bool ended() const { return !pending() && !running(); }
+    // Ended without having run: cancelled while pending (slurmctld then sets the start to the end) or
+    // refused. Such a job made no progress and holds no training.
+    bool withdrawn() const
+    {
+        return ended() && (startTime <= 0 || (state == "CANCELLED" && startTime >= endTime));
+    }
+    bool started() const { return startTime > 0 && !withdrawn(); }
 };
 
 // The whole queue at one moment, from one squeue call.
@@ -47,12 +54,14 @@ struct QueueSnapshot {
 
     // Lookups build an index on first use: fill `jobs` completely before the first one.
     const ClusterJob* find(std::int64_t id) const;
-    const ClusterJob* findByComment(const std::string& comment) const;
+    // The job submitted under `comment` (an idempotency key) by `ownerUid`: a job of another user that
+    // carries the same comment is never taken for it.
+    const ClusterJob* findByComment(const std::string& comment, std::int64_t ownerUid) const;
 
 private:
     void index() const;
     mutable std::unordered_map<std::int64_t, std::size_t> byId_;
-    mutable std::unordered_map<std::string, std::size_t> byComment_;
+    mutable std::unordered_multimap<std::string, std::size_t> byComment_;
     mutable std::size_t indexed_ = 0; // jobs.size() when the index was built
 };
 

@@ -113,6 +113,10 @@ const std::map<std::string, Setter>& keyTable()
             [](auto& c, const Json& v, const auto& k) {
                 c.submitGrace = std::chrono::seconds(expectInteger(v, k, 5, 3600));
             } },
+        { "max_live_chains_per_user",
+            [](auto& c, const Json& v, const auto& k) {
+                c.maxLiveChainsPerUser = static_cast<int>(expectInteger(v, k, 0, 1000000));
+            } },
         { "retention_days",
             [](auto& c, const Json& v, const auto& k) {
                 c.retentionDays = static_cast<int>(expectInteger(v, k, 0, 36500));
@@ -195,7 +199,18 @@ ServiceConfig loadConfigFile(const std::filesystem::path& path, ServiceConfig co
         throw ConfigError(path.string() + ": expected a JSON object of settings");
     for (const auto& [key, value] : doc.items())
         apply(config, key, value, path.string() + ": ");
+    checkConsistency(config, path.string() + ": ");
     return config;
+}
+
+void checkConsistency(const ServiceConfig& config, const std::string& where)
+{
+    // An intent is submitted again once it is older than the grace and not in squeue: while the sbatch
+    // that recorded it may still run (up to the Slurm timeout), that would submit a second job.
+    if (config.submitGrace <= config.slurmTimeout + std::chrono::seconds(5))
+        throw ConfigError(where + "submit_grace_seconds (" + std::to_string(config.submitGrace.count())
+            + ") must exceed slurm_timeout_seconds (" + std::to_string(config.slurmTimeout.count())
+            + ") by more than 5 s, or a slow sbatch is submitted twice");
 }
 
 bool applyFlags(ServiceConfig& config, std::span<const std::string> args)
@@ -223,6 +238,7 @@ bool applyFlags(ServiceConfig& config, std::span<const std::string> args)
         std::replace(key.begin(), key.end(), '-', '_');
         apply(config, key, flagValue(key, value), "--" + name + ": ");
     }
+    checkConsistency(config, "");
     return true;
 }
 

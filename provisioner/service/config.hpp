@@ -33,6 +33,7 @@ struct ServiceConfig {
     }; // a signalled predecessor still running after this is cancelled
     std::chrono::seconds slurmTimeout { 30 }; // every squeue/sbatch/scancel call
     std::chrono::seconds submitGrace { 120 }; // an intent not visible in squeue after this is retried
+    int maxLiveChainsPerUser = 100; // POST /v1/chains refuses more (429); 0 = no limit
     int retentionDays = 90; // processed events and decisions older than this are deleted; 0 = kept
     std::size_t maxBodyBytes = 64 * 1024;
     int maxJsonDepth = 16;
@@ -53,6 +54,8 @@ public:
 ServiceConfig loadConfigFile(const std::filesystem::path& path, ServiceConfig base = {});
 // Applies the flags (after --config, which is read first); throws ConfigError. Returns false for --help.
 bool applyFlags(ServiceConfig& config, std::span<const std::string> args);
+// The rules that tie keys together; throws ConfigError (both functions above call it).
+void checkConsistency(const ServiceConfig& config, const std::string& where);
 std::string flagsHelp();
 
 } // namespace baton::service

@@ -4,6 +4,7 @@
 #include "provisioner.hpp"
 #include "store.hpp"
 
+#include <baton_contract.hpp>
 #include <errors.hpp>
 #include <transaction.hpp>
 
@@ -33,14 +34,6 @@ void reply(httplib::Response& response, int status, const Json& body)
 const std::string chainPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256}))");
 const std::string actionPath(
     R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/(resubmit|preempt|pause|resume|cancel))");
-
-bool validChainName(const std::string& name)
-{
-    if (name.empty() || name.size() > 200 || name == "." || name == "..")
-        return false;
-    return std::all_of(name.begin(), name.end(),
-        [](unsigned char c) { return std::isalnum(c) || c == '.' || c == '_' || c == '-'; });
-}
 
 // Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF.
 bool validUtf8(std::string_view text)
@@ -311,9 +304,9 @@ void HttpApi::routes()
             if (!body.is_object())
                 throw std::invalid_argument("expected an object with name, script, sbatch_args, workdir");
             const std::string name = body.value("name", std::string());
-            if (!validChainName(name))
-                throw std::invalid_argument(
-                    "'name' must be 1-200 characters of letters, digits, '.', '_' and '-'");
+            if (!contract::validChainName(name))
+                throw std::invalid_argument("'name' must be 1-" + std::to_string(contract::kChainNameMax)
+                    + " characters of letters, digits, '.', '_' and '-', not starting with '.' or '-'");
             const std::string script = body.value("script", std::string());
             if (script.empty() || script.rfind("#!", 0) != 0)
                 throw std::invalid_argument("'script' must be a batch script's text, starting with #!");
@@ -334,24 +327,36 @@ void HttpApi::routes()
                 { "source", "batonctl submit" } };
             auto lease = pool_.borrow();
             Store store(*lease);
-            if (const auto existing = store.chain(caller.uid, name); existing && !isTerminal(existing->state))
-                throw HttpError(409,
+            const auto exists = [&](const ChainRow& existing) {
+                return HttpError(409,
                     "chain " + caller.userName + "/" + name + " exists and is "
-                        + std::string(nameOf(existing->state)));
+                        + std::string(nameOf(existing.state)));
+            };
+            const auto existing = store.chain(caller.uid, name);
+            if (existing && !isTerminal(existing->state))
+                throw exists(*existing);
+            if (!existing && config_.maxLiveChainsPerUser > 0) {
+                const auto owned = store.chains(caller.uid, std::nullopt);
+                const auto live = std::count_if(
+                    owned.begin(), owned.end(), [](const ChainRow& c) { return !isTerminal(c.state); });
+                if (live >= config_.maxLiveChainsPerUser)
+                    throw HttpError(429,
+                        "you have " + std::to_string(live) + " live chains, the most this service allows per user");
+            }
             ChainRow chain;
             {
                 db::Transaction transaction(*lease);
                 chain = store.createChain(caller.uid, caller.userName, name, std::nullopt, spec);
-                if (isTerminal(chain.state)) { // a finished chain of that name starts over
-                    store.setSpec(chain.id, spec);
-                    store.transition(chain.id, { chain.state }, ChainState::Running, "resubmitted");
+                if (existing) { // an ended chain of that name starts over, after every seq it used
+                    const auto seq = store.restart(*existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
+                    if (!seq)
+                        throw exists(*store.chain(existing->id));
+                    chain.seq = *seq;
                 }
-                chain = *store.chain(chain.id);
-                const int seq = chain.seq + (store.submission(chain.id, chain.seq) ? 1 : 0);
-                if (seq != chain.seq)
-                    store.advance(chain.id, chain.seq, ChainState::Running);
-                chain.seq = seq;
-                store.recordIntent(chain.id, seq, Provisioner::submissionKey(chain.id, seq), "first");
+                // Two requests for one name (a retry, a double click) record one intent: the second is
+                // refused here instead of submitting a second first job.
+                if (!store.recordIntent(chain.id, chain.seq, Provisioner::submissionKey(chain, chain.seq), "first"))
+                    throw HttpError(409, "chain " + caller.userName + "/" + name + " is being submitted already");
                 transaction.commit();
             }
             Provisioner provisioner(config_, store, cluster_, metrics_, nullptr, nullptr);
@@ -383,49 +388,64 @@ void HttpApi::routes()
                     "cannot " + action + " chain " + chain.ownerName + "/" + chain.name + " while it is "
                         + std::string(nameOf(chain.state)));
             };
-            if (action == "pause") {
-                if (!store.transition(chain.id,
-                        { ChainState::Running, ChainState::SuccessorPending, ChainState::Handover },
-                        ChainState::Paused, "paused by " + caller.userName))
+            const ChainEvent event = action == "pause" ? ChainEvent::Pause
+                : action == "resume"                   ? ChainEvent::Resume
+                : action == "cancel"                   ? ChainEvent::Cancel
+                : action == "preempt"                  ? ChainEvent::Preempt
+                                                       : ChainEvent::Resubmit;
+            // The state machine's table decides; every write below is fenced on the state and seq read
+            // above, so a request that raced the tick or another request is refused, not half applied.
+            if (!isAllowed(chain.state, event))
+                refuse();
+            const std::string by = " by " + caller.userName;
+            // A chain whose current job has ended asks for its next job when it runs again, instead of
+            // judging that ended job once more (a cancelled one would pause it again).
+            const bool currentEnded = !jobOf(chain.seq);
+            db::Transaction transaction(*lease);
+            switch (event) {
+            case ChainEvent::Pause:
+                if (!store.transition(chain, event, "paused" + by))
                     refuse();
-            } else if (action == "resume") {
-                if (!store.transition(chain.id, { ChainState::Paused }, ChainState::Running,
-                        "resumed by " + caller.userName))
+                break;
+            case ChainEvent::Resume:
+                if (!store.transition(chain, event, "resumed" + by))
                     refuse();
-            } else if (action == "cancel") {
-                if (!store.transition(chain.id,
-                        { ChainState::Running, ChainState::SuccessorPending, ChainState::Handover,
-                            ChainState::Paused },
-                        ChainState::Cancelled, "cancelled by " + caller.userName))
+                if (currentEnded)
+                    store.setResubmitRequested(chain.id, true);
+                break;
+            case ChainEvent::Cancel:
+                // Written here, carried out by the tick: it cancels the chain's jobs as their owner until
+                // slurmctld shows none left (no scancel in an HTTP worker).
+                if (!store.transition(chain, event, "cancelled" + by))
                     refuse();
-                // Written first, then acted on: the chain is cancelled even if a scancel fails.
-                for (const int seq : { chain.seq, chain.seq + 1 })
-                    if (const auto job = jobOf(seq))
-                        cluster_.cancel(*job, chain.ownerUid);
-            } else if (action == "preempt") {
-                if (chain.state != ChainState::Running && chain.state != ChainState::SuccessorPending)
-                    refuse();
+                store.setWithdrawJobs(chain.id, true);
+                break;
+            case ChainEvent::Preempt: {
                 const auto job = jobOf(chain.seq);
                 if (!job)
                     throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
                 cluster_.signal(*job, "TERM", store.checkpointSignalScope(*job), chain.ownerUid);
-            } else if (action == "resubmit") {
-                // A failed chain runs again with a fresh retry budget; a live one gets its next job now.
-                if (chain.state == ChainState::Failed || chain.state == ChainState::Cancelled) {
-                    db::Transaction transaction(*lease);
-                    store.transition(
-                        chain.id, { chain.state }, ChainState::Running, "resubmitted by " + caller.userName);
-                    store.setRetries(chain.id, 0);
-                    store.setResubmitRequested(chain.id, true);
-                    transaction.commit();
-                } else if (chain.state == ChainState::Running || chain.state == ChainState::Paused) {
-                    store.setResubmitRequested(chain.id, true);
-                    store.transition(chain.id, { ChainState::Paused }, ChainState::Running,
-                        "resubmitted by " + caller.userName);
+                break;
+            }
+            default: // resubmit
+                if (isTerminal(chain.state)) {
+                    // An ended chain runs again with a fresh retry budget, after every seq it used; the
+                    // tick submits the intent at once.
+                    const auto seq = store.restart(chain, event, "resubmitted" + by);
+                    if (!seq)
+                        refuse();
+                    ChainRow restarted = chain;
+                    restarted.seq = *seq;
+                    if (!store.recordIntent(chain.id, *seq, Provisioner::submissionKey(restarted, *seq), "resubmit"))
+                        refuse();
                 } else {
-                    refuse();
+                    // A live one gets its next job now.
+                    if (chain.state != ChainState::Running && !store.transition(chain, event, "resubmitted" + by))
+                        refuse();
+                    store.setResubmitRequested(chain.id, true);
                 }
             }
+            transaction.commit();
             store.recordDecision(chain.id, "user", action, who, "requested");
             reply(response, 200, Json { { "chain", store.chain(chain.id)->toJson() } });
         }));

@@ -121,6 +121,14 @@ Metrics::Metrics()
                              .Register(*registry_);
     for (const char* table : { "events", "decisions" })
         pruned_[table] = &prunedFamily.Add({ { "table", table } });
+    auto& chainErrorFamily = prometheus::BuildCounter()
+                                 .Name("baton_chain_errors_total")
+                                 .Help("Failures confined to one chain, by reason (event: an event set aside; job_row:"
+                                       " a job row refused; slurm: a Slurm action for the chain failed; data: the"
+                                       " database refused the chain's data; internal: anything else)")
+                                 .Register(*registry_);
+    for (const std::string_view reason : chainErrorReasons)
+        chainErrors_[std::string(reason)] = &chainErrorFamily.Add({ { "reason", std::string(reason) } });
     leader_ = &prometheus::BuildGauge()
                    .Name("baton_leader")
                    .Help("1 while this instance is the active one")

@@ -9,11 +9,13 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 namespace baton::service {
 
@@ -39,6 +41,10 @@ public:
     prometheus::Histogram& tick() { return *tick_; }
     prometheus::Counter& events(const std::string& outcome); // accepted, duplicate, rejected
     prometheus::Counter& pruned(const std::string& table) { return *pruned_.at(table); } // events, decisions
+    // A failure that only one chain suffers, by one of chainErrorReasons.
+    prometheus::Counter& chainErrors(std::string_view reason) { return *chainErrors_.at(std::string(reason)); }
+    static constexpr std::array<std::string_view, 5> chainErrorReasons { "event", "job_row", "slurm", "data",
+        "internal" };
     prometheus::Gauge& leader() { return *leader_; }
     prometheus::Gauge& ready() { return *ready_; }
 
@@ -56,7 +62,7 @@ private:
     prometheus::Gauge *leader_, *ready_;
     std::map<std::string, prometheus::Counter*> submissions_, handovers_, slurmErrors_, events_;
     std::map<std::string, prometheus::Histogram*> slurmCalls_;
-    std::map<std::string, prometheus::Counter*> pruned_; // made once: no lock
+    std::map<std::string, prometheus::Counter*> pruned_, chainErrors_; // made once: no lock
     std::mutex labelsMutex_; // guards the label caches above
 };
 

@@ -5,6 +5,7 @@
 #include "log.hpp"
 #include "spool.hpp"
 
+#include <baton_contract.hpp>
 #include <errors.hpp>
 #include <transaction.hpp>
 
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <future>
 #include <map>
+#include <unordered_set>
 #include <utility>
 
 namespace baton::service {
@@ -81,9 +83,9 @@ Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& clu
     , decisionPoint_(std::move(decisionPoint))
 { }
 
-std::string Provisioner::submissionKey(std::int64_t chainId, int seq)
+std::string Provisioner::submissionKey(const ChainRow& chain, int seq)
 {
-    return "baton:" + std::to_string(chainId) + ":" + std::to_string(seq);
+    return "baton:" + std::to_string(chain.id) + ":" + std::to_string(seq) + ":" + chain.token;
 }
 
 void Provisioner::tick()
@@ -119,18 +121,30 @@ void Provisioner::tick()
         liveChains = store_.liveChainsForTick(liveChainCache_);
     std::vector<AwaitingDecision> awaiting;
     jobWrites_.clear(); // what a tick that failed had not written yet is read from the queue again
+    // Each chain is stepped on its own: what fails for one (its data, its Slurm actions) is that chain's,
+    // counted and in the end quarantined; only a database that is gone fails the whole tick.
+    std::unordered_set<std::int64_t> failedThisTick;
     for (LiveChain& live : *liveChains) {
-        const std::string label = live.chain.ownerName + "/" + live.chain.name;
+        const ChainRow chain = live.chain;
         try {
             step(std::move(live), queue, awaiting);
-        } catch (const db::DbError&) {
-            throw; // the database is gone: the whole tick is retried
+            continue;
+        } catch (const db::DbError& error) {
+            if (!db::isChainDataError(error))
+                throw; // the database is gone: the whole tick is retried
+            chainFailed(chain, "data", error.what(), true);
+        } catch (const SlurmError& error) {
+            chainFailed(chain, "slurm", error.what(), false);
         } catch (const std::exception& error) {
-            logError("chain " + label + ": " + error.what());
+            chainFailed(chain, "internal", error.what(), false);
         }
+        failedThisTick.insert(chain.id);
     }
-    store_.upsertJobs(std::exchange(jobWrites_, {}));
+    // A chain whose step went through this tick starts counting its failures anew.
+    std::erase_if(chainFailures_, [&](const auto& entry) { return !failedThisTick.contains(entry.first); });
+    writeJobs(std::exchange(jobWrites_, {}));
     decide(awaiting, queue);
+    withdrawCancelledChains(queue);
     updateGauges(now_);
     pruneHistory();
 }
@@ -150,17 +164,30 @@ void Provisioner::pruneHistory()
 void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)
 {
     // Processing an event again is harmless (each effect is keyed), so a tick that stops half-way leaves
-    // its events for the next one and the marks go in one statement at the end.
+    // its events for the next one and the marks go in one statement at the end. An event that cannot be
+    // processed (out-of-range values, data the database refuses) is set aside with its reason at once:
+    // it would fail every later tick the same way.
     std::vector<std::int64_t> processed;
     for (const EventRow& event : events) {
+        std::optional<std::string> refused;
         try {
             processEvent(event, queue);
-        } catch (const db::DbError&) {
-            throw;
+        } catch (const db::DbError& error) {
+            if (!db::isChainDataError(error))
+                throw;
+            refused = error.what();
         } catch (const std::exception& error) {
-            logWarning("event " + std::to_string(event.id) + ": " + error.what());
+            refused = error.what();
         }
-        processed.push_back(event.id);
+        if (!refused) {
+            processed.push_back(event.id);
+            continue;
+        }
+        metrics_.chainErrors("event").Increment();
+        logWarning("event " + std::to_string(event.id) + " (" + event.kind + ", job "
+            + (event.slurmJobId ? std::to_string(*event.slurmJobId) : std::string("none"))
+            + ") set aside: " + *refused);
+        store_.deadLetter(event.id, refused->substr(0, 1000));
     }
     store_.markProcessed(processed);
 }
@@ -171,6 +198,8 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
 {
     if (!event.slurmJobId || !event.chainName || event.chainName->empty())
         return;
+    if (!contract::validChainName(*event.chainName))
+        throw std::invalid_argument("the chain name is not a valid one");
     const ClusterJob* job = queue.find(*event.slurmJobId);
     const auto dir = event.payload.value("chain_dir", std::string());
     std::int64_t knownChain = 0;
@@ -194,21 +223,24 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
             }
             chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), *event.chainName,
                 dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
-            store_.upsertJob(chain->id, 0, *job);
+            const Store::JobWrite first { chain->id, 0, *job };
+            writeJobs(std::span(&first, 1));
             logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
                 + std::to_string(job->id));
-        } else if (chain && !isTerminal(chain->state) && event.kind == "step_start") {
+        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event.kind == "step_start"
+            && job->comment.rfind("baton:", 0) != 0) {
             // The owner submitted the next job by hand while the current one had ended.
             const auto jobs = store_.jobs(chain->id);
-            const auto current = std::find_if(
-                jobs.begin(), jobs.end(), [&](const JobRow& j) { return j.seq == chain->seq; });
+            const auto current = std::find_if(jobs.begin(), jobs.end(),
+                [&](const JobRow& j) { return j.seq == chain->seq && !j.withdrawn; });
             const bool currentEnded = current == jobs.end() || current->endTime.has_value();
-            if (currentEnded && !store_.submission(chain->id, chain->seq + 1)
-                && job->comment.rfind("baton:", 0) != 0) {
-                store_.upsertJob(chain->id, chain->seq + 1, *job);
-                store_.advance(chain->id, chain->seq, ChainState::Running);
-                logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job "
-                    + std::to_string(job->id));
+            const auto next = store_.submission(chain->id, chain->seq + 1);
+            if (currentEnded && (!next || next->state == "failed" || next->state == "cancelled")) {
+                const Store::JobWrite adopted { chain->id, chain->seq + 1, *job };
+                writeJobs(std::span(&adopted, 1));
+                if (store_.advance(*chain, ChainEvent::JobAdopted))
+                    logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job "
+                        + std::to_string(job->id));
             }
         }
     }
@@ -221,22 +253,30 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
         store_.recordCheckpoint(chain->id, event.slurmJobId, *checkpoint, chain->chainDir.value_or(dir));
 }
 
+void Provisioner::writeJobs(std::span<const Store::JobWrite> writes)
+{
+    for (const Store::RejectedJob& rejected : store_.upsertJobs(writes)) {
+        metrics_.chainErrors("job_row").Increment();
+        logError("chain " + std::to_string(rejected.chainId) + ": job row not written: " + rejected.reason);
+    }
+}
+
 std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
     const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission)
 {
-    const auto row
-        = std::find_if(jobs.begin(), jobs.end(), [seq](const JobRow& job) { return job.seq == seq; });
     std::optional<std::int64_t> jobId;
     if (submission && submission->slurmJobId)
         jobId = submission->slurmJobId;
     if (submission && submission->state == "intent") {
-        if (const ClusterJob* found = queue.findByComment(submission->key)) {
+        if (const ClusterJob* found = queue.findByComment(submission->key, chain.ownerUid)) {
             // sbatch succeeded but batond stopped before it wrote the job id down.
             store_.markSubmitted(submission->key, found->id);
             jobId = found->id;
             logInfo("chain " + chain.ownerName + "/" + chain.name + ": found submission " + submission->key
                 + " as job " + std::to_string(found->id));
-        } else if (now_ - submission->createdAt >= config_.submitGrace.count()) {
+        } else if (now_ - submission->createdAt >= config_.submitGrace.count()
+            || submission->reason == "resubmit") {
+            // An intent the API recorded for the tick (no sbatch of its own in flight) goes at once.
             jobId = submitRecorded(chain, seq);
             if (!jobId)
                 return std::nullopt;
@@ -244,6 +284,12 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
             return std::nullopt; // a submission may be in flight
         }
     }
+    // The row of this job, else the seq's row that still holds it (a withdrawn one gave the seq back).
+    auto row = std::find_if(jobs.begin(), jobs.end(),
+        [&](const JobRow& job) { return job.seq == seq && jobId && job.slurmJobId == *jobId; });
+    if (row == jobs.end())
+        row = std::find_if(
+            jobs.begin(), jobs.end(), [seq](const JobRow& job) { return job.seq == seq && !job.withdrawn; });
     if (!jobId && row != jobs.end())
         jobId = row->slurmJobId;
     if (!jobId)
@@ -257,6 +303,7 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
     // Gone from squeue (older than MinJobAge): what the database last saw, ended now if it was live.
     ClusterJob job;
     job.id = row->slurmJobId;
+    job.userId = chain.ownerUid;
     job.state = row->state;
     job.submitTime = row->submitTime.value_or(0);
     job.startTime = row->startTime.value_or(0);
@@ -282,7 +329,8 @@ void Provisioner::recordJob(
         jobs.begin(), jobs.end(), [&](const JobRow& r) { return r.seq == seq && r.slurmJobId == job.id; });
     if (row != jobs.end() && row->state == job.state && row->submitTime == known(job.submitTime)
         && row->startTime == known(job.startTime) && row->endTime == known(job.endTime)
-        && row->timeLimitSeconds == known(job.timeLimitSeconds) && row->exitCode == job.exitCode)
+        && row->timeLimitSeconds == known(job.timeLimitSeconds) && row->exitCode == job.exitCode
+        && row->withdrawn == job.withdrawn())
         return;
     jobWrites_.push_back(Store::JobWrite { chain.id, seq, job });
 }
@@ -317,7 +365,7 @@ std::optional<std::int64_t> Provisioner::submitIntent(
             if (arg.is_string())
                 request.sbatchArgs.push_back(arg.get<std::string>());
     if (request.script.empty()) {
-        store_.markSubmission(key, "failed", "the chain has no batch script to submit");
+        store_.markSubmission(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;
     }
     try {
@@ -328,27 +376,26 @@ std::optional<std::int64_t> Provisioner::submitIntent(
             + " (seq " + std::to_string(seq) + ", " + reason + ")");
         return jobId;
     } catch (const SlurmError& error) {
-        metrics_.slurmErrors("sbatch").Increment();
         metrics_.submissionFailures().Increment();
         logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
-        store_.markSubmission(key, "failed", error.what());
+        store_.markSubmission(chain.id, seq, "failed", error.what());
         return std::nullopt;
     }
 }
 
 // The compare-and-set and the intent go in one transaction, before sbatch runs.
 bool Provisioner::startSubmission(
-    const ChainRow& chain, ChainState from, const std::string& reason, const Json& inputs)
+    const ChainRow& chain, const std::string& reason, const Json& inputs, const QueueSnapshot& queue)
 {
-    std::vector<SubmissionStart> one { SubmissionStart { &chain, from, reason, inputs } };
-    return startSubmissions(one) == 1;
+    std::vector<SubmissionStart> one { SubmissionStart { &chain, reason, inputs } };
+    return startSubmissions(one, queue) == 1;
 }
 
 // The intents of all the chains that submit in this tick are written in one statement and made durable
 // together with the tick's decision rows (one flush to disk, however many chains reached their lead at
 // once), before any sbatch runs.
 std::size_t Provisioner::startSubmissions(
-    std::span<const SubmissionStart> starts, std::vector<DecisionInput> decisions)
+    std::span<const SubmissionStart> starts, const QueueSnapshot& queue, std::vector<DecisionInput> decisions)
 {
     if (starts.empty()) {
         store_.recordDecisions(config_.policy, decisions);
@@ -358,9 +405,11 @@ std::size_t Provisioner::startSubmissions(
     {
         std::vector<IntentRequest> requests;
         for (const SubmissionStart& start : starts) {
+            if (!isAllowed(start.chain->state, ChainEvent::SubmitSuccessor))
+                continue;
             const int seq = start.chain->seq + 1;
             requests.push_back(IntentRequest {
-                start.chain->id, start.from, seq, submissionKey(start.chain->id, seq), start.reason });
+                start.chain->id, start.chain->state, seq, submissionKey(*start.chain, seq), start.reason });
         }
         db::Transaction transaction(store_.connection());
         durable(store_);
@@ -378,21 +427,29 @@ std::size_t Provisioner::startSubmissions(
         if (spec == specs.end())
             continue;
         const int seq = chain.seq + 1;
+        const std::string key = submissionKey(chain, seq);
+        const auto predicted = start.inputs.find("predicted_wait_s");
+        const std::optional<double> predictedWait = predicted != start.inputs.end() && predicted->is_number()
+            ? std::optional(predicted->get<double>())
+            : std::nullopt;
+        // An earlier sbatch of this key may have been accepted after its answer was lost (a timeout):
+        // slurmctld's queue says so, and then that job is the one.
+        if (const ClusterJob* found = queue.findByComment(key, chain.ownerUid); found && !found->withdrawn()) {
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": " + key + " is already job "
+                + std::to_string(found->id) + "; not submitted again");
+            submitted.push_back(SubmittedJob { key, chain.id, found->id, predictedWait });
+            continue;
+        }
         try {
-            const auto jobId
-                = submitIntent(chain, seq, submissionKey(chain.id, seq), start.reason, spec->second);
-            if (!jobId)
-                continue;
-            const auto predicted = start.inputs.find("predicted_wait_s");
-            submitted.push_back(SubmittedJob { submissionKey(chain.id, seq), chain.id, *jobId,
-                predicted != start.inputs.end() && predicted->is_number()
-                    ? std::optional(predicted->get<double>())
-                    : std::nullopt });
-        } catch (const db::DbError&) {
-            throw;
-        } catch (const std::exception& error) {
+            if (const auto jobId = submitIntent(chain, seq, key, start.reason, spec->second))
+                submitted.push_back(SubmittedJob { key, chain.id, *jobId, predictedWait });
+        } catch (const db::DbError& error) {
+            if (!db::isChainDataError(error))
+                throw;
             // The intent stays: the next tick reconciles it against the queue or submits it again.
-            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+            chainFailed(chain, "data", error.what(), false);
+        } catch (const std::exception& error) {
+            chainFailed(chain, "internal", error.what(), false);
         }
     }
     store_.recordSubmitted(submitted);
@@ -418,27 +475,34 @@ void Provisioner::collectSpoolHints(const ChainRow& chain)
                     *checkpoint, *chain.chainDir);
             } catch (const std::invalid_argument&) {
                 // a damaged line of the owner's own file: skipped
+            } catch (const db::DbError& error) {
+                if (!db::isChainDataError(error))
+                    throw;
+                // a line whose values the database refused: skipped, like a damaged one
             }
         }
     } catch (const std::runtime_error& error) {
+        if (dynamic_cast<const db::DbError*>(&error))
+            throw;
         logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
     }
 }
 
-void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current)
+void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const QueueSnapshot& queue)
 {
     collectSpoolHints(chain);
     if (store_.trainingDone(chain.id)) {
-        if (store_.transition(chain.id, { chain.state }, ChainState::Finished, "training finished")) {
+        if (store_.transition(chain, ChainEvent::TrainingDone, "training finished")) {
             store_.recordDecision(
                 chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
             logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
         }
         return;
     }
-    if (current.state == "CANCELLED") {
-        // Someone cancelled the job by hand: stop the chain until its owner says otherwise.
-        if (store_.transition(chain.id, { chain.state }, ChainState::Paused,
+    if (current.state == "CANCELLED" && !chain.resubmitRequested) {
+        // Someone cancelled the job by hand: stop the chain until its owner says otherwise (a resume or
+        // resubmit of it asks for the next job, and is not stopped again by the same cancelled job).
+        if (store_.transition(chain, ChainEvent::JobCancelledOutside,
                 "job " + std::to_string(current.id) + " was cancelled outside baton"))
             store_.recordDecision(
                 chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
@@ -455,7 +519,7 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
     // may see the end in squeue before it has processed that report: a job without a recorded checkpoint
     // is judged one tick period after its end, not before.
     const auto tickSeconds = std::chrono::ceil<std::chrono::seconds>(config_.tick).count();
-    if (!progressed && current.endTime > 0 && now_ - current.endTime < tickSeconds)
+    if (!progressed && !chain.resubmitRequested && current.endTime > 0 && now_ - current.endTime < tickSeconds)
         return;
     // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its end
     // (a script that exits at once "completes" too): those spend the retry budget, so that a broken
@@ -464,7 +528,7 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
             const std::string why = "job " + std::to_string(current.id) + " ended (" + current.state
                 + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
-            if (store_.transition(chain.id, { chain.state }, ChainState::Failed, why)) {
+            if (store_.transition(chain, ChainEvent::RetryBudgetSpent, why)) {
                 store_.recordDecision(
                     chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
                 logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
@@ -475,40 +539,92 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         if (failedState(current.state) && !chain.resubmitRequested)
             reason = "retry";
     }
-    startSubmission(chain, chain.state, reason,
-        Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } });
+    startSubmission(chain, reason,
+        Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } }, queue);
+}
+
+// A successor that is not to run (its chain was paused, or the training finished) is cancelled and its
+// submission marked so; false while that cannot be done yet: an intent without a job may still be in
+// sbatch (it waits for the grace), and a paused chain's successor that already runs holds the training.
+bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
+    const QueueSnapshot& queue, const std::string& why, bool evenIfStarted)
+{
+    if (!next || (next->state != "intent" && next->state != "submitted"))
+        return true;
+    const ClusterJob* job = next->slurmJobId ? queue.find(*next->slurmJobId) : queue.findByComment(next->key, chain.ownerUid);
+    if (job && job->started() && !evenIfStarted)
+        return false; // it runs: the training is its now
+    if (!job && next->state == "intent" && now_ - next->createdAt < config_.submitGrace.count())
+        return false;
+    if (job && !job->ended()) {
+        const ScopedTimer timer(metrics_.slurmCall("scancel"));
+        cluster_.cancel(job->id, chain.ownerUid);
+    }
+    store_.markSubmission(chain.id, chain.seq + 1, "cancelled", why);
+    return true;
+}
+
+// Signals the predecessor of a handover to checkpoint and exit; recorded only once scancel delivered it,
+// so that a failed scancel, or a batond stopped between the handover's commit and the signal, is sent
+// again by the next tick.
+void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current)
+{
+    const SignalScope scope = store_.checkpointSignalScope(current.id);
+    try {
+        const ScopedTimer timer(metrics_.slurmCall("scancel"));
+        cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
+    } catch (const SlurmError& error) {
+        metrics_.chainErrors("slurm").Increment();
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": the handover signal to job "
+            + std::to_string(current.id) + " failed (" + error.what() + "); sent again next tick");
+        return;
+    }
+    store_.recordHandoverSignal(chain.id, chain.seq, now_);
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current.id)
+        + " asked to checkpoint and exit (" + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
+        + ")");
 }
 
 void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting)
 {
     const ChainRow& chain = live.chain;
+    if (chain.state == ChainState::Quarantined)
+        return; // nothing is done for it until its owner or an operator resumes, resubmits or cancels it
     const auto current = refreshJob(chain, chain.seq, queue, live.jobs, live.current);
+    if (chain.state == ChainState::Paused) {
+        // Paused means no job after the current one: a successor not yet running is withdrawn.
+        withdrawSuccessor(chain, live.next, queue, "chain paused", false);
+        return;
+    }
+    // Only a submission still meant to run has a successor: a cancelled or failed one's job is history.
+    const bool nextLive = live.next && (live.next->state == "intent" || live.next->state == "submitted");
     const auto successor
-        = live.next ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
+        = nextLive ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
     const std::string label = chain.ownerName + "/" + chain.name;
     switch (chain.state) {
     case ChainState::Paused:
-        // Paused means no job after the current one: a successor still pending is withdrawn.
-        if (successor && successor->pending()) {
-            cluster_.cancel(successor->id, chain.ownerUid);
-            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "chain paused");
-        }
-        return;
+    case ChainState::Quarantined:
+        return; // handled above
     case ChainState::Running: {
-        if (!current)
-            return; // the first submission is still being recorded
-        if (successor) { // a successor exists (e.g. the chain was resumed): follow it
-            store_.transition(chain.id, { ChainState::Running }, ChainState::SuccessorPending);
+        if (!current) {
+            if (live.current && live.current->state == "failed"
+                && store_.transition(chain, ChainEvent::RetryBudgetSpent,
+                    "sbatch refused job " + std::to_string(chain.seq) + ": " + live.current->error))
+                logWarning("chain " + label + " failed: sbatch refused its job: " + live.current->error);
+            return; // else the first submission is still being recorded
+        }
+        if (successor && !successor->withdrawn()) { // a successor exists (e.g. the chain was resumed)
+            store_.transition(chain, ChainEvent::SuccessorFound);
             return;
         }
         if (current->ended()) {
-            onCurrentEnded(chain, *current);
+            onCurrentEnded(chain, *current, queue);
             return;
         }
         if (live.trainingDone)
             return; // the training is complete: this job only exits, nothing follows it
         if (chain.resubmitRequested) {
-            startSubmission(chain, ChainState::Running, "resubmit", Json { { "requested", true } });
+            startSubmission(chain, "resubmit", Json { { "requested", true } }, queue);
             return;
         }
         if (!current->running() || current->timeLimitSeconds <= 0)
@@ -520,30 +636,35 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
         if (current && current->ended())
             collectSpoolHints(chain);
         if (current && current->ended() && store_.trainingDone(chain.id)) {
-            if (successor && !successor->ended())
-                cluster_.cancel(successor->id, chain.ownerUid);
-            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", "training finished");
-            store_.transition(
-                chain.id, { ChainState::SuccessorPending }, ChainState::Finished, "training finished");
-            store_.recordDecision(
-                chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
-            logInfo("chain " + label + " finished; its pending successor was cancelled");
+            if (!withdrawSuccessor(chain, live.next, queue, "training finished", true))
+                return; // an intent that may still be in sbatch: judged next tick
+            if (store_.transition(chain, ChainEvent::TrainingDone, "training finished")) {
+                store_.recordDecision(
+                    chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+                logInfo("chain " + label + " finished; its pending successor was cancelled");
+            }
             return;
         }
         if (!successor) {
-            const auto submission = store_.submission(chain.id, chain.seq + 1);
-            if (submission && submission->state == "failed"
-                && store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Running))
-                store_.markSubmission(submission->key, "failed", "will be submitted again");
+            // sbatch failed (or the submission went away): back to running, which submits anew.
+            if (!nextLive && store_.transition(chain, ChainEvent::SuccessorWithdrawn))
+                logInfo("chain " + label + ": its successor's submission "
+                    + (live.next ? live.next->state + (live.next->error.empty() ? "" : " (" + live.next->error + ")")
+                                 : std::string("is missing"))
+                    + "; it is submitted again");
             return;
         }
-        if (successor->ended() && successor->startTime == 0) {
-            // Withdrawn before it ran (cancelled by hand, or refused): back to running, which submits anew.
-            store_.markSubmission(submissionKey(chain.id, chain.seq + 1), "cancelled", successor->state);
-            store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Running);
+        if (successor->withdrawn()) {
+            // Ended without running (cancelled while queued, or refused): it never held the training,
+            // so the predecessor goes on; back to running, which submits anew when the policy says so.
+            store_.markSubmission(chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
+            if (store_.transition(chain, ChainEvent::SuccessorWithdrawn))
+                store_.recordDecision(chain.id, config_.policy, "withdrawn",
+                    Json { { "successor_job_id", successor->id }, { "successor_state", successor->state } },
+                    "successor ended without running");
             return;
         }
-        if (successor->startTime == 0)
+        if (!successor->started())
             return; // still queued
         if (const auto predicted = store_.resolvePrediction(
                 successor->id, static_cast<double>(successor->startTime - successor->submitTime)))
@@ -551,12 +672,11 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 std::abs(*predicted - static_cast<double>(successor->startTime - successor->submitTime)));
         if (current && !current->ended()) {
             // The successor runs while its predecessor does: fence the handover, then signal.
-            const SignalScope scope = store_.checkpointSignalScope(current->id);
-            const char* reached = scope == SignalScope::Steps ? "steps" : "full";
+            const char* reached = store_.checkpointSignalScope(current->id) == SignalScope::Steps ? "steps" : "full";
             {
                 db::Transaction transaction(store_.connection());
                 durable(store_);
-                if (!store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Handover))
+                if (!store_.transition(chain, ChainEvent::SuccessorStarted))
                     return;
                 store_.setGeneration(chain.id, chain.seq);
                 store_.startHandover(chain.id, chain.seq, current->id, successor->id, now_);
@@ -567,18 +687,16 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 transaction.commit();
             }
             metrics_.handovers("started").Increment();
-            const ScopedTimer timer(metrics_.slurmCall("scancel"));
-            cluster_.signal(current->id, "TERM", scope, chain.ownerUid);
-            logInfo("chain " + label + ": job " + std::to_string(successor->id) + " started; job "
-                + std::to_string(current->id) + " asked to checkpoint and exit ("
-                + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps") + ")");
+            logInfo("chain " + label + ": job " + std::to_string(successor->id) + " started while job "
+                + std::to_string(current->id) + " runs: handover");
+            signalHandover(chain, *current);
             return;
         }
         // The predecessor had ended already: the chain waited for its successor.
         if (current && current->endTime > 0)
             metrics_.interruption().Observe(
                 static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
-        store_.advance(chain.id, chain.seq, ChainState::Running);
+        store_.advance(chain, ChainEvent::PredecessorEnded);
         return;
     }
     case ChainState::Handover: {
@@ -587,7 +705,7 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
             {
                 db::Transaction transaction(store_.connection());
                 const auto seconds = store_.completeHandover(chain.id, chain.seq, end);
-                if (!store_.advance(chain.id, chain.seq, ChainState::Running))
+                if (!store_.advance(chain, ChainEvent::PredecessorEnded))
                     return;
                 transaction.commit();
                 if (seconds)
@@ -604,12 +722,19 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
             }
             return;
         }
+        if (!current)
+            return;
+        if (!store_.handoverSignal(chain.id, chain.seq).sentAt) {
+            signalHandover(chain, *current);
+            return;
+        }
         const auto signalled = store_.handoverSignalledAt(chain.id, chain.seq);
-        if (current && signalled && now_ - *signalled > config_.handoverTimeout.count()) {
+        if (signalled && now_ - *signalled > config_.handoverTimeout.count()) {
             logWarning("chain " + label + ": job " + std::to_string(current->id) + " did not exit within "
                 + std::to_string(config_.handoverTimeout.count())
                 + " s of the handover signal; cancelling it");
             metrics_.handovers("timed_out").Increment();
+            const ScopedTimer timer(metrics_.slurmCall("scancel"));
             cluster_.cancel(current->id, chain.ownerUid);
         }
         return;
@@ -618,6 +743,56 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
     case ChainState::Failed:
     case ChainState::Cancelled:
         return;
+    }
+}
+
+// A chain's step failed. A value the database refused quarantines it at once (it would fail again the
+// same way); anything else (a Slurm action for it that failed) after quarantineAfterFailures ticks in a
+// row. Every other chain is stepped as usual either way.
+void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now)
+{
+    metrics_.chainErrors(reason).Increment();
+    const std::string label = chain.ownerName + "/" + chain.name;
+    logError("chain " + label + ": " + what);
+    const int failures = ++chainFailures_[chain.id];
+    if (!now && failures < quarantineAfterFailures)
+        return;
+    const std::string why = "quarantined after " + std::to_string(failures) + " failed step(s) (" + std::string(reason)
+        + "): " + what.substr(0, 500);
+    chainFailures_.erase(chain.id);
+    if (store_.transition(chain, ChainEvent::Quarantine, why)) {
+        store_.recordDecision(chain.id, config_.policy, "quarantine", Json { { "reason", reason } }, why);
+        logWarning("chain " + label + " " + why);
+    }
+}
+
+// Cancelled chains whose jobs may still be queued or running: cancelled as their owner until slurmctld
+// shows none of them live (a scancel that failed, a successor submitted in the tick before the cancel).
+void Provisioner::withdrawCancelledChains(const QueueSnapshot& queue)
+{
+    for (const Store::ChainToWithdraw& cancelled : store_.chainsToWithdraw()) {
+        const ChainRow& chain = cancelled.chain;
+        std::vector<const ClusterJob*> live;
+        for (const std::int64_t id : cancelled.jobIds)
+            if (const ClusterJob* job = queue.find(id); job && job->userId == chain.ownerUid && !job->ended())
+                live.push_back(job);
+        for (const std::string& key : cancelled.keys)
+            if (const ClusterJob* job = queue.findByComment(key, chain.ownerUid); job && !job->ended())
+                live.push_back(job);
+        if (live.empty()) {
+            store_.setWithdrawJobs(chain.id, false);
+            continue;
+        }
+        for (const ClusterJob* job : live) {
+            try {
+                const ScopedTimer timer(metrics_.slurmCall("scancel"));
+                cluster_.cancel(job->id, chain.ownerUid);
+            } catch (const SlurmError& error) {
+                metrics_.chainErrors("slurm").Increment();
+                logWarning("chain " + chain.ownerName + "/" + chain.name + " (cancelled): scancel of job "
+                    + std::to_string(job->id) + " failed: " + error.what() + "; tried again next tick");
+            }
+        }
     }
 }
 
@@ -661,7 +836,7 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
                 return seen;
             };
             if (submit) {
-                submissions.push_back(SubmissionStart { &chain, ChainState::Running, "policy", inputs() });
+                submissions.push_back(SubmissionStart { &chain, "policy", inputs() });
                 continue;
             }
             const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;
@@ -676,7 +851,7 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSna
         }
     }
     waitSlot_ = std::move(waitSlots);
-    startSubmissions(submissions, std::move(waits));
+    startSubmissions(submissions, queue, std::move(waits));
 }
 
 void Provisioner::updateGauges(std::int64_t now)

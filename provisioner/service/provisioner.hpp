@@ -31,10 +31,9 @@ using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
 std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
     const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now);
 
-// A chain about to submit its next job, and why.
+// A chain about to submit its next job, and why (its compare-and-set expects the state it was read in).
 struct SubmissionStart {
     const ChainRow* chain = nullptr;
-    ChainState from = ChainState::Running; // the state its compare-and-set expects
     std::string reason;
     nlohmann::json inputs; // what the decision saw
 };
@@ -57,7 +56,11 @@ public:
     // idempotency key; the intent must already be recorded. Returns the job id, or nullopt on failure.
     std::optional<std::int64_t> submitRecorded(const ChainRow& chain, int seq);
 
-    static std::string submissionKey(std::int64_t chainId, int seq);
+    // The idempotency key of job `seq`, also its `--comment`: baton:<chain id>:<seq>:<chain token>.
+    static std::string submissionKey(const ChainRow& chain, int seq);
+    // A chain whose steps fail this many ticks in a row (for reasons other than refused data, which
+    // quarantine at once) is quarantined.
+    static constexpr int quarantineAfterFailures = 3;
 
     // A waiting chain's "wait" decision is written when it is first seen waiting and then once in each
     // interval of waitRecordSeconds, starting at its own phase so that many chains spread their rows.
@@ -79,6 +82,13 @@ private:
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
     void processEvent(const EventRow& event, const QueueSnapshot& queue);
+    // Writes job rows; a row the database refuses is counted against its chain, never the batch.
+    void writeJobs(std::span<const Store::JobWrite> writes);
+    void chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now);
+    bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
+        const QueueSnapshot& queue, const std::string& why, bool evenIfStarted);
+    void signalHandover(const ChainRow& chain, const ClusterJob& current);
+    void withdrawCancelledChains(const QueueSnapshot& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
     void step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting);
     // The policy's decisions for every awaiting chain together.
@@ -87,15 +97,16 @@ private:
     std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
         const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission);
     void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
-    bool startSubmission(
-        const ChainRow& chain, ChainState from, const std::string& reason, const nlohmann::json& inputs);
+    bool startSubmission(const ChainRow& chain, const std::string& reason, const nlohmann::json& inputs,
+        const QueueSnapshot& queue);
     // Records the intents and, in the same transaction, `decisions` (the tick's other rows) with a
-    // "submit" row for each intent; returns how many intents were recorded (and then handed to sbatch).
-    std::size_t startSubmissions(
-        std::span<const SubmissionStart> starts, std::vector<DecisionInput> decisions = {});
+    // "submit" row for each intent; returns how many intents were recorded (and then handed to sbatch,
+    // unless the queue already holds the job of that key).
+    std::size_t startSubmissions(std::span<const SubmissionStart> starts, const QueueSnapshot& queue,
+        std::vector<DecisionInput> decisions = {});
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
-    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current);
+    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const QueueSnapshot& queue);
     void updateGauges(std::int64_t now);
     // Deletes the processed events and decisions past the retention period, at most pruneBatch rows of
     // each a tick: a service that has run for months catches up over a few ticks without a long one.
@@ -120,6 +131,8 @@ private:
     std::optional<std::int64_t> countedMaxId_;
     // The session in which the tick's bookkeeping was set to commit without waiting for the disk.
     std::uint64_t bookkeepingSession_ = 0;
+    // Failed steps in a row, of the chains whose last step failed (see quarantineAfterFailures).
+    std::unordered_map<std::int64_t, int> chainFailures_;
     // Ticks since the last prune (see pruneEveryTicks); the first tick prunes.
     int ticksSincePrune_ = pruneEveryTicks;
 };

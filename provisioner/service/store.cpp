@@ -1,5 +1,6 @@
 #include "store.hpp"
 
+#include <baton_contract.hpp>
 #include <errors.hpp>
 #include <repositories.hpp>
 #include <transaction.hpp>
@@ -9,6 +10,7 @@
 #include <charconv>
 #include <chrono>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace baton::service {
 
@@ -21,8 +23,8 @@ using Json = nlohmann::json;
 
 #define BATON_CHAIN_COLUMNS                                                                                  \
     "SELECT id, owner_uid, coalesce(owner_name, ''), name, state, seq, generation, retries, reason,"         \
-    " coalesce(spec, 'null'::jsonb), chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint"  \
-    " FROM chains "
+    " coalesce(spec, 'null'::jsonb), chain_dir, resubmit_requested, extract(epoch FROM updated_at)::bigint," \
+    " token FROM chains "
 constexpr Statement insertChain { "svc_insert_chain",
     "INSERT INTO chains (owner_uid, owner_name, name, chain_dir, spec, state) VALUES ($1, $2, $3, $4, $5,"
     " 'running') ON CONFLICT (owner_uid, name) DO NOTHING" };
@@ -36,11 +38,23 @@ constexpr Statement selectChains { "svc_chains",
 constexpr Statement selectSpec { "svc_chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
 #undef BATON_CHAIN_COLUMNS
+// Every change of a chain's state is fenced on the state and seq its writer read: a write made from a
+// stale view (a pause or cancel came in between, another instance advanced the chain) changes nothing.
 constexpr Statement transitionChain { "svc_transition",
     "UPDATE chains SET state = $2, reason = coalesce($4, reason), updated_at = now()"
-    " WHERE id = $1 AND state = ANY($3::text[])" };
+    " WHERE id = $1 AND state = $3 AND seq = $5" };
 constexpr Statement advanceChain { "svc_advance",
-    "UPDATE chains SET seq = $2 + 1, state = $3, updated_at = now() WHERE id = $1 AND seq = $2" };
+    "UPDATE chains SET seq = $2 + 1, state = $3, updated_at = now() WHERE id = $1 AND seq = $2 AND state = $4" };
+// A chain that runs again (a resubmitted or re-created ended chain) continues after the highest seq any
+// of its jobs or submissions ever had, so that its next job never takes a seq that is already used.
+constexpr Statement restartChain { "svc_restart",
+    "UPDATE chains c SET seq = greatest(c.seq, coalesce((SELECT max(x) + 1 FROM ("
+    " SELECT restart_count AS x FROM jobs WHERE chain_id = c.id"
+    " UNION ALL SELECT seq FROM submissions WHERE chain_id = c.id) used), 0)),"
+    " state = 'running', retries = 0, resubmit_requested = false, reason = $4,"
+    " spec = coalesce($5, spec), updated_at = now()"
+    " WHERE id = $1 AND state = $2 AND seq = $3 RETURNING seq",
+    true };
 constexpr Statement updateRetries { "svc_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
 constexpr Statement updateGeneration { "svc_generation", "UPDATE chains SET generation = $2 WHERE id = $1",
     true };
@@ -86,7 +100,7 @@ constexpr Statement updateSubmittedMany { "svc_submitted_many",
     " SELECT chain, job, to_timestamp($2), wait FROM s WHERE wait IS NOT NULL",
     true };
 constexpr Statement updateSubmission { "svc_submission_state",
-    "UPDATE submissions SET state = $2, error = $3 WHERE idempotency_key = $1", true };
+    "UPDATE submissions SET state = $3, error = $4 WHERE chain_id = $1 AND seq = $2", true };
 constexpr Statement selectSubmission { "svc_submission",
     "SELECT seq, idempotency_key, reason, state, slurm_job_id, extract(epoch FROM created_at)::bigint,"
     " coalesce(error, '') FROM submissions WHERE chain_id = $1 AND seq = $2",
@@ -95,21 +109,26 @@ constexpr Statement deleteSubmission { "svc_forget_submission",
     "DELETE FROM submissions WHERE chain_id = $1 AND seq = $2 AND state IN ('failed', 'cancelled')", true };
 
 // Job rows as slurmctld reports them, a batch at a time; a job already recorded keeps its chain and seq.
+// A row that would be a second live job of its (chain, seq) is left out (and returned missing) instead of
+// failing the batch for every chain.
 constexpr Statement upsertJobRows { "svc_upsert_jobs",
     "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, name, submit_time, start_time, end_time,"
-    " time_limit_s, nodes, state, exit_code, owner_uid)"
+    " time_limit_s, nodes, state, exit_code, owner_uid, withdrawn)"
     " SELECT chain, job, seq, name, to_timestamp(submitted), to_timestamp(started), to_timestamp(ended),"
-    " time_limit_s, nodes, state, exit_code, owner_uid FROM jsonb_to_recordset($1::jsonb) AS w(chain bigint,"
-    " job bigint, seq int, name text, submitted bigint, started bigint, ended bigint, time_limit_s bigint,"
-    " nodes int, state text, exit_code int, owner_uid bigint)"
+    " time_limit_s, nodes, state, exit_code, owner_uid, withdrawn FROM jsonb_to_recordset($1::jsonb)"
+    " AS w(chain bigint, job bigint, seq int, name text, submitted bigint, started bigint, ended bigint,"
+    " time_limit_s bigint, nodes int, state text, exit_code int, owner_uid bigint, withdrawn boolean)"
+    " WHERE w.withdrawn OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.chain_id = w.chain"
+    " AND j.restart_count = w.seq AND j.slurm_job_id <> w.job AND NOT j.withdrawn)"
     " ON CONFLICT (slurm_job_id) DO UPDATE SET submit_time = EXCLUDED.submit_time,"
     " start_time = EXCLUDED.start_time, end_time = EXCLUDED.end_time, time_limit_s = EXCLUDED.time_limit_s,"
-    " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code",
+    " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code,"
+    " withdrawn = EXCLUDED.withdrawn RETURNING slurm_job_id",
     true };
 #define BATON_JOB_COLUMNS                                                                                    \
     "SELECT restart_count, slurm_job_id, state, extract(epoch FROM submit_time)::bigint,"                    \
     " extract(epoch FROM start_time)::bigint, extract(epoch FROM end_time)::bigint, time_limit_s, "          \
-    "exit_code,"                                                                                             \
+    "exit_code, withdrawn,"                                                                                  \
     " chain_id FROM jobs "
 constexpr Statement selectJobs { "svc_jobs", BATON_JOB_COLUMNS "WHERE chain_id = $1 ORDER BY restart_count",
     true };
@@ -178,6 +197,29 @@ constexpr Statement finishHandover { "svc_handover_done",
 constexpr Statement selectHandoverSignal { "svc_handover_signal",
     "SELECT extract(epoch FROM signalled_at)::bigint FROM handovers WHERE chain_id = $1 AND generation = $2",
     true };
+constexpr Statement selectHandoverSent { "svc_handover_sent",
+    "SELECT extract(epoch FROM signal_sent_at)::bigint, signal_attempts FROM handovers"
+    " WHERE chain_id = $1 AND generation = $2",
+    true };
+constexpr Statement updateHandoverSent { "svc_handover_sent_update",
+    "UPDATE handovers SET signal_sent_at = to_timestamp($3), signal_attempts = signal_attempts + 1"
+    " WHERE chain_id = $1 AND generation = $2",
+    true };
+// The cancelled chains that may still have jobs, with the jobs and keys of their current and next seq.
+constexpr Statement selectChainsToWithdraw { "svc_chains_to_withdraw",
+    "SELECT c.id, c.owner_uid, coalesce(c.owner_name, ''), c.name, c.state, c.seq, c.generation, c.retries,"
+    " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
+    " c.token, coalesce((SELECT array_agg(DISTINCT x) FROM (SELECT slurm_job_id AS x FROM jobs"
+    " WHERE chain_id = c.id AND restart_count IN (c.seq, c.seq + 1) UNION ALL SELECT slurm_job_id"
+    " FROM submissions WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) AND slurm_job_id IS NOT NULL) j),"
+    " '{}')::text, coalesce((SELECT array_agg(idempotency_key) FROM submissions"
+    " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1)), '{}')::text"
+    " FROM chains c WHERE c.withdraw_jobs ORDER BY c.id",
+    true };
+constexpr Statement updateWithdrawJobs { "svc_withdraw_jobs",
+    "UPDATE chains SET withdraw_jobs = $2 WHERE id = $1 AND withdraw_jobs IS DISTINCT FROM $2", true };
+constexpr Statement updateDeadLetter { "svc_dead_letter",
+    "UPDATE events SET processed_at = now(), error = $2 WHERE id = $1", true };
 constexpr Statement selectHandovers { "svc_handovers",
     "SELECT generation, predecessor_job_id, successor_job_id, extract(epoch FROM signalled_at),"
     " extract(epoch FROM completed_at), handover_s FROM handovers WHERE chain_id = $1 ORDER BY generation",
@@ -194,7 +236,7 @@ constexpr Statement selectHandovers { "svc_handovers",
 #define BATON_TICK_JOB(j)                                                                                    \
     " " j ".restart_count, " j ".slurm_job_id, " j ".state, extract(epoch FROM " j ".submit_time)::bigint,"  \
     " extract(epoch FROM " j ".start_time)::bigint, extract(epoch FROM " j ".end_time)::bigint,"            \
-    " " j ".time_limit_s, " j ".exit_code,"
+    " " j ".time_limit_s, " j ".exit_code, " j ".withdrawn,"
 #define BATON_TICK_SUBMISSION(s)                                                                             \
     " " s ".seq, " s ".idempotency_key, " s ".reason, " s ".state, " s ".slurm_job_id,"                      \
     " extract(epoch FROM " s ".created_at)::bigint, coalesce(" s ".error, ''),"
@@ -203,7 +245,7 @@ constexpr Statement selectHandovers { "svc_handovers",
 // $3: their seqs; a new seq alone changes which rows are the current and next job's).
 constexpr Statement selectTickChains { "svc_tick_chains",
     "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, generation, retries,"
-    " reason, chain_dir, resubmit_requested, updated_at, revision FROM chains"
+    " reason, chain_dir, resubmit_requested, updated_at, token, revision FROM chains"
     " WHERE state NOT IN ('finished', 'failed', 'cancelled')),"
     " known AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS revision,"
     " unnest($3::int[]) AS seq),"
@@ -211,13 +253,14 @@ constexpr Statement selectTickChains { "svc_tick_chains",
     " FROM live LEFT JOIN known USING (id))"
     " SELECT c.id, c.owner_uid, coalesce(c.owner_name, ''), c.name, c.state, c.seq, c.generation, c.retries,"
     " c.reason, 'null'::jsonb, c.chain_dir, c.resubmit_requested, extract(epoch FROM c.updated_at)::bigint,"
-    " c.revision, c.stale,"
+    " c.token, c.revision, c.stale,"
     BATON_TICK_JOB("j0") BATON_TICK_JOB("j1") BATON_TICK_SUBMISSION("s0") BATON_TICK_SUBMISSION("s1")
     " k.done IS NOT NULL, extract(epoch FROM n.created_at) FROM c"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
-    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq LIMIT 1) j0 ON true"
+    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq ORDER BY withdrawn, id DESC LIMIT 1) j0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
-    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq + 1 LIMIT 1) j1 ON true"
+    " WHERE c.stale AND chain_id = c.id AND restart_count = c.seq + 1 ORDER BY withdrawn, id DESC LIMIT 1) j1"
+    " ON true"
     " LEFT JOIN LATERAL (SELECT * FROM submissions"
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq LIMIT 1) s0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM submissions"
@@ -231,7 +274,7 @@ constexpr Statement selectTickChains { "svc_tick_chains",
 #undef BATON_TICK_JOB
 #undef BATON_TICK_SUBMISSION
 // clang-format on
-constexpr int tickJobColumns = 8, tickSubmissionColumns = 7;
+constexpr int tickJobColumns = 9, tickSubmissionColumns = 7;
 
 // With the highest chain id given so far, in the same statement: one row even without live chains.
 constexpr Statement selectLiveStates { "svc_live_states",
@@ -267,6 +310,7 @@ ChainRow chainAt(const Result& r, int row)
     chain.chainDir = r.optText(row, 10);
     chain.resubmitRequested = r.boolean(row, 11);
     chain.updatedAt = r.int64(row, 12);
+    chain.token = std::string(r.text(row, 13));
     return chain;
 }
 
@@ -283,6 +327,7 @@ JobRow jobFrom(const Result& r, int row, int at)
     job.timeLimitSeconds = r.optInt64(row, at + 6);
     if (auto code = r.optInt64(row, at + 7))
         job.exitCode = static_cast<int>(*code);
+    job.withdrawn = r.boolean(row, at + 8);
     return job;
 }
 
@@ -307,17 +352,6 @@ SubmissionRow submissionAt(const Result& r, int row)
 std::optional<std::int64_t> positive(std::int64_t value)
 {
     return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt;
-}
-
-std::string stateArray(std::initializer_list<ChainState> states)
-{
-    std::string text = "{";
-    for (const ChainState state : states) {
-        if (text.size() > 1)
-            text += ",";
-        text += nameOf(state);
-    }
-    return text + "}";
 }
 
 // A PostgreSQL array literal of ids, for `= ANY($1::bigint[])`.
@@ -415,7 +449,7 @@ std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
         read.emplace(connection_.exec(selectTickChains, known()));
     }
     const Result& result = *read;
-    constexpr int revisionAt = 13, staleAt = 14, jobsAt = 15, submissionsAt = jobsAt + 2 * tickJobColumns,
+    constexpr int revisionAt = 14, staleAt = 15, jobsAt = 16, submissionsAt = jobsAt + 2 * tickJobColumns,
                   doneAt = submissionsAt + 2 * tickSubmissionColumns, newestCheckpointAt = doneAt + 1;
     std::vector<LiveChain> live;
     live.reserve(static_cast<std::size_t>(result.rows()));
@@ -458,16 +492,34 @@ Json Store::spec(std::int64_t chainId)
         .value_or(Json());
 }
 
-bool Store::transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
-    const std::optional<std::string>& reason)
+bool Store::transition(const ChainRow& chain, ChainEvent event, const std::optional<std::string>& reason)
 {
-    return connection_.exec(transitionChain, Params(chainId, nameOf(to), stateArray(from), reason)).affected()
+    const auto to = nextState(chain.state, event);
+    if (!to)
+        return false;
+    return connection_
+               .exec(transitionChain, Params(chain.id, nameOf(*to), nameOf(chain.state), reason, chain.seq))
+               .affected()
         == 1;
 }
 
-bool Store::advance(std::int64_t chainId, int fromSeq, ChainState to)
+bool Store::advance(const ChainRow& chain, ChainEvent event)
 {
-    return connection_.exec(advanceChain, Params(chainId, fromSeq, nameOf(to))).affected() == 1;
+    const auto to = nextState(chain.state, event);
+    if (!to)
+        return false;
+    return connection_.exec(advanceChain, Params(chain.id, chain.seq, nameOf(*to), nameOf(chain.state)))
+               .affected()
+        == 1;
+}
+
+std::optional<int> Store::restart(const ChainRow& chain, ChainEvent event, const std::string& reason,
+    const std::optional<nlohmann::json>& spec)
+{
+    if (nextState(chain.state, event) != ChainState::Running)
+        return std::nullopt;
+    return connection_.exec(restartChain, Params(chain.id, nameOf(chain.state), chain.seq, reason, spec))
+        .first([](const Result& r, int row) { return static_cast<int>(r.int64(row, 0)); });
 }
 
 void Store::setRetries(std::int64_t chainId, int retries)
@@ -520,9 +572,9 @@ void Store::markSubmitted(const std::string& key, std::int64_t slurmJobId)
     connection_.exec(updateSubmitted, Params(key, slurmJobId));
 }
 
-void Store::markSubmission(const std::string& key, const std::string& state, const std::string& error)
+void Store::markSubmission(std::int64_t chainId, int seq, const std::string& state, const std::string& error)
 {
-    connection_.exec(updateSubmission, Params(key, state, error));
+    connection_.exec(updateSubmission, Params(chainId, seq, state, error));
 }
 
 std::optional<SubmissionRow> Store::submission(std::int64_t chainId, int seq)
@@ -541,7 +593,7 @@ void Store::upsertJob(std::int64_t chainId, int seq, const ClusterJob& job)
     upsertJobs(std::span(&write, 1));
 }
 
-void Store::upsertJobs(std::span<const JobWrite> writes)
+std::vector<Store::RejectedJob> Store::upsertJobs(std::span<const JobWrite> writes)
 {
     // One row per job: a statement may not update a row twice. A job written twice keeps the first
     // write's chain and seq (as two statements would: the second only updates) and the last one's facts.
@@ -554,18 +606,55 @@ void Store::upsertJobs(std::span<const JobWrite> writes)
         }
         rows.push_back(write);
     }
-    Json batch = Json::array();
-    for (const auto& [chainId, seq, job] : rows)
-        batch.push_back(Json { { "chain", chainId }, { "job", job.id }, { "seq", seq }, { "name", job.name },
-            { "submitted", optionalJson(positive(job.submitTime)) },
-            { "started", optionalJson(positive(job.startTime)) },
-            { "ended", optionalJson(positive(job.endTime)) },
+    const auto rowOf = [](const JobWrite& write) {
+        const ClusterJob& job = write.job;
+        // slurmctld's clock may put an end before a start (a job cancelled at its start): the row's
+        // check allows no such thing, so the end is taken as the start.
+        const auto started = positive(job.startTime);
+        auto ended = positive(job.endTime);
+        if (started && ended && *ended < *started)
+            ended = started;
+        return Json { { "chain", write.chainId }, { "job", job.id }, { "seq", write.seq },
+            { "name", job.name }, { "submitted", optionalJson(positive(job.submitTime)) },
+            { "started", optionalJson(started) }, { "ended", optionalJson(ended) },
             { "time_limit_s", optionalJson(positive(job.timeLimitSeconds)) },
             { "nodes", job.nodes > 0 ? job.nodes : 1 }, { "state", job.state },
             { "exit_code", job.exitCode ? Json(*job.exitCode) : Json() },
-            { "owner_uid", job.userId >= 0 ? Json(job.userId) : Json() } });
-    if (!batch.empty())
-        connection_.exec(upsertJobRows, Params(batch));
+            { "owner_uid", job.userId >= 0 ? Json(job.userId) : Json() }, { "withdrawn", job.withdrawn() } };
+    };
+    std::vector<RejectedJob> rejected;
+    const auto write = [&](std::span<const JobWrite> part) {
+        Json batch = Json::array();
+        for (const JobWrite& w : part)
+            batch.push_back(rowOf(w));
+        const Result result = connection_.exec(upsertJobRows, Params(batch));
+        std::unordered_set<std::int64_t> written;
+        for (int row = 0; row < result.rows(); ++row)
+            written.insert(result.int64(row, 0));
+        for (const JobWrite& w : part)
+            if (!written.contains(w.job.id))
+                rejected.push_back(RejectedJob { w.chainId, w.job.id,
+                    "job " + std::to_string(w.job.id) + " would be a second job of seq " + std::to_string(w.seq) });
+    };
+    if (rows.empty())
+        return rejected;
+    try {
+        write(rows);
+    } catch (const db::DbError& error) {
+        if (!isChainDataError(error))
+            throw;
+        // One chain's row is refused: write them one by one, so that only that chain is held up.
+        for (const JobWrite& one : rows) {
+            try {
+                write(std::span(&one, 1));
+            } catch (const db::DbError& oneError) {
+                if (!isChainDataError(oneError))
+                    throw;
+                rejected.push_back(RejectedJob { one.chainId, one.job.id, oneError.what() });
+            }
+        }
+    }
+    return rejected;
 }
 
 std::vector<JobRow> Store::jobs(std::int64_t chainId)
@@ -579,7 +668,7 @@ std::optional<JobRow> Store::jobBySlurmId(std::int64_t slurmJobId, std::int64_t*
     if (result.rows() == 0)
         return std::nullopt;
     if (chainId)
-        *chainId = result.int64(0, 8);
+        *chainId = result.int64(0, 9);
     return jobAt(result, 0);
 }
 
@@ -653,15 +742,20 @@ void Store::recordCheckpoint(
         const auto found = summary.find(key);
         return found != summary.end() && found->is_boolean() && found->get<bool>();
     };
+    // Each number was range-checked by the plugin that read it from the owner's manifest, and is again
+    // here: an event is a hint from a user-writable file, and no value may overflow a conversion.
     const auto iteration = number("iteration");
+    const auto bytes = number("total_bytes").value_or(0);
+    const auto created = number("created_unix").value_or(0);
     const auto name = summary.find("name");
-    if (!iteration || *iteration < 0 || name == summary.end() || !name->is_string())
-        return; // not a usable hint
+    if (!iteration || !contract::reportedIterationInRange(*iteration) || !contract::reportedBytesInRange(bytes)
+        || !contract::reportedCreatedInRange(created) || name == summary.end() || !name->is_string()
+        || !contract::parseCheckpointDirName(name->get_ref<const std::string&>()))
+        throw std::invalid_argument("the checkpoint report's iteration, total_bytes, created_unix or name"
+                                    " is missing or out of range");
     connection_.exec(insertCheckpointHint,
-        Params(chainId, jobId, static_cast<std::int64_t>(*iteration),
-            chainDir + "/" + name->get<std::string>(),
-            static_cast<std::int64_t>(std::max(0.0, number("total_bytes").value_or(0))),
-            number("created_unix").value_or(0), summary, flag("training_done"), flag("final")));
+        Params(chainId, jobId, static_cast<std::int64_t>(*iteration), chainDir + "/" + name->get<std::string>(),
+            static_cast<std::int64_t>(bytes), created, summary, flag("training_done"), flag("final")));
 }
 
 std::optional<Json> Store::latestCheckpoint(std::int64_t chainId)
@@ -735,6 +829,60 @@ std::optional<std::int64_t> Store::handoverSignalledAt(std::int64_t chainId, int
     if (result.rows() == 0)
         return std::nullopt;
     return result.int64(0, 0);
+}
+
+Store::HandoverSignal Store::handoverSignal(std::int64_t chainId, int generation)
+{
+    return connection_.exec(selectHandoverSent, Params(chainId, generation))
+        .first([](const Result& r, int row) {
+            return HandoverSignal { r.optInt64(row, 0), static_cast<int>(r.int64(row, 1)) };
+        })
+        .value_or(HandoverSignal {});
+}
+
+void Store::recordHandoverSignal(std::int64_t chainId, int generation, std::int64_t sentAt)
+{
+    connection_.exec(updateHandoverSent, Params(chainId, generation, sentAt));
+}
+
+namespace {
+// The elements of a one-dimensional PostgreSQL array's text form ({a,b}); keys and ids have no quotes,
+// commas or braces.
+std::vector<std::string> arrayElements(std::string_view text)
+{
+    std::vector<std::string> items;
+    if (text.size() < 2)
+        return items;
+    text = text.substr(1, text.size() - 2);
+    while (!text.empty()) {
+        const auto comma = text.find(',');
+        items.emplace_back(text.substr(0, comma));
+        if (comma == std::string_view::npos)
+            break;
+        text.remove_prefix(comma + 1);
+    }
+    return items;
+}
+} // namespace
+
+std::vector<Store::ChainToWithdraw> Store::chainsToWithdraw()
+{
+    return connection_.exec(selectChainsToWithdraw).all([](const Result& r, int row) {
+        ChainToWithdraw withdraw { chainAt(r, row), {}, arrayElements(r.text(row, 15)) };
+        for (const std::string& id : arrayElements(r.text(row, 14)))
+            withdraw.jobIds.push_back(std::stoll(id));
+        return withdraw;
+    });
+}
+
+void Store::setWithdrawJobs(std::int64_t chainId, bool withdraw)
+{
+    connection_.exec(updateWithdrawJobs, Params(chainId, withdraw));
+}
+
+void Store::deadLetter(std::int64_t eventId, const std::string& error)
+{
+    connection_.exec(updateDeadLetter, Params(eventId, error));
 }
 
 Store::LiveStates Store::liveStates()

@@ -34,6 +34,7 @@ struct ChainRow {
     std::optional<std::string> chainDir;
     bool resubmitRequested = false;
     std::int64_t updatedAt = 0;
+    std::string token; // in the keys of its submissions: unguessable by other users
 
     nlohmann::json toJson() const;
 };
@@ -44,6 +45,7 @@ struct JobRow {
     std::string state;
     std::optional<std::int64_t> submitTime, startTime, endTime, timeLimitSeconds;
     std::optional<int> exitCode;
+    bool withdrawn = false; // ended without running: it gave its seq back
 };
 
 struct SubmissionRow {
@@ -134,11 +136,19 @@ public:
     // come from there.
     std::vector<LiveChain> liveChainsForTick(LiveChainCache& cache);
     nlohmann::json spec(std::int64_t chainId);
-    // Compare-and-set: moves the chain to `to` only if it is in one of `from`. Returns whether it did.
-    bool transition(std::int64_t chainId, std::initializer_list<ChainState> from, ChainState to,
+    // Compare-and-set through the state machine's table: `event` moves the chain from the state it had
+    // when `chain` was read, fenced on that state and seq; false (and nothing written) when the table
+    // does not allow the event there or the chain changed since.
+    bool transition(const ChainRow& chain, ChainEvent event,
         const std::optional<std::string>& reason = std::nullopt);
-    // The successor became the current job.
-    bool advance(std::int64_t chainId, int fromSeq, ChainState to);
+    // The successor became the current job (PredecessorEnded, or a job its owner submitted by hand),
+    // fenced like transition().
+    bool advance(const ChainRow& chain, ChainEvent event);
+    // An ended or quarantined chain runs again (event Resubmit): it continues after the highest seq its
+    // jobs and submissions ever used, with a fresh retry budget and, if given, a new spec. Returns the seq
+    // its next job takes, or nullopt when the chain changed since it was read.
+    std::optional<int> restart(const ChainRow& chain, ChainEvent event, const std::string& reason,
+        const std::optional<nlohmann::json>& spec = std::nullopt);
     void setRetries(std::int64_t chainId, int retries);
     void setGeneration(std::int64_t chainId, int generation);
     void setResubmitRequested(std::int64_t chainId, bool requested);
@@ -154,7 +164,7 @@ public:
     std::unordered_map<std::int64_t, nlohmann::json> recordIntents(
         const std::vector<IntentRequest>& requests);
     void markSubmitted(const std::string& key, std::int64_t slurmJobId);
-    void markSubmission(const std::string& key, const std::string& state, const std::string& error);
+    void markSubmission(std::int64_t chainId, int seq, const std::string& state, const std::string& error);
     std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);
     void forgetSubmission(std::int64_t chainId, int seq); // a failed intent may be written anew
 
@@ -165,7 +175,14 @@ public:
         int seq = 0;
         ClusterJob job;
     };
-    void upsertJobs(std::span<const JobWrite> writes);
+    // A job row the database did not take (a second live job of one seq, a value it refused), and why.
+    struct RejectedJob {
+        std::int64_t chainId = 0;
+        std::int64_t slurmJobId = 0;
+        std::string reason;
+    };
+    // The batch never fails for one chain's row: the rows refused are returned, the others written.
+    std::vector<RejectedJob> upsertJobs(std::span<const JobWrite> writes);
     std::vector<JobRow> jobs(std::int64_t chainId);
     std::optional<JobRow> jobBySlurmId(std::int64_t slurmJobId, std::int64_t* chainId = nullptr);
 
@@ -179,6 +196,8 @@ public:
     SignalScope checkpointSignalScope(std::int64_t slurmJobId);
     std::vector<EventRow> unprocessedEvents(int limit);
     void markProcessed(const std::vector<std::int64_t>& eventIds); // in one statement
+    // An event whose data the database refused: processed, with the reason, never tried again.
+    void deadLetter(std::int64_t eventId, const std::string& error);
 
     // A checkpoint reported by the plugin (a hint: used to show progress and to see training_done).
     void recordCheckpoint(std::int64_t chainId, std::optional<std::int64_t> jobId,
@@ -201,6 +220,23 @@ public:
     // Returns the seconds from the signal to `endTime`, if the handover was open.
     std::optional<double> completeHandover(std::int64_t chainId, int generation, std::int64_t endTime);
     std::optional<std::int64_t> handoverSignalledAt(std::int64_t chainId, int generation);
+    // The handover signal as delivered: when scancel last succeeded (nullopt: never yet) and how often.
+    struct HandoverSignal {
+        std::optional<std::int64_t> sentAt;
+        int attempts = 0;
+    };
+    HandoverSignal handoverSignal(std::int64_t chainId, int generation);
+    void recordHandoverSignal(std::int64_t chainId, int generation, std::int64_t sentAt);
+
+    // Cancelled chains whose jobs may still be queued or running, with the job ids and submission keys
+    // of their current and next seq (see chains.withdraw_jobs).
+    struct ChainToWithdraw {
+        ChainRow chain;
+        std::vector<std::int64_t> jobIds;
+        std::vector<std::string> keys;
+    };
+    std::vector<ChainToWithdraw> chainsToWithdraw();
+    void setWithdrawJobs(std::int64_t chainId, bool withdraw);
 
     // The live chains' states in id order, read through the live chains alone, and the highest chain id
     // given so far (ids only grow; 0 without chains), for the gauges.

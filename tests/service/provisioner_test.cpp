@@ -5,6 +5,7 @@
 #include "provisioner.hpp"
 #include "services.hpp"
 
+#include <baton_contract.hpp>
 #include <migrations.hpp>
 #include <model_store.hpp>
 #include <policy.hpp>
@@ -146,6 +147,13 @@ protected:
         provisioner.tick();
     }
     ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
+    // Puts a chain in a state for a test's set-up, whether or not the state machine leads there.
+    bool forceState(std::int64_t chainId, ChainState from, ChainState to)
+    {
+        static constexpr baton::db::Statement force { "test_force_state",
+            "UPDATE chains SET state = $2 WHERE id = $1 AND state = $3" };
+        return connection_.exec(force, baton::db::Params(chainId, nameOf(to), nameOf(from))).affected() == 1;
+    }
 
     static baton::test::PostgresServer* server_;
     ServiceConfig config_;
@@ -163,7 +171,7 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     const ChainRow chain = chainWithRunningJob(1);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(cluster_.submissions[0].comment, Provisioner::submissionKey(chain.id, 1));
+    EXPECT_EQ(cluster_.submissions[0].comment, Provisioner::submissionKey(chain, 1));
     EXPECT_EQ(cluster_.submissions[0].sbatchArgs.front(), "--baton=" + chain.name);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
     tick(std::make_shared<AlwaysSubmit>()); // nothing new while the successor waits
@@ -231,7 +239,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
 TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
 {
     const ChainRow first = chainWithRunningJob(1);
-    const std::string key = Provisioner::submissionKey(first.id, 1);
+    const std::string key = Provisioner::submissionKey(first, 1);
     ASSERT_EQ(
         store_.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
         1u);
@@ -268,8 +276,8 @@ TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
 {
     const ChainRow chain = chainWithRunningJob(3);
     // batond died between writing the intent and running sbatch.
-    ASSERT_TRUE(store_.transition(chain.id, { ChainState::Running }, ChainState::SuccessorPending));
-    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Provisioner::submissionKey(chain.id, 1), "policy"));
+    ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
+    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Provisioner::submissionKey(chain, 1), "policy"));
     tick();
     EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
     cluster_.now += 3600;
@@ -325,7 +333,7 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
 {
     const ChainRow chain = chainWithRunningJob(6);
     tick(std::make_shared<AlwaysSubmit>());
-    ASSERT_TRUE(store_.transition(chain.id, { ChainState::SuccessorPending }, ChainState::Paused, "test"));
+    ASSERT_TRUE(forceState(chain.id, ChainState::SuccessorPending, ChainState::Paused));
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.cancelled,
         std::vector<std::int64_t> { cluster_.submissions.empty() ? 0 : cluster_.jobs.back().id });
@@ -490,23 +498,22 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(2);
     read(0);
 
-    store_.recordIntent(a.id, 1, Provisioner::submissionKey(a.id, 1), "policy");
+    store_.recordIntent(a.id, 1, Provisioner::submissionKey(a, 1), "policy");
     EXPECT_TRUE(of(read(1), a)->next.has_value());
     connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
     EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
     store_.recordCheckpoint(b.id, std::nullopt,
         Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
     EXPECT_TRUE(of(read(1), b)->trainingDone);
-    connection_.execScript(
-        "DELETE FROM submissions WHERE idempotency_key = 'baton:" + std::to_string(a.id) + ":1'");
+    connection_.execScript("DELETE FROM submissions WHERE chain_id = " + std::to_string(a.id) + " AND seq = 1");
     EXPECT_FALSE(of(read(1), a)->next.has_value());
     // A new seq alone (the chain's own row) makes other rows the current and next job's.
-    ASSERT_TRUE(store_.advance(a.id, 0, ChainState::Running));
+    ASSERT_TRUE(store_.advance(*store_.chain(a.id), ChainEvent::JobAdopted));
     EXPECT_EQ(of(read(1), a)->jobs.size(), 0u) << "no job 1 or 2 yet";
     // The chain's own row is read every time: a change to it alone reads no other rows.
-    ASSERT_TRUE(store_.transition(a.id, { ChainState::Running }, ChainState::Paused, "test"));
+    ASSERT_TRUE(forceState(a.id, ChainState::Running, ChainState::Paused));
     EXPECT_EQ(of(read(0), a)->chain.state, ChainState::Paused);
-    ASSERT_TRUE(store_.transition(b.id, { ChainState::Running }, ChainState::Finished));
+    ASSERT_TRUE(forceState(b.id, ChainState::Running, ChainState::Finished));
     EXPECT_FALSE(of(read(0), b).has_value());
 
     // A new database session (a reconnect, perhaps to a promoted standby) reads everything again.
@@ -569,7 +576,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     EXPECT_EQ(store_.chain(chain.id)->seq, 1);
     provisioner.tick(); // the next successor for job 1
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(cluster_.submissions.back().comment, Provisioner::submissionKey(chain.id, 2));
+    EXPECT_EQ(cluster_.submissions.back().comment, Provisioner::submissionKey(chain, 2));
 }
 
 // The checkpoint-age gauge of a state is the age of the oldest newest checkpoint among its live chains,
@@ -583,7 +590,8 @@ TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
         store_.recordCheckpoint(chain.id, std::nullopt,
-            Json { { "name", "ckpt-" + std::to_string(iteration) }, { "iteration", iteration },
+            Json { { "name", baton::contract::checkpointDirName(static_cast<std::uint64_t>(iteration)) },
+                { "iteration", iteration },
                 { "created_unix", cluster_.now - ago } },
             "/c");
     };
@@ -613,7 +621,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     const ChainRow first = chainWithRunningJob(21, "-a");
     const ChainRow second = chainWithRunningJob(22, "-b");
     const ChainRow history = store_.createChain(65534, "nobody", "history", "/chains/history", Json());
-    ASSERT_TRUE(store_.transition(history.id, { ChainState::Running }, ChainState::Finished));
+    ASSERT_TRUE(forceState(history.id, ChainState::Running, ChainState::Finished));
     Provisioner provisioner(config_, store_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto gauge = [&](ChainState state) { return metrics_.chains(state).Value(); };
@@ -627,38 +635,38 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
 
     // Nothing began or ended: the ended states are not read again (a change among them that no chain's
     // end or return explains, which batond never makes, stays unseen).
-    ASSERT_TRUE(store_.transition(history.id, { ChainState::Finished }, ChainState::Failed));
+    ASSERT_TRUE(forceState(history.id, ChainState::Finished, ChainState::Failed));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Finished), 1);
     EXPECT_EQ(gauge(ChainState::Failed), 0);
 
     // A chain that began and ended between two ticks is seen by its id, and the recount takes in all.
     const ChainRow unseen = store_.createChain(65534, "nobody", "unseen", "/chains/unseen", Json());
-    ASSERT_TRUE(store_.transition(unseen.id, { ChainState::Running }, ChainState::Finished));
+    ASSERT_TRUE(forceState(unseen.id, ChainState::Running, ChainState::Finished));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Finished), 1);
     EXPECT_EQ(gauge(ChainState::Failed), 1);
 
     // A chain counted live ends.
-    ASSERT_TRUE(store_.transition(first.id, { ChainState::Running }, ChainState::Cancelled));
+    ASSERT_TRUE(forceState(first.id, ChainState::Running, ChainState::Cancelled));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Running), 1);
     EXPECT_EQ(gauge(ChainState::Cancelled), 1);
 
     // A failed chain resubmitted comes back.
-    ASSERT_TRUE(store_.transition(history.id, { ChainState::Failed }, ChainState::Paused));
+    ASSERT_TRUE(forceState(history.id, ChainState::Failed, ChainState::Paused));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Failed), 0);
     EXPECT_EQ(gauge(ChainState::Paused), 1);
 
     // A new chain still live is no reason to recount.
     chainWithRunningJob(23, "-c");
-    ASSERT_TRUE(store_.transition(unseen.id, { ChainState::Finished }, ChainState::Cancelled));
+    ASSERT_TRUE(forceState(unseen.id, ChainState::Finished, ChainState::Cancelled));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Running), 2);
     EXPECT_EQ(gauge(ChainState::Cancelled), 1) << "not recounted";
 
-    ASSERT_TRUE(store_.transition(second.id, { ChainState::Running }, ChainState::Finished));
+    ASSERT_TRUE(forceState(second.id, ChainState::Running, ChainState::Finished));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Running), 1);
     EXPECT_EQ(gauge(ChainState::Finished), 1);
