@@ -772,18 +772,18 @@ void Provisioner::withdrawCancelledChains(const QueueSnapshot& queue)
 {
     for (const Store::ChainToWithdraw& cancelled : store_.chainsToWithdraw()) {
         const ChainRow& chain = cancelled.chain;
-        std::vector<const ClusterJob*> live;
+        std::map<std::int64_t, const ClusterJob*> live; // by id: a job found by its id and its key is one
         for (const std::int64_t id : cancelled.jobIds)
             if (const ClusterJob* job = queue.find(id); job && job->userId == chain.ownerUid && !job->ended())
-                live.push_back(job);
+                live.emplace(job->id, job);
         for (const std::string& key : cancelled.keys)
             if (const ClusterJob* job = queue.findByComment(key, chain.ownerUid); job && !job->ended())
-                live.push_back(job);
+                live.emplace(job->id, job);
         if (live.empty()) {
             store_.setWithdrawJobs(chain.id, false);
             continue;
         }
-        for (const ClusterJob* job : live) {
+        for (const auto& [id, job] : live) {
             try {
                 const ScopedTimer timer(metrics_.slurmCall("scancel"));
                 cluster_.cancel(job->id, chain.ownerUid);

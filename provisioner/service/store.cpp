@@ -516,7 +516,7 @@ bool Store::advance(const ChainRow& chain, ChainEvent event)
 std::optional<int> Store::restart(const ChainRow& chain, ChainEvent event, const std::string& reason,
     const std::optional<nlohmann::json>& spec)
 {
-    if (nextState(chain.state, event) != ChainState::Running)
+    if (!isTerminal(chain.state) || nextState(chain.state, event) != ChainState::Running)
         return std::nullopt;
     return connection_.exec(restartChain, Params(chain.id, nameOf(chain.state), chain.seq, reason, spec))
         .first([](const Result& r, int row) { return static_cast<int>(r.int64(row, 0)); });

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <ctime>
+#include <set>
 
 namespace {
 
@@ -43,16 +44,27 @@ public:
         jobs.push_back(job);
         if (failAfterSubmit)
             throw std::runtime_error("batond killed right after sbatch");
+        if (timeoutAfterAccept) // slurmctld took the job, but its answer never came back
+            throw SlurmError("sbatch timed out");
         return job.id;
     }
     void signal(std::int64_t jobId, const std::string& name, SignalScope scope, std::int64_t) override
     {
+        if (failingSignals > 0) {
+            --failingSignals;
+            throw SlurmError("scancel: slurmctld did not answer");
+        }
         signals.push_back({ jobId, name, scope });
     }
     void cancel(std::int64_t jobId, std::int64_t) override
     {
+        if (uncancellable.contains(jobId))
+            throw SlurmError("scancel: Access/permission denied");
         cancelled.push_back(jobId);
         if (ClusterJob* job = find(jobId); job && !job->ended()) {
+            // As slurmctld does: a job cancelled while pending gets its start set to its end.
+            if (job->startTime == 0)
+                job->startTime = now;
             job->state = "CANCELLED";
             job->endTime = now;
         }
@@ -80,6 +92,9 @@ public:
     std::int64_t now = std::time(nullptr); // the database clock stamps intents
     std::int64_t nextId = nextFreeId += 100; // Slurm never reuses a job id; the tests share a database
     bool failAfterSubmit = false;
+    bool timeoutAfterAccept = false;
+    int failingSignals = 0;
+    std::set<std::int64_t> uncancellable;
     std::vector<ClusterJob> jobs;
     std::vector<SubmitRequest> submissions;
     struct Signal {
@@ -777,4 +792,278 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     const auto* quantile = dynamic_cast<const baton::sim::QuantilePolicy*>(fallback.policy.get());
     ASSERT_NE(quantile, nullptr);
     EXPECT_DOUBLE_EQ(quantile->q(), 0.3);
+}
+
+// A checkpoint report whose values no column can hold (a user's manifest said so) is set aside with its
+// reason; it neither fails the tick nor stops any other chain.
+TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
+{
+    const ChainRow poisoned = chainWithRunningJob(31, "-a");
+    const ChainRow other = chainWithRunningJob(32, "-b");
+    const auto report = [&](const std::string& key, const Json& checkpoint) {
+        ASSERT_TRUE(store_.insertEvent(key, "task_exit", poisoned.name, 31,
+            Json { { "chain_dir", "/chains/x" }, { "checkpoint", checkpoint } }, 0));
+    };
+    report("huge-time", Json { { "name", "ckpt-000000000010" }, { "iteration", 10 }, { "created_unix", 1e300 } });
+    report("huge-iteration",
+        Json { { "name", "ckpt-000000000010" }, { "iteration", 9223372036854775807LL }, { "created_unix", 1 } });
+    report("bad-name", Json { { "name", "../../etc" }, { "iteration", 10 }, { "created_unix", 1 } });
+    EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
+    EXPECT_EQ(stateOf(other), ChainState::SuccessorPending) << "the other chain was stepped";
+    EXPECT_EQ(metrics_.chainErrors("event").Value(), 3);
+    EXPECT_TRUE(store_.unprocessedEvents(10).empty()) << "set aside, never tried again";
+    const auto errors = connection_.exec(baton::db::Statement { "test_event_errors",
+        "SELECT count(*) FROM events WHERE error LIKE '%out of range%'" });
+    EXPECT_EQ(errors.int64(0, 0), 3);
+    EXPECT_FALSE(store_.latestCheckpoint(poisoned.id).has_value());
+    EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
+}
+
+// A job row that would be a second live job of one (chain, seq) is refused alone: the batch writes the
+// other chains' rows.
+TEST_F(ProvisionerTest, AJobRowThatClashesIsRefusedAloneNotTheBatch)
+{
+    const ChainRow a = chainWithRunningJob(33, "-a");
+    const ChainRow b = chainWithRunningJob(34, "-b");
+    ClusterJob clash = cluster_.jobs.front();
+    clash.id = 35; // a second job for a's seq 0
+    ClusterJob moved = cluster_.jobs.back();
+    moved.state = "COMPLETED";
+    moved.endTime = cluster_.now;
+    const std::vector<Store::JobWrite> batch { { a.id, 0, clash }, { b.id, 0, moved } };
+    const auto rejected = store_.upsertJobs(batch);
+    ASSERT_EQ(rejected.size(), 1u);
+    EXPECT_EQ(rejected[0].slurmJobId, 35);
+    EXPECT_EQ(rejected[0].chainId, a.id);
+    EXPECT_EQ(store_.jobBySlurmId(34)->state, "COMPLETED");
+    EXPECT_FALSE(store_.jobBySlurmId(35).has_value());
+}
+
+// A chain that runs again continues after every seq it ever used: its next job never clashes with the
+// rows of a successor that was cancelled or a job adopted before.
+TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
+{
+    const ChainRow chain = chainWithRunningJob(36);
+    tick(std::make_shared<AlwaysSubmit>()); // successor: seq 1
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Cancel, "test"));
+    const auto seq = store_.restart(*store_.chain(chain.id), ChainEvent::Resubmit, "test");
+    ASSERT_EQ(seq, 2);
+    const ChainRow restarted = *store_.chain(chain.id);
+    EXPECT_EQ(restarted.state, ChainState::Running);
+    EXPECT_EQ(restarted.seq, 2);
+    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Provisioner::submissionKey(restarted, 2), "resubmit"));
+    EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_EQ(store_.submission(chain.id, 2)->state, "submitted");
+    // A second restart of a chain read before the first is fenced out.
+    EXPECT_FALSE(store_.restart(*store_.chain(chain.id), ChainEvent::Resubmit, "test"))
+        << "a running chain does not restart";
+}
+
+// A successor cancelled while it was queued (Slurm sets its start to its end) never ran: the predecessor
+// is not asked to hand over, and the chain goes on as if the successor had not been submitted.
+TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStarted)
+{
+    const ChainRow chain = chainWithRunningJob(37);
+    tick(std::make_shared<AlwaysSubmit>());
+    const std::int64_t queued = cluster_.jobs.back().id;
+    cluster_.now += 10;
+    cluster_.cancel(queued, 65534); // the user's scancel
+    tick(std::make_shared<baton::sim::ReactivePolicy>());
+    EXPECT_TRUE(cluster_.signals.empty()) << "the running predecessor was told to hand over";
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    EXPECT_EQ(store_.submission(chain.id, 1)->state, "cancelled");
+    // The policy submits seq 1 again; its job gets a row of its own beside the withdrawn one.
+    cluster_.now += 10;
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    EXPECT_EQ(store_.jobBySlurmId(cluster_.jobs.back().id)->seq, 1);
+    EXPECT_TRUE(store_.jobBySlurmId(queued)->withdrawn);
+}
+
+// Pause withdraws the queued successor; resume does not take that cancelled job for a started one, nor
+// pause the chain again.
+TEST_F(ProvisionerTest, PauseThenResumeGoesOnWithoutAHandoverOrASecondPause)
+{
+    const ChainRow chain = chainWithRunningJob(38);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Pause, "test"));
+    cluster_.now += 10;
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(cluster_.cancelled.size(), 1u);
+    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Resume, "test"));
+    for (int i = 0; i < 3; ++i) {
+        cluster_.now += 10;
+        tick(std::make_shared<baton::sim::ReactivePolicy>());
+        EXPECT_EQ(stateOf(chain), ChainState::Running);
+    }
+    EXPECT_TRUE(cluster_.signals.empty());
+    // When its job ends, the chain submits its next one as usual.
+    cluster_.end(38, "TIMEOUT");
+    cluster_.now += 60;
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_EQ(cluster_.submissions.size(), 2u);
+}
+
+// A chain whose job was cancelled by hand is paused; its owner's resume submits the next job instead of
+// pausing it again on the same cancelled job.
+TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
+{
+    const ChainRow chain = chainWithRunningJob(39);
+    cluster_.end(39, "CANCELLED");
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::Paused);
+    const ChainRow paused = *store_.chain(chain.id);
+    ASSERT_TRUE(store_.transition(paused, ChainEvent::Resume, "test"));
+    store_.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
+    cluster_.now += 10;
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+}
+
+// Reconciliation by key matches only the chain owner's jobs: another user's job carrying the key is not
+// adopted, and the chain submits its own.
+TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
+{
+    const ChainRow chain = chainWithRunningJob(40);
+    ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
+    const ChainRow pending = *store_.chain(chain.id);
+    const std::string key = Provisioner::submissionKey(pending, 1);
+    ASSERT_TRUE(store_.recordIntent(chain.id, 1, key, "policy"));
+    ClusterJob impostor;
+    impostor.id = 41;
+    impostor.userId = 1000; // not the owner
+    impostor.state = "RUNNING";
+    impostor.comment = key;
+    impostor.submitTime = impostor.startTime = cluster_.now;
+    cluster_.jobs.push_back(impostor);
+    cluster_.now += 3600;
+    cluster_.find(40)->startTime = cluster_.now - 60;
+    tick();
+    ASSERT_EQ(cluster_.submissions.size(), 1u) << "the chain submitted its own job";
+    EXPECT_NE(store_.submission(chain.id, 1)->slurmJobId, 41);
+    EXPECT_TRUE(cluster_.signals.empty());
+    EXPECT_NE(key.find(pending.token), std::string::npos);
+    EXPECT_GE(pending.token.size(), 32u) << "unguessable";
+}
+
+// A handover whose signal did not reach the predecessor is signalled again until it is; the signal is
+// recorded only once delivered.
+TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
+{
+    const ChainRow chain = chainWithRunningJob(42);
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    cluster_.failingSignals = 2;
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    EXPECT_TRUE(cluster_.signals.empty());
+    EXPECT_FALSE(store_.handoverSignal(chain.id, 0).sentAt);
+    cluster_.now += 10;
+    tick(); // fails again
+    EXPECT_TRUE(cluster_.signals.empty());
+    cluster_.now += 10;
+    tick();
+    ASSERT_EQ(cluster_.signals.size(), 1u);
+    EXPECT_EQ(cluster_.signals[0].jobId, 42);
+    EXPECT_EQ(store_.handoverSignal(chain.id, 0).sentAt, cluster_.now);
+    cluster_.now += 10;
+    tick();
+    EXPECT_EQ(cluster_.signals.size(), 1u) << "delivered once: not sent again";
+}
+
+// sbatch timed out after slurmctld had accepted the job: the next submission of that key finds the job
+// in the queue instead of submitting a second one.
+TEST_F(ProvisionerTest, AnSbatchThatTimedOutAfterAcceptingIsNotSubmittedTwice)
+{
+    const ChainRow chain = chainWithRunningJob(43);
+    cluster_.timeoutAfterAccept = true;
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.timeoutAfterAccept = false;
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(store_.submission(chain.id, 1)->state, "failed");
+    for (int i = 0; i < 3; ++i) {
+        cluster_.now += 10;
+        tick(std::make_shared<AlwaysSubmit>());
+    }
+    EXPECT_EQ(cluster_.submissions.size(), 1u) << "a second job for one key";
+    EXPECT_EQ(store_.submission(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+}
+
+// Cancelling a chain is carried out by the tick: its current job and a successor submitted in the tick
+// before are both cancelled, and again while slurmctld still shows them.
+TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
+{
+    const ChainRow chain = chainWithRunningJob(44);
+    tick(std::make_shared<AlwaysSubmit>());
+    const std::int64_t successor = cluster_.jobs.back().id;
+    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Cancel, "test"));
+    store_.setWithdrawJobs(chain.id, true);
+    cluster_.uncancellable = { 44 }; // the first scancel of the running job fails
+    cluster_.now += 10;
+    EXPECT_NO_THROW(tick());
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { successor });
+    cluster_.uncancellable.clear();
+    cluster_.now += 10;
+    tick();
+    EXPECT_EQ(cluster_.cancelled, (std::vector<std::int64_t> { successor, 44 }));
+    EXPECT_EQ(store_.chainsToWithdraw().size(), 1u) << "until squeue shows them ended";
+    cluster_.now += 10;
+    tick();
+    EXPECT_TRUE(store_.chainsToWithdraw().empty());
+    EXPECT_EQ(cluster_.cancelled.size(), 2u);
+}
+
+// A chain whose Slurm actions keep failing is quarantined with its reason after a few ticks; the other
+// chains go on, and its owner's resume takes it back.
+TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
+{
+    const ChainRow stuck = chainWithRunningJob(45, "-a");
+    const ChainRow other = chainWithRunningJob(46, "-b");
+    ASSERT_TRUE(forceState(stuck.id, ChainState::Running, ChainState::Handover));
+    store_.startHandover(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
+    store_.recordHandoverSignal(stuck.id, 0, cluster_.now - 100000);
+    cluster_.uncancellable = { 45 };
+    Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+    for (int i = 0; i < Provisioner::quarantineAfterFailures; ++i) {
+        EXPECT_NE(stateOf(stuck), ChainState::Quarantined) << "after " << i << " failures";
+        cluster_.now += 10;
+        EXPECT_NO_THROW(provisioner.tick());
+    }
+    EXPECT_EQ(stateOf(stuck), ChainState::Quarantined);
+    EXPECT_NE(store_.chain(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
+    EXPECT_EQ(metrics_.chainErrors("slurm").Value(), Provisioner::quarantineAfterFailures);
+    EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
+    EXPECT_EQ(metrics_.chains(ChainState::Quarantined).Value(), 1);
+    const auto cancels = cluster_.cancelled.size();
+    provisioner.tick();
+    EXPECT_EQ(cluster_.cancelled.size(), cancels) << "nothing is done for a quarantined chain";
+    EXPECT_TRUE(store_.transition(*store_.chain(stuck.id), ChainEvent::Resume, "test"));
+}
+
+// Every write is fenced on the state and seq its writer read: a tick's stale view cannot overwrite a
+// pause or cancel that came in between, nor advance a chain that moved on.
+TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
+{
+    const ChainRow chain = chainWithRunningJob(48);
+    ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
+    const ChainRow stale = *store_.chain(chain.id);
+    ASSERT_TRUE(store_.transition(stale, ChainEvent::Pause, "by the owner"));
+    EXPECT_FALSE(store_.advance(stale, ChainEvent::PredecessorEnded));
+    EXPECT_FALSE(store_.transition(stale, ChainEvent::SuccessorStarted));
+    EXPECT_EQ(stateOf(chain), ChainState::Paused);
+    EXPECT_EQ(store_.chain(chain.id)->seq, 0);
+    EXPECT_FALSE(store_.transition(*store_.chain(chain.id), ChainEvent::SuccessorStarted))
+        << "the table does not allow it from paused";
 }

@@ -23,6 +23,57 @@ TEST(ChainStateNames, RoundTripEveryState)
     EXPECT_FALSE(isTerminal(ChainState::Paused));
 }
 
+// The whole state machine as a table: every state against every event, the state it leads to or "-" where
+// the event is refused. The API and the tick both consult chainTransitions, so this is what both do.
+TEST(ChainStateMachine, EveryStateAgainstEveryEvent)
+{
+    using S = ChainState;
+    using E = ChainEvent;
+    const std::optional<S> no;
+    struct Row {
+        E event;
+        std::array<std::optional<S>, 8> to; // running, successor_pending, handover, paused, quarantined,
+                                            // finished, failed, cancelled
+    };
+    const Row table[] = {
+        { E::SubmitSuccessor, { S::SuccessorPending, no, no, no, no, no, no, no } },
+        { E::SuccessorFound, { S::SuccessorPending, no, no, no, no, no, no, no } },
+        { E::SuccessorWithdrawn, { no, S::Running, no, no, no, no, no, no } },
+        { E::SuccessorStarted, { no, S::Handover, no, no, no, no, no, no } },
+        { E::PredecessorEnded, { no, S::Running, S::Running, no, no, no, no, no } },
+        { E::TrainingDone, { S::Finished, S::Finished, S::Finished, no, no, no, no, no } },
+        { E::RetryBudgetSpent, { S::Failed, S::Failed, S::Failed, no, no, no, no, no } },
+        { E::JobCancelledOutside, { S::Paused, S::Paused, S::Paused, no, no, no, no, no } },
+        { E::JobAdopted, { S::Running, no, no, S::Running, S::Running, no, no, no } },
+        { E::Quarantine, { S::Quarantined, S::Quarantined, S::Quarantined, S::Quarantined, no, no, no, no } },
+        { E::Pause, { S::Paused, S::Paused, S::Paused, no, no, no, no, no } },
+        { E::Resume, { no, no, no, S::Running, S::Running, no, no, no } },
+        { E::Cancel, { S::Cancelled, S::Cancelled, S::Cancelled, S::Cancelled, S::Cancelled, no, no, no } },
+        { E::Resubmit, { S::Running, no, no, S::Running, S::Running, S::Running, S::Running, S::Running } },
+        { E::Preempt, { S::Running, S::SuccessorPending, no, no, no, no, no, no } },
+    };
+    ASSERT_EQ(std::size(table), chainEventNames.size()) << "every event has a row";
+    for (const Row& row : table)
+        for (std::size_t i = 0; i < chainStateNames.size(); ++i) {
+            const S state = chainStateNames[i].first;
+            EXPECT_EQ(nextState(state, row.event), row.to[i]) << nameOf(row.event) << " from " << nameOf(state);
+            EXPECT_EQ(isAllowed(state, row.event), row.to[i].has_value());
+        }
+    // Nothing leaves an ended state but a resubmit.
+    for (const auto& [event, name] : chainEventNames)
+        for (const S ended : { S::Finished, S::Failed, S::Cancelled })
+            EXPECT_EQ(isAllowed(ended, event), event == E::Resubmit) << name;
+}
+
+TEST(ServiceConfig, SubmitGraceMustExceedTheSlurmTimeout)
+{
+    ServiceConfig config;
+    const std::vector<std::string> args { "--slurm-timeout-seconds", "60", "--submit-grace-seconds", "60" };
+    EXPECT_THROW(applyFlags(config, args), ConfigError);
+    const std::vector<std::string> fine { "--slurm-timeout-seconds", "60", "--submit-grace-seconds", "90" };
+    EXPECT_TRUE(applyFlags(config, fine));
+}
+
 TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
 {
     const std::string path = "/tmp/batond-config-" + std::to_string(getpid()) + ".json";
