@@ -35,3 +35,12 @@ ALTER TABLE decisions DROP CONSTRAINT decisions_action_check;
 ALTER TABLE decisions ADD CONSTRAINT decisions_action_check CHECK (action IN
     ('wait', 'submit', 'handover', 'cancel', 'preempt', 'pause', 'resume', 'resubmit', 'finish', 'fail', 'retry',
      'quarantine', 'withdrawn'));
+
+-- munged refuses a credential used twice, but each batond instance asks its own munged: the instances
+-- record the credentials they accepted here, so that one credential is good for one request at one of
+-- them. Rows older than any credential's lifetime are pruned.
+CREATE TABLE credentials_used (
+    digest  bytea PRIMARY KEY,
+    used_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX credentials_used_at_idx ON credentials_used (used_at);

@@ -164,6 +164,12 @@ void HttpApi::routes()
                 }
                 if (identity.payload != munge::requestPayload(request.method, request.target, request.body))
                     throw HttpError(401, "the credential was made for another request");
+                {
+                    // munged refuses a second use at this instance; the record refuses it at the other.
+                    auto lease = pool_.borrow();
+                    if (!Store(*lease).firstUseOfCredential(header))
+                        throw HttpError(401, "credential refused: it was used before");
+                }
                 handler(request, response, identities_.resolve(identity));
             } catch (const HttpError& error) {
                 reply(response, error.status, Json { { "error", error.what() } });

@@ -132,6 +132,7 @@ int run(ServiceConfig config)
                     store = std::make_unique<Store>(*connection);
                     provisioner = std::make_unique<Provisioner>(config, *store, cluster, metrics,
                         policy->policy, liveDecisionPoints(cluster, policy->predictor));
+                    provisioner->setLeadershipCheck([&leader] { return leader.check(); });
                 }
                 provisioner->tick();
                 markSlurm(true);

@@ -92,15 +92,8 @@ void Provisioner::tick()
 {
     const ScopedTimer timer(metrics_.tick());
     // squeue and its document take the longest: the reads that do not depend on the queue run meanwhile.
-    auto queueRead = std::async(std::launch::async, [this] {
-        const ScopedTimer slurmTimer(metrics_.slurmCall("squeue"));
-        try {
-            return cluster_.queue();
-        } catch (const SlurmError&) {
-            metrics_.slurmErrors("squeue").Increment();
-            throw;
-        }
-    });
+    // (The Slurm calls are timed and their failures counted in one place, the live Cluster.)
+    auto queueRead = std::async(std::launch::async, [this] { return cluster_.queue(); });
     // Bookkeeping (job rows, wait decisions, processed events) can be rebuilt from Slurm after a crash,
     // so it commits without waiting for the disk; the transactions that fence an action (a submission's
     // intent, a handover) turn durability back on for themselves (durable()).
@@ -135,6 +128,8 @@ void Provisioner::tick()
             chainFailed(chain, "data", error.what(), true);
         } catch (const SlurmError& error) {
             chainFailed(chain, "slurm", error.what(), false);
+        } catch (const LeadershipLost&) {
+            throw;
         } catch (const std::exception& error) {
             chainFailed(chain, "internal", error.what(), false);
         }
@@ -151,7 +146,7 @@ void Provisioner::tick()
 
 void Provisioner::pruneHistory()
 {
-    if (config_.retentionDays == 0 || ++ticksSincePrune_ < pruneEveryTicks)
+    if (++ticksSincePrune_ < pruneEveryTicks)
         return;
     const Store::Pruned pruned = store_.prune(config_.retentionDays, pruneBatch);
     const bool full = pruned.events >= static_cast<std::uint64_t>(pruneBatch)
@@ -213,10 +208,8 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
             // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
             std::string script;
             try {
-                const ScopedTimer slurmTimer(metrics_.slurmCall("scontrol"));
                 script = cluster_.batchScript(job->id, job->userId);
             } catch (const SlurmError& error) {
-                metrics_.slurmErrors("scontrol").Increment();
                 logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
                     + std::to_string(job->id) + " (" + error.what()
                     + "); its successors need `batonctl resubmit`");
@@ -368,8 +361,9 @@ std::optional<std::int64_t> Provisioner::submitIntent(
         store_.markSubmission(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;
     }
+    if (!stillLeading_()) // the intent stays for the instance that leads now
+        throw LeadershipLost("this instance lost the leadership; sbatch left to the active one");
     try {
-        const ScopedTimer timer(metrics_.slurmCall("sbatch"));
         const std::int64_t jobId = cluster_.submit(request);
         metrics_.submissions(reason).Increment();
         logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
@@ -448,6 +442,8 @@ std::size_t Provisioner::startSubmissions(
                 throw;
             // The intent stays: the next tick reconciles it against the queue or submits it again.
             chainFailed(chain, "data", error.what(), false);
+        } catch (const LeadershipLost&) {
+            throw;
         } catch (const std::exception& error) {
             chainFailed(chain, "internal", error.what(), false);
         }
@@ -557,7 +553,6 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
     if (!job && next->state == "intent" && now_ - next->createdAt < config_.submitGrace.count())
         return false;
     if (job && !job->ended()) {
-        const ScopedTimer timer(metrics_.slurmCall("scancel"));
         cluster_.cancel(job->id, chain.ownerUid);
     }
     store_.markSubmission(chain.id, chain.seq + 1, "cancelled", why);
@@ -571,7 +566,6 @@ void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& curren
 {
     const SignalScope scope = store_.checkpointSignalScope(current.id);
     try {
-        const ScopedTimer timer(metrics_.slurmCall("scancel"));
         cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
     } catch (const SlurmError& error) {
         metrics_.chainErrors("slurm").Increment();
@@ -734,7 +728,6 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 + std::to_string(config_.handoverTimeout.count())
                 + " s of the handover signal; cancelling it");
             metrics_.handovers("timed_out").Increment();
-            const ScopedTimer timer(metrics_.slurmCall("scancel"));
             cluster_.cancel(current->id, chain.ownerUid);
         }
         return;
@@ -785,7 +778,6 @@ void Provisioner::withdrawCancelledChains(const QueueSnapshot& queue)
         }
         for (const auto& [id, job] : live) {
             try {
-                const ScopedTimer timer(metrics_.slurmCall("scancel"));
                 cluster_.cancel(job->id, chain.ownerUid);
             } catch (const SlurmError& error) {
                 metrics_.chainErrors("slurm").Increment();

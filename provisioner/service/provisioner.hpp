@@ -44,6 +44,12 @@ struct AwaitingDecision {
     ClusterJob current;
 };
 
+// The instance found that it no longer leads: the tick stops where it is (nothing of it is a chain's fault).
+class LeadershipLost : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class Provisioner {
 public:
     Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
@@ -51,6 +57,10 @@ public:
 
     // One tick; throws db::DbError or SlurmError when the database or Slurm cannot be reached.
     void tick();
+
+    // Asked right before each sbatch (the one action that is not idempotent): an instance that lost
+    // the leadership during its tick submits nothing more. Default: always leading.
+    void setLeadershipCheck(std::function<bool()> stillLeading) { stillLeading_ = std::move(stillLeading); }
 
     // Submits job `seq` of the chain (the first job, a successor or a resubmission) under its
     // idempotency key; the intent must already be recorded. Returns the job id, or nullopt on failure.
@@ -118,6 +128,7 @@ private:
     Metrics& metrics_;
     std::shared_ptr<const sim::Policy> policy_;
     DecisionPointBuilder decisionPoint_;
+    std::function<bool()> stillLeading_ = [] { return true; };
     std::int64_t now_ = 0;
     // The interval in which each waiting chain's last "wait" decision was written: one per
     // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <chrono>
 #include <unordered_map>
 #include <unordered_set>
+
+#include <xxhash.h>
 
 namespace baton::service {
 
@@ -290,6 +293,12 @@ constexpr Statement pruneEvents { "svc_prune_events",
 constexpr Statement pruneDecisions { "svc_prune_decisions",
     "DELETE FROM decisions WHERE id IN (SELECT id FROM decisions"
     " WHERE decided_at < now() - make_interval(days => $1) ORDER BY decided_at LIMIT $2)" };
+// A credential lives at most munged's TTL (5 min by default): an hour covers every configured one.
+constexpr Statement pruneCredentials { "svc_prune_credentials",
+    "DELETE FROM credentials_used WHERE digest IN (SELECT digest FROM credentials_used"
+    " WHERE used_at < now() - interval '1 hour' ORDER BY used_at LIMIT $1)" };
+constexpr Statement insertCredentialUse { "svc_credential_use",
+    "INSERT INTO credentials_used (digest) VALUES (decode($1, 'hex')) ON CONFLICT DO NOTHING" };
 constexpr Statement selectEndedCounts { "svc_ended_counts",
     "SELECT state, count(*) FROM chains WHERE state IN ('finished', 'failed', 'cancelled') GROUP BY state",
     true };
@@ -901,8 +910,20 @@ Store::LiveStates Store::liveStates()
 
 Store::Pruned Store::prune(int retentionDays, int batch)
 {
+    connection_.exec(pruneCredentials, Params(batch));
+    if (retentionDays == 0)
+        return Pruned {};
     return Pruned { connection_.exec(pruneEvents, Params(retentionDays, batch)).affected(),
         connection_.exec(pruneDecisions, Params(retentionDays, batch)).affected() };
+}
+
+bool Store::firstUseOfCredential(std::string_view credential)
+{
+    const XXH128_hash_t digest = XXH3_128bits(credential.data(), credential.size());
+    char hex[33];
+    std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(digest.high64),
+        static_cast<unsigned long long>(digest.low64));
+    return connection_.exec(insertCredentialUse, Params(std::string(hex))).affected() == 1;
 }
 
 std::vector<std::pair<ChainState, std::int64_t>> Store::endedCounts()

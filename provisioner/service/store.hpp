@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -245,12 +246,14 @@ public:
         std::vector<std::pair<std::int64_t, ChainState>> chains;
     };
     LiveStates liveStates();
-    // Deletes up to `batch` processed events and `batch` decisions older than `retentionDays`, the
-    // oldest first.
+    // Deletes up to `batch` processed events and `batch` decisions older than `retentionDays` (none with
+    // 0), the oldest first, and the record of credentials past any credential's lifetime.
     struct Pruned {
         std::uint64_t events = 0, decisions = 0;
     };
     Pruned prune(int retentionDays, int batch);
+    // Records a MUNGE credential as used (by its digest); false when any instance accepted it before.
+    bool firstUseOfCredential(std::string_view credential);
     // How many chains each ended state has: this reads every chain ever run.
     std::vector<std::pair<ChainState, std::int64_t>> endedCounts();
 
