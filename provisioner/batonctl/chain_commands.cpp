@@ -301,17 +301,25 @@ int runSubmit(const ParsedCommand& command)
 
 int runChains(const ParsedCommand& command)
 {
-    std::string target = "/v1/chains";
+    std::string base = "/v1/chains?limit=500";
     if (command.has("state"))
-        target += "?state=" + encodeComponent(command.text("state"));
+        base += "&state=" + encodeComponent(command.text("state"));
     auto client = clientFor(command);
-    const std::string body = client.get(target);
+    // The service answers a page at a time; the pages are read in turn and shown as one list.
+    json chains = json::array();
+    for (std::string target = base;;) {
+        const json page = parseDocument(client.get(target));
+        for (const auto& chain : arrayOf(page, "chains"))
+            chains.push_back(chain);
+        const json* next = field(page, { "next_after" });
+        if (!next || !next->is_number_integer())
+            break;
+        target = base + "&after=" + std::to_string(next->get<std::int64_t>());
+    }
     if (command.flag("json")) {
-        std::cout << body << (body.empty() || body.back() != '\n' ? "\n" : "");
+        std::cout << json { { "chains", chains } }.dump() << "\n";
         return exitOk;
     }
-    const json answer = parseDocument(body);
-    const json& chains = arrayOf(answer, "chains");
     if (chains.empty()) {
         std::cout << "no chains\n";
         return exitOk;

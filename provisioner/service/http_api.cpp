@@ -10,6 +10,9 @@
 
 #include <httplib.h>
 
+#include <charconv>
+#include <limits>
+
 namespace baton::service {
 
 namespace {
@@ -263,13 +266,33 @@ void HttpApi::routes()
                 if (!state)
                     throw std::invalid_argument("unknown state '" + request.get_param_value("state") + "'");
             }
+            // A page at a time, in chain id order: `limit` (at most maxPage) chains after the id `after`;
+            // `next_after` is where the next page starts, null after the last one.
+            const auto integerParam = [&](const char* key, std::int64_t fallback, std::int64_t max) {
+                if (!request.has_param(key))
+                    return fallback;
+                const std::string text = request.get_param_value(key);
+                std::int64_t value = -1;
+                const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+                if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > max)
+                    throw std::invalid_argument(std::string("'") + key + "' must be a whole number 0.."
+                        + std::to_string(max));
+                return value;
+            };
+            constexpr std::int64_t maxPage = 1000;
+            const std::int64_t limit = std::max<std::int64_t>(1, integerParam("limit", maxPage, maxPage));
+            const std::int64_t after = integerParam("after", 0, std::numeric_limits<std::int64_t>::max());
             auto lease = pool_.borrow();
             Store store(*lease);
             Json chains = Json::array();
-            for (const ChainRow& chain :
-                store.chains(caller.isOperator ? std::nullopt : std::optional(caller.uid), state)) {
+            const std::vector<ChainRow> page = store.chains(
+                caller.isOperator ? std::nullopt : std::optional(caller.uid), state, after, limit + 1);
+            for (std::size_t i = 0; i < page.size() && i < static_cast<std::size_t>(limit); ++i) {
+                const ChainRow& chain = page[i];
                 Json row = chain.toJson();
                 for (const JobRow& job : store.jobs(chain.id)) {
+                    if (job.withdrawn)
+                        continue;
                     if (job.seq == chain.seq)
                         row["current_job"] = job.slurmJobId;
                     if (job.seq == chain.seq + 1)
@@ -279,7 +302,10 @@ void HttpApi::routes()
                     row["checkpoint"] = *newest;
                 chains.push_back(row);
             }
-            reply(response, 200, Json { { "chains", chains } });
+            const bool more = page.size() > static_cast<std::size_t>(limit);
+            reply(response, 200,
+                Json { { "chains", chains },
+                    { "next_after", more ? Json(page[static_cast<std::size_t>(limit) - 1].id) : Json() } });
         }));
 
     // The chain named in the path, if the caller may see it (its owner or an operator); 404 otherwise,

@@ -36,7 +36,7 @@ constexpr Statement selectChainByKey { "svc_chain_by_key",
     BATON_CHAIN_COLUMNS "WHERE owner_uid = $1 AND name = $2", true };
 constexpr Statement selectChains { "svc_chains",
     BATON_CHAIN_COLUMNS "WHERE ($1::bigint IS NULL OR owner_uid = $1) AND ($2::text IS NULL OR state = $2)"
-                        " ORDER BY owner_uid, name",
+                        " AND id > $3 ORDER BY id LIMIT $4",
     true };
 constexpr Statement selectSpec { "svc_chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) FROM chains WHERE id = $1", true };
@@ -423,12 +423,13 @@ std::optional<ChainRow> Store::chain(std::int64_t ownerUid, const std::string& n
     return connection_.exec(selectChainByKey, Params(ownerUid, name)).first(chainAt);
 }
 
-std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state)
+std::vector<ChainRow> Store::chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state,
+    std::int64_t afterId, std::int64_t limit)
 {
     std::optional<std::string> stateName;
     if (state)
         stateName = std::string(nameOf(*state));
-    return connection_.exec(selectChains, Params(ownerUid, stateName)).all(chainAt);
+    return connection_.exec(selectChains, Params(ownerUid, stateName, afterId, limit)).all(chainAt);
 }
 
 std::vector<LiveChain> Store::liveChainsForTick(LiveChainCache& cache)
@@ -941,11 +942,14 @@ Json Store::detail(const ChainRow& chain)
         Json row { { "seq", job.seq }, { "job_id", job.slurmJobId }, { "state", job.state },
             { "submit_unix", optionalJson(job.submitTime) }, { "start_unix", optionalJson(job.startTime) },
             { "end_unix", optionalJson(job.endTime) }, { "time_limit_s", optionalJson(job.timeLimitSeconds) },
-            { "exit_code", job.exitCode ? Json(*job.exitCode) : Json() } };
-        // Positive: a gap after the previous job ended; negative: the two ran together.
-        if (previousEnd && job.startTime)
-            row["interruption_s"] = *job.startTime - *previousEnd;
-        previousEnd = job.endTime;
+            { "exit_code", job.exitCode ? Json(*job.exitCode) : Json() }, { "withdrawn", job.withdrawn } };
+        // Positive: a gap after the previous job ended; negative: the two ran together. A withdrawn job
+        // never ran: it is no link of the chain.
+        if (!job.withdrawn) {
+            if (previousEnd && job.startTime)
+                row["interruption_s"] = *job.startTime - *previousEnd;
+            previousEnd = job.endTime;
+        }
         jobs.push_back(row);
     }
     const Json checkpoints

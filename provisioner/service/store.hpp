@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -130,8 +131,10 @@ public:
         const std::optional<std::string>& chainDir, const nlohmann::json& spec);
     std::optional<ChainRow> chain(std::int64_t id);
     std::optional<ChainRow> chain(std::int64_t ownerUid, const std::string& name);
-    // Every chain, or the owner's; optionally only those in `state`.
-    std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state);
+    // Every chain, or the owner's; optionally only those in `state`; in id order, at most `limit` of them
+    // after the id `afterId`.
+    std::vector<ChainRow> chains(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state,
+        std::int64_t afterId = 0, std::int64_t limit = std::numeric_limits<std::int64_t>::max());
     // Every live chain with what a tick reads of it, from one snapshot of the database, in one statement
     // whatever the number of chains; the rows of a chain whose revision and seq are those in `cache`
     // come from there.

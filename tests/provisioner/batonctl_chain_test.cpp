@@ -199,7 +199,7 @@ protected:
 
 TEST_F(BatonctlChains, ChainsPrintsATable)
 {
-    server_->reply("GET", "/v1/chains", 200, chainsDocument);
+    server_->reply("GET", "/v1/chains?limit=500", 200, chainsDocument);
     const auto r = batonctlRun({ "chains" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(
@@ -211,13 +211,13 @@ TEST_F(BatonctlChains, ChainsPrintsATable)
         << r.output;
 }
 
-TEST_F(BatonctlChains, StateFilterIsSentAsAQueryAndJsonIsPassedThrough)
+TEST_F(BatonctlChains, StateFilterIsSentAsAQueryAndJsonHasEveryPage)
 {
-    const std::string document = R"({"chains":[], "extra":"kept as is"})";
-    server_->reply("GET", "/v1/chains?state=running", 200, document);
+    const std::string document = R"({"chains":[], "next_after":null})";
+    server_->reply("GET", "/v1/chains?limit=500&state=running", 200, document);
     const auto r = batonctlRun({ "chains", "--state", "running", "--json" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
-    EXPECT_EQ(r.output, document + "\n");
+    EXPECT_EQ(r.output, "{\"chains\":[]}\n");
     const auto table = batonctlRun({ "chains", "--state=running" });
     EXPECT_EQ(table.exitCode, 0) << table.output;
     EXPECT_EQ(table.output, "no chains\n");
@@ -328,15 +328,29 @@ TEST_F(BatonctlChains, ErrorsMapToExitCodes)
     EXPECT_NE(missing.output.find("batond refused: no such chain"), std::string::npos) << missing.output;
 
     // A body that is not batond's JSON is shown as it came.
-    server_->reply("GET", "/v1/chains", 502, "Bad Gateway");
+    server_->reply("GET", "/v1/chains?limit=500", 502, "Bad Gateway");
     const auto proxy = batonctlRun({ "chains" });
     EXPECT_EQ(proxy.exitCode, 1);
     EXPECT_NE(proxy.output.find("batond refused: Bad Gateway (HTTP 502"), std::string::npos) << proxy.output;
 }
 
+// The service answers a page at a time: batonctl follows next_after and shows one list.
+TEST_F(BatonctlChains, EveryPageIsRead)
+{
+    server_->reply("GET", "/v1/chains?limit=500", 200,
+        R"({"chains":[{"owner":"alice","name":"one","state":"running","seq":0}],"next_after":7})");
+    server_->reply("GET", "/v1/chains?limit=500&after=7", 200,
+        R"({"chains":[{"owner":"bob","name":"two","state":"paused","seq":3}],"next_after":null})");
+    const auto r = batonctlRun({ "chains", "--json" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto doc = nlohmann::json::parse(r.output);
+    ASSERT_EQ(doc["chains"].size(), 2u) << r.output;
+    EXPECT_EQ(doc["chains"][1]["name"], "two");
+}
+
 TEST_F(BatonctlChains, TheServerComesFromTheOptionTheEnvironmentOrTheDefault)
 {
-    server_->reply("GET", "/v1/chains", 200, chainsDocument);
+    server_->reply("GET", "/v1/chains?limit=500", 200, chainsDocument);
     setenv("BATON_SERVER", server_->url().c_str(), 1);
     const auto fromEnvironment = run({ batonctl(), "chains" });
     unsetenv("BATON_SERVER");

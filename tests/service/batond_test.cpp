@@ -17,6 +17,7 @@
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
+#include <future>
 #include <map>
 #include <netinet/in.h>
 #include <random>
@@ -212,7 +213,7 @@ protected:
     {
         return { "--database", *conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
             "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name,
-            "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60", "--slurm-timeout-seconds",
+            "--submit-grace-seconds", "16", "--handover-timeout-seconds", "60", "--slurm-timeout-seconds",
             "10", "--log-level", "debug" };
     }
 
@@ -369,6 +370,51 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_EQ(checked.exitCode, 0) << checked.output;
     EXPECT_NE(metrics.body.find("baton_events_total{outcome=\"accepted\"} 1"), std::string::npos)
         << metrics.body;
+}
+
+// Two requests for one new chain submit one first job; a cancel is carried out by the tick until
+// slurmctld shows no job left; an ended chain submitted again continues after its last seq, and the
+// tick keeps writing every job row.
+TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
+{
+    const int port = freePort();
+    Batond batond(batondArgs(port, "api"), base_->path() / "api.log");
+    ASSERT_TRUE(waitFor([&] { return send(port, "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
+        << batond.log();
+    auto one = std::async(std::launch::async, [&] { return submitChain(port, "twice", 100000); });
+    auto two = std::async(std::launch::async, [&] { return submitChain(port, "twice", 100000); });
+    std::vector<int> statuses { one.get().status, two.get().status };
+    std::sort(statuses.begin(), statuses.end());
+    EXPECT_EQ(statuses, (std::vector<int> { 201, 409 })) << batond.log();
+    EXPECT_EQ(count("SELECT count(*) FROM submissions s JOIN chains c ON c.id = s.chain_id WHERE c.name = 'twice'"), 1);
+
+    const auto liveJobs = [] {
+        const auto queue = run({ "squeue", "-h", "-u", "nobody", "-t", "PENDING,RUNNING", "-o", "%k" }, 60s);
+        return std::count(queue.output.begin(), queue.output.end(), '\n');
+    };
+    ASSERT_TRUE(waitFor([&] { return liveJobs() == 1; }, 60s));
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody).status, 200);
+    EXPECT_TRUE(waitFor([&] { return liveJobs() == 0; }, 60s)) << batond.log();
+    EXPECT_TRUE(waitFor([&] { return count("SELECT count(*) FROM chains WHERE name = 'twice' AND withdraw_jobs") == 0; }, 60s));
+
+    // Submitted again by name: seq 1 (its job 0 holds seq 0), and its row is written like any other.
+    const Reply again = submitChain(port, "twice", 100000);
+    ASSERT_EQ(again.status, 201) << again.body << batond.log();
+    EXPECT_EQ(again.json()["chain"]["seq"], 1) << again.body;
+    EXPECT_TRUE(waitFor([&] { return count("SELECT count(*) FROM jobs j JOIN chains c ON c.id = j.chain_id"
+                                           " WHERE c.name = 'twice' AND j.restart_count = 1") == 1; },
+        60s))
+        << batond.log();
+    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody).status, 200);
+    EXPECT_TRUE(waitFor([&] { return liveJobs() == 0; }, 60s)) << batond.log();
+
+    // Names outside the one rule of plugin and service.
+    for (const std::string& name : { std::string("-dash"), std::string(".hidden"), std::string(129, 'a') })
+        EXPECT_EQ(submitChain(port, name, 10).status, 400) << name;
+    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    EXPECT_NE(metrics.body.find("baton_chain_errors_total{reason=\"job_row\"} 0"), std::string::npos)
+        << metrics.body;
+    expectNoDuplicateSubmission();
 }
 
 // The chain: 1-minute jobs of a program that needs about 100 s of training, submitted as `nobody`.

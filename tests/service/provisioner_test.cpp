@@ -1067,3 +1067,14 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
     EXPECT_FALSE(store_.transition(*store_.chain(chain.id), ChainEvent::SuccessorStarted))
         << "the table does not allow it from paused";
 }
+
+// Two instances ask two munged daemons, each of which refuses only a credential it saw itself: the
+// record in the database refuses the second use wherever it comes.
+TEST_F(ProvisionerTest, ACredentialIsAcceptedOnceAcrossInstances)
+{
+    baton::db::Connection otherInstance(conninfo_);
+    Store other(otherInstance);
+    EXPECT_TRUE(store_.firstUseOfCredential("MUNGE:AwQDAAA-one"));
+    EXPECT_FALSE(other.firstUseOfCredential("MUNGE:AwQDAAA-one"));
+    EXPECT_TRUE(other.firstUseOfCredential("MUNGE:AwQDAAA-two"));
+}
