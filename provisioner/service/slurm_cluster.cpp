@@ -1,5 +1,7 @@
 #include "slurm_cluster.hpp"
 
+#include <sbatch_args.hpp>
+
 #include <stdexcept>
 
 namespace baton::service {
@@ -89,6 +91,10 @@ std::int64_t SlurmCluster::submit(const SubmitRequest& request)
     submission.args = request.sbatchArgs;
     submission.scriptText = request.script;
     submission.workdir = request.workdir;
+    // Options a chain stored before they were checked at its creation fail this chain's submission with
+    // the reason, as any sbatch error does (the client would throw std::invalid_argument).
+    if (const auto refused = slurm::checkSbatchArgs(submission.args, slurm::ChainOption::AllowedOnce))
+        throw SlurmError("sbatch: " + *refused);
     return timed("sbatch", [&] { return client_.submit(submission); });
 }
 
