@@ -117,7 +117,16 @@ void SlurmCluster::cancel(std::int64_t jobId, std::int64_t ownerUid)
 
 std::string SlurmCluster::batchScript(std::int64_t jobId, std::int64_t ownerUid)
 {
-    return timed("scontrol", [&] { return client_.batchScript(jobId, static_cast<uid_t>(ownerUid)); });
+    return timed("scontrol", [&] {
+        std::string script = client_.batchScript(jobId, static_cast<uid_t>(ownerUid));
+        // The script is stored in the chain's spec, a JSON document in PostgreSQL: bytes that are not
+        // UTF-8 would fail there (and in every dump) for the whole tick. Changing them would change the
+        // job, so this chain goes without a stored script instead.
+        if (!slurm::isCleanUtf8(script))
+            throw slurm::SlurmError("scontrol write batch_script " + std::to_string(jobId),
+                "the batch script is not valid UTF-8 text (or holds a NUL byte); it cannot be stored");
+        return script;
+    });
 }
 
 bool SlurmCluster::reachable()
