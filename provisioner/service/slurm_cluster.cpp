@@ -91,9 +91,13 @@ std::int64_t SlurmCluster::submit(const SubmitRequest& request)
     submission.args = request.sbatchArgs;
     submission.scriptText = request.script;
     submission.workdir = request.workdir;
-    // Options a chain stored before they were checked at its creation fail this chain's submission with
-    // the reason, as any sbatch error does (the client would throw std::invalid_argument).
-    if (const auto refused = slurm::checkSbatchArgs(submission.args, slurm::ChainOption::AllowedOnce))
+    // Options a chain stored before they were checked at its creation, and script directives that would
+    // make sbatch wait or submit nothing, fail this chain's submission with the reason, as any sbatch
+    // error does (the client would throw std::invalid_argument).
+    auto refused = slurm::checkSbatchArgs(submission.args, slurm::ChainOption::AllowedOnce);
+    if (!refused)
+        refused = slurm::checkScriptDirectives(submission.scriptText);
+    if (refused)
         throw SlurmError("sbatch: " + *refused);
     return timed("sbatch", [&] { return client_.submit(submission); });
 }

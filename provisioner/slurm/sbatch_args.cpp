@@ -227,4 +227,99 @@ std::optional<std::string> checkSbatchArgs(const std::vector<std::string>& args,
     return std::nullopt;
 }
 
+namespace {
+
+// The words of one `#SBATCH` line after the prefix, as sbatch splits them: at blanks, with '…' and "…"
+// quoting, up to an unquoted '#'.
+std::vector<std::string> directiveWords(std::string_view line)
+{
+    std::vector<std::string> words;
+    std::string word;
+    bool inWord = false;
+    char quote = 0;
+    for (const char c : line) {
+        if (quote) {
+            if (c == quote)
+                quote = 0;
+            else
+                word += c;
+            continue;
+        }
+        if (c == '"' || c == '\'') {
+            quote = c;
+            inWord = true;
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\r' || c == '#') {
+            if (inWord)
+                words.push_back(std::move(word));
+            word.clear();
+            inWord = false;
+            if (c == '#')
+                break;
+            continue;
+        }
+        word += c;
+        inWord = true;
+    }
+    if (inWord)
+        words.push_back(std::move(word));
+    return words;
+}
+
+} // namespace
+
+std::optional<std::string> checkScriptDirectives(std::string_view script)
+{
+    constexpr std::array<std::string_view, 5> never { "wait", "test-only", "help", "usage", "version" };
+    for (std::size_t begin = 0; begin < script.size();) {
+        std::size_t end = script.find('\n', begin);
+        if (end == std::string_view::npos)
+            end = script.size();
+        const std::string_view line = script.substr(begin, end - begin);
+        begin = end + 1;
+        if (!line.starts_with("#SBATCH")) {
+            const auto first = line.find_first_not_of(" \t\r");
+            if (first == std::string_view::npos || line[first] == '#')
+                continue; // blank, the #! line, a comment
+            break; // the first command: sbatch reads no further
+        }
+        const auto words = directiveWords(line.substr(7));
+        for (std::size_t i = 0; i < words.size(); ++i) {
+            const std::string& word = words[i];
+            const auto refused = [&](std::string_view option) {
+                return "the batch script's directive " + quoted(word) + " is refused: --"
+                    + std::string(option) + ": "
+                    + std::string(option == "wait" ? "sbatch would wait until the job ends" : noJob);
+            };
+            if (word.starts_with("--")) {
+                const std::string_view name = std::string_view(word).substr(2, word.find('=') - 2);
+                // getopt_long takes a unique prefix: any prefix of these may mean them.
+                for (const std::string_view option : never)
+                    if (!name.empty() && option.starts_with(name))
+                        return refused(option);
+                const Option* known = byName(name);
+                if (known && known->takes == Takes::Value && word.find('=') == std::string::npos)
+                    ++i; // its value
+                continue;
+            }
+            if (word.size() < 2 || word.front() != '-')
+                continue;
+            for (std::size_t at = 1; at < word.size(); ++at) {
+                const Option* option = byLetter(word[at]);
+                if (!option)
+                    continue;
+                if (std::find(never.begin(), never.end(), option->name) != never.end())
+                    return refused(option->name);
+                if (option->takes != Takes::Nothing) {
+                    if (at + 1 == word.size())
+                        ++i; // its value is the next word
+                    break;
+                }
+            }
+        }
+    }
+    return std::nullopt;
+}
+
 } // namespace baton::slurm

@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton::slurm {
@@ -24,5 +25,13 @@ enum class ChainOption { Refused, AllowedOnce };
 // takes none, a missing value, and any word that is not an option (sbatch would take it as the script).
 std::optional<std::string> checkSbatchArgs(
     const std::vector<std::string>& args, ChainOption chainOption = ChainOption::Refused);
+
+// The `#SBATCH` lines of a batch script, which sbatch obeys as well (up to the first line that is
+// neither blank nor a comment): nullopt, or why one of them is refused. The script is the owner's, so
+// only what would turn against batond is refused: --wait (sbatch would block until the job ends; the
+// command line cannot undo it) and the options after which sbatch submits nothing (--test-only, --help,
+// --usage, --version), in any form sbatch reads, abbreviations included. Options that the command line
+// overrides (--comment, --baton, --parsable) and everything else are the owner's business.
+std::optional<std::string> checkScriptDirectives(std::string_view script);
 
 } // namespace baton::slurm

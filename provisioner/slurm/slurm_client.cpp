@@ -183,6 +183,8 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
     // or were written by other means. The caller's own --baton=CHAIN may be among them, once.
     if (const auto refused = checkSbatchArgs(request.args, ChainOption::AllowedOnce))
         throw std::invalid_argument("submit: " + *refused);
+    if (const auto refused = checkScriptDirectives(request.scriptText))
+        throw std::invalid_argument("submit: " + *refused);
     std::vector<std::string> argv { options_.sbatch, "--parsable", "--comment=" + request.key };
     argv.insert(argv.end(), request.args.begin(), request.args.end());
     // A script given as text reaches sbatch on standard input through an anonymous memory file: no

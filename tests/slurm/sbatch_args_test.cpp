@@ -124,4 +124,40 @@ TEST(SbatchArgs, BatondsChainOptionOnceAtSubmission)
     EXPECT_TRUE(checkSbatchArgs({ "--baton=train" }));
 }
 
+// sbatch obeys the script's own #SBATCH lines too, up to its first command: a --wait there would block
+// every submission of the chain as surely as one on the command line.
+TEST(SbatchArgs, ScriptDirectivesThatWouldWaitOrSubmitNothing)
+{
+    const std::vector<std::string> accepted {
+        "", "#!/bin/bash\n#SBATCH --time=60 --nodes=2\n#SBATCH -J train\nsrun python train.py\n",
+        "#!/bin/bash\n#SBATCH --wait-all-nodes=1\n#SBATCH --comment=mine --requeue --array=1-3\n",
+        "#!/bin/bash\n#SBATCH --job-name -W\n#SBATCH -J '--wait'\n", // values, not options
+        "#!/bin/bash\n#SBATCH --time=5 # --wait in a comment\n",
+        "#!/bin/bash\necho start\n#SBATCH --wait\n", // after the first command: not read by sbatch
+        "#!/bin/bash\n# SBATCH --wait\n#sbatch --wait\n", // not directives
+    };
+    for (const auto& script : accepted) {
+        const auto refused = checkScriptDirectives(script);
+        EXPECT_FALSE(refused.has_value()) << script << ": " << refused.value_or("");
+    }
+    const std::vector<std::pair<std::string, std::string>> refused {
+        { "#!/bin/bash\n#SBATCH --wait\nsrun x\n", "--wait: sbatch would wait" },
+        { "#!/bin/bash\n#SBATCH -W\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH -QW\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH --time=5 --wai\n", "'--wai'" },
+        { "#!/bin/bash\n\n# a comment\n   \n#SBATCH \"--wait\"\n", "--wait" },
+        { "#!/bin/bash\r\n#SBATCH --wait\r\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH --test-only\n", "no job" },
+        { "#!/bin/bash\n#SBATCH --test\n", "--test-only" },
+        { "#!/bin/bash\n#SBATCH -h\n", "--help" },
+        { "#!/bin/bash\n#SBATCH --usage\n", "--usage" },
+        { "#!/bin/bash\n#SBATCH -V\n", "--version" },
+    };
+    for (const auto& [script, says] : refused) {
+        const auto message = checkScriptDirectives(script);
+        ASSERT_TRUE(message.has_value()) << script << "was accepted";
+        EXPECT_NE(message->find(says), std::string::npos) << script << ": " << *message;
+    }
+}
+
 } // namespace
