@@ -6,6 +6,7 @@
 
 #include <baton_contract.hpp>
 #include <errors.hpp>
+#include <sbatch_args.hpp>
 #include <transaction.hpp>
 
 #include <httplib.h>
@@ -355,6 +356,8 @@ void HttpApi::routes()
                     args.push_back(arg);
                 }
             }
+            if (const auto refused = slurm::checkSbatchArgs(args.get<std::vector<std::string>>()))
+                throw std::invalid_argument(*refused);
             const Json spec { { "script", script }, { "sbatch_args", args }, { "workdir", workdir },
                 { "source", "batonctl submit" } };
             auto lease = pool_.borrow();

@@ -1,5 +1,7 @@
 #include "slurm_cluster.hpp"
 
+#include <sbatch_args.hpp>
+
 #include <stdexcept>
 
 namespace baton::service {
@@ -89,6 +91,14 @@ std::int64_t SlurmCluster::submit(const SubmitRequest& request)
     submission.args = request.sbatchArgs;
     submission.scriptText = request.script;
     submission.workdir = request.workdir;
+    // Options a chain stored before they were checked at its creation, and script directives that would
+    // make sbatch wait or submit nothing, fail this chain's submission with the reason, as any sbatch
+    // error does (the client would throw std::invalid_argument).
+    auto refused = slurm::checkSbatchArgs(submission.args, slurm::ChainOption::AllowedOnce);
+    if (!refused)
+        refused = slurm::checkScriptDirectives(submission.scriptText);
+    if (refused)
+        throw SlurmError("sbatch: " + *refused);
     return timed("sbatch", [&] { return client_.submit(submission); });
 }
 
@@ -111,7 +121,16 @@ void SlurmCluster::cancel(std::int64_t jobId, std::int64_t ownerUid)
 
 std::string SlurmCluster::batchScript(std::int64_t jobId, std::int64_t ownerUid)
 {
-    return timed("scontrol", [&] { return client_.batchScript(jobId, static_cast<uid_t>(ownerUid)); });
+    return timed("scontrol", [&] {
+        std::string script = client_.batchScript(jobId, static_cast<uid_t>(ownerUid));
+        // The script is stored in the chain's spec, a JSON document in PostgreSQL: bytes that are not
+        // UTF-8 would fail there (and in every dump) for the whole tick. Changing them would change the
+        // job, so this chain goes without a stored script instead.
+        if (!slurm::isCleanUtf8(script))
+            throw slurm::SlurmError("scontrol write batch_script " + std::to_string(jobId),
+                "the batch script is not valid UTF-8 text (or holds a NUL byte); it cannot be stored");
+        return script;
+    });
 }
 
 bool SlurmCluster::reachable()

@@ -1,6 +1,7 @@
 #include "spool.hpp"
 
 #include <command.hpp>
+#include <slurm_client.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -8,8 +9,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
-#include <pwd.h>
-#include <signal.h>
 #include <sstream>
 #include <stdexcept>
 #include <sys/stat.h>
@@ -20,13 +19,19 @@ namespace baton::service {
 
 namespace {
 
+// How long the collector may take to die once killed before it is abandoned.
+constexpr std::chrono::milliseconds killWait { 1'000 };
+
 // In the child, as the owner: rename the spool aside (so the plugin starts a new one), read it, remove it.
-[[noreturn]] void readAsOwner(const std::string& chainDir, const passwd& owner, std::size_t maxBytes, int out)
+// batond has threads: between fork and exec only async-signal-safe calls, so the groups were resolved
+// before fork (initgroups would read the group database here, with locks another thread may hold).
+[[noreturn]] void readAsOwner(
+    const std::string& chainDir, const slurm::Credentials& owner, std::size_t maxBytes, int out)
 {
-    if (setgroups(0, nullptr) != 0 || initgroups(owner.pw_name, owner.pw_gid) != 0
-        || setgid(owner.pw_gid) != 0 || setuid(owner.pw_uid) != 0 || getuid() != owner.pw_uid)
+    if (setgroups(owner.groups.size(), owner.groups.data()) != 0 || setgid(owner.gid) != 0
+        || setuid(owner.uid) != 0 || getuid() != owner.uid || geteuid() != owner.uid || getgid() != owner.gid)
         _exit(3);
-    // A service user's CAP_SETUID/CAP_SETGID survive setuid: nothing of batond's rights stays here.
+    // A service user's CAP_SETUID/CAP_SETGID/CAP_KILL survive setuid: nothing of batond's rights stays here.
     if (!slurm::clearCapabilities())
         _exit(3);
     const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -35,10 +40,19 @@ namespace {
     const int spool = openat(dir, ".baton-spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (spool < 0)
         _exit(errno == ENOENT ? 0 : 4);
-    const std::string aside = "events.jsonl.collecting." + std::to_string(getpid());
-    if (renameat(spool, "events.jsonl", spool, aside.c_str()) != 0)
+    // "events.jsonl.collecting.<pid>", written without allocating.
+    char aside[64] = "events.jsonl.collecting.";
+    char digits[16];
+    int count = 0;
+    for (auto pid = static_cast<unsigned long>(getpid()); count == 0 || pid > 0; pid /= 10)
+        digits[count++] = static_cast<char>('0' + pid % 10);
+    std::size_t at = std::strlen(aside);
+    while (count > 0)
+        aside[at++] = digits[--count];
+    aside[at] = '\0';
+    if (renameat(spool, "events.jsonl", spool, aside) != 0)
         _exit(errno == ENOENT ? 0 : 5);
-    const int file = openat(spool, aside.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    const int file = openat(spool, aside, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat info { };
     if (file < 0 || fstat(file, &info) != 0 || !S_ISREG(info.st_mode))
         _exit(6);
@@ -50,25 +64,28 @@ namespace {
             _exit(7);
         total += keep;
     }
-    unlinkat(spool, aside.c_str(), 0);
+    unlinkat(spool, aside, 0);
     _exit(0);
 }
 
 } // namespace
 
-std::vector<std::string> collectSpool(
-    const std::string& chainDir, std::int64_t ownerUid, std::size_t maxBytes)
+std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid,
+    std::size_t maxBytes, std::chrono::milliseconds timeout)
 {
     if (chainDir.empty() || chainDir.front() != '/')
         return {};
-    passwd entry {};
-    passwd* owner = nullptr;
-    char names[16384];
-    if (getpwuid_r(static_cast<uid_t>(ownerUid), &entry, names, sizeof names, &owner) != 0 || !owner)
-        throw std::runtime_error("spool: no user with uid " + std::to_string(ownerUid));
+    slurm::reapAbandonedChildren();
+    slurm::Credentials owner;
+    try {
+        owner = slurm::SlurmClient::credentialsOf(static_cast<uid_t>(ownerUid));
+    } catch (const std::exception& error) {
+        throw std::runtime_error(std::string("spool: ") + error.what());
+    }
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
         throw std::runtime_error(std::string("spool: pipe: ") + std::strerror(errno));
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     const pid_t child = fork();
     if (child < 0) {
         close(fds[0]);
@@ -77,20 +94,17 @@ std::vector<std::string> collectSpool(
     }
     if (child == 0) {
         close(fds[0]);
-        readAsOwner(chainDir, *owner, maxBytes, fds[1]);
+        readAsOwner(chainDir, owner, maxBytes, fds[1]);
     }
     close(fds[1]);
     std::string text;
     char buffer[65536];
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         pollfd ready { fds[0], POLLIN, 0 };
-        if (left.count() <= 0 || poll(&ready, 1, static_cast<int>(left.count())) <= 0) {
-            kill(child, SIGKILL); // a stalled file system must not stall the tick
-            break;
-        }
+        if (left.count() <= 0 || poll(&ready, 1, static_cast<int>(left.count())) <= 0)
+            break; // a stalled file system must not stall the tick: the child is ended below
         const ssize_t got = read(fds[0], buffer, sizeof buffer);
         if (got <= 0)
             break;
@@ -99,11 +113,15 @@ std::vector<std::string> collectSpool(
                 std::min<std::size_t>(got, maxBytes + 1 - std::min(maxBytes, text.size()))));
     }
     close(fds[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    // Killed at the deadline if it has not ended; abandoned if even that fails (batond without CAP_KILL,
+    // a process stuck in the kernel): the tick goes on either way.
+    const auto status = slurm::awaitChild(child, deadline, killWait, false);
+    if (!status)
         throw std::runtime_error("spool of " + chainDir + ": the collector as uid " + std::to_string(ownerUid)
-            + " failed (status " + std::to_string(status) + ")");
+            + " did not end and could not be killed; left to be collected later");
+    if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
+        throw std::runtime_error("spool of " + chainDir + ": the collector as uid " + std::to_string(ownerUid)
+            + " failed (status " + std::to_string(*status) + ")");
     std::vector<std::string> lines;
     std::istringstream stream(text);
     for (std::string line; std::getline(stream, line);)

@@ -13,12 +13,15 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 namespace baton::slurm {
 
@@ -34,6 +37,16 @@ bool clearCapabilities() noexcept
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long a child may take to die after SIGKILL before it is abandoned. A process that SIGKILL has
+// reached dies at once unless it is inside an uninterruptible kernel call (a hard-mounted NFS server
+// that does not answer); waiting longer would only block the caller.
+constexpr std::chrono::milliseconds killWait { 1'000 };
+
+// The abandoned children, collected by reapAbandonedChildren().
+std::mutex abandonedMutex;
+std::vector<pid_t> abandonedPids;
+std::atomic<std::uint64_t> abandonedTotal { 0 };
 
 [[noreturn]] void throwErrno(const std::string& what, int error = errno)
 {
@@ -139,9 +152,9 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
             childFail(reportFd, Stage::setgid);
         if (setuid(c.uid) != 0)
             childFail(reportFd, Stage::setuid);
-        // From root, setuid cleared every capability. A non-root service user that holds CAP_SETUID and
-        // CAP_SETGID (systemd's AmbientCapabilities) keeps them across setuid, and ambient ones even
-        // across exec: clear them all, or the program could become root again.
+        // From root, setuid cleared every capability. A non-root service user that holds CAP_SETUID,
+        // CAP_SETGID and CAP_KILL (systemd's AmbientCapabilities) keeps them across setuid, and ambient
+        // ones even across exec: clear them all, or the program could become root again.
         if (!clearCapabilities())
             childFail(reportFd, Stage::verify);
         // setuid may succeed partially (saved ids) on odd systems: check what we really are now, and
@@ -155,6 +168,10 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
             childFail(reportFd, Stage::verify);
         }
     }
+    // Without other credentials too: a Slurm client run as the service user must not inherit batond's
+    // ambient capabilities. (Root regains its own at exec anyway.)
+    if (!spec.credentials && !clearCapabilities())
+        childFail(reportFd, Stage::verify);
     // After the credential change, so that the owner's permissions apply to the directory.
     if (spec.workdir && chdir(spec.workdir->c_str()) != 0)
         childFail(reportFd, Stage::chdir);
@@ -172,16 +189,93 @@ std::vector<char*> cStrings(const std::vector<std::string>& strings)
     return out;
 }
 
-void killGroup(pid_t pgid, int sig)
+// Sends `sig` to the child's process group when `group` (the child's pid is its group's id), else or
+// failing that (before exec the group may not exist yet) to the child alone. False only when the
+// kernel refused: a process without CAP_KILL may not signal a child that has switched to another uid.
+// A group or child already gone (ESRCH) counts as signalled.
+bool signalChild(pid_t pid, int sig, bool group)
 {
-    // The group may already be gone; ESRCH is fine.
-    kill(-pgid, sig);
+    if (group && kill(-pid, sig) == 0)
+        return true;
+    if (kill(pid, sig) == 0)
+        return true;
+    return errno != EPERM;
+}
+
+// Fills in how the child ended from its wait status.
+void takeStatus(CommandResult& result, int status)
+{
+    if (WIFEXITED(status))
+        result.exitCode = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        result.termSignal = WTERMSIG(status);
 }
 
 } // namespace
 
+void abandonChild(pid_t pid)
+{
+    {
+        const std::lock_guard lock(abandonedMutex);
+        abandonedPids.push_back(pid);
+    }
+    abandonedTotal.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::size_t reapAbandonedChildren() noexcept
+{
+    const std::lock_guard lock(abandonedMutex);
+    std::erase_if(abandonedPids, [](pid_t pid) {
+        int status = 0;
+        pid_t got;
+        do
+            got = waitpid(pid, &status, WNOHANG);
+        while (got < 0 && errno == EINTR);
+        return got == pid || (got < 0 && errno == ECHILD);
+    });
+    return abandonedPids.size();
+}
+
+std::uint64_t abandonedChildren() noexcept
+{
+    return abandonedTotal.load(std::memory_order_relaxed);
+}
+
+std::optional<int> awaitChild(
+    pid_t pid, Clock::time_point deadline, std::chrono::milliseconds grace, bool group)
+{
+    auto until = deadline;
+    bool killed = false;
+    auto pause = std::chrono::milliseconds(1);
+    for (;;) {
+        int status = 0;
+        const pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            return status;
+        if (got < 0 && errno != EINTR)
+            throwErrno("waitpid");
+        const auto now = Clock::now();
+        if (now >= until) {
+            if (killed || !signalChild(pid, SIGKILL, group)) {
+                abandonChild(pid);
+                return std::nullopt;
+            }
+            killed = true;
+            until = now + grace;
+            pause = std::chrono::milliseconds(1);
+            continue;
+        }
+        // Short sleeps, doubling up to 20 ms: a child that is about to exit is collected at once.
+        std::this_thread::sleep_for(std::min<Clock::duration>(pause, until - now));
+        pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    }
+}
+
 std::string CommandResult::describe() const
 {
+    if (abandoned)
+        return "timed out after " + std::to_string(elapsed.count())
+            + " ms; the process could not be ended and was left to be collected later";
     if (timedOut)
         return "timed out after " + std::to_string(elapsed.count()) + " ms";
     if (termSignal != 0)
@@ -237,6 +331,7 @@ CommandResult runCommand(const CommandSpec& spec)
         throw std::invalid_argument("runCommand: no program given");
     if (spec.argv.front().front() != '/')
         throw std::invalid_argument("runCommand: the program needs an absolute path: " + spec.argv.front());
+    reapAbandonedChildren();
 
     // Everything the child touches is prepared before fork: it may not allocate.
     const auto argv = cStrings(spec.argv);
@@ -258,6 +353,24 @@ CommandResult runCommand(const CommandSpec& spec)
     errWrite.reset();
     reportWrite.reset();
 
+    // Whatever leaves this function before the child was collected (an exception) kills it and hands
+    // it to the reaper: never a zombie, never a wait.
+    struct Pending {
+        pid_t pid;
+        bool settled = false;
+        ~Pending()
+        {
+            if (settled)
+                return;
+            signalChild(pid, SIGKILL, true);
+            try {
+                abandonChild(pid);
+            } catch (...) { }
+        }
+    } pending { pid };
+    const auto elapsed
+        = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started); };
+
     // Until exec the child may hang too (a working directory on a dead file server): the timeout
     // covers that wait as well.
     ChildFailure failure {};
@@ -270,14 +383,14 @@ CommandResult runCommand(const CommandSpec& spec)
         if (ready < 0 && errno == EINTR)
             continue;
         if (ready == 0) {
-            killGroup(pid, SIGKILL);
-            kill(pid, SIGKILL); // before exec its group may not exist yet
-            int status;
-            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+            pending.settled = true;
+            const auto status = awaitChild(pid, Clock::now(), killWait, true);
             CommandResult late;
             late.timedOut = true;
-            late.termSignal = SIGKILL;
-            late.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+            late.abandoned = !status;
+            if (status)
+                takeStatus(late, *status);
+            late.elapsed = elapsed();
             return late;
         }
         do
@@ -286,8 +399,9 @@ CommandResult runCommand(const CommandSpec& spec)
         break;
     }
     if (got == static_cast<ssize_t>(sizeof failure)) {
-        int status;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) { }
+        // It exits right after reporting, unless someone stopped it in between.
+        pending.settled = true;
+        awaitChild(pid, Clock::now() + killWait, killWait, true);
         throwErrno(std::string(stageName(failure.stage)) + " " + formatArgv(spec.argv), failure.error);
     }
     reportRead.reset();
@@ -303,18 +417,22 @@ CommandResult runCommand(const CommandSpec& spec)
     auto killAt = started + spec.timeout; // first SIGTERM, then SIGKILL after the grace
     int killStage = 0;
     bool exited = false;
-    int status = 0;
     std::array<char, 16384> buffer;
 
     for (;;) {
         if (!exited) {
-            const pid_t w = waitpid(pid, &status, WNOHANG);
-            if (w == pid) {
-                exited = true;
-                // Whatever it left behind gets a grace to finish writing, not the whole timeout.
-                killAt = std::min(killAt, Clock::now() + spec.killGrace);
-            } else if (w < 0 && errno != EINTR) {
-                throwErrno("waitpid");
+            // Seen, not collected (WNOWAIT): until it is, its pid, which is also its process group's id,
+            // cannot be given to another process, so killing leftovers of the group below cannot hit a
+            // stranger.
+            siginfo_t info {};
+            if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+                if (info.si_pid == pid) {
+                    exited = true;
+                    // Whatever it left behind gets a grace to finish writing, not the whole timeout.
+                    killAt = std::min(killAt, Clock::now() + spec.killGrace);
+                }
+            } else if (errno != EINTR) {
+                throwErrno("waitid");
             }
         }
         const bool streamsOpen = outRead.get() >= 0 || errRead.get() >= 0;
@@ -324,17 +442,23 @@ CommandResult runCommand(const CommandSpec& spec)
         const auto now = Clock::now();
         if (now >= killAt) {
             if (exited) {
-                killGroup(pid, SIGKILL); // leftovers of a program that itself finished in time
+                signalChild(pid, SIGKILL, true); // leftovers of a program that itself finished in time
                 break;
             }
-            if (killStage == 0) {
-                result.timedOut = true;
-                killGroup(pid, SIGTERM);
-                killAt = now + spec.killGrace;
-            } else {
-                killGroup(pid, SIGKILL);
-                killAt = now + std::chrono::seconds(1);
+            result.timedOut = true;
+            // SIGTERM, SIGKILL after the grace, then a last short wait. A signal the kernel refuses will
+            // not be delivered later either: give up at once.
+            const bool signalled = killStage == 0 ? signalChild(pid, SIGTERM, true)
+                : killStage == 1                  ? signalChild(pid, SIGKILL, true)
+                                                  : false;
+            if (!signalled) {
+                pending.settled = true;
+                abandonChild(pid);
+                result.abandoned = true;
+                result.elapsed = elapsed();
+                return result;
             }
+            killAt = now + (killStage == 0 ? spec.killGrace : killWait);
             ++killStage;
             continue;
         }
@@ -380,16 +504,14 @@ CommandResult runCommand(const CommandSpec& spec)
                 *s.truncated = true;
         }
     }
-    if (!exited) {
-        while (waitpid(pid, &status, 0) < 0)
-            if (errno != EINTR)
-                throwErrno("waitpid");
-    }
-    result.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
-    if (WIFEXITED(status))
-        result.exitCode = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status))
-        result.termSignal = WTERMSIG(status);
+    // It has exited (seen above): this collects it at once.
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            throwErrno("waitpid");
+    pending.settled = true;
+    result.elapsed = elapsed();
+    takeStatus(result, status);
     return result;
 }
 

@@ -1,5 +1,7 @@
 #include "slurm_client.hpp"
 
+#include "sbatch_args.hpp"
+
 #include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
@@ -59,16 +61,6 @@ std::string failureText(const CommandResult& r)
     if (text.empty())
         return r.describe();
     return r.describe() + ": " + text;
-}
-
-// True when `arg` would set sbatch's --comment or --parsable (getopt_long accepts unique prefixes).
-bool overridesOurOptions(const std::string& arg)
-{
-    const std::string name = arg.substr(0, arg.find('='));
-    if (name.size() < 5 || name.rfind("--", 0) != 0)
-        return false;
-    return std::string_view("--comment").starts_with(name)
-        || std::string_view("--parsable").starts_with(name);
 }
 
 } // namespace
@@ -187,10 +179,12 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
         throw std::invalid_argument("submit: the idempotency key is empty");
     if ((request.script.empty() && request.scriptText.empty()) || request.workdir.empty())
         throw std::invalid_argument("submit: a script and a working directory are needed");
-    for (const auto& a : request.args)
-        if (overridesOurOptions(a))
-            throw std::invalid_argument(
-                "submit: argument '" + a + "' would replace the job comment or --parsable");
+    // Checked when the chain was made; again here, in case a chain's stored options predate the check
+    // or were written by other means. The caller's own --baton=CHAIN may be among them, once.
+    if (const auto refused = checkSbatchArgs(request.args, ChainOption::AllowedOnce))
+        throw std::invalid_argument("submit: " + *refused);
+    if (const auto refused = checkScriptDirectives(request.scriptText))
+        throw std::invalid_argument("submit: " + *refused);
     std::vector<std::string> argv { options_.sbatch, "--parsable", "--comment=" + request.key };
     argv.insert(argv.end(), request.args.begin(), request.args.end());
     // A script given as text reaches sbatch on standard input through an anonymous memory file: no

@@ -37,7 +37,7 @@ struct SlurmOptions {
 struct SubmitRequest {
     uid_t owner = 0; // runs as this user, with the user's primary and supplementary groups
     std::string key; // the idempotency key, passed as --comment (e.g. "baton:<chain id>:<seq>")
-    std::vector<std::string> args; // sbatch options, placed before the script; may not set the comment
+    std::vector<std::string> args; // sbatch options, placed before the script: checkSbatchArgs must pass
     std::filesystem::path script; // a file the owner can read, or empty with scriptText
     std::filesystem::path workdir; // sbatch runs here (the job's default working directory)
     std::string scriptText; // given to sbatch on standard input when `script` is empty

@@ -66,6 +66,14 @@ public:
 // Throws SqueueParseError (with the byte offset or the job and field) on malformed documents.
 QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt);
 
+// True when `text` is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
+// U+10FFFF) without a NUL byte: what PostgreSQL text and nlohmann's dump() accept.
+bool isCleanUtf8(std::string_view text) noexcept;
+// Replaces each byte of `text` that is not part of a valid UTF-8 sequence, and each NUL, by U+FFFD.
+// The reader applies it to every string it keeps: job names, comments and working directories are the
+// users' own, and one job's bytes must not make the tick fail when they are stored or sent as JSON.
+void replaceUncleanUtf8(std::string& text);
+
 // The nodes `sinfo --json` lists that can run jobs (not down, drained, draining or failing).
 // Throws SqueueParseError on a malformed document.
 int parseSinfoUsableNodes(std::string_view text);

@@ -1,12 +1,32 @@
-// batond's pieces that need no services: configuration, the state name table, bounded JSON bodies.
+// batond's pieces that need no services: configuration, the state name table, bounded JSON bodies,
+// the spool collector.
 #include "chain_state.hpp"
 #include "config.hpp"
 #include "http_api.hpp"
+#include "spool.hpp"
+
+#include "process.hpp"
+
+#include <command.hpp>
 
 #include <gtest/gtest.h>
 
-#include <fstream>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
 
 namespace {
 
@@ -121,6 +141,157 @@ TEST(BoundedJson, RefusesNulInvalidUtf8AndDepth)
     EXPECT_THROW(parseBoundedJson(deep, 16), std::invalid_argument);
     EXPECT_NO_THROW(parseBoundedJson(std::string(16, '[') + std::string(16, ']'), 16));
     EXPECT_THROW(parseBoundedJson(std::string(17, '[') + std::string(17, ']'), 16), std::invalid_argument);
+}
+
+// A chain directory of `nobody` with a spool of two events (and an empty line).
+void makeSpool(const std::filesystem::path& chainDir)
+{
+    const auto spool = chainDir / ".baton-spool";
+    std::filesystem::create_directories(spool);
+    std::ofstream(spool / "events.jsonl") << "{\"a\": 1}\n\n{\"b\": 2}\n";
+    for (const auto& path : { chainDir, spool, spool / "events.jsonl" })
+        ASSERT_EQ(chown(path.c_str(), 65534, 65534), 0) << path;
+}
+
+TEST(Spool, CollectsTheOwnersEventsAsTheOwner)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to act as the owner";
+    baton::test::TempDir dir;
+    makeSpool(dir.path());
+    EXPECT_EQ(
+        collectSpool(dir.path().string(), 65534), (std::vector<std::string> { "{\"a\": 1}", "{\"b\": 2}" }));
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path() / ".baton-spool")); // moved aside, read, removed
+    EXPECT_TRUE(collectSpool(dir.path().string(), 65534).empty()); // no spool: no lines
+
+    // A directory the owner cannot enter is read with the owner's rights, not root's.
+    baton::test::TempDir closed;
+    makeSpool(closed.path());
+    ASSERT_EQ(chown(closed.path().c_str(), 0, 0), 0);
+    ASSERT_EQ(chmod(closed.path().c_str(), 0700), 0);
+    EXPECT_THROW(collectSpool(closed.path().string(), 65534), std::runtime_error);
+    EXPECT_THROW(collectSpool(dir.path().string(), 4'000'000'000), std::runtime_error); // no such user
+}
+
+// Makes every renameat in this process and its children wait in the kernel for an answer that never
+// comes (a seccomp user notification nobody reads), as on a file server that stopped answering.
+// The listener is held by a helper that lives as long as this process: once it closes, a stalled call
+// fails with ENOSYS. (Held here, it would be inherited by the stalled child itself, which would then
+// never end.) Returns false when seccomp cannot do this here.
+bool stallRenames()
+{
+    sock_filter program[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+#ifdef __NR_renameat
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_renameat, 2, 0),
+#else
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_renameat2, 2, 0),
+#endif
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_renameat2, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+    };
+    sock_fprog filter { static_cast<unsigned short>(std::size(program)), program };
+    const int listener = static_cast<int>(
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &filter));
+    if (listener < 0)
+        return false;
+    const pid_t holder = fork();
+    if (holder < 0)
+        return false;
+    if (holder == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+        for (;;)
+            pause();
+    }
+    close(listener);
+    return true;
+}
+
+// Runs `body` in a forked process whose renames stall, optionally without CAP_KILL (as batond under a
+// unit that does not grant it), under a 10 s alarm. "" when the body returned 0, else what happened.
+std::string inStalledProcess(bool dropCapKill, const std::function<int()>& body)
+{
+    // What the forked process leaves (a collector that ends once the stall is lifted with it) comes to
+    // this process to be collected, not to init.
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    const pid_t child = fork();
+    if (child < 0)
+        return "fork failed";
+    if (child == 0) {
+        if (dropCapKill) {
+            __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+            __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] {};
+            constexpr unsigned kill = 1U << CAP_KILL;
+            if (syscall(SYS_capget, &header, data) != 0 || prctl(PR_CAPBSET_DROP, CAP_KILL, 0, 0, 0) != 0)
+                _exit(2);
+            data[0].effective &= ~kill;
+            data[0].permitted &= ~kill;
+            data[0].inheritable &= ~kill;
+            if (syscall(SYS_capset, &header, data) != 0)
+                _exit(2);
+        }
+        if (!stallRenames()) {
+            std::perror("seccomp");
+            _exit(3);
+        }
+        alarm(10);
+        int status = 1;
+        try {
+            status = body();
+        } catch (const std::exception& error) {
+            std::fprintf(stderr, "%s\n", error.what());
+        }
+        _exit(status);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    for (int i = 0; i < 200 && waitpid(-1, nullptr, WNOHANG) >= 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (WIFSIGNALED(status))
+        return "the collector held the caller (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+        return "seccomp";
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return "failed with status " + std::to_string(status);
+    return "";
+}
+
+// A collector stuck in the kernel as the owner: batond with CAP_KILL kills it at the timeout; without,
+// it cannot and leaves it behind; either way collectSpool throws soon after its timeout instead of
+// waiting (the old collector waited for it forever: the alarm ended it).
+TEST(Spool, AStuckCollectorDoesNotHoldTheTick)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to act as the owner";
+    baton::test::TempDir dir;
+    makeSpool(dir.path());
+    for (const bool dropCapKill : { false, true }) {
+        const std::string failure = inStalledProcess(dropCapKill, [&] {
+            const auto before = baton::slurm::abandonedChildren();
+            const auto started = std::chrono::steady_clock::now();
+            try {
+                collectSpool(dir.path().string(), 65534, 1 << 20, std::chrono::milliseconds(300));
+                std::fprintf(stderr, "a stalled collector returned lines\n");
+                return 1;
+            } catch (const std::runtime_error& error) {
+                const auto took = std::chrono::steady_clock::now() - started;
+                const bool abandoned
+                    = std::string(error.what()).find("could not be killed") != std::string::npos;
+                if (took > std::chrono::milliseconds(1800) || abandoned != dropCapKill
+                    || baton::slurm::abandonedChildren() != before + (dropCapKill ? 1 : 0)) {
+                    std::fprintf(stderr, "%s (after %lld ms)\n", error.what(),
+                        static_cast<long long>(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+                    return 1;
+                }
+            }
+            return 0;
+        });
+        if (failure == "seccomp")
+            GTEST_SKIP() << "seccomp user notifications are not available here";
+        EXPECT_EQ(failure, "") << (dropCapKill ? "without CAP_KILL" : "with CAP_KILL");
+    }
 }
 
 } // namespace

@@ -19,6 +19,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <system_error>
 #include <thread>
 
@@ -270,6 +272,17 @@ TEST(Command, ServiceUserWithCapabilitiesDropsThemAll)
                 std::fprintf(stderr, "got (%s):\n%s%s", r.describe().c_str(), r.out.c_str(), r.err.c_str());
                 _exit(1);
             }
+            // A Slurm client run as the service user itself (squeue) does not inherit its capabilities.
+            spec.credentials.reset();
+            const auto own = runCommand(spec);
+            const std::string expectedOwn = "Uid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\n"
+                                            "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+                                            "CapAmb:\t0000000000000000\n";
+            if (!own.ok() || own.out != expectedOwn) {
+                std::fprintf(stderr, "without credentials (%s):\n%s%s", own.describe().c_str(),
+                    own.out.c_str(), own.err.c_str());
+                _exit(1);
+            }
         } catch (const std::exception& error) {
             std::fprintf(stderr, "runCommand: %s\n", error.what());
             _exit(1);
@@ -280,6 +293,170 @@ TEST(Command, ServiceUserWithCapabilitiesDropsThemAll)
     ASSERT_EQ(waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0) << "the dropped program kept capabilities or could not start";
+}
+
+// batond under a unit without CAP_KILL: it may not signal a child that has switched to the chain
+// owner's uid. Runs `body` in a forked process that has lost CAP_KILL from every set (so it cannot come
+// back) and a 10 s alarm (a caller blocked on the child dies of it instead of hanging the test). The
+// body returns its exit status (0: passed) and may write one pid to `reportFd`: a process the parent
+// kills afterwards, as root that can, and collects (this process becomes the subreaper of what the
+// forked one leaves). Returns a failure message, or an empty string when it passed.
+std::string withoutCapKill(const std::function<int(int reportFd)>& body)
+{
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    int fds[2];
+    if (pipe(fds) != 0)
+        return "pipe failed";
+    const pid_t child = fork();
+    if (child < 0)
+        return "fork failed";
+    if (child == 0) {
+        close(fds[0]);
+        __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
+        __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] {};
+        if (syscall(SYS_capget, &header, data) != 0 || prctl(PR_CAPBSET_DROP, CAP_KILL, 0, 0, 0) != 0) {
+            std::perror("capget/PR_CAPBSET_DROP");
+            _exit(2);
+        }
+        constexpr unsigned kill = 1U << CAP_KILL;
+        data[0].effective &= ~kill;
+        data[0].permitted &= ~kill;
+        data[0].inheritable &= ~kill;
+        if (syscall(SYS_capset, &header, data) != 0) {
+            std::perror("capset");
+            _exit(2);
+        }
+        alarm(10);
+        int status = 1;
+        try {
+            status = body(fds[1]);
+        } catch (const std::exception& error) {
+            std::fprintf(stderr, "%s\n", error.what());
+        }
+        _exit(status);
+    }
+    close(fds[1]);
+    pid_t leftover = 0;
+    [[maybe_unused]] auto n = read(fds[0], &leftover, sizeof leftover);
+    close(fds[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (leftover > 0) {
+        if (kill(-leftover, SIGKILL) == 0)
+            while (waitpid(-leftover, nullptr, 0) > 0) { }
+        else if (kill(leftover, SIGKILL) == 0)
+            waitpid(leftover, nullptr, 0);
+    }
+    if (WIFSIGNALED(status))
+        return "the caller was blocked (killed by signal " + std::to_string(WTERMSIG(status)) + ")";
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return "failed with status " + std::to_string(status);
+    return "";
+}
+
+void reportPid(int fd, pid_t pid)
+{
+    [[maybe_unused]] auto n = write(fd, &pid, sizeof pid);
+}
+
+// A child that ignores SIGTERM, or that its owner stopped with SIGSTOP, as another uid: batond cannot
+// signal it at all. runCommand gives it up (left to the reaper) and returns a timeout soon after the
+// timeout instead of waiting for it forever. The old runner sent signals the kernel refused and kept
+// waiting: the 10 s alarm ended the caller.
+TEST(Command, ChildThatCannotBeKilledDoesNotHoldTheCaller)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to change credentials";
+    for (const char* body : { "echo $$; trap '' TERM; sleep 30", "echo $$; kill -STOP $$; sleep 30" }) {
+        const std::string failure = withoutCapKill([&](int reportFd) {
+            auto spec = script(body);
+            spec.env = { "PATH=/usr/bin:/bin" };
+            spec.credentials = Credentials { 65534, 65534, { 65534 } };
+            spec.timeout = 300ms;
+            spec.killGrace = 300ms;
+            const auto before = abandonedChildren();
+            const auto started = std::chrono::steady_clock::now();
+            const auto r = runCommand(spec);
+            const auto took = std::chrono::steady_clock::now() - started;
+            if (!r.out.empty())
+                reportPid(reportFd, static_cast<pid_t>(std::stol(r.out)));
+            if (!r.timedOut || !r.abandoned || r.ok() || took > 2s) {
+                std::fprintf(stderr, "%s after %lld ms\n", r.describe().c_str(),
+                    static_cast<long long>(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+                return 1;
+            }
+            if (r.describe().find("could not be ended") == std::string::npos)
+                return 1;
+            // Counted, and still outstanding: the reaper collects it once it ends, later.
+            return abandonedChildren() == before + 1 && reapAbandonedChildren() == 1 ? 0 : 1;
+        });
+        EXPECT_EQ(failure, "") << body;
+    }
+}
+
+// The same without the refusal: batond with CAP_KILL ends a stopped child of another uid with SIGKILL.
+TEST(Command, StoppedChildOfAnotherUserIsKilled)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to change credentials";
+    auto spec = script("kill -STOP $$; sleep 30");
+    spec.env = { "PATH=/usr/bin:/bin" };
+    spec.credentials = Credentials { 65534, 65534, { 65534 } };
+    spec.timeout = 300ms;
+    spec.killGrace = 300ms;
+    const auto r = runCommand(spec);
+    EXPECT_TRUE(r.timedOut);
+    EXPECT_FALSE(r.abandoned);
+    EXPECT_EQ(r.termSignal, SIGKILL);
+    EXPECT_LT(r.elapsed, 2s);
+}
+
+// awaitChild, the wait of the spool collector (a child that reads files as the owner and execs nothing):
+// an exit is collected, a child that is killable is killed at the deadline, one that is not is
+// abandoned at the deadline.
+TEST(Command, AwaitChildNeverWaitsPastTheGrace)
+{
+    const pid_t quick = fork();
+    ASSERT_GE(quick, 0);
+    if (quick == 0)
+        _exit(3);
+    auto status = awaitChild(quick, std::chrono::steady_clock::now() + 5s, 500ms, false);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 3);
+
+    const pid_t stuck = fork();
+    ASSERT_GE(stuck, 0);
+    if (stuck == 0) {
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    status = awaitChild(stuck, std::chrono::steady_clock::now() + 200ms, 500ms, false);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL);
+
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to change credentials";
+    const std::string failure = withoutCapKill([](int reportFd) {
+        const pid_t owners = fork();
+        if (owners < 0)
+            return 1;
+        if (owners == 0) {
+            if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+                _exit(9);
+            raise(SIGSTOP); // as an owner may do to the collector
+            _exit(0);
+        }
+        reportPid(reportFd, owners);
+        const auto before = abandonedChildren();
+        const auto started = std::chrono::steady_clock::now();
+        const auto got = awaitChild(owners, started + 200ms, 500ms, false);
+        const auto took = std::chrono::steady_clock::now() - started;
+        if (got || took > 1s)
+            return 1;
+        return abandonedChildren() == before + 1 && reapAbandonedChildren() == 1 ? 0 : 1;
+    });
+    EXPECT_EQ(failure, "");
 }
 
 } // namespace

@@ -4,6 +4,7 @@
 #include "process.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
@@ -109,6 +110,67 @@ TEST(SqueueJson, DecodesEscapes)
 // The reader expects each job's members in the order of the job before (Slurm's fixed order); a job
 // in another order, a name written with an escape, or a name that only begins like the expected one
 // must read exactly as a fresh reader would read it.
+// Job names and comments are the users' own bytes, and Slurm passes them on as they are. A string that
+// is not UTF-8 used to reach PostgreSQL and nlohmann's dump() (type_error 316) and fail the whole tick;
+// now the reader replaces the bad bytes of that field (and a NUL) with U+FFFD and keeps everything else.
+TEST(SqueueJson, InvalidUtf8InUserStringsIsReplacedInThatFieldOnly)
+{
+    const std::string recorded = readData("squeue_2205.json");
+    std::string doc = recorded;
+    const auto replace = [&](const std::string& from, const std::string& to) {
+        const auto at = doc.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        doc.replace(at, from.size(), to);
+    };
+    replace("\"name\": \"quick.sh\"", "\"name\": \"quick\xff\xfe.sh \xc3\xbc\"");
+    // An overlong '/', an escaped NUL, a raw surrogate, a cut-off sequence at the end.
+    replace(
+        "\"comment\": \"odd \\\"quoted\\\"\"", "\"comment\": \"odd \xc0\xaf \\u0000 \xed\xa0\x80 \xe2\x82\"");
+    const auto clean = byId(parseSqueueJson(recorded, 1));
+    const auto read = byId(parseSqueueJson(doc, 1));
+    ASSERT_EQ(read.size(), clean.size());
+    const std::string fffd = "\xef\xbf\xbd";
+    EXPECT_EQ(read.at(3).name, "quick" + fffd + fffd + ".sh \xc3\xbc"); // the valid ü stays
+    EXPECT_EQ(
+        read.at(4).comment, "odd " + fffd + fffd + " " + fffd + " " + fffd + fffd + fffd + " " + fffd + fffd);
+    for (const auto& [id, job] : read) {
+        for (const std::string* field : { &job.name, &job.comment, &job.userName, &job.workdir,
+                 &job.partition, &job.stateReason, &job.nodes, &job.state }) {
+            EXPECT_TRUE(isCleanUtf8(*field)) << id;
+            EXPECT_NO_THROW(nlohmann::json(*field).dump()) << id;
+        }
+        if (id != 3) {
+            EXPECT_EQ(job.name, clean.at(id).name);
+        }
+        if (id != 4) {
+            EXPECT_EQ(job.comment, clean.at(id).comment);
+        }
+        EXPECT_EQ(job.state, clean.at(id).state);
+        EXPECT_EQ(job.workdir, clean.at(id).workdir);
+    }
+    // What the tick met before: the raw name in a JSON document.
+    EXPECT_THROW(nlohmann::json(std::string("quick\xff.sh")).dump(), nlohmann::json::type_error);
+}
+
+TEST(SqueueJson, TellsCleanUtf8)
+{
+    for (const char* clean : { "", "plain", "z\xc3\xbcrich", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+             "\xf4\x8f\xbf\xbf", "\xed\x9f\xbf", "\xee\x80\x80" })
+        EXPECT_TRUE(isCleanUtf8(clean)) << clean;
+    for (const std::string& unclean :
+        { std::string("\xff"), std::string("\xc0\xaf"), std::string("\xe0\x80\xaf"),
+            std::string("\xed\xa0\x80"), std::string("\xf4\x90\x80\x80"), std::string("\xf8\x88\x80\x80\x80"),
+            std::string("\xc3"), std::string("\xe2\x82"), std::string("\x80"), std::string("a\0b", 3) })
+        EXPECT_FALSE(isCleanUtf8(unclean));
+    std::string text("a\xff"
+                     "b\xc3\xbc\0",
+        6);
+    replaceUncleanUtf8(text);
+    EXPECT_EQ(text,
+        "a\xef\xbf\xbd"
+        "b\xc3\xbc\xef\xbf\xbd");
+}
+
 TEST(SqueueJson, MembersOutOfTheLearntOrderReadTheSame)
 {
     const auto s = parseSqueueJson(R"({"jobs": [
