@@ -356,7 +356,11 @@ void HttpApi::routes()
                     args.push_back(arg);
                 }
             }
+            // Refused when the chain is created, not at its first submission: a chain never holds a
+            // spec that sbatch must not run (`--wait` would hold batond's child, `--uid` act for another).
             if (const auto refused = slurm::checkSbatchArgs(args.get<std::vector<std::string>>()))
+                throw std::invalid_argument(*refused);
+            if (const auto refused = slurm::checkScriptDirectives(script))
                 throw std::invalid_argument(*refused);
             const Json spec { { "script", script }, { "sbatch_args", args }, { "workdir", workdir },
                 { "source", "batonctl submit" } };

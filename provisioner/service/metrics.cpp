@@ -129,6 +129,12 @@ Metrics::Metrics()
                                  .Register(*registry_);
     for (const std::string_view reason : chainErrorReasons)
         chainErrors_[std::string(reason)] = &chainErrorFamily.Add({ { "reason", std::string(reason) } });
+    abandonedChildren_ = &prometheus::BuildGauge()
+                              .Name("baton_abandoned_children")
+                              .Help("Child processes batond could not end within their timeout and left to be"
+                                    " reaped later (since start)")
+                              .Register(*registry_)
+                              .Add({});
     leader_ = &prometheus::BuildGauge()
                    .Name("baton_leader")
                    .Help("1 while this instance is the active one")

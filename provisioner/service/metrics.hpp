@@ -45,6 +45,8 @@ public:
     prometheus::Counter& chainErrors(std::string_view reason) { return *chainErrors_.at(std::string(reason)); }
     static constexpr std::array<std::string_view, 5> chainErrorReasons { "event", "job_row", "slurm", "data",
         "internal" };
+    // Children (Slurm commands, spool readers) batond could not end and left to be reaped later.
+    prometheus::Gauge& abandonedChildren() { return *abandonedChildren_; }
     prometheus::Gauge& leader() { return *leader_; }
     prometheus::Gauge& ready() { return *ready_; }
 
@@ -59,7 +61,7 @@ private:
     prometheus::Family<prometheus::Counter>* slurmErrorFamily_;
     prometheus::Counter* dbErrors_;
     prometheus::Family<prometheus::Counter>* eventFamily_;
-    prometheus::Gauge *leader_, *ready_;
+    prometheus::Gauge *leader_, *ready_, *abandonedChildren_;
     std::map<std::string, prometheus::Counter*> submissions_, handovers_, slurmErrors_, events_;
     std::map<std::string, prometheus::Histogram*> slurmCalls_;
     std::map<std::string, prometheus::Counter*> pruned_, chainErrors_; // made once: no lock

@@ -6,6 +6,7 @@
 #include "spool.hpp"
 
 #include <baton_contract.hpp>
+#include <command.hpp>
 #include <errors.hpp>
 #include <transaction.hpp>
 
@@ -141,6 +142,7 @@ void Provisioner::tick()
     decide(awaiting, queue);
     withdrawCancelledChains(queue);
     updateGauges(now_);
+    metrics_.abandonedChildren().Set(static_cast<double>(slurm::abandonedChildren()));
     pruneHistory();
 }
 
