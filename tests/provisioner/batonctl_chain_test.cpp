@@ -358,10 +358,10 @@ TEST_F(BatonctlChains, TheServerComesFromTheOptionTheEnvironmentOrTheDefault)
     EXPECT_NE(fromEnvironment.output.find("alice"), std::string::npos);
 
     // A path prefix (batond behind a proxy) is part of the signed target.
-    server_->reply("GET", "/api/v1/chains", 200, chainsDocument);
+    server_->reply("GET", "/api/v1/chains?limit=500", 200, chainsDocument);
     const auto prefixed = run({ batonctl(), "chains", "--server", server_->url() + "/api/" });
     EXPECT_EQ(prefixed.exitCode, 0) << prefixed.output;
-    EXPECT_EQ(server_->received().back().target, "/api/v1/chains");
+    EXPECT_EQ(server_->received().back().target, "/api/v1/chains?limit=500");
 
     // Nobody listens on port 1: the message says where batonctl looked and how to change it.
     const auto unreachable

@@ -73,8 +73,8 @@ TEST(Migrations, FromEmptyThenIdempotent)
     ASSERT_EQ(applied.size(), knownMigrations().size());
     EXPECT_EQ(applied.front(), 1);
     // chains, jobs, checkpoints, events, decisions, models, predictions, tuning, traces, trace_jobs,
-    // submissions, handovers + migrations
-    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 13);
+    // submissions, handovers, credentials_used + migrations
+    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 14);
 
     EXPECT_TRUE(migrate(connection).empty());
     EXPECT_TRUE(migrate(connection).empty());
@@ -114,7 +114,7 @@ TEST(Migrations, FailedMigrationLeavesNothing)
     migrations.push_back({ next, "broken", "CREATE TABLE half_done (x int); SELECT no_such_function();" });
     EXPECT_THROW(migrate(connection, migrations), DbError);
     EXPECT_EQ(schemaStatus(connection).current, next - 1);
-    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 13); // half_done was rolled back
+    EXPECT_EQ(connection.exec(countTables).int64(0, 0), 14); // half_done was rolled back
     migrations.back().sql = "CREATE TABLE now_fine (x int);";
     EXPECT_EQ(migrate(connection, migrations), std::vector<int> { next });
 }
