@@ -31,6 +31,12 @@ ALTER TABLE events ADD COLUMN error text;
 ALTER TABLE handovers ADD COLUMN signal_sent_at timestamptz;
 ALTER TABLE handovers ADD COLUMN signal_attempts integer NOT NULL DEFAULT 0;
 
+-- An ended chain that runs again records the intent of its next job for the tick ("restart"): no sbatch
+-- of it is in flight anywhere, so the tick submits it at once.
+ALTER TABLE submissions DROP CONSTRAINT submissions_reason_check;
+ALTER TABLE submissions ADD CONSTRAINT submissions_reason_check CHECK (reason IN
+    ('first', 'policy', 'reactive', 'retry', 'resubmit', 'restart'));
+
 ALTER TABLE decisions DROP CONSTRAINT decisions_action_check;
 ALTER TABLE decisions ADD CONSTRAINT decisions_action_check CHECK (action IN
     ('wait', 'submit', 'handover', 'cancel', 'preempt', 'pause', 'resume', 'resubmit', 'finish', 'fail', 'retry',

@@ -217,6 +217,15 @@ std::string interruption(const json& job, const json* previous)
 void printDetail(const json& document, std::ostream& out)
 {
     printChainHeader(document.value("chain", json::object()), out);
+    if (const json* with = field(document, { "submits_with" }); with && with->is_object() && !with->empty()) {
+        out << "  next jobs: from " << formatValue(field(*with, { "source" })) << ", sbatch";
+        if (const json* args = field(*with, { "sbatch_args" }); args && args->is_array())
+            for (const auto& arg : *args)
+                out << " " << (arg.is_string() ? arg.get<std::string>() : arg.dump());
+        out << "\n";
+        if (const json* note = field(*with, { "note" }))
+            out << "  note: " << formatValue(note) << "\n";
+    }
 
     out << "\njobs (interruption: seconds from the previous job's end to this one's start; negative: "
            "overlap)\n";

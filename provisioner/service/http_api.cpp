@@ -475,7 +475,7 @@ void HttpApi::routes()
                         refuse();
                     ChainRow restarted = chain;
                     restarted.seq = *seq;
-                    if (!store.recordIntent(chain.id, *seq, Provisioner::submissionKey(restarted, *seq), "resubmit"))
+                    if (!store.recordIntent(chain.id, *seq, Provisioner::submissionKey(restarted, *seq), "restart"))
                         refuse();
                 } else {
                     // A live one gets its next job now.

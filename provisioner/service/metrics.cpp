@@ -49,7 +49,7 @@ Metrics::Metrics()
                              .Name("baton_submissions_total")
                              .Help("Jobs submitted for chains, by reason")
                              .Register(*registry_);
-    for (const char* reason : { "first", "policy", "reactive", "retry", "resubmit" })
+    for (const char* reason : { "first", "policy", "reactive", "retry", "resubmit", "restart" })
         submissions(reason);
     submissionFailures_ = &prometheus::BuildCounter()
                                .Name("baton_submission_failures_total")

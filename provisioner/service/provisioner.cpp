@@ -50,8 +50,14 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
         args.push_back("--job-name=" + job.name);
     if (!job.partition.empty())
         args.push_back("--partition=" + job.partition);
+    // What slurmctld does not report is not carried over: the user learns it from `batonctl show`.
     return Json { { "script", script }, { "sbatch_args", args }, { "workdir", job.workdir },
-        { "source", "job " + std::to_string(job.id) } };
+        { "source", "job " + std::to_string(job.id) },
+        { "note",
+            "the batch script (with its #SBATCH lines), time limit, node count, job name and partition of job "
+                + std::to_string(job.id)
+                + " are reused; options given only on its sbatch command line (--gres, --account, --qos, "
+                  "--ntasks, --mem, ...) are not: write them as #SBATCH lines, or use `batonctl submit`" } };
 }
 
 // Inside a transaction: commit it only once it is on disk, whatever the session's default.
@@ -269,9 +275,8 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
             jobId = found->id;
             logInfo("chain " + chain.ownerName + "/" + chain.name + ": found submission " + submission->key
                 + " as job " + std::to_string(found->id));
-        } else if (now_ - submission->createdAt >= config_.submitGrace.count()
-            || submission->reason == "resubmit") {
-            // An intent the API recorded for the tick (no sbatch of its own in flight) goes at once.
+        } else if (now_ - submission->createdAt >= config_.submitGrace.count() || submission->reason == "restart") {
+            // An intent the API recorded for the tick (a restart: no sbatch of it in flight) goes at once.
             jobId = submitRecorded(chain, seq);
             if (!jobId)
                 return std::nullopt;

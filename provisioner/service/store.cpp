@@ -977,8 +977,14 @@ Json Store::detail(const ChainRow& chain)
                   { "handover_s", r.optReal(row, 5) ? Json(*r.optReal(row, 5)) : Json() },
                   { "outcome", completed ? "completed" : "signalled" } };
           });
+    // How its next job is submitted, without the script itself.
+    Json submitsWith = Json::object();
+    if (const Json spec = this->spec(chain.id); spec.is_object())
+        for (const char* key : { "source", "sbatch_args", "workdir", "note" })
+            if (spec.contains(key))
+                submitsWith[key] = spec[key];
     return Json { { "chain", chain.toJson() }, { "jobs", jobs }, { "checkpoints", checkpoints },
-        { "decisions", decisions }, { "handovers", handovers } };
+        { "decisions", decisions }, { "handovers", handovers }, { "submits_with", submitsWith } };
 }
 
 } // namespace baton::service

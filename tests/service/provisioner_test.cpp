@@ -852,7 +852,7 @@ TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
     const ChainRow restarted = *store_.chain(chain.id);
     EXPECT_EQ(restarted.state, ChainState::Running);
     EXPECT_EQ(restarted.seq, 2);
-    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Provisioner::submissionKey(restarted, 2), "resubmit"));
+    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Provisioner::submissionKey(restarted, 2), "restart"));
     EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(store_.submission(chain.id, 2)->state, "submitted");
