@@ -20,6 +20,7 @@ extern "C" {
 #include <optional>
 #include <stdexcept>
 #include <unistd.h>
+#include <vector>
 
 namespace baton::spank {
 
@@ -168,7 +169,12 @@ void report(const StepState& state, StepEvent event)
         {
             ThreadCredentials asUser(state.uid, state.gid, state.groups);
             dir.emplace(openChainDir(state.location.dir, state.location.prefix, state.uid));
-            event.checkpoint = newestCheckpoint(dir->fd.get());
+            std::vector<std::string> skipped;
+            event.checkpoint = newestCheckpoint(dir->fd.get(), {}, &skipped);
+            for (const auto& why : skipped) {
+                logError("job " + std::to_string(state.jobId) + ": chain " + state.location.chain
+                    + ": not reporting checkpoint " + why);
+            }
         }
         event.jobId = state.jobId;
         event.requeueCount = state.requeueCount;

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <fcntl.h>
 #include <fstream>
 #include <future>
@@ -444,6 +445,89 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     EXPECT_TRUE(older.tuning.is_null());
     EXPECT_EQ(filterTuning({ { "interval", INFINITY }, { "stall_seconds", NAN }, { "persist_seconds", 2 } }),
         (nlohmann::json { { "persist_seconds", 2 } }));
+}
+
+// The numbers an event forwards are range-checked where the plugin reads them (the contract's ranges):
+// a manifest with a value a database column or conversion cannot take is no checkpoint, and the scan
+// reports why it skipped it and falls back to the previous one.
+TEST(CheckpointScan, HostileNumbersMakeAManifestUnusable)
+{
+    // `key` replaced by the raw JSON text `value`.
+    const auto withRaw = [](const char* key, const std::string& value) {
+        auto document = nlohmann::json::parse(manifest(200));
+        document[key] = "@RAW@";
+        std::string text = document.dump();
+        text.replace(text.find("\"@RAW@\""), 7, value);
+        return text;
+    };
+    const std::vector<std::pair<const char*, std::string>> hostile {
+        { "iteration", "1e300" },
+        { "iteration", "9223372036854775807" },
+        { "iteration", "18446744073709551615" },
+        { "iteration", "9007199254740993" },
+        { "iteration", "-1" },
+        { "iteration", "1.5" },
+        { "iteration", "\"NaN\"" },
+        { "iteration", "\"200\"" },
+        { "iteration", "null" },
+        { "iteration", "true" },
+        { "iteration", "[200]" },
+        { "created_unix", "1e300" },
+        { "created_unix", "1e400" },
+        { "created_unix", "-1" },
+        { "created_unix", "253402300800" },
+        { "created_unix", "9223372036854775807" },
+        { "created_unix", "\"NaN\"" },
+        { "created_unix", "\"Infinity\"" },
+        { "created_unix", "{}" },
+        { "total_bytes", "9223372036854775807" },
+        { "total_bytes", "1e300" },
+        { "total_bytes", "-5" },
+        { "total_bytes", "\"2000\"" },
+        { "total_bytes", "false" },
+    };
+    for (const auto& [key, value] : hostile) {
+        const std::string text = withRaw(key, value);
+        std::string message;
+        try {
+            summarizeManifest(checkpointName(200), text);
+            message = "accepted";
+        } catch (const std::exception& e) {
+            message = e.what();
+        }
+        EXPECT_NE(message, "accepted") << key << " = " << value;
+    }
+    // The edges of the ranges are still checkpoints.
+    auto edge = nlohmann::json::parse(manifest(200));
+    edge["iteration"] = std::int64_t { 1 } << 53;
+    edge["total_bytes"] = 0;
+    edge["created_unix"] = 253402300799;
+    const auto summary = summarizeManifest(checkpointName(200), edge.dump());
+    EXPECT_EQ(summary.iteration, std::int64_t { 1 } << 53);
+    EXPECT_EQ(summary.totalBytes, 0);
+    EXPECT_DOUBLE_EQ(summary.createdUnix, 253402300799.0);
+    // restart_count and job_id are forwarded too: outside 0..2^53 they are dropped.
+    auto ids = nlohmann::json::parse(manifest(200));
+    ids["restart_count"] = -3;
+    ids["job_id"] = 18446744073709551615ull;
+    const auto dropped = summarizeManifest(checkpointName(200), ids.dump());
+    EXPECT_FALSE(dropped.restartCount.has_value());
+    EXPECT_FALSE(dropped.jobId.has_value());
+
+    // In a chain: the hostile newest manifest is skipped with its reason, the previous one reported.
+    TempDir temp;
+    commitManifest(temp.path(), checkpointName(100), manifest(100));
+    commitManifest(temp.path(), checkpointName(200), withRaw("created_unix", "1e300"));
+    commitManifest(temp.path(), checkpointName(300), withRaw("iteration", "9223372036854775807"));
+    std::vector<std::string> skipped;
+    const auto newest = newestCheckpoint(openDir(temp.path()).get(), {}, &skipped);
+    ASSERT_TRUE(newest.has_value());
+    EXPECT_EQ(newest->name, checkpointName(100));
+    ASSERT_EQ(skipped.size(), 2u);
+    EXPECT_THAT(skipped[0], HasSubstr(checkpointName(300) + ": manifest iteration out of range"));
+    EXPECT_THAT(skipped[1], HasSubstr(checkpointName(200) + ": manifest created_unix out of range"));
+    // Without a list to fill, the scan is the same.
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get())->name, checkpointName(100));
 }
 
 // A multi-rank checkpoint (format version 2) is usable and reported with its world size and the count
