@@ -588,6 +588,70 @@ TEST(ChainFiles, RegistryLockTimesOutInsteadOfHanging)
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
+// The registry is the job user's file, read as root's thread in slurmstepd under its lock: a huge
+// (sparse) file, binary garbage or an endless line is refused at once with a message naming the bound,
+// without reading it whole; the step is refused with that message instead of stalling slurmstepd.
+TEST(ChainFiles, RegistryBeyondItsBoundsIsRefusedQuickly)
+{
+    const auto timeout = std::chrono::milliseconds(500);
+    const auto refusal = [&](const std::function<void(const fs::path&)>& prepare, const RegistryLimits& limits) {
+        TempDir temp;
+        prepare(temp.path() / ".baton-jobs");
+        const UniqueFd dir = openDir(temp.path());
+        const auto start = std::chrono::steady_clock::now();
+        const std::string message = messageOf([&] { registerJob(dir.get(), "77", timeout, limits); });
+        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << message;
+        return message;
+    };
+    // 512 MiB of holes: refused from its size, before a byte is read.
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        writeText(path, "1\n");
+                        fs::resize_file(path, std::uintmax_t { 512 } << 20);
+                    },
+                    {}),
+        HasSubstr("refusing '.baton-jobs': 536870912 bytes, more than the 1048576"));
+    // Binary garbage.
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        std::string garbage = "10\n11\n";
+                        for (int i = 0; i < 4096; ++i) {
+                            garbage += static_cast<char>((i * 7919) & 0xff);
+                        }
+                        writeText(path, garbage);
+                    },
+                    {}),
+        HasSubstr("line 3 is not a job id"));
+    // One very long line of digits (not a job id either), within the byte bound.
+    EXPECT_THAT(refusal([](const fs::path& path) { writeText(path, "1\n" + std::string(900000, '7')); }, {}),
+        HasSubstr("line 2 is not a job id (900000 bytes)"));
+    // Too many lines, with the bounds lowered so that the test stays small.
+    RegistryLimits fewLines;
+    fewLines.maxLines = 100;
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        std::string ids;
+                        for (int i = 0; i < 200; ++i) {
+                            ids += std::to_string(1000 + i) + "\n";
+                        }
+                        writeText(path, ids);
+                    },
+                    fewLines),
+        HasSubstr("more than 100 lines"));
+    // Empty lines are skipped and a registry within the bounds counts as before.
+    TempDir temp;
+    writeText(temp.path() / ".baton-jobs", "10\n\n11\n10\n");
+    const UniqueFd dir = openDir(temp.path());
+    EXPECT_EQ(registerJob(dir.get(), "12", timeout), 2);
+    EXPECT_EQ(registerJob(dir.get(), "11", timeout), 1);
+    EXPECT_EQ(readText(temp.path() / ".baton-jobs"), "10\n\n11\n10\n12\n");
+    // The byte bound is the limits' (the read stops one byte past it if the file grows meanwhile).
+    RegistryLimits small;
+    small.maxBytes = 8;
+    writeText(temp.path() / ".baton-jobs", "100\n200\n300\n");
+    EXPECT_THAT(messageOf([&] { registerJob(dir.get(), "12", timeout, small); }), HasSubstr("more than the 8"));
+}
+
 TEST(ChainFiles, SpoolAppendsWholeLinesAndRefusesLinks)
 {
     TempDir temp;
