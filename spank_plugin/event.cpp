@@ -2,10 +2,12 @@
 
 #include "baton_version.h"
 #include "chain_files.hpp"
+#include "credentials.hpp"
 #include "munge_credential.hpp"
 
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <sys/wait.h>
 #include <vector>
@@ -134,6 +136,27 @@ SignedEvent signEvent(const nlohmann::json& event, const std::optional<HttpUrl>&
         out.signError = e.what();
     }
     return out;
+}
+
+SignedEvent signEventAsRoot(const nlohmann::json& event, const std::optional<HttpUrl>& url,
+    Clock::time_point deadline, const std::string& mungeSocket)
+{
+    if (!url) {
+        return signEvent(event, url, deadline, mungeSocket); // nothing to sign
+    }
+    std::optional<ThreadRootCredentials> asRoot;
+    try {
+        asRoot.emplace();
+    } catch (const std::exception& e) {
+        SignedEvent out;
+        try {
+            out.body = event.dump();
+        } catch (const std::exception&) { }
+        out.signError = std::string("not signed as root: ") + e.what();
+        return out;
+    }
+    // The encoding thread that signEvent starts inherits this thread's (root) identity.
+    return signEvent(event, url, deadline, mungeSocket);
 }
 
 DeliveryResult deliverEvent(const SignedEvent& event, const std::optional<HttpUrl>& url, int chainDirFd,

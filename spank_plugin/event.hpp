@@ -46,10 +46,17 @@ struct SignedEvent {
 };
 
 // Serializes the event and signs the POST to url's /v1/events with a MUNGE credential of the calling
-// thread (root in slurmstepd: call it with the job user's identity dropped). Waits for munged until
+// thread (slurmstepd's callbacks use signEventAsRoot). Waits for munged until
 // `deadline` at most; a munged that does not answer in time is left to finish on its own thread, and
 // while it still has not, later calls fail at once. Never throws. `mungeSocket` empty: the default.
 SignedEvent signEvent(const nlohmann::json& event, const std::optional<HttpUrl>& url,
+    std::chrono::steady_clock::time_point deadline, const std::string& mungeSocket = {});
+
+// signEvent as root, from any slurmstepd callback: the calling thread regains root for the signing
+// (ThreadRootCredentials; slurm_spank_user_init runs with the job user's effective ids and saved uid
+// 0) and returns to the ids it had. A thread that cannot become root gets a signError: an event signed
+// as the job user would be refused by batond, a spooled one is still a hint. Never throws.
+SignedEvent signEventAsRoot(const nlohmann::json& event, const std::optional<HttpUrl>& url,
     std::chrono::steady_clock::time_point deadline, const std::string& mungeSocket = {});
 
 enum class Delivery { Posted, Spooled };

@@ -2,6 +2,14 @@
 // Everything that touches the chain directory runs with the job user's credentials; only the MUNGE
 // credential that signs an event is made as root, so that batond can tell the plugin's events from
 // anything the user could send.
+//
+// Where the reports run (Slurm 22.05, src/slurmd/slurmstepd/mgr.c): slurm_spank_user_init runs in
+// slurmstepd after _drop_privileges() has set the effective uid, gid and groups to the job user's
+// (real and saved uid stay 0); slurm_spank_task_exit runs after _reclaim_privileges(), as root.
+// step_start stays in user_init, the one callback that runs once per step and node before the tasks
+// start and whose environment changes reach them (task_init_privileged runs once per task, in the
+// task's own process), and the signing regains root on the plugin's thread only (signEventAsRoot),
+// which the saved uid 0 allows in every callback.
 #include "baton_contract.hpp"
 #include "chain_files.hpp"
 #include "contexts.hpp"
@@ -160,7 +168,8 @@ int requeueCountOf(spank_t sp)
 
 // Builds the event with the newest checkpoint and delivers it. Never fails the step: a report that can
 // neither be posted nor spooled is logged. Reading the chain directory and spooling run as the job
-// user; the credential is made in between as root (munged states the uid of the thread that asks).
+// user; the credential is made in between as root (munged states the uid of the thread that asks), in
+// user_init as in the task callbacks.
 void report(const StepState& state, StepEvent event)
 {
     try {
@@ -189,7 +198,8 @@ void report(const StepState& state, StepEvent event)
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         // Signing and posting share one report_timeout.
         const auto start = std::chrono::steady_clock::now();
-        const SignedEvent signedEvent = signEvent(eventJson(event), state.url, start + config.reportTimeout);
+        const SignedEvent signedEvent
+            = signEventAsRoot(eventJson(event), state.url, start + config.reportTimeout);
         if (!signedEvent.signError.empty()) {
             logError(event.kind + " report of job " + std::to_string(state.jobId)
                 + " not signed, spooling it: " + signedEvent.signError);

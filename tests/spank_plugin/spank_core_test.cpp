@@ -34,6 +34,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
@@ -1018,6 +1019,54 @@ TEST(Delivery, PostsWhenBatondAnswersAndSpoolsWhenNot)
     // The spool stays plain JSON lines: no credential is stored.
     EXPECT_EQ(
         readText(temp.path() / ".baton-spool" / "events.jsonl"), event.dump() + "\n" + event.dump() + "\n");
+}
+
+// Every slurmstepd callback that reports signs as root: user_init runs with the job user's effective
+// ids and saved uid 0 (as after slurmstepd's seteuid), the task callbacks and exit as root. A thread
+// that cannot become root signs nothing (batond would refuse the user's credential) and the event is
+// spooled.
+TEST(Delivery, EventsAreSignedAsRootInEveryCallbackContext)
+{
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "switching users needs root";
+    }
+    if (!mungeAnswers()) {
+        GTEST_SKIP() << "munged is not running";
+    }
+    const auto url = parseHttpUrl("http://127.0.0.1:1/base");
+    const nlohmann::json event = { { "version", 2 }, { "kind", "step_start" } };
+    const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
+    const auto signerOf = [&](const SignedEvent& signedEvent) {
+        const std::string scheme(baton::munge::authorizationScheme);
+        EXPECT_EQ(signedEvent.signError, "");
+        EXPECT_EQ(signedEvent.authorization.rfind(scheme, 0), 0u) << signedEvent.authorization;
+        const auto identity = baton::munge::decode(signedEvent.authorization.substr(scheme.size()));
+        EXPECT_EQ(identity.payload, baton::munge::requestPayload("POST", "/base/v1/events", signedEvent.body));
+        return identity.uid;
+    };
+    // task_exit and exit: slurmstepd is root.
+    EXPECT_EQ(signerOf(signEventAsRoot(event, url, deadline())), 0u);
+    // user_init: the job user's effective ids on this thread, saved uid 0.
+    {
+        ThreadCredentials asNobody(nobodyUid, nobodyGid, { nobodyGid });
+        ASSERT_EQ(::geteuid(), nobodyUid);
+        EXPECT_EQ(signerOf(signEvent(event, url, deadline())), nobodyUid) << "what the old report signed";
+        EXPECT_EQ(signerOf(signEventAsRoot(event, url, deadline())), 0u);
+        // Back to the job user's ids afterwards, for the spool.
+        EXPECT_EQ(::geteuid(), nobodyUid);
+        EXPECT_EQ(::getegid(), nobodyGid);
+        EXPECT_EQ(::getgroups(0, nullptr), 1);
+    }
+    EXPECT_EQ(::geteuid(), 0u);
+    // A thread that dropped root for good cannot sign as root: nothing is signed.
+    std::thread([&] {
+        ASSERT_EQ(::syscall(SYS_setresuid, nobodyUid, nobodyUid, nobodyUid), 0);
+        const SignedEvent refused = signEventAsRoot(event, url, deadline());
+        EXPECT_EQ(refused.authorization, "");
+        EXPECT_THAT(refused.signError, HasSubstr("not signed as root"));
+        EXPECT_EQ(refused.body, event.dump());
+    }).join();
+    EXPECT_EQ(::geteuid(), 0u);
 }
 
 TEST(Delivery, UnsignedEventsAreSpooledNotPosted)

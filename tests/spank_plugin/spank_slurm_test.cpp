@@ -315,12 +315,33 @@ TEST_F(SpankPlugin, TraversalSymlinksAndOutsidePrefixesAreRefused)
     EXPECT_THAT(drained.output, testing::Not(HasSubstr("drain"))) << drained.output;
 }
 
+// The credential of every report states uid 0, also for a job of an unprivileged user: slurmstepd
+// runs user_init (step_start) with the job user's effective ids, the task callbacks as root. Before,
+// step_start was signed as the job user and batond refused it.
+void expectSignedByRoot(const std::vector<baton::test::HttpSink::Received>& requests)
+{
+    const std::string scheme(baton::munge::authorizationScheme);
+    for (const auto& request : requests) {
+        ASSERT_EQ(request.authorization.rfind(scheme, 0), 0u) << request.authorization;
+        const auto identity = baton::munge::decode(request.authorization.substr(scheme.size()));
+        EXPECT_EQ(identity.uid, 0u) << request.body;
+        EXPECT_EQ(identity.payload, baton::munge::requestPayload("POST", request.target, request.body));
+    }
+}
+
 TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
 {
     const auto result = srunAsNobody({ "--baton=userchain", "--time=1", "env" });
     ASSERT_EQ(result.exitCode, 0) << result.output;
     const fs::path dir = layout_->chains / "nobody" / "userchain";
     auto vars = variables(result.output);
+    {
+        const auto requests = server_->requestsOf(std::stoll(vars["SLURM_JOB_ID"]), 2);
+        ASSERT_EQ(requests.size(), 2u);
+        EXPECT_EQ(nlohmann::json::parse(requests[0].body)["kind"], "step_start");
+        EXPECT_EQ(nlohmann::json::parse(requests[1].body)["kind"], "task_exit");
+        expectSignedByRoot(requests);
+    }
     EXPECT_EQ(vars["BATON_CHAIN_DIR"], dir.string());
     EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
     EXPECT_FALSE(vars["BATON_DEADLINE"].empty()) << result.output;
