@@ -74,8 +74,8 @@ std::string readRegistry(int fd, const RegistryLimits& limits)
 {
     const auto deadline = std::chrono::steady_clock::now() + limits.timeLimit;
     const auto tooLarge = [&](std::uint64_t size) {
-        return std::runtime_error(std::string("refusing '") + jobRegistryName + "': "
-            + std::to_string(size) + " bytes, more than the " + std::to_string(limits.maxBytes)
+        return std::runtime_error(std::string("refusing '") + jobRegistryName + "': " + std::to_string(size)
+            + " bytes, more than the " + std::to_string(limits.maxBytes)
             + " a chain's job list can need; move it away to start the chain's restart count again");
     };
     struct stat info { };
@@ -120,8 +120,8 @@ std::optional<std::uint32_t> parseJobId(std::string_view text)
 
 } // namespace
 
-int registerJob(
-    int chainDirFd, std::string_view jobId, std::chrono::milliseconds lockTimeout, const RegistryLimits& limits)
+int registerJob(int chainDirFd, std::string_view jobId, std::chrono::milliseconds lockTimeout,
+    const RegistryLimits& limits)
 {
     const auto id = parseJobId(jobId);
     if (!id) {
