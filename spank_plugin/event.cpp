@@ -73,11 +73,8 @@ std::string encodeBefore(std::string payload, Clock::time_point deadline, const 
 
 nlohmann::json eventJson(const StepEvent& event)
 {
-    std::string key = std::to_string(event.jobId) + "." + std::to_string(event.requeueCount) + "."
+    const std::string key = std::to_string(event.jobId) + "." + std::to_string(event.requeueCount) + "."
         + event.node + "." + event.step + "." + event.kind;
-    if (event.task) {
-        key += "." + std::to_string(*event.task);
-    }
     nlohmann::json json = {
         { "version", eventVersion },
         { "kind", event.kind },
@@ -97,6 +94,9 @@ nlohmann::json eventJson(const StepEvent& event)
     json["tasks"] = event.tasks ? nlohmann::json(*event.tasks) : nlohmann::json();
     if (event.task) {
         json["task"] = *event.task;
+    }
+    if (event.tasksExited) {
+        json["tasks_exited"] = *event.tasksExited;
     }
     if (event.waitStatus) {
         const int status = *event.waitStatus;
@@ -160,15 +160,24 @@ SignedEvent signEventAsRoot(const nlohmann::json& event, const std::optional<Htt
 }
 
 DeliveryResult deliverEvent(const SignedEvent& event, const std::optional<HttpUrl>& url, int chainDirFd,
-    std::chrono::milliseconds postTimeout, std::chrono::milliseconds lockTimeout)
+    std::chrono::milliseconds postTimeout, std::chrono::milliseconds lockTimeout, DeliveryBreaker* breaker)
 {
     DeliveryResult result;
     if (url && event.authorization.empty()) {
         result.postError
             = "not signed: " + (event.signError.empty() ? std::string("no credential") : event.signError);
+    } else if (url && breaker && breaker->open(Clock::now())) {
+        result.postError = "not tried: batond was unreachable moments ago";
     } else if (url) {
         const HttpResult posted = postJson(
             *url, eventsPath, event.body, postTimeout, { { "Authorization", event.authorization } });
+        if (breaker) {
+            if (posted.status == 0) {
+                breaker->unreachable(Clock::now());
+            } else {
+                breaker->reachable();
+            }
+        }
         if (posted.ok) {
             result.how = Delivery::Posted;
             return result;

@@ -20,9 +20,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -595,15 +595,16 @@ TEST(ChainFiles, RegistryLockTimesOutInsteadOfHanging)
 TEST(ChainFiles, RegistryBeyondItsBoundsIsRefusedQuickly)
 {
     const auto timeout = std::chrono::milliseconds(500);
-    const auto refusal = [&](const std::function<void(const fs::path&)>& prepare, const RegistryLimits& limits) {
-        TempDir temp;
-        prepare(temp.path() / ".baton-jobs");
-        const UniqueFd dir = openDir(temp.path());
-        const auto start = std::chrono::steady_clock::now();
-        const std::string message = messageOf([&] { registerJob(dir.get(), "77", timeout, limits); });
-        EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << message;
-        return message;
-    };
+    const auto refusal
+        = [&](const std::function<void(const fs::path&)>& prepare, const RegistryLimits& limits) {
+              TempDir temp;
+              prepare(temp.path() / ".baton-jobs");
+              const UniqueFd dir = openDir(temp.path());
+              const auto start = std::chrono::steady_clock::now();
+              const std::string message = messageOf([&] { registerJob(dir.get(), "77", timeout, limits); });
+              EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << message;
+              return message;
+          };
     // 512 MiB of holes: refused from its size, before a byte is read.
     EXPECT_THAT(refusal(
                     [](const fs::path& path) {
@@ -650,7 +651,8 @@ TEST(ChainFiles, RegistryBeyondItsBoundsIsRefusedQuickly)
     RegistryLimits small;
     small.maxBytes = 8;
     writeText(temp.path() / ".baton-jobs", "100\n200\n300\n");
-    EXPECT_THAT(messageOf([&] { registerJob(dir.get(), "12", timeout, small); }), HasSubstr("more than the 8"));
+    EXPECT_THAT(
+        messageOf([&] { registerJob(dir.get(), "12", timeout, small); }), HasSubstr("more than the 8"));
 }
 
 TEST(ChainFiles, SpoolAppendsWholeLinesAndRefusesLinks)
@@ -701,7 +703,12 @@ TEST(Event, CarriesTheDocumentedFields)
     StepEvent event = sampleEvent();
     const auto json = eventJson(event);
     EXPECT_EQ(json["version"], 2);
-    EXPECT_EQ(json["idempotency_key"], "42.1.n1.batch.task_exit.0");
+    // One task_exit per step and node: the task is in the body, not in the key.
+    EXPECT_EQ(json["idempotency_key"], "42.1.n1.batch.task_exit");
+    EXPECT_EQ(json["task"], 0);
+    EXPECT_FALSE(json.contains("tasks_exited"));
+    event.tasksExited = 4;
+    EXPECT_EQ(eventJson(event)["tasks_exited"], 4);
     EXPECT_EQ(json["job_id"], 42);
     EXPECT_EQ(json["requeue_count"], 1);
     EXPECT_EQ(json["chain"], "c");
@@ -737,7 +744,7 @@ TEST(Event, KeyDiffersByRequeueAndNode)
 {
     StepEvent event = sampleEvent();
     const std::string key = eventJson(event)["idempotency_key"];
-    event.timeUnix += 10; // a resent report of the same task: the same key
+    event.timeUnix += 10; // a resent report of the same step and node: the same key
     EXPECT_EQ(eventJson(event)["idempotency_key"], key);
     StepEvent requeued = sampleEvent();
     requeued.requeueCount = 2;
@@ -961,6 +968,16 @@ TEST(HttpClient, NamesAndAddressesResolve)
     EXPECT_THAT(unknown.error, HasSubstr("cannot resolve 'no-such-host.invalid'"));
 }
 
+std::size_t jsonLinesIn(const fs::path& path)
+{
+    std::istringstream lines(readText(path));
+    std::size_t count = 0;
+    for (std::string line; std::getline(lines, line);) {
+        count += nlohmann::json::accept(line) ? 1 : 0;
+    }
+    return count;
+}
+
 bool mungeAnswers()
 {
     try {
@@ -1041,7 +1058,8 @@ TEST(Delivery, EventsAreSignedAsRootInEveryCallbackContext)
         EXPECT_EQ(signedEvent.signError, "");
         EXPECT_EQ(signedEvent.authorization.rfind(scheme, 0), 0u) << signedEvent.authorization;
         const auto identity = baton::munge::decode(signedEvent.authorization.substr(scheme.size()));
-        EXPECT_EQ(identity.payload, baton::munge::requestPayload("POST", "/base/v1/events", signedEvent.body));
+        EXPECT_EQ(
+            identity.payload, baton::munge::requestPayload("POST", "/base/v1/events", signedEvent.body));
         return identity.uid;
     };
     // task_exit and exit: slurmstepd is root.
@@ -1067,6 +1085,52 @@ TEST(Delivery, EventsAreSignedAsRootInEveryCallbackContext)
         EXPECT_EQ(refused.body, event.dump());
     }).join();
     EXPECT_EQ(::geteuid(), 0u);
+}
+
+// The circuit breaker of one slurmstepd: once batond did not answer, the next reports spool at once
+// instead of each waiting for the whole timeout, until the breaker's time is up; an HTTP answer (even
+// an error status) closes it again.
+TEST(Delivery, BreakerSpoolsAtOnceAfterBatondWasUnreachable)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    SignedEvent event;
+    event.body = "{\"kind\":\"task_exit\"}";
+    event.authorization = "MUNGE x";
+    const auto timeout = std::chrono::milliseconds(300);
+    DeliveryBreaker breaker(std::chrono::milliseconds(1000));
+    SilentListener silent;
+    const auto url = parseHttpUrl(silent.url());
+    const auto timed = [&](const std::optional<HttpUrl>& to) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto result = deliverEvent(event, to, dir.get(), timeout, timeout, &breaker);
+        return std::pair(result, std::chrono::steady_clock::now() - start);
+    };
+    const auto [first, firstTook] = timed(url);
+    EXPECT_EQ(first.how, Delivery::Spooled);
+    EXPECT_THAT(first.postError, HasSubstr("timed out"));
+    EXPECT_GE(firstTook, timeout);
+    for (int i = 0; i < 5; ++i) {
+        const auto [later, laterTook] = timed(url);
+        EXPECT_EQ(later.how, Delivery::Spooled);
+        EXPECT_THAT(later.postError, HasSubstr("not tried"));
+        EXPECT_LT(laterTook, std::chrono::milliseconds(100));
+    }
+    // After the breaker's time, batond is tried again; it answers now.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    {
+        EventServer server(500);
+        const auto [answered, took] = timed(parseHttpUrl(server.url()));
+        EXPECT_EQ(answered.how, Delivery::Spooled);
+        EXPECT_THAT(answered.postError, HasSubstr("HTTP status 500"));
+        EXPECT_FALSE(breaker.open(std::chrono::steady_clock::now()));
+    }
+    {
+        EventServer server;
+        EXPECT_EQ(timed(parseHttpUrl(server.url())).first.how, Delivery::Posted);
+        EXPECT_EQ(server.received().size(), 1u);
+    }
+    EXPECT_EQ(jsonLinesIn(temp.path() / ".baton-spool" / "events.jsonl"), 7u);
 }
 
 TEST(Delivery, UnsignedEventsAreSpooledNotPosted)
