@@ -21,6 +21,7 @@
 #include <netinet/in.h>
 #include <random>
 #include <set>
+#include <sstream>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -561,9 +562,13 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
         std::ifstream out(work / ("plain-" + std::to_string(jobs[i]["job_id"].get<std::int64_t>()) + ".out"));
         const std::string text((std::istreambuf_iterator<char>(out)), {});
         EXPECT_EQ(text.find("CORRUPT"), std::string::npos) << text;
+        // "restored iteration N verified", once per rank (other lines may say "verified" too).
         std::size_t verified = 0;
-        for (auto at = text.find(" verified"); at != std::string::npos; at = text.find(" verified", at + 1))
-            ++verified;
+        std::istringstream lines(text);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("restored iteration ", 0) == 0 && line.ends_with(" verified"))
+                ++verified;
+        }
         EXPECT_EQ(verified, 2u) << "both ranks restore the chain's checkpoint\n" << text;
         restored += verified == 2 ? 1 : 0;
     }
