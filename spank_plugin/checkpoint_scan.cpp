@@ -66,10 +66,56 @@ std::optional<std::int64_t> optionalInteger(const nlohmann::json& manifest, cons
     if (found == manifest.end() || !found->is_number_integer()) {
         return std::nullopt;
     }
-    if (found->is_number_unsigned() && found->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+    // Forwarded too: outside the contract's range it is dropped, like a value of the wrong type.
+    if (found->is_number_unsigned()
+        && found->get<std::uint64_t>() > static_cast<std::uint64_t>(contract::kReportedIntegerMax)) {
         return std::nullopt;
     }
-    return found->get<std::int64_t>();
+    const auto value = found->get<std::int64_t>();
+    if (value < 0 || value > static_cast<std::int64_t>(contract::kReportedIntegerMax)) {
+        return std::nullopt;
+    }
+    return value;
+}
+
+// The numbers an event forwards to batond, range-checked where they are read (the contract's ranges:
+// a value a user writes must fit every conversion and column on the way). Throws std::runtime_error
+// naming the key: a manifest with a value out of range is not a usable checkpoint.
+std::runtime_error outOfRange(const char* key, const nlohmann::json& value)
+{
+    std::string text = value.dump();
+    if (text.size() > 40) {
+        text = text.substr(0, 40) + "...";
+    }
+    return std::runtime_error(std::string("manifest ") + key + " out of range: " + text);
+}
+
+std::int64_t reportedInteger(const nlohmann::json& manifest, const char* key, bool (*inRange)(double))
+{
+    const nlohmann::json& value = manifest.at(key);
+    if (!value.is_number_integer()) {
+        throw outOfRange(key, value);
+    }
+    // A huge unsigned value would wrap to a negative int64; the limit is far below INT64_MAX anyway.
+    if (value.is_number_unsigned()
+        && value.get<std::uint64_t>() > static_cast<std::uint64_t>(contract::kReportedIntegerMax)) {
+        throw outOfRange(key, value);
+    }
+    const auto number = value.get<std::int64_t>();
+    if (number > static_cast<std::int64_t>(contract::kReportedIntegerMax)
+        || !inRange(static_cast<double>(number))) {
+        throw outOfRange(key, value);
+    }
+    return number;
+}
+
+double reportedNumber(const nlohmann::json& manifest, const char* key, bool (*inRange)(double))
+{
+    const nlohmann::json& value = manifest.at(key);
+    if (!value.is_number() || !inRange(value.get<double>())) {
+        throw outOfRange(key, value);
+    }
+    return value.get<double>();
 }
 
 bool flag(const nlohmann::json& manifest, const char* key)
@@ -121,9 +167,9 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
     }
     CheckpointSummary summary;
     summary.name = name;
-    summary.iteration = manifest.at("iteration").get<std::int64_t>();
-    summary.createdUnix = manifest.at("created_unix").get<double>();
-    summary.totalBytes = manifest.at("total_bytes").get<std::int64_t>();
+    summary.iteration = reportedInteger(manifest, "iteration", contract::reportedIterationInRange);
+    summary.createdUnix = reportedNumber(manifest, "created_unix", contract::reportedCreatedInRange);
+    summary.totalBytes = reportedInteger(manifest, "total_bytes", contract::reportedBytesInRange);
     summary.final = flag(manifest, "final");
     summary.trainingDone = flag(manifest, "training_done");
     summary.restartCount = optionalInteger(manifest, "restart_count");
@@ -150,7 +196,8 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
     return summary;
 }
 
-std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimits& limits)
+std::optional<CheckpointSummary> newestCheckpoint(
+    int chainDirFd, const ScanLimits& limits, std::vector<std::string>* skipped)
 {
     const auto deadline = Clock::now() + limits.timeLimit;
     const int copy = ::fcntl(chainDirFd, F_DUPFD_CLOEXEC, 0);
@@ -197,8 +244,11 @@ std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimi
         }
         try {
             return summarizeManifest(name, *text, limits.maxDepth);
-        } catch (const std::exception&) {
-            continue; // a damaged manifest: the previous checkpoint is the newest usable one
+        } catch (const std::exception& e) {
+            // A damaged or hostile manifest: the previous checkpoint is the newest usable one.
+            if (skipped) {
+                skipped->push_back(name + ": " + e.what());
+            }
         }
     }
     return std::nullopt;

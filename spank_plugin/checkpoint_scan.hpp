@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace baton::spank {
 
@@ -37,13 +38,19 @@ struct ScanLimits {
 };
 
 // Reads the manifests of the newest `limits.maxCandidates` checkpoint names, newest first, and returns
-// the first that parses with a supported format version. Symbolic links, non-regular manifests, and
-// manifests over the byte or depth limit are skipped; the scan stops at the time limit. Runs with the
-// caller's credentials; never throws for bad directory contents.
-std::optional<CheckpointSummary> newestCheckpoint(int chainDirFd, const ScanLimits& limits = {});
+// the first that parses with a supported format version and whose reported numbers lie in the
+// contract's ranges. Symbolic links, non-regular manifests, and manifests over the byte or depth limit
+// are skipped; the scan stops at the time limit. Each manifest that was read but refused is added to
+// `skipped` (when given) as "<name>: <reason>", for the caller to log. Runs with the caller's
+// credentials; never throws for bad directory contents.
+std::optional<CheckpointSummary> newestCheckpoint(
+    int chainDirFd, const ScanLimits& limits = {}, std::vector<std::string>* skipped = nullptr);
 
 // Parses one manifest (nesting deeper than `maxDepth` is refused while parsing, never recursed into);
-// throws std::runtime_error (or a JSON error) when it is not usable.
+// throws std::runtime_error (or a JSON error) when it is not usable: among others when `iteration`,
+// `created_unix` or `total_bytes` is not a number in the contract's range (reportedIterationInRange,
+// reportedCreatedInRange, reportedBytesInRange of common/baton_contract.hpp; iteration and total_bytes
+// must be integers). restart_count and job_id out of 0..2^53 are dropped.
 CheckpointSummary summarizeManifest(
     const std::string& name, const std::string& manifestText, int maxDepth = 32);
 

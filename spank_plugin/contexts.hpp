@@ -15,6 +15,7 @@ int localUserInit(spank_t sp);
 int remoteUserInit(spank_t sp);
 int remoteTaskInit(spank_t sp);
 int remoteTaskExit(spank_t sp);
+int remoteExit(spank_t sp);
 
 // Shared by allocator and local: checks the combination of options for the job's user, so that a bad
 // directory fails at submission. Returns 0 or -1 (the message already shown).

@@ -90,6 +90,58 @@ void ThreadCredentials::restore() noexcept
     }
 }
 
+ThreadRootCredentials::ThreadRootCredentials()
+{
+    if (::geteuid() == 0) {
+        return;
+    }
+    uid_t real = 0;
+    uid_t effective = 0;
+    uid_t saved = 0;
+    if (::getresuid(&real, &effective, &saved) != 0 || (real != 0 && saved != 0)) {
+        throw std::runtime_error("cannot become root from uid " + std::to_string(::geteuid()));
+    }
+    savedEuid_ = effective;
+    savedEgid_ = ::getegid();
+    const int count = ::getgroups(0, nullptr);
+    if (count < 0) {
+        throw std::runtime_error(std::string("getgroups: ") + std::strerror(errno));
+    }
+    savedGroups_.resize(static_cast<std::size_t>(count));
+    if (::getgroups(count, savedGroups_.data()) != count) {
+        throw std::runtime_error(std::string("getgroups: ") + std::strerror(errno));
+    }
+    // The uid first: only as root may the thread change its gid and groups.
+    if (threadSeteuid(0) != 0) {
+        throw std::runtime_error(std::string("cannot become root: setresuid: ") + std::strerror(errno));
+    }
+    switched_ = true;
+    if (threadSetegid(0) != 0 || threadSetgroups({}) != 0) {
+        const std::string error = std::strerror(errno);
+        restore();
+        throw std::runtime_error("cannot become root: setresgid/setgroups: " + error);
+    }
+}
+
+ThreadRootCredentials::~ThreadRootCredentials()
+{
+    restore();
+}
+
+void ThreadRootCredentials::restore() noexcept
+{
+    if (!switched_) {
+        return;
+    }
+    switched_ = false;
+    // Groups and gid while still root, the uid last.
+    if (threadSetgroups(savedGroups_) != 0 || threadSetegid(savedEgid_) != 0
+        || threadSeteuid(savedEuid_) != 0) {
+        std::fprintf(stderr, "baton: cannot return to uid %u: %s\n", static_cast<unsigned>(savedEuid_),
+            std::strerror(errno));
+    }
+}
+
 std::vector<gid_t> groupsOfUser(const char* name, gid_t gid)
 {
     int count = 32;

@@ -27,6 +27,30 @@ private:
     std::vector<gid_t> savedGroups_;
 };
 
+// Runs a block of code as root on the calling thread only, from a thread whose effective ids are the
+// job user's but whose real or saved uid is 0: slurmstepd calls slurm_spank_user_init after its own
+// seteuid() to the job user (real and saved uid stay 0), and the task callbacks as root. A MUNGE
+// credential states the effective uid of the thread that asks munged, so an event is signed inside
+// this. If the thread is root already, nothing changes; if it cannot become root, throws
+// std::runtime_error. The destructor restores the groups, gid and uid it found.
+class ThreadRootCredentials {
+public:
+    ThreadRootCredentials();
+    ~ThreadRootCredentials();
+    ThreadRootCredentials(const ThreadRootCredentials&) = delete;
+    ThreadRootCredentials& operator=(const ThreadRootCredentials&) = delete;
+
+    bool switched() const { return switched_; }
+
+private:
+    void restore() noexcept;
+
+    bool switched_ = false;
+    uid_t savedEuid_ = 0;
+    gid_t savedEgid_ = 0;
+    std::vector<gid_t> savedGroups_;
+};
+
 // The user's supplementary groups from the group database (getgrouplist), including `gid`.
 std::vector<gid_t> groupsOfUser(const char* name, gid_t gid);
 

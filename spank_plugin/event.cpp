@@ -2,10 +2,12 @@
 
 #include "baton_version.h"
 #include "chain_files.hpp"
+#include "credentials.hpp"
 #include "munge_credential.hpp"
 
 #include <future>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <sys/wait.h>
 #include <vector>
@@ -71,11 +73,8 @@ std::string encodeBefore(std::string payload, Clock::time_point deadline, const 
 
 nlohmann::json eventJson(const StepEvent& event)
 {
-    std::string key = std::to_string(event.jobId) + "." + std::to_string(event.requeueCount) + "."
+    const std::string key = std::to_string(event.jobId) + "." + std::to_string(event.requeueCount) + "."
         + event.node + "." + event.step + "." + event.kind;
-    if (event.task) {
-        key += "." + std::to_string(*event.task);
-    }
     nlohmann::json json = {
         { "version", eventVersion },
         { "kind", event.kind },
@@ -95,6 +94,9 @@ nlohmann::json eventJson(const StepEvent& event)
     json["tasks"] = event.tasks ? nlohmann::json(*event.tasks) : nlohmann::json();
     if (event.task) {
         json["task"] = *event.task;
+    }
+    if (event.tasksExited) {
+        json["tasks_exited"] = *event.tasksExited;
     }
     if (event.waitStatus) {
         const int status = *event.waitStatus;
@@ -136,16 +138,46 @@ SignedEvent signEvent(const nlohmann::json& event, const std::optional<HttpUrl>&
     return out;
 }
 
+SignedEvent signEventAsRoot(const nlohmann::json& event, const std::optional<HttpUrl>& url,
+    Clock::time_point deadline, const std::string& mungeSocket)
+{
+    if (!url) {
+        return signEvent(event, url, deadline, mungeSocket); // nothing to sign
+    }
+    std::optional<ThreadRootCredentials> asRoot;
+    try {
+        asRoot.emplace();
+    } catch (const std::exception& e) {
+        SignedEvent out;
+        try {
+            out.body = event.dump();
+        } catch (const std::exception&) { }
+        out.signError = std::string("not signed as root: ") + e.what();
+        return out;
+    }
+    // The encoding thread that signEvent starts inherits this thread's (root) identity.
+    return signEvent(event, url, deadline, mungeSocket);
+}
+
 DeliveryResult deliverEvent(const SignedEvent& event, const std::optional<HttpUrl>& url, int chainDirFd,
-    std::chrono::milliseconds postTimeout, std::chrono::milliseconds lockTimeout)
+    std::chrono::milliseconds postTimeout, std::chrono::milliseconds lockTimeout, DeliveryBreaker* breaker)
 {
     DeliveryResult result;
     if (url && event.authorization.empty()) {
         result.postError
             = "not signed: " + (event.signError.empty() ? std::string("no credential") : event.signError);
+    } else if (url && breaker && breaker->open(Clock::now())) {
+        result.postError = "not tried: batond was unreachable moments ago";
     } else if (url) {
         const HttpResult posted = postJson(
             *url, eventsPath, event.body, postTimeout, { { "Authorization", event.authorization } });
+        if (breaker) {
+            if (posted.status == 0) {
+                breaker->unreachable(Clock::now());
+            } else {
+                breaker->reachable();
+            }
+        }
         if (posted.ok) {
             result.how = Delivery::Posted;
             return result;

@@ -96,4 +96,10 @@ int slurm_spank_task_exit(spank_t sp, int, char**)
     return 0;
 }
 
+int slurm_spank_exit(spank_t sp, int, char**)
+{
+    guarded("exit", [&] { return spank_remote(sp) ? remoteExit(sp) : 0; });
+    return 0;
+}
+
 } // extern "C"

@@ -1,7 +1,15 @@
-// slurmstepd: sets the BATON_* environment for the step's tasks and reports step start and task exit.
-// Everything that touches the chain directory runs with the job user's credentials; only the MUNGE
-// credential that signs an event is made as root, so that batond can tell the plugin's events from
-// anything the user could send.
+// slurmstepd: sets the BATON_* environment for the step's tasks and reports step start and the end of
+// the step's tasks on this node. Everything that touches the chain directory runs with the job user's
+// credentials; only the MUNGE credential that signs an event is made as root, so that batond can tell
+// the plugin's events from anything the user could send.
+//
+// Where the reports run (Slurm 22.05, src/slurmd/slurmstepd/mgr.c): slurm_spank_user_init runs in
+// slurmstepd after _drop_privileges() has set the effective uid, gid and groups to the job user's
+// (real and saved uid stay 0); slurm_spank_task_exit and slurm_spank_exit run after
+// _reclaim_privileges(), as root. step_start stays in user_init, the one callback that runs once per
+// step and node before the tasks start and whose environment changes reach them
+// (task_init_privileged runs once per task, in the task's own process), and the signing regains root
+// on the plugin's thread only (signEventAsRoot), which the saved uid 0 allows in every callback.
 #include "baton_contract.hpp"
 #include "chain_files.hpp"
 #include "contexts.hpp"
@@ -19,7 +27,9 @@ extern "C" {
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 namespace baton::spank {
 
@@ -39,7 +49,43 @@ struct StepState {
     std::optional<HttpUrl> url;
     std::string node;
     std::optional<std::uint32_t> tasks; // the step's task count
+    std::optional<std::uint32_t> localTasks; // the step's tasks on this node
 };
+
+// The ends of this node's tasks, reported in one task_exit event when the last of them has ended (or
+// at slurm_spank_exit, if some never did): slurmstepd calls task_exit once per task, one after the
+// other, and a report each would hold up the step's end by a report_timeout per task.
+struct TaskExits {
+    std::uint32_t seen = 0;
+    std::optional<std::uint32_t> task; // the reported one: the first that failed, else the last
+    std::optional<int> waitStatus;
+    bool failed = false;
+    bool reported = false;
+
+    void add(std::optional<std::uint32_t> id, std::optional<int> status)
+    {
+        ++seen;
+        if (failed) {
+            return;
+        }
+        task = id;
+        waitStatus = status;
+        failed = status && (WIFSIGNALED(*status) || (WIFEXITED(*status) && WEXITSTATUS(*status) != 0));
+    }
+};
+
+TaskExits& taskExits()
+{
+    static TaskExits exits;
+    return exits;
+}
+
+// One per slurmstepd: a batond found unreachable is not waited for again by the next report at once.
+DeliveryBreaker& breaker()
+{
+    static DeliveryBreaker breaker;
+    return breaker;
+}
 
 std::optional<StepState>& stepState()
 {
@@ -159,7 +205,8 @@ int requeueCountOf(spank_t sp)
 
 // Builds the event with the newest checkpoint and delivers it. Never fails the step: a report that can
 // neither be posted nor spooled is logged. Reading the chain directory and spooling run as the job
-// user; the credential is made in between as root (munged states the uid of the thread that asks).
+// user; the credential is made in between as root (munged states the uid of the thread that asks), in
+// user_init as in the task callbacks.
 void report(const StepState& state, StepEvent event)
 {
     try {
@@ -168,7 +215,12 @@ void report(const StepState& state, StepEvent event)
         {
             ThreadCredentials asUser(state.uid, state.gid, state.groups);
             dir.emplace(openChainDir(state.location.dir, state.location.prefix, state.uid));
-            event.checkpoint = newestCheckpoint(dir->fd.get());
+            std::vector<std::string> skipped;
+            event.checkpoint = newestCheckpoint(dir->fd.get(), {}, &skipped);
+            for (const auto& why : skipped) {
+                logError("job " + std::to_string(state.jobId) + ": chain " + state.location.chain
+                    + ": not reporting checkpoint " + why);
+            }
         }
         event.jobId = state.jobId;
         event.requeueCount = state.requeueCount;
@@ -183,7 +235,8 @@ void report(const StepState& state, StepEvent event)
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
         // Signing and posting share one report_timeout.
         const auto start = std::chrono::steady_clock::now();
-        const SignedEvent signedEvent = signEvent(eventJson(event), state.url, start + config.reportTimeout);
+        const SignedEvent signedEvent
+            = signEventAsRoot(eventJson(event), state.url, start + config.reportTimeout);
         if (!signedEvent.signError.empty()) {
             logError(event.kind + " report of job " + std::to_string(state.jobId)
                 + " not signed, spooling it: " + signedEvent.signError);
@@ -194,7 +247,7 @@ void report(const StepState& state, StepEvent event)
                     std::chrono::steady_clock::now() - start));
         ThreadCredentials asUser(state.uid, state.gid, state.groups);
         const auto delivered
-            = deliverEvent(signedEvent, state.url, dir->fd.get(), left, config.reportTimeout);
+            = deliverEvent(signedEvent, state.url, dir->fd.get(), left, config.reportTimeout, &breaker());
         if (delivered.how == Delivery::Spooled && !delivered.postError.empty()
             && signedEvent.signError.empty()) {
             logVerbose("batond unreachable (" + delivered.postError + "), " + event.kind + " event spooled");
@@ -229,6 +282,10 @@ void prepareStep(spank_t sp)
     if (std::uint32_t tasks = 0;
         spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS && tasks > 0) {
         state.tasks = tasks;
+    }
+    if (std::uint32_t tasks = 0;
+        spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &tasks) == ESPANK_SUCCESS && tasks > 0) {
+        state.localTasks = tasks;
     }
     state.requeueCount = requeueCountOf(sp);
     const PluginConfig& config = pluginConfig();
@@ -271,6 +328,18 @@ void prepareStep(spank_t sp)
     report(state, event);
 }
 
+void reportTaskExits(const StepState& state)
+{
+    TaskExits& exits = taskExits();
+    exits.reported = true;
+    StepEvent event;
+    event.kind = "task_exit";
+    event.task = exits.task;
+    event.waitStatus = exits.waitStatus;
+    event.tasksExited = exits.seen;
+    report(state, event);
+}
+
 } // namespace
 
 int remoteUserInit(spank_t sp)
@@ -308,17 +377,32 @@ int remoteTaskExit(spank_t sp)
     if (!state) {
         return 0;
     }
-    StepEvent event;
-    event.kind = "task_exit";
-    std::uint32_t task = 0;
-    int status = 0;
-    if (spankOk(spank_get_item(sp, S_TASK_GLOBAL_ID, &task), "spank_get_item(S_TASK_GLOBAL_ID)")) {
-        event.task = task;
+    std::optional<std::uint32_t> task;
+    std::optional<int> status;
+    if (std::uint32_t id = 0;
+        spankOk(spank_get_item(sp, S_TASK_GLOBAL_ID, &id), "spank_get_item(S_TASK_GLOBAL_ID)")) {
+        task = id;
     }
-    if (spankOk(spank_get_item(sp, S_TASK_EXIT_STATUS, &status), "spank_get_item(S_TASK_EXIT_STATUS)")) {
-        event.waitStatus = status;
+    if (int wait = 0;
+        spankOk(spank_get_item(sp, S_TASK_EXIT_STATUS, &wait), "spank_get_item(S_TASK_EXIT_STATUS)")) {
+        status = wait;
     }
-    report(*state, event);
+    TaskExits& exits = taskExits();
+    exits.add(task, status);
+    // Without a local task count each end is reported (the same key: batond keeps the first).
+    if (state->localTasks && exits.seen < *state->localTasks) {
+        return 0;
+    }
+    reportTaskExits(*state);
+    return 0;
+}
+
+int remoteExit(spank_t)
+{
+    // Tasks that never started, or a step torn down early: the step's end is still reported once.
+    if (stepState() && !taskExits().reported) {
+        reportTaskExits(*stepState());
+    }
     return 0;
 }
 

@@ -37,14 +37,6 @@ long long parseInteger(std::string_view text, long long low, long long high, con
     return value;
 }
 
-bool isChainCharacter(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_'
-        || c == '-';
-}
-
-constexpr std::size_t maxChainNameLength = 128;
-
 } // namespace
 
 double parseOverheadPercent(std::string_view text)
@@ -92,22 +84,14 @@ int parseHandoverWaitSeconds(std::string_view text)
 
 bool isValidChainName(std::string_view name)
 {
-    if (name.empty() || name.size() > maxChainNameLength || name.front() == '.' || name.front() == '-') {
-        return false;
-    }
-    for (char c : name) {
-        if (!isChainCharacter(c)) {
-            return false;
-        }
-    }
-    return true;
+    return contract::validChainName(name);
 }
 
 void validateChainName(std::string_view name)
 {
     if (!isValidChainName(name)) {
-        throw std::invalid_argument("chain name must be 1 to 128 characters of letters, digits, '.', '_' and "
-                                    "'-', not starting with '.' or '-', got "
+        throw std::invalid_argument("chain name must be 1 to " + std::to_string(contract::kChainNameMax)
+            + " characters of letters, digits, '.', '_' and '-', not starting with '.' or '-', got "
             + quoted(name));
     }
 }
@@ -115,8 +99,8 @@ void validateChainName(std::string_view name)
 std::string chainNameFromJobName(std::string_view jobName)
 {
     std::string name;
-    for (char c : jobName.substr(0, maxChainNameLength)) {
-        name += isChainCharacter(c) ? c : '_';
+    for (char c : jobName.substr(0, contract::kChainNameMax)) {
+        name += contract::isChainNameCharacter(c) ? c : '_';
     }
     if (!name.empty() && (name.front() == '.' || name.front() == '-')) {
         name.front() = '_';

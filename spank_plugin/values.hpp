@@ -16,8 +16,8 @@ std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 ..
 int parseKeepCount(std::string_view text); // integer, 1 .. 1000
 int parseHandoverWaitSeconds(std::string_view text); // integer, 0 .. 3600
 
-// A chain name is 1..128 characters of [A-Za-z0-9._-], not starting with '.' or '-', so that it is
-// always a single, harmless path component.
+// A chain name follows the one rule batond applies too (contract::validChainName: 1..128 characters of
+// [A-Za-z0-9._-], not starting with '.' or '-'), so that it is always a single, harmless path component.
 bool isValidChainName(std::string_view name);
 void validateChainName(std::string_view name); // throws std::invalid_argument
 

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <random>
 #include <set>
+#include <sstream>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -550,6 +551,86 @@ TEST_F(BatondService, ChainSurvivesDatabaseRestartAndSlurmctldOutage)
     EXPECT_NE(log.find("slurm: "), std::string::npos) << log;
     EXPECT_NE(log.find("retrying in"), std::string::npos) << log;
     expectNoDuplicateSubmission();
+}
+
+// A chain begun with plain `sbatch --baton=NAME` by an unprivileged user, no `batonctl submit`: a batch
+// script whose `srun` step runs the checkpointing program as 2 tasks. The plugin's step_start events
+// (made in slurmstepd's user_init, where it runs with the job user's effective ids) must be signed as
+// root for batond to accept them and register the chain from the job; batond then submits every
+// successor (the batch script read back from Slurm, its #SBATCH lines included) until the training
+// is done.
+TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
+{
+    const int port = ports_[0]; // where the plugin reports
+    const fs::path work = base_->path() / "work";
+    Batond batond(batondArgs(port, "plain"), base_->path() / "plain.log");
+    ASSERT_TRUE(waitFor([&] { return send(port, "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
+        << batond.log();
+
+    const fs::path script = work / "plain.sh";
+    std::ofstream(script) << "#!/bin/bash\n"
+                             "#SBATCH --ntasks=2\n"
+                             "#SBATCH --overcommit\n"
+                             "#SBATCH --output="
+                          << (work / "plain-%j.out").string()
+                          << "\n"
+                             "srun --ntasks=2 --overcommit "
+                          << CKPT_CHAIN_JOB_PATH << " --total-iterations=2400\n";
+    ::chmod(script.c_str(), 0644);
+    const auto submitted = run({ "runuser", "-u", "nobody", "--", "sbatch", "--parsable", "--baton=plain",
+                                   "--time=1", "--chdir=" + work.string(), script.string() },
+        60s);
+    ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
+    const std::string firstJob = submitted.output.substr(0, submitted.output.find_first_not_of("0123456789"));
+
+    // Registered from the first job's events, owned by the job's user.
+    const auto chain = [&] { return signedRequest(port, "GET", "/v1/chains/nobody/plain", "", nobody); };
+    ASSERT_TRUE(waitFor([&] { return chain().status == 200; }, 120s))
+        << chain().body << "\n"
+        << send(port, "GET", "/metrics", "", std::nullopt).body << batond.log();
+    EXPECT_EQ(chain().json()["chain"]["owner_uid"], nobody);
+
+    EXPECT_TRUE(waitFor([] { return chainFinished("plain"); }, 360s)) << chain().body << batond.log();
+    const Json doc = chain().json();
+    const auto& jobs = doc["jobs"];
+    ASSERT_GE(jobs.size(), 3u) << doc.dump();
+    EXPECT_EQ(std::to_string(jobs[0]["job_id"].get<std::int64_t>()), firstJob) << doc.dump();
+    // Every successor is batond's (a key in its comment, once each) and ran the same 2-task step.
+    expectNoDuplicateSubmission();
+    EXPECT_EQ(count("SELECT count(*) FROM submissions s JOIN chains c ON c.id = s.chain_id"
+                    " WHERE c.name = 'plain' AND s.slurm_job_id IS NOT NULL"),
+        static_cast<std::int64_t>(jobs.size()) - 1)
+        << doc.dump();
+    int restored = 0;
+    for (std::size_t i = 1; i < jobs.size(); ++i) {
+        if (jobs[i]["state"] == "CANCELLED")
+            continue; // a pending successor withdrawn when the training finished
+        std::ifstream out(work / ("plain-" + std::to_string(jobs[i]["job_id"].get<std::int64_t>()) + ".out"));
+        const std::string text((std::istreambuf_iterator<char>(out)), {});
+        EXPECT_EQ(text.find("CORRUPT"), std::string::npos) << text;
+        // "restored iteration N verified", once per rank (other lines may say "verified" too).
+        std::size_t verified = 0;
+        std::istringstream lines(text);
+        for (std::string line; std::getline(lines, line);) {
+            if (line.rfind("restored iteration ", 0) == 0 && line.ends_with(" verified"))
+                ++verified;
+        }
+        EXPECT_EQ(verified, 2u) << "both ranks restore the chain's checkpoint\n" << text;
+        restored += verified == 2 ? 1 : 0;
+    }
+    EXPECT_GE(restored, 1) << doc.dump();
+    EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(), [](const Json& c) {
+        return c["training_done"] == true;
+    })) << doc.dump();
+    // Every plugin event was signed as root: none refused.
+    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    const std::string rejected = "baton_events_total{outcome=\"rejected\"} ";
+    if (const auto at = metrics.body.find(rejected); at != std::string::npos) {
+        EXPECT_EQ(metrics.body.substr(at + rejected.size(), 2), "0\n") << metrics.body;
+    }
+    EXPECT_EQ(count("SELECT count(*) FROM events WHERE chain_name = 'plain' AND kind = 'step_start'"
+                    " AND sender_uid <> 0"),
+        0);
 }
 
 } // namespace

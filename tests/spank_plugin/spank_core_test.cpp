@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -33,6 +34,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <thread>
@@ -446,6 +448,89 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
         (nlohmann::json { { "persist_seconds", 2 } }));
 }
 
+// The numbers an event forwards are range-checked where the plugin reads them (the contract's ranges):
+// a manifest with a value a database column or conversion cannot take is no checkpoint, and the scan
+// reports why it skipped it and falls back to the previous one.
+TEST(CheckpointScan, HostileNumbersMakeAManifestUnusable)
+{
+    // `key` replaced by the raw JSON text `value`.
+    const auto withRaw = [](const char* key, const std::string& value) {
+        auto document = nlohmann::json::parse(manifest(200));
+        document[key] = "@RAW@";
+        std::string text = document.dump();
+        text.replace(text.find("\"@RAW@\""), 7, value);
+        return text;
+    };
+    const std::vector<std::pair<const char*, std::string>> hostile {
+        { "iteration", "1e300" },
+        { "iteration", "9223372036854775807" },
+        { "iteration", "18446744073709551615" },
+        { "iteration", "9007199254740993" },
+        { "iteration", "-1" },
+        { "iteration", "1.5" },
+        { "iteration", "\"NaN\"" },
+        { "iteration", "\"200\"" },
+        { "iteration", "null" },
+        { "iteration", "true" },
+        { "iteration", "[200]" },
+        { "created_unix", "1e300" },
+        { "created_unix", "1e400" },
+        { "created_unix", "-1" },
+        { "created_unix", "253402300800" },
+        { "created_unix", "9223372036854775807" },
+        { "created_unix", "\"NaN\"" },
+        { "created_unix", "\"Infinity\"" },
+        { "created_unix", "{}" },
+        { "total_bytes", "9223372036854775807" },
+        { "total_bytes", "1e300" },
+        { "total_bytes", "-5" },
+        { "total_bytes", "\"2000\"" },
+        { "total_bytes", "false" },
+    };
+    for (const auto& [key, value] : hostile) {
+        const std::string text = withRaw(key, value);
+        std::string message;
+        try {
+            summarizeManifest(checkpointName(200), text);
+            message = "accepted";
+        } catch (const std::exception& e) {
+            message = e.what();
+        }
+        EXPECT_NE(message, "accepted") << key << " = " << value;
+    }
+    // The edges of the ranges are still checkpoints.
+    auto edge = nlohmann::json::parse(manifest(200));
+    edge["iteration"] = std::int64_t { 1 } << 53;
+    edge["total_bytes"] = 0;
+    edge["created_unix"] = 253402300799;
+    const auto summary = summarizeManifest(checkpointName(200), edge.dump());
+    EXPECT_EQ(summary.iteration, std::int64_t { 1 } << 53);
+    EXPECT_EQ(summary.totalBytes, 0);
+    EXPECT_DOUBLE_EQ(summary.createdUnix, 253402300799.0);
+    // restart_count and job_id are forwarded too: outside 0..2^53 they are dropped.
+    auto ids = nlohmann::json::parse(manifest(200));
+    ids["restart_count"] = -3;
+    ids["job_id"] = 18446744073709551615ull;
+    const auto dropped = summarizeManifest(checkpointName(200), ids.dump());
+    EXPECT_FALSE(dropped.restartCount.has_value());
+    EXPECT_FALSE(dropped.jobId.has_value());
+
+    // In a chain: the hostile newest manifest is skipped with its reason, the previous one reported.
+    TempDir temp;
+    commitManifest(temp.path(), checkpointName(100), manifest(100));
+    commitManifest(temp.path(), checkpointName(200), withRaw("created_unix", "1e300"));
+    commitManifest(temp.path(), checkpointName(300), withRaw("iteration", "9223372036854775807"));
+    std::vector<std::string> skipped;
+    const auto newest = newestCheckpoint(openDir(temp.path()).get(), {}, &skipped);
+    ASSERT_TRUE(newest.has_value());
+    EXPECT_EQ(newest->name, checkpointName(100));
+    ASSERT_EQ(skipped.size(), 2u);
+    EXPECT_THAT(skipped[0], HasSubstr(checkpointName(300) + ": manifest iteration out of range"));
+    EXPECT_THAT(skipped[1], HasSubstr(checkpointName(200) + ": manifest created_unix out of range"));
+    // Without a list to fill, the scan is the same.
+    EXPECT_EQ(newestCheckpoint(openDir(temp.path()).get())->name, checkpointName(100));
+}
+
 // A multi-rank checkpoint (format version 2) is usable and reported with its world size and the count
 // of its regions per layout; only the known layout names are counted.
 TEST(CheckpointScan, MultiRankManifestReportsWorldSizeAndLayouts)
@@ -504,6 +589,72 @@ TEST(ChainFiles, RegistryLockTimesOutInsteadOfHanging)
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
+// The registry is the job user's file, read as root's thread in slurmstepd under its lock: a huge
+// (sparse) file, binary garbage or an endless line is refused at once with a message naming the bound,
+// without reading it whole; the step is refused with that message instead of stalling slurmstepd.
+TEST(ChainFiles, RegistryBeyondItsBoundsIsRefusedQuickly)
+{
+    const auto timeout = std::chrono::milliseconds(500);
+    const auto refusal
+        = [&](const std::function<void(const fs::path&)>& prepare, const RegistryLimits& limits) {
+              TempDir temp;
+              prepare(temp.path() / ".baton-jobs");
+              const UniqueFd dir = openDir(temp.path());
+              const auto start = std::chrono::steady_clock::now();
+              const std::string message = messageOf([&] { registerJob(dir.get(), "77", timeout, limits); });
+              EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << message;
+              return message;
+          };
+    // 512 MiB of holes: refused from its size, before a byte is read.
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        writeText(path, "1\n");
+                        fs::resize_file(path, std::uintmax_t { 512 } << 20);
+                    },
+                    {}),
+        HasSubstr("refusing '.baton-jobs': 536870912 bytes, more than the 1048576"));
+    // Binary garbage.
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        std::string garbage = "10\n11\n";
+                        for (int i = 0; i < 4096; ++i) {
+                            garbage += static_cast<char>((i * 7919) & 0xff);
+                        }
+                        writeText(path, garbage);
+                    },
+                    {}),
+        HasSubstr("line 3 is not a job id"));
+    // One very long line of digits (not a job id either), within the byte bound.
+    EXPECT_THAT(refusal([](const fs::path& path) { writeText(path, "1\n" + std::string(900000, '7')); }, {}),
+        HasSubstr("line 2 is not a job id (900000 bytes)"));
+    // Too many lines, with the bounds lowered so that the test stays small.
+    RegistryLimits fewLines;
+    fewLines.maxLines = 100;
+    EXPECT_THAT(refusal(
+                    [](const fs::path& path) {
+                        std::string ids;
+                        for (int i = 0; i < 200; ++i) {
+                            ids += std::to_string(1000 + i) + "\n";
+                        }
+                        writeText(path, ids);
+                    },
+                    fewLines),
+        HasSubstr("more than 100 lines"));
+    // Empty lines are skipped and a registry within the bounds counts as before.
+    TempDir temp;
+    writeText(temp.path() / ".baton-jobs", "10\n\n11\n10\n");
+    const UniqueFd dir = openDir(temp.path());
+    EXPECT_EQ(registerJob(dir.get(), "12", timeout), 2);
+    EXPECT_EQ(registerJob(dir.get(), "11", timeout), 1);
+    EXPECT_EQ(readText(temp.path() / ".baton-jobs"), "10\n\n11\n10\n12\n");
+    // The byte bound is the limits' (the read stops one byte past it if the file grows meanwhile).
+    RegistryLimits small;
+    small.maxBytes = 8;
+    writeText(temp.path() / ".baton-jobs", "100\n200\n300\n");
+    EXPECT_THAT(
+        messageOf([&] { registerJob(dir.get(), "12", timeout, small); }), HasSubstr("more than the 8"));
+}
+
 TEST(ChainFiles, SpoolAppendsWholeLinesAndRefusesLinks)
 {
     TempDir temp;
@@ -552,7 +703,12 @@ TEST(Event, CarriesTheDocumentedFields)
     StepEvent event = sampleEvent();
     const auto json = eventJson(event);
     EXPECT_EQ(json["version"], 2);
-    EXPECT_EQ(json["idempotency_key"], "42.1.n1.batch.task_exit.0");
+    // One task_exit per step and node: the task is in the body, not in the key.
+    EXPECT_EQ(json["idempotency_key"], "42.1.n1.batch.task_exit");
+    EXPECT_EQ(json["task"], 0);
+    EXPECT_FALSE(json.contains("tasks_exited"));
+    event.tasksExited = 4;
+    EXPECT_EQ(eventJson(event)["tasks_exited"], 4);
     EXPECT_EQ(json["job_id"], 42);
     EXPECT_EQ(json["requeue_count"], 1);
     EXPECT_EQ(json["chain"], "c");
@@ -588,7 +744,7 @@ TEST(Event, KeyDiffersByRequeueAndNode)
 {
     StepEvent event = sampleEvent();
     const std::string key = eventJson(event)["idempotency_key"];
-    event.timeUnix += 10; // a resent report of the same task: the same key
+    event.timeUnix += 10; // a resent report of the same step and node: the same key
     EXPECT_EQ(eventJson(event)["idempotency_key"], key);
     StepEvent requeued = sampleEvent();
     requeued.requeueCount = 2;
@@ -812,6 +968,16 @@ TEST(HttpClient, NamesAndAddressesResolve)
     EXPECT_THAT(unknown.error, HasSubstr("cannot resolve 'no-such-host.invalid'"));
 }
 
+std::size_t jsonLinesIn(const fs::path& path)
+{
+    std::istringstream lines(readText(path));
+    std::size_t count = 0;
+    for (std::string line; std::getline(lines, line);) {
+        count += nlohmann::json::accept(line) ? 1 : 0;
+    }
+    return count;
+}
+
 bool mungeAnswers()
 {
     try {
@@ -870,6 +1036,103 @@ TEST(Delivery, PostsWhenBatondAnswersAndSpoolsWhenNot)
     // The spool stays plain JSON lines: no credential is stored.
     EXPECT_EQ(
         readText(temp.path() / ".baton-spool" / "events.jsonl"), event.dump() + "\n" + event.dump() + "\n");
+}
+
+// Every slurmstepd callback that reports signs as root: user_init runs with the job user's effective
+// ids and saved uid 0 (as after slurmstepd's seteuid), the task callbacks and exit as root. A thread
+// that cannot become root signs nothing (batond would refuse the user's credential) and the event is
+// spooled.
+TEST(Delivery, EventsAreSignedAsRootInEveryCallbackContext)
+{
+    if (::geteuid() != 0) {
+        GTEST_SKIP() << "switching users needs root";
+    }
+    if (!mungeAnswers()) {
+        GTEST_SKIP() << "munged is not running";
+    }
+    const auto url = parseHttpUrl("http://127.0.0.1:1/base");
+    const nlohmann::json event = { { "version", 2 }, { "kind", "step_start" } };
+    const auto deadline = [] { return std::chrono::steady_clock::now() + std::chrono::seconds(5); };
+    const auto signerOf = [&](const SignedEvent& signedEvent) {
+        const std::string scheme(baton::munge::authorizationScheme);
+        EXPECT_EQ(signedEvent.signError, "");
+        EXPECT_EQ(signedEvent.authorization.rfind(scheme, 0), 0u) << signedEvent.authorization;
+        const auto identity = baton::munge::decode(signedEvent.authorization.substr(scheme.size()));
+        EXPECT_EQ(
+            identity.payload, baton::munge::requestPayload("POST", "/base/v1/events", signedEvent.body));
+        return identity.uid;
+    };
+    // task_exit and exit: slurmstepd is root.
+    EXPECT_EQ(signerOf(signEventAsRoot(event, url, deadline())), 0u);
+    // user_init: the job user's effective ids on this thread, saved uid 0.
+    {
+        ThreadCredentials asNobody(nobodyUid, nobodyGid, { nobodyGid });
+        ASSERT_EQ(::geteuid(), nobodyUid);
+        EXPECT_EQ(signerOf(signEvent(event, url, deadline())), nobodyUid) << "what the old report signed";
+        EXPECT_EQ(signerOf(signEventAsRoot(event, url, deadline())), 0u);
+        // Back to the job user's ids afterwards, for the spool.
+        EXPECT_EQ(::geteuid(), nobodyUid);
+        EXPECT_EQ(::getegid(), nobodyGid);
+        EXPECT_EQ(::getgroups(0, nullptr), 1);
+    }
+    EXPECT_EQ(::geteuid(), 0u);
+    // A thread that dropped root for good cannot sign as root: nothing is signed.
+    std::thread([&] {
+        ASSERT_EQ(::syscall(SYS_setresuid, nobodyUid, nobodyUid, nobodyUid), 0);
+        const SignedEvent refused = signEventAsRoot(event, url, deadline());
+        EXPECT_EQ(refused.authorization, "");
+        EXPECT_THAT(refused.signError, HasSubstr("not signed as root"));
+        EXPECT_EQ(refused.body, event.dump());
+    }).join();
+    EXPECT_EQ(::geteuid(), 0u);
+}
+
+// The circuit breaker of one slurmstepd: once batond did not answer, the next reports spool at once
+// instead of each waiting for the whole timeout, until the breaker's time is up; an HTTP answer (even
+// an error status) closes it again.
+TEST(Delivery, BreakerSpoolsAtOnceAfterBatondWasUnreachable)
+{
+    TempDir temp;
+    const UniqueFd dir = openDir(temp.path());
+    SignedEvent event;
+    event.body = "{\"kind\":\"task_exit\"}";
+    event.authorization = "MUNGE x";
+    // A silent batond is given 500 ms; a server that answers gets time even under valgrind.
+    const auto timeout = std::chrono::milliseconds(500);
+    const auto answerTimeout = std::chrono::seconds(10);
+    DeliveryBreaker breaker(std::chrono::milliseconds(2000));
+    SilentListener silent;
+    const auto url = parseHttpUrl(silent.url());
+    const auto timed = [&](const std::optional<HttpUrl>& to, std::chrono::milliseconds postTimeout) {
+        const auto start = std::chrono::steady_clock::now();
+        const auto result = deliverEvent(event, to, dir.get(), postTimeout, answerTimeout, &breaker);
+        return std::pair(result, std::chrono::steady_clock::now() - start);
+    };
+    const auto [first, firstTook] = timed(url, timeout);
+    EXPECT_EQ(first.how, Delivery::Spooled);
+    EXPECT_THAT(first.postError, HasSubstr("timed out"));
+    EXPECT_GE(firstTook, timeout);
+    for (int i = 0; i < 5; ++i) {
+        const auto [later, laterTook] = timed(url, timeout);
+        EXPECT_EQ(later.how, Delivery::Spooled);
+        EXPECT_THAT(later.postError, HasSubstr("not tried"));
+        EXPECT_LT(laterTook, timeout / 2);
+    }
+    // After the breaker's time, batond is tried again; it answers now.
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+    {
+        EventServer server(500);
+        const auto [answered, took] = timed(parseHttpUrl(server.url()), answerTimeout);
+        EXPECT_EQ(answered.how, Delivery::Spooled);
+        EXPECT_THAT(answered.postError, HasSubstr("HTTP status 500"));
+        EXPECT_FALSE(breaker.open(std::chrono::steady_clock::now()));
+    }
+    {
+        EventServer server;
+        EXPECT_EQ(timed(parseHttpUrl(server.url()), answerTimeout).first.how, Delivery::Posted);
+        EXPECT_EQ(server.received().size(), 1u);
+    }
+    EXPECT_EQ(jsonLinesIn(temp.path() / ".baton-spool" / "events.jsonl"), 7u);
 }
 
 TEST(Delivery, UnsignedEventsAreSpooledNotPosted)

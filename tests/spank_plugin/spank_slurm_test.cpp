@@ -232,7 +232,9 @@ TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
     EXPECT_EQ(events[1]["exit_status"], 0);
     const std::string node = events[0]["node"];
     EXPECT_EQ(events[0]["idempotency_key"], std::to_string(jobId) + ".0." + node + ".0.step_start");
-    EXPECT_EQ(events[1]["idempotency_key"], std::to_string(jobId) + ".0." + node + ".0.task_exit.0");
+    EXPECT_EQ(events[1]["idempotency_key"], std::to_string(jobId) + ".0." + node + ".0.task_exit");
+    EXPECT_EQ(events[1]["task"], 0);
+    EXPECT_EQ(events[1]["tasks_exited"], 1);
     for (const auto& event : events) {
         EXPECT_EQ(event["version"], 2);
         EXPECT_EQ(event["requeue_count"], 0);
@@ -315,12 +317,33 @@ TEST_F(SpankPlugin, TraversalSymlinksAndOutsidePrefixesAreRefused)
     EXPECT_THAT(drained.output, testing::Not(HasSubstr("drain"))) << drained.output;
 }
 
+// The credential of every report states uid 0, also for a job of an unprivileged user: slurmstepd
+// runs user_init (step_start) with the job user's effective ids, the task callbacks as root. Before,
+// step_start was signed as the job user and batond refused it.
+void expectSignedByRoot(const std::vector<baton::test::HttpSink::Received>& requests)
+{
+    const std::string scheme(baton::munge::authorizationScheme);
+    for (const auto& request : requests) {
+        ASSERT_EQ(request.authorization.rfind(scheme, 0), 0u) << request.authorization;
+        const auto identity = baton::munge::decode(request.authorization.substr(scheme.size()));
+        EXPECT_EQ(identity.uid, 0u) << request.body;
+        EXPECT_EQ(identity.payload, baton::munge::requestPayload("POST", request.target, request.body));
+    }
+}
+
 TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
 {
     const auto result = srunAsNobody({ "--baton=userchain", "--time=1", "env" });
     ASSERT_EQ(result.exitCode, 0) << result.output;
     const fs::path dir = layout_->chains / "nobody" / "userchain";
     auto vars = variables(result.output);
+    {
+        const auto requests = server_->requestsOf(std::stoll(vars["SLURM_JOB_ID"]), 2);
+        ASSERT_EQ(requests.size(), 2u);
+        EXPECT_EQ(nlohmann::json::parse(requests[0].body)["kind"], "step_start");
+        EXPECT_EQ(nlohmann::json::parse(requests[1].body)["kind"], "task_exit");
+        expectSignedByRoot(requests);
+    }
     EXPECT_EQ(vars["BATON_CHAIN_DIR"], dir.string());
     EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
     EXPECT_FALSE(vars["BATON_DEADLINE"].empty()) << result.output;
@@ -346,6 +369,28 @@ TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
     const auto foreign = srunAsNobody(
         { "--baton", "--baton-dir=" + (layout_->chains / "root" / "envchain").string(), "--time=1", "true" });
     EXPECT_NE(foreign.exitCode, 0);
+}
+
+// A step of several tasks on one node reports its tasks' end once (slurmstepd calls task_exit for one
+// task after the other; a report each would hold up the step's end by a report_timeout per task when
+// batond is slow), naming the task that failed.
+TEST_F(SpankPlugin, TasksOfAStepAreReportedOncePerNode)
+{
+    const auto result = srunAsNobody({ "--ntasks=3", "--overcommit", "--baton=tasks", "--time=1", "sh", "-c",
+        "echo job=$SLURM_JOB_ID; [ $SLURM_PROCID -ne 1 ] || exit 3" });
+    EXPECT_NE(result.exitCode, 0) << result.output;
+    const auto vars = variables(result.output);
+    ASSERT_EQ(vars.count("job"), 1u) << result.output;
+    const long long jobId = std::stoll(vars.at("job"));
+    const auto requests = server_->requestsOf(jobId, 3); // waits the full time if a third arrives
+    ASSERT_EQ(requests.size(), 2u);
+    expectSignedByRoot(requests);
+    const auto exits = nlohmann::json::parse(requests[1].body);
+    EXPECT_EQ(exits["kind"], "task_exit");
+    EXPECT_EQ(exits["tasks"], 3);
+    EXPECT_EQ(exits["tasks_exited"], 3);
+    EXPECT_EQ(exits["task"], 1);
+    EXPECT_EQ(exits["exit_status"], 3);
 }
 
 // The end-to-end case: a job with a one-minute limit commits its final checkpoint before the
