@@ -102,10 +102,21 @@ ChainDir openChainDir(const std::string& path, const std::string& prefix, uid_t 
     if (!current.valid()) {
         throw systemError("cannot open", "/", errno);
     }
+    // Only root and the job user may control any directory on the way (its entries decide where the
+    // next component leads) or a symbolic link in the prefix: a directory of another user's in a
+    // world-writable prefix (say /scratch/<job user>, made by someone else first) would let that user
+    // move the job's checkpoints. The administrator's prefix components are root's.
+    const auto trusted = [owner](uid_t uid) { return uid == 0 || uid == owner; };
     std::string walked;
     for (std::size_t i = 0; i < parts.size(); ++i) {
         walked += "/" + parts[i];
         const bool follow = i < prefixParts.size();
+        struct stat link { };
+        if (follow && ::fstatat(current.get(), parts[i].c_str(), &link, AT_SYMLINK_NOFOLLOW) == 0
+            && S_ISLNK(link.st_mode) && !trusted(link.st_uid)) {
+            throw std::runtime_error("refusing '" + path + "': '" + walked + "' is a symbolic link of uid "
+                + std::to_string(link.st_uid) + ", neither root nor the job user");
+        }
         UniqueFd next = openComponent(current.get(), parts[i], follow);
         if (!next.valid() && errno == ENOENT) {
             if (::mkdirat(current.get(), parts[i].c_str(), 0700) == 0) {
@@ -121,6 +132,14 @@ ChainDir openChainDir(const std::string& path, const std::string& prefix, uid_t 
                     "refusing '" + path + "': '" + walked + "' is a symbolic link or not a directory");
             }
             throw systemError("cannot open", walked, errno);
+        }
+        struct stat directory { };
+        if (::fstat(next.get(), &directory) != 0) {
+            throw systemError("cannot stat", walked, errno);
+        }
+        if (!trusted(directory.st_uid)) {
+            throw std::runtime_error("refusing '" + path + "': '" + walked + "' belongs to uid "
+                + std::to_string(directory.st_uid) + ", neither root nor the job user");
         }
         current = std::move(next);
     }

@@ -239,6 +239,28 @@ TEST(Paths, SymbolicLinksBelowThePrefixAreRefused)
     EXPECT_THAT(messageOf([&] { openChainDir("/etc/x", prefix, ::geteuid()); }), HasSubstr("outside"));
 }
 
+// A directory on the way that another user controls (made first in a world-writable prefix), or a link
+// of theirs in the prefix, could redirect the job's chain directory: only root's and the job user's are
+// trusted.
+TEST(Paths, DirectoriesAndLinksOfAnotherUserOnTheWayAreRefused)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to give a directory to another user";
+    TempDir temp;
+    const fs::path scratch = temp.path() / "scratch";
+    fs::create_directories(scratch / "victim");
+    ASSERT_EQ(::chown((scratch / "victim").c_str(), 65534, 65534), 0);
+    EXPECT_THAT(messageOf([&] { openChainDir(scratch / "victim" / "chain", scratch / "victim", 0); }),
+        HasSubstr("'" + (scratch / "victim").string() + "' belongs to uid 65534, neither root nor the job user"));
+    EXPECT_FALSE(fs::exists(scratch / "victim" / "chain"));
+    // Its own user may use it.
+    EXPECT_NO_THROW(openChainDir(scratch / "mine", scratch, 0));
+    fs::create_directory_symlink(scratch / "mine", scratch / "planted");
+    ASSERT_EQ(::lchown((scratch / "planted").c_str(), 65534, 65534), 0);
+    EXPECT_THAT(messageOf([&] { openChainDir(scratch / "planted" / "chain", scratch / "planted", 0); }),
+        HasSubstr("is a symbolic link of uid 65534"));
+}
+
 TEST(Paths, ChainDirOfAnotherUserIsRefused)
 {
     TempDir temp;
