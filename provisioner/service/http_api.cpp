@@ -117,6 +117,9 @@ HttpApi::HttpApi(const ServiceConfig& config, ConnectionPool& pool, Cluster& clu
     server_->set_read_timeout(std::chrono::seconds(10));
     server_->set_write_timeout(std::chrono::seconds(10));
     server_->set_keep_alive_timeout(5);
+    // One request per connection: an idle kept-alive connection holds a worker, and the clients (the
+    // plugin, batonctl) send one request each anyway.
+    server_->set_keep_alive_max_count(1);
     server_->set_tcp_nodelay(true); // replies are small: no Nagle delay against the client's delayed ACK
     routes();
 }
@@ -364,6 +367,24 @@ void HttpApi::routes()
                 throw std::invalid_argument(*refused);
             const Json spec { { "script", script }, { "sbatch_args", args }, { "workdir", workdir },
                 { "source", "batonctl submit" } };
+            // sbatch runs in this worker (up to slurm_timeout_seconds): a user gets a few workers at once.
+            {
+                const std::lock_guard lock(submittingMutex_);
+                if (submitting_[caller.uid] >= maxSubmittingPerUser)
+                    throw HttpError(429, "you have " + std::to_string(maxSubmittingPerUser)
+                            + " chain submissions in progress; try again when they are done");
+                ++submitting_[caller.uid];
+            }
+            struct Release {
+                HttpApi& api;
+                std::int64_t uid;
+                ~Release()
+                {
+                    const std::lock_guard lock(api.submittingMutex_);
+                    if (--api.submitting_[uid] == 0)
+                        api.submitting_.erase(uid);
+                }
+            } release { *this, caller.uid };
             auto lease = pool_.borrow();
             Store store(*lease);
             const auto exists = [&](const ChainRow& existing) {

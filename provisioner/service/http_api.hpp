@@ -10,7 +10,9 @@
 #include "metrics.hpp"
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace httplib {
@@ -48,6 +50,11 @@ private:
     std::function<Readiness()> readiness_;
     IdentityResolver identities_;
     std::unique_ptr<httplib::Server> server_;
+    // Requests that run sbatch (POST /v1/chains), per user: a user may hold at most
+    // maxSubmittingPerUser of the HTTP workers at once, so that nobody can take them all.
+    static constexpr int maxSubmittingPerUser = 2;
+    std::mutex submittingMutex_;
+    std::map<std::int64_t, int> submitting_;
 };
 
 // Parses a JSON body with the service's bounds: no NUL (raw or escaped), valid UTF-8, at most `maxDepth`
