@@ -118,7 +118,7 @@ class Services:
         args = [f"{self.build}/provisioner/service/batond", "--database", self.conninfo,
                 "--listen-address", "127.0.0.1", "--listen-port", str(self.port), "--tick-seconds", "1",
                 "--policy", "avg", "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
-                "--submit-grace-seconds", "5", "--handover-timeout-seconds", "60",
+                "--submit-grace-seconds", "16", "--handover-timeout-seconds", "60",
                 "--slurm-timeout-seconds", "10"]
         with open(f"{self.state}/batond.log", "ab") as out:
             # Its own session: Ctrl-C on the terminal reaches the demo, which stops batond in order.

@@ -422,10 +422,15 @@ void HttpApi::routes()
             Provisioner provisioner(config_, store, cluster_, metrics_, nullptr, nullptr);
             const auto jobId = provisioner.submitRecorded(chain, chain.seq);
             if (!jobId) {
+                // Refused: a new chain is not kept (nothing of the request remains), an ended one that
+                // was to run again is failed with the reason; neither waits for a job that never comes.
                 const auto submission = store.submission(chain.id, chain.seq);
-                throw HttpError(502,
-                    "sbatch refused the job: "
-                        + (submission ? submission->error : std::string("unknown error")));
+                const std::string why = submission ? submission->error : std::string("unknown error");
+                if (!existing)
+                    store.deleteUnstartedChain(chain.id);
+                else if (const auto now = store.chain(chain.id))
+                    store.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
+                throw HttpError(502, "sbatch refused the job: " + why);
             }
             reply(response, 201, Json { { "chain", store.chain(chain.id)->toJson() }, { "job_id", *jobId } });
         }));

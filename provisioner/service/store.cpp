@@ -221,6 +221,10 @@ constexpr Statement selectChainsToWithdraw { "svc_chains_to_withdraw",
     true };
 constexpr Statement updateWithdrawJobs { "svc_withdraw_jobs",
     "UPDATE chains SET withdraw_jobs = $2 WHERE id = $1 AND withdraw_jobs IS DISTINCT FROM $2", true };
+constexpr Statement deleteUnstarted { "svc_delete_unstarted",
+    "DELETE FROM chains c WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM jobs WHERE chain_id = c.id)"
+    " AND NOT EXISTS (SELECT 1 FROM submissions WHERE chain_id = c.id AND slurm_job_id IS NOT NULL)",
+    true };
 constexpr Statement updateDeadLetter { "svc_dead_letter",
     "UPDATE events SET processed_at = now(), error = $2 WHERE id = $1", true };
 constexpr Statement selectHandovers { "svc_handovers",
@@ -888,6 +892,11 @@ std::vector<Store::ChainToWithdraw> Store::chainsToWithdraw()
 void Store::setWithdrawJobs(std::int64_t chainId, bool withdraw)
 {
     connection_.exec(updateWithdrawJobs, Params(chainId, withdraw));
+}
+
+bool Store::deleteUnstartedChain(std::int64_t chainId)
+{
+    return connection_.exec(deleteUnstarted, Params(chainId)).affected() == 1;
 }
 
 void Store::deadLetter(std::int64_t eventId, const std::string& error)

@@ -153,6 +153,8 @@ public:
     // its next job takes, or nullopt when the chain changed since it was read.
     std::optional<int> restart(const ChainRow& chain, ChainEvent event, const std::string& reason,
         const std::optional<nlohmann::json>& spec = std::nullopt);
+    // Deletes a chain that never had a job (its first sbatch was refused); false if it had one.
+    bool deleteUnstartedChain(std::int64_t chainId);
     void setRetries(std::int64_t chainId, int retries);
     void setGeneration(std::int64_t chainId, int generation);
     void setResubmitRequested(std::int64_t chainId, bool requested);
