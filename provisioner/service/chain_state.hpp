@@ -15,11 +15,22 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
 namespace baton::service {
+
+// A value's name in one of the name tables below ("unknown" for a value the table lacks).
+template<typename Enum, std::size_t N>
+constexpr std::string_view nameIn(const std::array<std::pair<Enum, std::string_view>, N>& names, Enum value)
+{
+    for (const auto& [entry, name] : names)
+        if (entry == value)
+            return name;
+    return "unknown";
+}
 
 enum class ChainState { Running, SuccessorPending, Handover, Paused, Quarantined, Finished, Failed, Cancelled };
 
@@ -36,10 +47,7 @@ inline constexpr std::array<std::pair<ChainState, std::string_view>, 8> chainSta
 
 constexpr std::string_view nameOf(ChainState state)
 {
-    for (const auto& [value, name] : chainStateNames)
-        if (value == state)
-            return name;
-    return "unknown";
+    return nameIn(chainStateNames, state);
 }
 
 constexpr std::optional<ChainState> chainStateFromName(std::string_view name)
@@ -95,10 +103,7 @@ inline constexpr std::array<std::pair<ChainEvent, std::string_view>, 15> chainEv
 
 constexpr std::string_view nameOf(ChainEvent event)
 {
-    for (const auto& [value, name] : chainEventNames)
-        if (value == event)
-            return name;
-    return "unknown";
+    return nameIn(chainEventNames, event);
 }
 
 // A set of states, for the "from" column of the table.
