@@ -600,7 +600,14 @@ inline std::vector<Violation> checkTickFailures(
             continue;
         // One violation per instance and message: a tick that fails again the same way every second is
         // one finding, not hundreds.
-        found.push_back(Violation { "tick_failed", failure.instance + ": " + failure.line.substr(0, 100),
+        // (numbers, e.g. the retry backoff, do not make another finding)
+        std::string message;
+        for (const char c : failure.line.substr(0, 100)) {
+            const bool digit = c >= '0' && c <= '9';
+            if (!digit || message.empty() || message.back() != '#')
+                message.push_back(digit ? '#' : c);
+        }
+        found.push_back(Violation { "tick_failed", failure.instance + ": " + message,
             "at t+" + std::to_string(static_cast<long long>(failure.at)) + "s: " + failure.line, failure.at });
     }
     return found;
@@ -693,6 +700,31 @@ inline std::optional<Violation> checkUnrequestedPause(
     return Violation { "unrequested_pause",
         std::to_string(chain.ownerUid) + "/" + chain.name + "#" + std::to_string(chain.id),
         "paused without a pause request or a cancelled running job; reason '" + chain.reason + "'", at };
+}
+
+// A refused POST /v1/chains changes nothing: no chain of that owner and name appears (or, where one
+// existed already, it is not made live by the refused request). refused: (owner uid, name) of each
+// refused creation with whether a chain of that name existed before it.
+struct RefusedCreation {
+    std::int64_t ownerUid = 0;
+    std::string name;
+    double at = 0;
+    std::string what;
+};
+
+inline std::vector<Violation> checkRefusedCreations(
+    const std::vector<DbChain>& chains, const std::vector<RefusedCreation>& refused)
+{
+    std::vector<Violation> found;
+    for (const RefusedCreation& creation : refused)
+        for (const DbChain& chain : chains)
+            if (chain.ownerUid == creation.ownerUid && chain.name == creation.name)
+                found.push_back(Violation { "refused_input_changed_state",
+                    std::to_string(chain.ownerUid) + "/" + chain.name + "#" + std::to_string(chain.id),
+                    creation.what + " was refused, yet chain " + chain.name + " exists (" + chain.state + ", seq "
+                        + std::to_string(chain.seq) + ")",
+                    creation.at });
+    return found;
 }
 
 } // namespace baton::chaos

@@ -211,10 +211,31 @@ TEST(ChaosInvariants, TickFailuresOutsideOutagesAreFlagged)
         { 125, "first", "<3>error: database: reconnecting" },
         { 200, "second", "<3>error: database: value out of range" },
     };
-    const auto found = checkTickFailures(failures, outages, 20);
+    auto found = checkTickFailures(failures, outages, 20);
     ASSERT_EQ(found.size(), 1u);
     EXPECT_EQ(found[0].invariant, "tick_failed");
     EXPECT_EQ(found[0].atSeconds, 200);
+    // The same failure with another backoff is the same finding.
+    const std::vector<TickFailure> repeated {
+        { 200, "first", "<3>error: database: value out of range; retrying in 500 ms" },
+        { 201, "first", "<3>error: database: value out of range; retrying in 1000 ms" },
+    };
+    found = checkTickFailures(repeated, outages, 20);
+    ASSERT_EQ(found.size(), 2u);
+    EXPECT_EQ(found[0].subject, found[1].subject);
+}
+
+TEST(ChaosInvariants, ARefusedCreationLeavesNoChain)
+{
+    const std::vector<RefusedCreation> refused { { 1001, "bad", 10, "submit with --wait" } };
+    std::vector<DbChain> rows { DbChain { 1, 1001, "a", "running", 0, "" } };
+    EXPECT_TRUE(checkRefusedCreations(rows, refused).empty());
+    rows.push_back(DbChain { 2, 1001, "bad", "running", 0, "" });
+    const auto found = checkRefusedCreations(rows, refused);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].invariant, "refused_input_changed_state");
+    rows.back().ownerUid = 2002; // another user's chain of that name
+    EXPECT_TRUE(checkRefusedCreations(rows, refused).empty());
 }
 
 TEST(ChaosInvariants, RefusalsNeedAStatusAndAMessage)

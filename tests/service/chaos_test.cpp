@@ -24,6 +24,7 @@
 //                            is away
 //   unclear_refusal          every request got an answer: success, or a status with an error message;
 //                            inputs that must be refused are refused with a client error
+//   refused_input_changed_state  a refused chain creation leaves no chain behind
 // It prints the seed, the faults by kind, the checks and every violation; it passes with none.
 //
 //   BATON_CHAOS_SEED=N         replay a seed (default: a random one, printed)
@@ -255,6 +256,9 @@ struct ChainSpec {
     std::string name;
     int user = 0;
     int iterations = 0;
+    // Jobs that wait this long in the queue after their submission (sbatch --begin), as on a busy
+    // cluster: their successors are queued for a while, so that they can be cancelled or withdrawn there.
+    int queuedSeconds = 0;
 };
 
 class ChaosTest : public testing::Test {
@@ -418,6 +422,8 @@ protected:
         const fs::path work = base_->path() / "work";
         std::vector<std::string> args { "--time=2", "--ntasks=1", "--cpus-per-task=1",
             "--output=" + (work / "job-%j.out").string() };
+        if (spec.queuedSeconds > 0)
+            args.push_back("--begin=now+" + std::to_string(spec.queuedSeconds));
         args.insert(args.end(), extraArgs.begin(), extraArgs.end());
         return Json { { "name", spec.name }, { "script", jobScript(spec.iterations) },
             { "workdir", work.string() }, { "sbatch_args", args } };
@@ -674,6 +680,13 @@ protected:
             }
         }
         if (snapshot.dbOk) {
+            std::vector<chaos::RefusedCreation> refused;
+            {
+                const std::lock_guard lock(mutex_);
+                refused = refusedCreations_;
+            }
+            add(chaos::checkRefusedCreations(snapshot.chains, refused));
+            count("refused_input_changed_state");
             std::set<std::int64_t> hostile;
             std::map<std::int64_t, bool> pauseExpected;
             {
@@ -883,10 +896,12 @@ protected:
         const auto reply = http(users_[user].uid, "POST", "/v1/chains", chainRequest(spec, { arg }).dump(),
             users_[user].name + " submit chain with " + arg, true);
         note("chain created with " + arg + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 200));
-        if (reply.status >= 200 && reply.status < 300) {
-            const std::lock_guard lock(mutex_);
+        const std::lock_guard lock(mutex_);
+        if (reply.status >= 200 && reply.status < 300)
             hostileChains_.insert(key(spec));
-        }
+        else if (reply.status != 0)
+            refusedCreations_.push_back(chaos::RefusedCreation { static_cast<std::int64_t>(users_[user].uid),
+                spec.name, now(), "POST /v1/chains with " + arg });
     }
 
     // Chain ids are sequential and visible: another user submits jobs carrying the key of the target
@@ -1123,6 +1138,7 @@ protected:
     std::map<std::int64_t, std::pair<std::int64_t, std::string>> plainJobs_; // job -> (uid, chain name)
     std::map<std::int64_t, std::int64_t> cancelledSince_;
     std::map<std::string, double> metricValues_; // by instance and series
+    std::vector<chaos::RefusedCreation> refusedCreations_;
     std::set<std::int64_t> pausedUnexpectedly_;
     chaos::ProgressTracker progress_;
     std::atomic<bool> stopObserver_ { false };
@@ -1151,10 +1167,11 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
         std::this_thread::sleep_for(250ms);
     ASSERT_TRUE(ready(ports_[0]) && ready(ports_[1]));
 
-    // Chains of 80 s to hours of training (50 ms an iteration) in jobs of 2 minutes.
+    // Chains of 80 s to hours of training (50 ms an iteration) in jobs of 2 minutes; every other chain's
+    // jobs wait 20 s in the queue.
     static constexpr int iterations[] = { 1600, 3200, 6400, 200000 };
     for (int i = 0; i < options_.chains; ++i)
-        specs_.push_back(ChainSpec { "chaos-" + std::to_string(i), i % userCount, iterations[i % 4] });
+        specs_.push_back(ChainSpec { "chaos-" + std::to_string(i), i % userCount, iterations[i % 4], i % 2 == 1 ? 20 : 0 });
     start_ = Clock::now();
     for (const ChainSpec& spec : specs_) {
         const User& owner = users_[spec.user];
