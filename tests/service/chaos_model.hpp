@@ -584,19 +584,36 @@ private:
 };
 
 // A tick failing as a whole (batond's loop logs "database: ...", "slurm: ..." or "tick: ...", or it
-// cannot read the leader lock) is allowed only while PostgreSQL or slurmctld is away, and `grace` after.
+// cannot read the leader lock, or a tick failure counter grows) is allowed only while PostgreSQL or
+// slurmctld is away (and `grace` after), or for a lost connection.
 struct TickFailure {
     double at = 0;
     std::string instance;
     std::string line;
 };
 
+// Whether a failure says the connection itself was lost (the one cause the issue allows to fail a tick
+// as a whole, e.g. a standby's session that died with a PostgreSQL restart and is noticed when it takes
+// over), as opposed to an error about data (a constraint, a value out of range, a parse error).
+inline bool isConnectionFailure(const std::string& line)
+{
+    std::string lower;
+    for (const char c : line)
+        lower.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
+    for (const char* phrase : { "lost the database connection", "cannot connect", "could not connect",
+             "server closed the connection", "terminating connection", "connection refused", "timed out",
+             "unable to contact", "not responding", "connection reset" })
+        if (lower.find(phrase) != std::string::npos)
+            return true;
+    return false;
+}
+
 inline std::vector<Violation> checkTickFailures(
     const std::vector<TickFailure>& failures, const std::vector<Outage>& outages, double grace)
 {
     std::vector<Violation> found;
     for (const TickFailure& failure : failures) {
-        if (duringOutage(outages, failure.at, grace))
+        if (duringOutage(outages, failure.at, grace) || isConnectionFailure(failure.line))
             continue;
         // One violation per instance and message: a tick that fails again the same way every second is
         // one finding, not hundreds.
