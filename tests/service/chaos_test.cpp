@@ -780,6 +780,18 @@ protected:
         return result;
     }
 
+    // The target chain if it is live, else the next live one in index order (a hostile file in the
+    // directory of a chain that has ended is never read): else the target.
+    const ChainSpec& liveTarget(int index) const
+    {
+        for (std::size_t k = 0; k < specs_.size(); ++k) {
+            const ChainSpec& candidate = specs_[(static_cast<std::size_t>(index) + k) % specs_.size()];
+            if (const auto chain = chainRow(candidate); chain && chaos::isLiveState(chain->state))
+                return candidate;
+        }
+        return specs_[static_cast<std::size_t>(index) % specs_.size()];
+    }
+
     std::string key(const ChainSpec& spec) const { return spec.name + "@" + std::to_string(users_[spec.user].uid); }
 
     void setPauseExpected(const ChainSpec& spec, bool expected)
@@ -1053,10 +1065,10 @@ protected:
             return;
         }
         case chaos::FaultKind::HostileManifest:
-            plantManifest(spec, fault.variant);
+            plantManifest(liveTarget(fault.chain), fault.variant);
             return;
         case chaos::FaultKind::HostileRegistry:
-            plantRegistry(spec);
+            plantRegistry(liveTarget(fault.chain));
             return;
         case chaos::FaultKind::HostileSbatchArgs:
             hostileSbatchArgs(fault);
