@@ -27,6 +27,9 @@ constexpr std::string_view noJob = "sbatch would submit no job";
 constexpr std::array options {
     // What the job needs and how long.
     Option { "time", 't', Takes::Value },
+    // The job's own earliest start: its owner may delay a successor (it starts that much later after
+    // its submission); the policy still decides when it is submitted.
+    Option { "begin", 'b', Takes::Value },
     Option { "time-min", 0, Takes::Value },
     Option { "nodes", 'N', Takes::Value },
     Option { "ntasks", 'n', Takes::Value },
@@ -119,7 +122,6 @@ constexpr std::array options {
     Option { "gid", 0, Takes::Value, "a chain's jobs run as its owner" },
     Option { "get-user-env", 0, Takes::OptionalValue, "a chain's jobs run as its owner" },
     Option { "hold", 'H', Takes::Nothing, "a held job would not start when the chain needs it" },
-    Option { "begin", 'b', Takes::Value, "batond decides when a job is submitted" },
     Option { "deadline", 0, Takes::Value, "batond decides when a job is submitted" },
     Option { "dependency", 'd', Takes::Value, "batond orders the chain's jobs" },
     Option { "kill-on-invalid-dep", 0, Takes::Value, "batond orders the chain's jobs" },

@@ -349,7 +349,7 @@ protected:
     {
         return { "--database", conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
             "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name,
-            "--submit-grace-seconds", "5", "--handover-timeout-seconds",
+            "--submit-grace-seconds", "16", "--handover-timeout-seconds",
             std::to_string(handoverTimeoutSeconds), "--slurm-timeout-seconds", "10", "--log-level", "info" };
     }
 

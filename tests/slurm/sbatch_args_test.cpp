@@ -82,7 +82,6 @@ TEST(SbatchArgs, RefusesWhatWouldStallOrBreakTheChain)
         // Timing and ordering are batond's.
         { { "--hold" }, "held" },
         { { "-H" }, "held" },
-        { { "--begin=now+1hour" }, "when a job is submitted" },
         { { "--dependency=afterok:1" }, "orders" },
         { { "-d", "singleton" }, "orders" },
         { { "--array=1-10" }, "array" },
