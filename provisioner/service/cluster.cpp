@@ -26,11 +26,18 @@ const ClusterJob* QueueSnapshot::find(std::int64_t id) const
 const ClusterJob* QueueSnapshot::findByComment(const std::string& comment, std::int64_t ownerUid) const
 {
     index();
+    // A key names one submission; should a withdrawn job share it, the live one is the submission's.
+    const ClusterJob* withdrawn = nullptr;
     const auto [first, last] = byComment_.equal_range(comment);
-    for (auto it = first; it != last; ++it)
-        if (jobs[it->second].userId == ownerUid)
-            return &jobs[it->second];
-    return nullptr;
+    for (auto it = first; it != last; ++it) {
+        const ClusterJob& job = jobs[it->second];
+        if (job.userId != ownerUid)
+            continue;
+        if (!job.withdrawn())
+            return &job;
+        withdrawn = &job;
+    }
+    return withdrawn;
 }
 
 } // namespace baton::service

@@ -402,7 +402,7 @@ std::size_t Provisioner::startSubmissions(
         store_.recordDecisions(config_.policy, decisions);
         return 0;
     }
-    std::unordered_map<std::int64_t, Json> specs; // of the chains whose intent was written
+    std::unordered_map<std::int64_t, Store::RecordedIntent> specs; // of the chains whose intent was written
     {
         std::vector<IntentRequest> requests;
         for (const SubmissionStart& start : starts) {
@@ -428,7 +428,7 @@ std::size_t Provisioner::startSubmissions(
         if (spec == specs.end())
             continue;
         const int seq = chain.seq + 1;
-        const std::string key = submissionKey(chain, seq);
+        const std::string& key = spec->second.key;
         const auto predicted = start.inputs.find("predicted_wait_s");
         const std::optional<double> predictedWait = predicted != start.inputs.end() && predicted->is_number()
             ? std::optional(predicted->get<double>())
@@ -442,7 +442,7 @@ std::size_t Provisioner::startSubmissions(
             continue;
         }
         try {
-            if (const auto jobId = submitIntent(chain, seq, key, start.reason, spec->second))
+            if (const auto jobId = submitIntent(chain, seq, key, start.reason, spec->second.spec))
                 submitted.push_back(SubmittedJob { key, chain.id, *jobId, predictedWait });
         } catch (const db::DbError& error) {
             if (!db::isChainDataError(error))

@@ -81,13 +81,20 @@ constexpr Statement recordIntentsStatement { "svc_intents",
     "   JOIN r ON c.id = r.chain_id AND c.state = r.state AND c.seq + 1 = r.seq"
     "   WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.chain_id = c.id AND s.seq = r.seq"
     "   AND s.state NOT IN ('failed', 'cancelled')) ORDER BY c.id FOR UPDATE OF c),"
+    // A failed submission keeps its key (its sbatch may have been accepted after all: the queue is
+    // searched for it); a cancelled one's job is in the queue under the old key, so the new intent gets
+    // a key of its own.
     " intents AS (INSERT INTO submissions (chain_id, seq, idempotency_key, reason)"
     "   SELECT id, seq, key, reason FROM locked"
-    "   ON CONFLICT (chain_id, seq) DO UPDATE SET idempotency_key = EXCLUDED.idempotency_key,"
+    "   ON CONFLICT (chain_id, seq) DO UPDATE SET idempotency_key = CASE WHEN submissions.state = 'cancelled'"
+    "   THEN EXCLUDED.idempotency_key || '.' || (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    "   ELSE EXCLUDED.idempotency_key END,"
     "   reason = EXCLUDED.reason, state = 'intent', slurm_job_id = NULL, error = NULL, created_at = now(),"
-    "   submitted_at = NULL WHERE submissions.state IN ('failed', 'cancelled'))"
+    "   submitted_at = NULL WHERE submissions.state IN ('failed', 'cancelled')"
+    "   RETURNING chain_id, idempotency_key)"
     " UPDATE chains c SET state = 'successor_pending', resubmit_requested = false, updated_at = now()"
-    " FROM locked WHERE c.id = locked.id RETURNING c.id, coalesce(c.spec, 'null'::jsonb)",
+    " FROM locked JOIN intents i ON i.chain_id = locked.id WHERE c.id = locked.id"
+    " RETURNING c.id, coalesce(c.spec, 'null'::jsonb), i.idempotency_key",
     true };
 constexpr Statement updateSubmitted { "svc_submitted",
     "UPDATE submissions SET state = 'submitted', slurm_job_id = $2, submitted_at = now(), error = NULL"
@@ -566,9 +573,10 @@ bool Store::recordIntent(std::int64_t chainId, int seq, const std::string& key, 
     return connection_.exec(insertIntent, Params(chainId, seq, key, reason)).affected() == 1;
 }
 
-std::unordered_map<std::int64_t, Json> Store::recordIntents(const std::vector<IntentRequest>& requests)
+std::unordered_map<std::int64_t, Store::RecordedIntent> Store::recordIntents(
+    const std::vector<IntentRequest>& requests)
 {
-    std::unordered_map<std::int64_t, Json> recorded;
+    std::unordered_map<std::int64_t, RecordedIntent> recorded;
     if (requests.empty())
         return recorded;
     Json wanted = Json::array();
@@ -577,7 +585,7 @@ std::unordered_map<std::int64_t, Json> Store::recordIntents(const std::vector<In
             { "key", r.key }, { "reason", r.reason } });
     const Result result = connection_.exec(recordIntentsStatement, Params(wanted));
     for (int row = 0; row < result.rows(); ++row)
-        recorded.emplace(result.int64(row, 0), result.json(row, 1));
+        recorded.emplace(result.int64(row, 0), RecordedIntent { result.json(row, 1), std::string(result.text(row, 2)) });
     return recorded;
 }
 

@@ -165,10 +165,13 @@ public:
     bool recordIntent(std::int64_t chainId, int seq, const std::string& key, const std::string& reason);
     // For many chains at once, inside the caller's transaction: locks those still in their `from` state
     // and without a live submission of `seq`, moves them to successor_pending (their resubmit request
-    // answered) and writes their intents (replacing a failed or cancelled one). Returns their specs by
-    // chain id.
-    std::unordered_map<std::int64_t, nlohmann::json> recordIntents(
-        const std::vector<IntentRequest>& requests);
+    // answered) and writes their intents (replacing a failed or cancelled one). Returns their specs and
+    // the keys their intents got (a cancelled one's replacement gets a key of its own) by chain id.
+    struct RecordedIntent {
+        nlohmann::json spec;
+        std::string key;
+    };
+    std::unordered_map<std::int64_t, RecordedIntent> recordIntents(const std::vector<IntentRequest>& requests);
     void markSubmitted(const std::string& key, std::int64_t slurmJobId);
     void markSubmission(std::int64_t chainId, int seq, const std::string& state, const std::string& error);
     std::optional<SubmissionRow> submission(std::int64_t chainId, int seq);

@@ -879,6 +879,8 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_NE(cluster_.submissions[1].comment, cluster_.submissions[0].comment)
+        << "the withdrawn job keeps its key: the new submission of the seq has its own";
     cluster_.now += 10;
     cluster_.start(cluster_.jobs.back().id);
     tick();
