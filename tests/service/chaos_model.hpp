@@ -407,8 +407,13 @@ inline std::vector<Violation> checkDuplicateSeq(
     std::map<std::int64_t, std::int64_t> owner;
     for (const DbChain& chain : chains)
         owner[chain.id] = chain.ownerUid;
+    // A job that ended without running (cancelled while queued) never held the training and gives its
+    // seq back: the seq's next submission is the one job for it.
+    const auto withdrawn = [](const SlurmJob& job) { return !job.ran() && !job.live(); };
     std::map<std::pair<std::int64_t, int>, std::vector<std::int64_t>> byKey;
     for (const auto& [id, job] : slurm) {
+        if (withdrawn(job))
+            continue;
         const auto key = parseKey(job.comment);
         if (key && owner.contains(key->first) && owner[key->first] == job.uid)
             byKey[*key].push_back(id);
@@ -428,8 +433,10 @@ inline std::vector<Violation> checkDuplicateSeq(
     }
     std::map<std::pair<std::int64_t, int>, std::vector<std::int64_t>> rowsByKey;
     for (const DbJob& row : rows) {
-        rowsByKey[{ row.chainId, row.seq }].push_back(row.slurmJobId);
         const auto job = slurm.find(row.slurmJobId);
+        if (job != slurm.end() && withdrawn(job->second))
+            continue;
+        rowsByKey[{ row.chainId, row.seq }].push_back(row.slurmJobId);
         if (job == slurm.end())
             continue;
         const auto key = parseKey(job->second.comment);

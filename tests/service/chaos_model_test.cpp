@@ -136,6 +136,20 @@ TEST(ChaosInvariants, TwoJobsForOneSeqAreFlagged)
     EXPECT_EQ(found.size(), 2u); // two jobs with key seq 1, and job 13 recorded under seq 2
 }
 
+// A successor cancelled while queued never ran: the seq's next submission (with a key of its own) is no
+// second job of that seq, in the queue or among the rows.
+TEST(ChaosInvariants, AWithdrawnJobGivesItsSeqBack)
+{
+    std::map<std::int64_t, SlurmJob> slurm;
+    slurm[10] = job(10, 1001, "baton:1:0:t", "RUNNING", 1000, 0);
+    slurm[11] = job(11, 1001, "baton:1:1:t", "CANCELLED", 1050, 1050);
+    slurm[12] = job(12, 1001, "baton:1:1:t.1700000000000", "PENDING", 0, 0);
+    const std::vector<DbJob> rows { { 1, 0, 10 }, { 1, 1, 11 }, { 1, 1, 12 } };
+    EXPECT_TRUE(checkDuplicateSeq(chains, rows, slurm).empty());
+    slurm[11] = job(11, 1001, "baton:1:1:t", "CANCELLED", 1050, 1060); // it ran for 10 s
+    EXPECT_EQ(checkDuplicateSeq(chains, rows, slurm).size(), 2u);
+}
+
 TEST(ChaosInvariants, AForeignJobInAChainIsFlagged)
 {
     std::map<std::int64_t, SlurmJob> slurm;
