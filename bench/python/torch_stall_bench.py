@@ -13,8 +13,11 @@ Columns: `stall` is the time the training thread spends in checkpoint code per c
 mean over the run's checkpoints (baton: collecting the state and starting the checkpoint, plus waiting
 in optimizer.step() until the snapshot has copied the weights; torch.save: the whole save); `iter` is
 the median iteration time of the mode (the background persist competes for CPU and memory bandwidth);
-`persist` is the time until the checkpoint is durable. Ratios are against torch.save of the same model.
-Target: baton's stall <= 1/10 of torch.save's.
+`persist` is the time until the checkpoint is durable; `cost ms` is the loop's extra time per checkpoint
+against the loop without checkpoints (on a GPU, where the training stream waits for the snapshot's copy
+instead of the host, this is the figure that counts). Ratios are against torch.save of the same model.
+Target: baton's stall <= 1/10 of torch.save's. `--device cuda` runs the same on the first GPU (each
+iteration ends with a synchronize, as a loss.item() would).
 """
 
 import argparse
@@ -42,11 +45,12 @@ def load_example(path):
 class Workload:
     """A model, its Adam optimizer and a function that runs one training iteration."""
 
-    def __init__(self, name, model, batch):
+    def __init__(self, name, model, batch, device):
         self.name = name
-        self.model = model
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-        self.batch = batch
+        self.device = device
+        self.model = model.to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.batch = tuple(t.to(device) for t in batch)
         self.step()  # Adam creates its state at the first step: measure with the whole state present
 
     def step(self):
@@ -55,6 +59,8 @@ class Workload:
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
         self.optimizer.step()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def state_bytes(self):
         total = sum(t.numel() * t.element_size() for t in self.model.state_dict().values())
@@ -63,21 +69,22 @@ class Workload:
         return total
 
 
-def digits_workload(example):
+def digits_workload(example, device):
     torch.manual_seed(0)
     model = example.DigitsNet()
     images = torch.rand(32, 1, 8, 8)
     labels = torch.randint(0, 10, (32,))
-    return Workload("digits CNN", model, (images, labels))
+    return Workload("digits CNN", model, (images, labels), device)
 
 
-def synthetic_workload(param_mib, width=4096):
+def synthetic_workload(param_mib, device, width=4096):
     layers = max(1, round(param_mib * 2**20 / 4 / (width * width)))
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
-    inputs = torch.randn(4, width)
-    targets = torch.randint(0, width, (4,))
-    return Workload(f"synthetic MLP {layers}x{width}x{width}", model, (inputs, targets))
+    rows = 4 if device.type == "cpu" else 4096  # a GPU step long enough to overlap a snapshot with
+    inputs = torch.randn(rows, width)
+    targets = torch.randint(0, width, (rows,))
+    return Workload(f"synthetic MLP {layers}x{width}x{width}", model, (inputs, targets), device)
 
 
 def run_none(work, iterations, every, directory):
@@ -162,9 +169,12 @@ def median_ms(values):
 
 def measure(work, iterations, every, directory):
     rows = []
+    clean = None
     for mode, run in (("none", run_none), ("baton", run_baton), ("torch.save", run_torch_save)):
         r = run(work, iterations, every, directory)
-        rows.append({"mode": mode, "iter": median_ms(r["times"]), "ckpts": r["checkpoints"],
+        clean = clean if clean is not None else sum(r["times"])
+        cost = (sum(r["times"]) - clean) / r["checkpoints"] * 1e3 if r["checkpoints"] else 0.0
+        rows.append({"mode": mode, "iter": median_ms(r["times"]), "ckpts": r["checkpoints"], "cost": cost,
                      "stall": median_ms(r["blocked"]), "stall_mean": mean_ms(r["blocked"]) if r["blocked"] else 0.0,
                      "persist": median_ms(r["persist"]), "dropped": r.get("dropped", 0)})
     return rows
@@ -172,7 +182,7 @@ def measure(work, iterations, every, directory):
 
 def print_table(sections):
     header = (f"{'model':<28} {'state MiB':>9} {'mode':<10} {'iter ms':>8} {'ckpts':>5} {'stall ms':>9} "
-              f"{'vs save':>8} {'mean ms':>9} {'vs save':>8} {'persist ms':>10}")
+              f"{'vs save':>8} {'mean ms':>9} {'vs save':>8} {'persist ms':>10} {'cost ms':>9} {'vs save':>8}")
     print(header)
     print("-" * len(header))
     for name, mib, rows in sections:
@@ -181,8 +191,10 @@ def print_table(sections):
             checkpointing = r["mode"] != "none"
             ratio = f"{r['stall'] / save['stall']:.3f}" if checkpointing else "-"
             ratio_mean = f"{r['stall_mean'] / save['stall_mean']:.3f}" if checkpointing else "-"
+            ratio_cost = f"{r['cost'] / save['cost']:.3f}" if checkpointing and save["cost"] > 0 else "-"
             print(f"{name:<28} {mib:>9.1f} {r['mode']:<10} {r['iter']:>8.2f} {r['ckpts']:>5} {r['stall']:>9.2f} "
-                  f"{ratio:>8} {r['stall_mean']:>9.2f} {ratio_mean:>8} {r['persist']:>10.2f}")
+                  f"{ratio:>8} {r['stall_mean']:>9.2f} {ratio_mean:>8} {r['persist']:>10.2f} {r['cost']:>9.2f} "
+                  f"{ratio_cost:>8}")
     print()
     for name, _, rows in sections:
         by = {r["mode"]: r for r in rows}
@@ -203,18 +215,24 @@ def main():
     parser.add_argument("--synthetic-iterations", type=int, default=24)
     parser.add_argument("--synthetic-every", type=int, default=6)
     parser.add_argument("--models", default="digits,synthetic", help="comma-separated subset to measure")
+    parser.add_argument("--device", default="cpu", help="where the model trains: cpu (default) or cuda")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("SKIP: --device cuda, but PyTorch sees no usable CUDA device")
+        return 77
 
     torch.set_num_threads(1)
     example = load_example(args.example)
     parent = args.dir or tempfile.gettempdir()
     with tempfile.TemporaryDirectory(prefix="baton-torch-bench-", dir=parent) as directory:
-        print(f"writing to {directory}; torch {torch.__version__}, {torch.get_num_threads()} training thread",
-              flush=True)
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+        print(f"writing to {directory}; torch {torch.__version__} on {where}, {torch.get_num_threads()} training "
+              "thread", flush=True)
         sections = []
         workloads = {
-            "digits": (lambda: digits_workload(example), args.digits_iterations, args.digits_every),
-            "synthetic": (lambda: synthetic_workload(args.synthetic_mib), args.synthetic_iterations,
+            "digits": (lambda: digits_workload(example, device), args.digits_iterations, args.digits_every),
+            "synthetic": (lambda: synthetic_workload(args.synthetic_mib, device), args.synthetic_iterations,
                           args.synthetic_every),
         }
         for key in args.models.split(","):
