@@ -122,7 +122,7 @@ def run_torch_save(work, iterations, every, directory):
 def run_baton(work, iterations, every, directory):
     chain = os.path.join(directory, "baton-chain")
     ckpt = baton.torch.Checkpointer(work.model, work.optimizer, chain_dir=chain, interval=every, keep=1)
-    times, starts, blocked, persist = [], {}, [], []
+    times, starts, blocked, persist, start_times = [], {}, [], [], []
 
     def collect():
         stats = ckpt.native.last_checkpoint()
@@ -138,6 +138,7 @@ def run_baton(work, iterations, every, directory):
         work.step()  # the checkpoint of the previous iteration starts at this forward pass
         if ckpt.native.counters().requested != requested:
             starts[iteration] = ckpt.last_start_seconds
+            start_times.append(ckpt.last_start_seconds)
         times.append(time.perf_counter() - begin)
         collect()
     ckpt.close(final_checkpoint=False)
@@ -147,7 +148,7 @@ def run_baton(work, iterations, every, directory):
     for name in os.listdir(chain):
         _remove_tree(os.path.join(chain, name))
     return {"times": times, "blocked": blocked, "persist": persist, "checkpoints": counters.committed,
-            "dropped": counters.dropped_requests}
+            "dropped": counters.dropped_requests, "start_times": start_times}
 
 
 def _remove_tree(path):
@@ -176,7 +177,8 @@ def measure(work, iterations, every, directory):
         cost = (sum(r["times"]) - clean) / r["checkpoints"] * 1e3 if r["checkpoints"] else 0.0
         rows.append({"mode": mode, "iter": median_ms(r["times"]), "ckpts": r["checkpoints"], "cost": cost,
                      "stall": median_ms(r["blocked"]), "stall_mean": mean_ms(r["blocked"]) if r["blocked"] else 0.0,
-                     "persist": median_ms(r["persist"]), "dropped": r.get("dropped", 0)})
+                     "persist": median_ms(r["persist"]), "dropped": r.get("dropped", 0),
+                     "start_times": r.get("start_times", [])})
     return rows
 
 
@@ -202,6 +204,11 @@ def print_table(sections):
         print(f"{name}: baton stalls training {ratio:.3f} x as long as torch.save per checkpoint (median; "
               f"target <= 0.1: {'met' if ratio <= 0.1 else 'NOT met'}); "
               f"{by['baton']['dropped']} baton requests dropped while one was in flight")
+        first = by["baton"]["start_times"][:1]
+        rest = by["baton"]["start_times"][1:]
+        if first:
+            print(f"{name}: starting a baton checkpoint took {first[0] * 1e3:.2f} ms the first time, "
+                  f"{median_ms(rest):.2f} ms (median) after that")
 
 
 def main():

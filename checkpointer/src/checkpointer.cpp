@@ -229,6 +229,66 @@ nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
 
 } // namespace
 
+// A staging pool allocated ahead, on a thread of its own (prepareStaging), for the next checkpoint to
+// take over. Start and take are called under the checkpointer's mutex, so they never overlap.
+class StagingReserve {
+public:
+    StagingReserve() = default;
+    StagingReserve(const StagingReserve&) = delete;
+    StagingReserve& operator=(const StagingReserve&) = delete;
+    ~StagingReserve()
+    {
+        auto [pool, capacity] = take();
+        if (pool != nullptr)
+            backend_->freeStaging(pool, capacity);
+    }
+
+    // Starts allocating `bytes` unless a pool that large is ready or one is being allocated.
+    void start(DeviceBackend& backend, std::size_t bytes)
+    {
+        std::lock_guard lock(mutex_);
+        if (allocating_ || capacity_ >= bytes)
+            return;
+        if (thread_.joinable())
+            thread_.join(); // the last reservation has finished: its thread only returns
+        if (pool_ != nullptr)
+            backend.freeStaging(pool_, capacity_);
+        pool_ = nullptr;
+        capacity_ = 0;
+        backend_ = &backend;
+        allocating_ = true;
+        thread_ = std::thread([this, bytes] {
+            std::byte* pool = nullptr;
+            try {
+                pool = backend_->allocateStaging(bytes);
+            } catch (const std::exception&) {
+                // The checkpoint allocates again itself and reports the error then.
+            }
+            std::lock_guard done(mutex_);
+            pool_ = pool;
+            capacity_ = pool != nullptr ? bytes : 0;
+            allocating_ = false;
+        });
+    }
+
+    // Waits for an allocation under way and hands over its pool (null, 0 when there is none).
+    std::pair<std::byte*, std::size_t> take()
+    {
+        if (thread_.joinable())
+            thread_.join();
+        std::lock_guard lock(mutex_);
+        return { std::exchange(pool_, nullptr), std::exchange(capacity_, 0) };
+    }
+
+private:
+    std::mutex mutex_;
+    std::thread thread_;
+    DeviceBackend* backend_ = nullptr;
+    std::byte* pool_ = nullptr;
+    std::size_t capacity_ = 0;
+    bool allocating_ = false;
+};
+
 struct Checkpointer::Impl {
     explicit Impl(Options opts)
         : options(std::move(opts))
@@ -247,18 +307,65 @@ struct Checkpointer::Impl {
             std::cerr << "baton-ckpt: " << message << std::endl;
     }
 
-    // Caller holds the mutex and no checkpoint is in flight.
+    // Caller holds the mutex and no checkpoint is in flight. Takes over the pool that prepareStaging()
+    // allocated when it is large enough (waiting for it if need be), else allocates one here.
     void ensureStaging(std::size_t bytes)
     {
         bytes = io::roundUp(std::max<std::size_t>(bytes, 1), kPoolGranule);
         if (bytes <= stagingCapacity)
             return;
+        auto [prepared, preparedCapacity] = reserve.take();
+        if (prepared != nullptr && preparedCapacity < bytes) {
+            backend->freeStaging(prepared, preparedCapacity);
+            prepared = nullptr;
+        }
         if (staging != nullptr)
             backend->freeStaging(staging, stagingCapacity);
         staging = nullptr;
         stagingCapacity = 0;
-        staging = backend->allocateStaging(bytes);
-        stagingCapacity = bytes;
+        if (prepared == nullptr) {
+            prepared = backend->allocateStaging(bytes);
+            preparedCapacity = bytes;
+            ++counters.stagingAllocations;
+        }
+        staging = prepared;
+        stagingCapacity = preparedCapacity;
+    }
+
+    void prepareStagingLocked()
+    {
+        stagingPrepared = true;
+        const std::size_t bytes = stagingBytesNeeded();
+        if (bytes > stagingCapacity)
+            reserve.start(*backend, bytes);
+    }
+
+    // What the next checkpoint's staging pool must hold: its entries as startLocked() places them.
+    std::size_t stagingBytesNeeded() const
+    {
+        std::uint64_t offset = 0;
+        auto place = [&](std::uint64_t size) { offset = io::roundUp(offset, kEntryAlignment) + size; };
+        for (const auto& [name, spec] : regions)
+            place(partOf(spec).length);
+        for (const auto& [name, bytes] : blobs)
+            place(bytes.size());
+        return io::roundUp(std::max<std::size_t>(io::roundUp(offset, io::kDirectAlignment), 1), kPoolGranule);
+    }
+
+    // The part of a region this rank writes: [from, from + length) of its memory, at `at` of an array of
+    // globalSize bytes.
+    struct Part {
+        std::uint64_t from = 0, length = 0, at = 0, globalSize = 0;
+    };
+    Part partOf(const RegionSpec& spec) const
+    {
+        if (distributed && spec.layout.kind == RegionLayout::Kind::Replicated) {
+            auto [begin, end] = replicatedPart(spec.size, rank(), worldSize());
+            return { begin, end - begin, begin, spec.size };
+        }
+        if (distributed && spec.layout.kind == RegionLayout::Kind::Sharded)
+            return { 0, spec.size, spec.layout.offset, spec.layout.globalSize };
+        return { 0, spec.size, 0, spec.size };
     }
 
     void waitSnapshotLocked(std::unique_lock<std::mutex>& lock)
@@ -293,6 +400,8 @@ struct Checkpointer::Impl {
     ThreadPool pool;
     std::byte* staging = nullptr;
     std::size_t stagingCapacity = 0;
+    StagingReserve reserve; // after `backend`: destroyed before it
+    bool stagingPrepared = false; // prepareStaging() ran for the regions registered now
 
     mutable std::mutex mutex;
     std::condition_variable changed;
@@ -339,7 +448,6 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     // With several ranks each writes its own file; a replicated region is written in parts, one per rank,
     // and a sharded one as this rank's shard.
     const int ownRank = rank();
-    const int ranks = worldSize();
     const std::string file = distributed ? shardFileName(ownRank) : std::string(kDataFileName);
     std::uint64_t offset = 0;
     auto place = [&](const std::string& name, std::size_t size, int device) {
@@ -352,28 +460,22 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     };
     std::vector<std::uint64_t> sourceOffsets; // where each region's entry starts in its memory
     for (const auto& [name, spec] : regions) {
-        std::uint64_t from = 0, length = spec.size, at = 0, globalSize = spec.size;
-        if (distributed && spec.layout.kind == RegionLayout::Kind::Replicated) {
-            auto [begin, end] = replicatedPart(spec.size, ownRank, ranks);
-            from = at = begin;
-            length = end - begin;
-        } else if (distributed && spec.layout.kind == RegionLayout::Kind::Sharded) {
-            at = spec.layout.offset;
-            globalSize = spec.layout.globalSize;
-        }
-        ManifestEntry entry = place(name, length, spec.device);
+        const Part part = partOf(spec);
+        ManifestEntry entry = place(name, part.length, spec.device);
         if (distributed)
             entry.layout = layoutName(spec.layout.kind);
-        entry.at = at;
-        entry.globalSize = globalSize;
+        entry.at = part.at;
+        entry.globalSize = part.globalSize;
         job.regions.push_back(std::move(entry));
-        sourceOffsets.push_back(from);
+        sourceOffsets.push_back(part.from);
     }
     for (const auto& [name, bytes] : blobs)
         job.blobs.push_back(place(name, bytes.size(), -1));
     job.totalBytes = offset;
 
+    const auto stagingBegin = Clock::now();
     ensureStaging(io::roundUp(job.totalBytes, io::kDirectAlignment));
+    const double stagingSeconds = seconds(Clock::now() - stagingBegin);
     // Padding must be zero on disk: the reader checks it, so that no byte of a data file goes unchecked.
     std::uint64_t end = 0;
     auto zeroGapBefore = [&](const ManifestEntry& e) {
@@ -413,6 +515,7 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     inFlight = true;
     ++counters.requested;
     stats = CheckpointStats {};
+    stats.stagingSeconds = stagingSeconds;
     stats.iteration = iteration;
     stats.bytes = job.totalBytes;
     stats.final = flags.final;
@@ -787,6 +890,7 @@ void Checkpointer::registerRegion(const std::string& name, void* data, std::size
     impl_->waitSnapshotLocked(lock); // the in-flight snapshot may still read the old address
     auto& spec = impl_->regions[name];
     spec = RegionSpec { data, size, -1, nullptr, spec.layout }; // a new address keeps the layout
+    impl_->stagingPrepared = false;
 }
 
 void Checkpointer::registerDeviceRegion(
@@ -800,6 +904,7 @@ void Checkpointer::registerDeviceRegion(
     impl_->waitSnapshotLocked(lock);
     auto& spec = impl_->regions[name];
     spec = RegionSpec { devicePtr, size, device, stream, spec.layout };
+    impl_->stagingPrepared = false;
 }
 
 void Checkpointer::unregisterRegion(const std::string& name)
@@ -807,6 +912,7 @@ void Checkpointer::unregisterRegion(const std::string& name)
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock);
     impl_->regions.erase(name);
+    impl_->stagingPrepared = false;
 }
 
 void Checkpointer::setRegionLayout(const std::string& name, RegionLayout layout)
@@ -886,9 +992,17 @@ void Checkpointer::afterUpdate(std::uint64_t iteration)
     {
         std::lock_guard lock(impl_->mutex);
         start = std::exchange(impl_->scheduled, false);
+        if (!impl_->stagingPrepared)
+            impl_->prepareStagingLocked();
     }
     if (start)
         requestCheckpoint(iteration);
+}
+
+void Checkpointer::prepareStaging()
+{
+    std::lock_guard lock(impl_->mutex);
+    impl_->prepareStagingLocked();
 }
 
 void Checkpointer::beforeUpdate()

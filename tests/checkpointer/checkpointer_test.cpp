@@ -226,6 +226,47 @@ TEST(Checkpointer, RequestsWhileInFlightAreCountedAsDropped)
     EXPECT_EQ(counters.committed, 1u);
 }
 
+// The first checkpoint takes over a staging pool allocated in the background after the first update,
+// instead of allocating (pinning or populating) it on the training thread; a region that grows past it
+// gets a new one, prepared again by the next afterUpdate().
+TEST(Checkpointer, StagingIsPreparedInTheBackgroundBeforeTheFirstCheckpoint)
+{
+    TempDir dir("ckpt-staging");
+    std::vector<std::byte> weights(24 << 20, std::byte { 7 });
+    std::vector<std::byte> larger(40 << 20, std::byte { 9 });
+    {
+        Checkpointer unprepared(quietOptions(dir.path() / "unprepared"));
+        unprepared.registerRegion("w", weights.data(), weights.size());
+        ASSERT_TRUE(unprepared.checkpointNow(1));
+        EXPECT_EQ(unprepared.counters().stagingAllocations, 1u);
+        EXPECT_GT(unprepared.lastCheckpoint().stagingSeconds, 0.0);
+    }
+    Checkpointer ckpt(quietOptions(dir.path() / "prepared"));
+    ckpt.registerRegion("w", weights.data(), weights.size());
+    ckpt.setBlob("step", std::string(100, 's'));
+    ckpt.afterUpdate(1);
+    ASSERT_TRUE(ckpt.requestCheckpoint(1));
+    ASSERT_TRUE(ckpt.wait()) << ckpt.lastError();
+    EXPECT_EQ(ckpt.counters().stagingAllocations, 0u);
+
+    ckpt.registerRegion("w", larger.data(), larger.size());
+    ckpt.afterUpdate(2);
+    ASSERT_TRUE(ckpt.checkpointNow(2));
+    EXPECT_EQ(ckpt.counters().stagingAllocations, 0u);
+    // Without afterUpdate() the request allocates itself, and the checkpoint is still complete.
+    ckpt.registerRegion("w2", weights.data(), weights.size());
+    ASSERT_TRUE(ckpt.checkpointNow(3));
+    EXPECT_EQ(ckpt.counters().stagingAllocations, 1u);
+
+    Checkpointer reader(quietOptions(dir.path() / "prepared"));
+    std::vector<std::byte> w(larger.size()), w2(weights.size());
+    reader.registerRegion("w", w.data(), w.size());
+    reader.registerRegion("w2", w2.data(), w2.size());
+    ASSERT_TRUE(reader.restore().restored);
+    EXPECT_EQ(w, larger);
+    EXPECT_EQ(w2, weights);
+}
+
 TEST(Checkpointer, ManifestFieldsRideAlongAndReservedOnesAreRefused)
 {
     TempDir dir("ckpt-fields");

@@ -375,6 +375,7 @@ class Checkpointer:
         if interval is None:
             self._start_policy(None)
         self._pending = False
+        self._regions_after_first_step = False
         self._closed = False
         self._training_done = False
         self._regions: Dict[str, tuple] = {}
@@ -545,6 +546,11 @@ class Checkpointer:
         self._pending = False
         iteration = self.iteration
         now = time.perf_counter()
+        if not self._regions_after_first_step:
+            # The optimizer's state exists once it has stepped: registered now, it is in the staging pool
+            # that after_update() has allocated in the background before the first checkpoint needs it.
+            self._regions_after_first_step = True
+            self._sync_regions()
         self._native.after_update(iteration)
         self._report_outcome()
         if self._policy is None:

@@ -152,6 +152,7 @@ void bindStats(py::module_& module)
         .def_readonly("snapshot_seconds", &ckpt::CheckpointStats::snapshotSeconds)
         .def_readonly("persist_seconds", &ckpt::CheckpointStats::persistSeconds)
         .def_readonly("stall_seconds", &ckpt::CheckpointStats::stallSeconds)
+        .def_readonly("staging_seconds", &ckpt::CheckpointStats::stagingSeconds)
         .def_readonly("finished", &ckpt::CheckpointStats::finished)
         .def_readonly("committed", &ckpt::CheckpointStats::committed)
         .def_readonly("error", &ckpt::CheckpointStats::error)
@@ -161,7 +162,8 @@ void bindStats(py::module_& module)
         .def_readonly("requested", &ckpt::Counters::requested)
         .def_readonly("committed", &ckpt::Counters::committed)
         .def_readonly("failed", &ckpt::Counters::failed)
-        .def_readonly("dropped_requests", &ckpt::Counters::droppedRequests);
+        .def_readonly("dropped_requests", &ckpt::Counters::droppedRequests)
+        .def_readonly("staging_allocations", &ckpt::Counters::stagingAllocations);
 }
 
 } // namespace
@@ -244,6 +246,10 @@ void bindCheckpointer(py::module_& module)
             "iteration"_a, py::call_guard<py::gil_scoped_release>())
         .def(
             "before_update", [](Self& self) { self.impl().beforeUpdate(); },
+            py::call_guard<py::gil_scoped_release>())
+        .def(
+            "prepare_staging", [](Self& self) { self.impl().prepareStaging(); },
+            "Allocate the staging pool for the registered tensors in the background.",
             py::call_guard<py::gil_scoped_release>())
         .def(
             "request_checkpoint",

@@ -46,6 +46,7 @@ struct CheckpointStats {
     double snapshotSeconds = 0; // request until the staging copy was complete
     double persistSeconds = 0; // snapshot complete until commit (or failure)
     double stallSeconds = 0; // time beforeUpdate() blocked waiting for this snapshot
+    double stagingSeconds = 0; // of the request: getting a staging pool large enough (0 when it had one)
     bool finished = false; // persist has ended (committed or failed)
     bool committed = false;
     std::string error; // why it failed, when finished && !committed
@@ -58,6 +59,8 @@ struct Counters {
     std::uint64_t committed = 0;
     std::uint64_t failed = 0;
     std::uint64_t droppedRequests = 0; // requests refused because a checkpoint was in flight
+    std::uint64_t stagingAllocations = 0; // staging pools allocated by a request or restore itself,
+                                          // not prepared ahead in the background
 };
 
 // How a region's bytes relate across the ranks of a job (Options::coordinator); one process ignores it.
@@ -145,7 +148,12 @@ public:
     void setManifestField(const std::string& key, nlohmann::json value);
 
     // Hook: the weights of `iteration` are consistent. Starts a checkpoint if scheduleCheckpoint() asked.
+    // The first call after the registered regions changed also prepares the staging pool (below).
     void afterUpdate(std::uint64_t iteration);
+    // Allocates, on a thread of its own, a staging pool large enough for the registered regions and
+    // blobs, which the next checkpoint takes over (waiting for it if it is not done yet). Pinning or
+    // populating gigabytes takes about a second: the first checkpoint would stall training for it.
+    void prepareStaging();
     // Hook: returns once no snapshot still reads the registered memory (for device regions: makes their
     // streams wait instead of blocking the host).
     void beforeUpdate();
