@@ -178,7 +178,8 @@ def measure(work, iterations, every, directory):
         rows.append({"mode": mode, "iter": median_ms(r["times"]), "ckpts": r["checkpoints"], "cost": cost,
                      "stall": median_ms(r["blocked"]), "stall_mean": mean_ms(r["blocked"]) if r["blocked"] else 0.0,
                      "persist": median_ms(r["persist"]), "dropped": r.get("dropped", 0),
-                     "start_times": r.get("start_times", [])})
+                     "start_times": r.get("start_times", []),
+                     "slowest": sorted(enumerate(r["times"], 1), key=lambda x: -x[1])[:3]})
     return rows
 
 
@@ -204,6 +205,9 @@ def print_table(sections):
         print(f"{name}: baton stalls training {ratio:.3f} x as long as torch.save per checkpoint (median; "
               f"target <= 0.1: {'met' if ratio <= 0.1 else 'NOT met'}); "
               f"{by['baton']['dropped']} baton requests dropped while one was in flight")
+        for mode in ("none", "baton"):
+            slowest = ", ".join(f"{i}: {t * 1e3:.1f} ms" for i, t in by[mode]["slowest"])
+            print(f"{name}: slowest iterations of {mode}: {slowest}")
         first = by["baton"]["start_times"][:1]
         rest = by["baton"]["start_times"][1:]
         if first:
