@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs every build, run and test dependency of baton on Debian 12 (bookworm).
+# Installs every build, run and test dependency of baton on Debian 12 (bookworm) or Debian 13 (trixie).
 # Run as root. Idempotent: a second run installs nothing and returns quickly.
 set -euo pipefail
 
@@ -8,8 +8,8 @@ die() { echo "bootstrap: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs Debian packages)"
 [ -r /etc/os-release ] || die "cannot read /etc/os-release: unsupported system"
 . /etc/os-release
-[ "${ID:-}" = debian ] && [ "${VERSION_ID:-}" = 12 ] ||
-    die "supported system is Debian 12 (bookworm); this is ${PRETTY_NAME:-unknown}"
+[ "${ID:-}" = debian ] && { [ "${VERSION_ID:-}" = 12 ] || [ "${VERSION_ID:-}" = 13 ]; } ||
+    die "supported systems are Debian 12 (bookworm) and Debian 13 (trixie); this is ${PRETTY_NAME:-unknown}"
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -22,36 +22,40 @@ packages=(
     pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
     prometheus systemd valgrind procps curl ca-certificates
 )
-prometheus_runtime=(libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)
-prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc
+if [ "$VERSION_ID" = 13 ]; then
+    # Debian 13 has prometheus-cpp; its cpp-httplib header is built with OpenSSL (libssl-dev).
+    packages+=(prometheus-cpp-dev libssl-dev)
+    prometheus_runtime=()
+    prometheus_dev_marker= # a package of the list above
+else
+    prometheus_runtime=(libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0)
+    prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc
+fi
 
 missing=()
-for p in "${packages[@]}" "${prometheus_runtime[@]}"; do
+for p in "${packages[@]}" ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && [ -f "$prometheus_dev_marker" ]; then
+if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; }; then
     echo "bootstrap: all dependencies present"
+    exit 0
+fi
+
+if [ "$VERSION_ID" = 13 ]; then
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${packages[@]}"
+    echo "bootstrap: done"
     exit 0
 fi
 
 # prometheus-cpp is not in bookworm; its trixie binaries work. Add a trixie source built from the
 # Debian mirror this machine already uses, pinned low so that nothing else is upgraded from it.
-debian_mirror() {
-    local uri
-    uri=$(grep -hE '^\s*URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null |
-        awk '{print $2}' | grep -v -- '-security' | grep -m1 -E '/debian/?$' || true)
-    if [ -z "$uri" ]; then
-        uri=$(grep -hE '^\s*deb\s' /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-            awk '{for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; exit}}' |
-            grep -v -- '-security' | head -n1 || true)
-    fi
-    [ -n "$uri" ] || die "cannot find the Debian mirror in the apt sources"
-    echo "${uri%/}"
-}
+. "$(dirname "$0")/debian-mirror.sh"
 
 trixie_list=/etc/apt/sources.list.d/baton-trixie.list
 if [ ! -f "$trixie_list" ]; then
-    echo "deb $(debian_mirror) trixie main" > "$trixie_list"
+    mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
+    echo "deb $mirror trixie main" > "$trixie_list"
     cat > /etc/apt/preferences.d/baton-trixie <<PIN
 Package: *
 Pin: release n=trixie

@@ -23,6 +23,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -151,8 +152,10 @@ std::optional<std::int64_t> jobEndTime(spank_t sp, std::uint32_t jobId)
     }
     time_t end = 0;
     if (slurm_get_end_time(jobId, &end) != 0) {
+        // The library reports its error in errno (slurm_get_errno(), which returned it, is gone in 24.x).
+        const int error = errno;
         logError("cannot get the end time of job " + std::to_string(jobId)
-            + " from slurmctld: " + slurm_strerror(slurm_get_errno()) + "; BATON_DEADLINE is not set");
+            + " from slurmctld: " + slurm_strerror(error) + "; BATON_DEADLINE is not set");
         return std::nullopt;
     }
     // A job without a time limit has no deadline.

@@ -110,6 +110,7 @@ def loop(mode, args, rank, directory):
 def rank_main(rank, args, port, directory, results):
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    os.environ.setdefault("USE_LIBUV", "0")  # Debian's PyTorch 2.6 has no libuv for its TCP store
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.ranks)
     for mode in ("none", "baton", "torch.save"):
         best = None

@@ -105,6 +105,8 @@ def worker(args, example):
                 self.drawn.append((self.epoch if self.position > 0 else self.epoch - 1, index))
                 yield index
 
+    # PyTorch 2.4+ asks its TCP store for libuv, which Debian's build (2.6) lacks; 1.13 ignores this.
+    os.environ.setdefault("USE_LIBUV", "0")
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
                                          world_size=args.ranks)
     example.make_deterministic(args.seed)

@@ -170,7 +170,9 @@ void bindStats(py::module_& module)
 
 void bindErrors(py::module_& module)
 {
-    // Translators run newest first: the base class is registered before its subclasses.
+    // Translators run newest first: the base class is registered before its subclasses. The error is
+    // set through the C API: py::exception's call operator is deprecated from pybind11 2.12 on, and
+    // py::set_error does not exist before it (Debian 12 has 2.10, Debian 13 2.13).
     static py::exception<ckpt::Error> error(module, "Error", PyExc_RuntimeError);
     static py::exception<ckpt::ConfigError> configError(module, "ConfigError", error.ptr());
     static py::exception<ckpt::FormatError> formatError(module, "FormatError", error.ptr());
@@ -180,11 +182,11 @@ void bindErrors(py::module_& module)
                 std::rethrow_exception(pointer);
             }
         } catch (const ckpt::ConfigError& e) {
-            configError(e.what());
+            PyErr_SetString(configError.ptr(), e.what());
         } catch (const ckpt::FormatError& e) {
-            formatError(e.what());
+            PyErr_SetString(formatError.ptr(), e.what());
         } catch (const ckpt::Error& e) {
-            error(e.what());
+            PyErr_SetString(error.ptr(), e.what());
         }
     });
 }

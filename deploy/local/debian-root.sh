@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A clean Debian root in which to run the tests or the demo as on a fresh machine: Debian 12 (bookworm)
+# or 13 (trixie), built with debootstrap from the Debian mirror this machine's apt sources use and kept
+# in DIR between runs (built again when DIR is absent). The command runs in the root on a copy of this
+# source tree at /src (the build directories there are kept between runs; the host's are not touched),
+# with /proc, /sys and /dev mounted and its own /run; afterwards every process left in the root is ended
+# and everything mounted is unmounted. Nothing installed on the host leaks in: the README's commands
+# install what they need inside the root. Run as root.
+#   deploy/local/debian-root.sh 12|13 DIR [COMMAND ARG...]     (default command: deploy/test.sh)
+# e.g. deploy/local/debian-root.sh 13 /var/cache/baton/trixie deploy/test.sh --suite unit
+set -euo pipefail
+
+die() { echo "debian-root: $*" >&2; exit 1; }
+
+[ $# -ge 2 ] || die "usage: $0 12|13 DIR [COMMAND ARG...]"
+[ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot, mount)"
+case "$1" in
+    12) codename=bookworm ;;
+    13) codename=trixie ;;
+    *) die "release must be 12 or 13, not '$1'" ;;
+esac
+root=$(realpath -m "$2")
+shift 2
+[ $# -gt 0 ] || set -- deploy/test.sh
+tree=$(cd "$(dirname "$0")/../.." && pwd)
+. "$tree/deploy/debian-mirror.sh"
+
+if [ ! -f "$root/.baton-root" ]; then
+    command -v debootstrap >/dev/null || { apt-get update -q && apt-get install -y -q debootstrap; }
+    mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
+    rm -rf "$root.partial"
+    debootstrap --variant=minbase "$codename" "$root.partial" "$mirror"
+    # Packages must not start their services in the root: the tests start their own.
+    printf '#!/bin/sh\nexit 101\n' > "$root.partial/usr/sbin/policy-rc.d"
+    chmod 0755 "$root.partial/usr/sbin/policy-rc.d"
+    rm -rf "$root"
+    mv "$root.partial" "$root"
+    echo "$codename" > "$root/.baton-root"
+fi
+[ "$(cat "$root/.baton-root")" = "$codename" ] || die "$root holds $(cat "$root/.baton-root"), not $codename"
+
+# The source tree: tracked and untracked-but-not-ignored files, their times kept so that the build
+# directories under /src rebuild only what changed.
+mkdir -p "$root/src"
+find "$root/src" -mindepth 1 -maxdepth 1 ! -name 'build*' -exec rm -rf {} +
+(cd "$tree" && git ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$root/src"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+mounted=()
+mount_in() { # mount_in TARGET MOUNT-ARGS...
+    local target=$root/$1
+    shift
+    mkdir -p "$target"
+    mount "$@" "$target"
+    mounted=("$target" "${mounted[@]}")
+}
+cleanup() {
+    local pid
+    for pid in /proc/[0-9]*; do
+        [ "$(readlink "$pid/root" 2>/dev/null)" = "$root" ] && kill -9 "${pid#/proc/}" 2>/dev/null
+    done
+    sleep 1
+    for target in "${mounted[@]}"; do umount -R "$target" 2>/dev/null || umount -lR "$target" || true; done
+}
+trap cleanup EXIT
+mount_in proc -t proc proc
+mount_in sys -t sysfs sysfs
+mount_in dev --rbind /dev
+mount --make-rslave "$root/dev"
+mount_in run -t tmpfs -o mode=0755 tmpfs
+mount_in tmp -t tmpfs -o mode=1777 tmpfs
+# The traces, read-only where the host has them (tests find them at ../shared/traces).
+traces=${BATON_TRACE_DIR:-$tree/../shared/traces}
+if [ -d "$traces" ]; then
+    mount_in shared/traces --bind "$traces"
+    mount -o remount,bind,ro "$root/shared/traces"
+fi
+
+set +e
+chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb CI="${CI:-}" \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c 'cd /src && exec "$@"' debian-root "$@"
+status=$?
+set -e
+exit $status
