@@ -7,6 +7,8 @@
 #       write DIR/slurm.conf and DIR/plugstack.conf (one line per extra argument, e.g.
 #       "required /path/spank_baton.so key=value"), start the daemons and wait until the node is idle.
 #       Prints SLURM_CONF=DIR/slurm.conf; DIR/env can be sourced to export it.
+#       With BATON_SLURM_GPU=1 the node also has one stand-in GPU (its device file is /dev/null), so
+#       that a job asking for --gres=gpu:1 is scheduled on a machine without GPUs.
 #   slurm.sh stop DIR      cancel this cluster's jobs and stop the daemons it started
 #   slurm.sh status DIR    exit 0 if the node of DIR is up
 set -euo pipefail
@@ -42,7 +44,7 @@ node_state() { sinfo -h -n "$(cat "$dir/nodename")" -o %t 2>/dev/null || true; }
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 write_config() {
-    local node ctld_port slurmd_port srun_base hardware
+    local node ctld_port slurmd_port srun_base hardware gres_types= node_gres=
     node=baton$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
@@ -54,6 +56,17 @@ write_config() {
     hardware=$(slurmd -C | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
     mkdir -p "$dir/state" "$dir/spool"
     echo "$node" > "$dir/nodename"
+    # Slurm 24.x's slurmd sets up cgroups even with proctrack/linuxproc and task/none, and refuses the
+    # hybrid v1 hierarchy of some hosts and clean roots: this test cluster confines nothing, so it turns
+    # them off (22.05 does not know the value, and does not need it).
+    if [ "$(slurmd -V | awk '{split($2, v, "."); print v[1]}')" -ge 23 ]; then
+        echo "CgroupPlugin=disabled" > "$dir/cgroup.conf"
+    fi
+    if [ "${BATON_SLURM_GPU:-0}" = 1 ]; then
+        gres_types="GresTypes=gpu"
+        node_gres="Gres=gpu:1 "
+        echo "NodeName=$node Name=gpu Count=1 File=/dev/null" > "$dir/gres.conf"
+    fi
     cat > "$conf" <<CONF
 ClusterName=$node
 SlurmctldHost=$(hostname -s)(127.0.0.1)
@@ -87,7 +100,8 @@ ReturnToService=2
 KillWait=5
 MinJobAge=600
 InactiveLimit=0
-NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 ${hardware}State=UNKNOWN
+$gres_types
+NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 ${hardware}${node_gres}State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
     echo "export SLURM_CONF=$conf" > "$dir/env"

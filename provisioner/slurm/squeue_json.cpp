@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <set>
 #include <thread>
 
 #if defined(__SSE2__)
@@ -621,7 +622,24 @@ void readState(Scanner& s, std::string& out)
 void readExitCode(Scanner& s, QueueJob& job)
 {
     if (s.peek() == '{') {
-        s.skipValue(); // a later release's structured form: not needed by 22.05 clients
+        // 23.02 and later: {"status": [...], "return_code": N, "signal": {"id": N, "name": "TERM"}},
+        // each number a {"set", "infinite", "number"} object (unset where it does not apply).
+        std::optional<std::int64_t> code, signal;
+        s.object([&](std::string_view key) {
+            if (key == "return_code")
+                code = s.readInteger();
+            else if (key == "signal" && s.peek() == '{')
+                s.object([&](std::string_view signalKey) {
+                    if (signalKey == "id")
+                        signal = s.readInteger();
+                    else
+                        s.skipValue();
+                });
+            else
+                s.skipValue();
+        });
+        job.exitSignal = signal.value_or(0) > 0 && *signal < 128 ? static_cast<std::int32_t>(*signal) : 0;
+        job.exitStatus = job.exitSignal == 0 && code ? static_cast<std::int32_t>(*code & 0xFF) : 0;
         return;
     }
     // 22.05 reports the raw wait status of the batch script.
@@ -992,7 +1010,8 @@ QueueSnapshot parseSqueueJson(std::string_view text, std::int64_t takenAt)
             });
         } else if (key == "meta" && s.peek() == '{') {
             s.object([&](std::string_view metaKey) {
-                if (metaKey != "Slurm" || s.peek() != '{')
+                // "Slurm" in 22.05, "slurm" from 23.02 on.
+                if ((metaKey != "Slurm" && metaKey != "slurm") || s.peek() != '{')
                     return s.skipValue();
                 s.object([&](std::string_view slurmKey) {
                     if (slurmKey == "release" && s.peek() == '"')
@@ -1031,7 +1050,10 @@ int parseSinfoUsableNodes(std::string_view text)
     } catch (const nlohmann::json::exception& e) {
         throw SqueueParseError(std::string("sinfo JSON: ") + e.what());
     }
-    if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array())
+    // 22.05 lists the nodes; 23.02 and later list groups of nodes in one partition and state ("sinfo").
+    const bool nodeList = doc.is_object() && doc.contains("nodes") && doc["nodes"].is_array();
+    const bool groupList = doc.is_object() && doc.contains("sinfo") && doc["sinfo"].is_array();
+    if (!nodeList && !groupList)
         throw SqueueParseError("sinfo JSON: the document has no nodes list");
     // sinfo --json exits 0 with an error list (and no nodes) when slurmctld cannot be reached.
     if (const auto errors = doc.find("errors");
@@ -1040,38 +1062,62 @@ int parseSinfoUsableNodes(std::string_view text)
         throw SqueueParseError("sinfo reported: "
             + (first.is_object() && first.contains("error") && first["error"].is_string()
                     ? first["error"].get<std::string>()
+                    : first.is_object() && first.contains("description") && first["description"].is_string()
+                    ? first["description"].get<std::string>()
                     : std::string("an error")));
     }
-    auto upper = [](std::string s) {
-        for (auto& c : s)
-            c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        return s;
-    };
-    int usable = 0;
-    for (const auto& node : doc["nodes"]) {
-        if (!node.is_object())
-            throw SqueueParseError("sinfo JSON: a node is not an object");
+    auto statesOf = [](const nlohmann::json& object) {
         std::vector<std::string> states;
-        if (auto it = node.find("state"); it != node.end()) {
-            if (it->is_string())
-                states.push_back(upper(it->get<std::string>()));
-            else if (it->is_array())
-                for (const auto& s : *it)
-                    if (s.is_string())
-                        states.push_back(upper(s.get<std::string>()));
-        }
-        if (auto it = node.find("state_flags"); it != node.end() && it->is_array())
-            for (const auto& s : *it)
-                if (s.is_string())
-                    states.push_back(upper(s.get<std::string>()));
-        const bool unusable = std::any_of(states.begin(), states.end(), [](const std::string& s) {
+        auto add = [&](const nlohmann::json& value) {
+            if (!value.is_string())
+                return;
+            std::string s = value.get<std::string>();
+            for (auto& c : s)
+                c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+            states.push_back(std::move(s));
+        };
+        for (const char* key : { "state", "state_flags" })
+            if (auto it = object.find(key); it != object.end()) {
+                if (it->is_array())
+                    for (const auto& s : *it)
+                        add(s);
+                else
+                    add(*it);
+            }
+        return states;
+    };
+    auto usable = [](const std::vector<std::string>& states) {
+        return std::none_of(states.begin(), states.end(), [](const std::string& s) {
             return s == "DOWN" || s == "DRAIN" || s == "DRAINED" || s == "DRAINING" || s == "FAIL"
                 || s == "FAILING" || s == "FUTURE" || s == "NOT_RESPONDING" || s == "UNKNOWN";
         });
-        if (!unusable)
-            ++usable;
+    };
+    if (nodeList) {
+        int count = 0;
+        for (const auto& node : doc["nodes"]) {
+            if (!node.is_object())
+                throw SqueueParseError("sinfo JSON: a node is not an object");
+            count += usable(statesOf(node)) ? 1 : 0;
+        }
+        return count;
     }
-    return usable;
+    // A node in several partitions is in several groups: count names once.
+    std::set<std::string> names;
+    for (const auto& group : doc["sinfo"]) {
+        if (!group.is_object())
+            throw SqueueParseError("sinfo JSON: a node group is not an object");
+        const auto node = group.find("node");
+        const auto nodes = group.find("nodes");
+        if (node == group.end() || !node->is_object() || nodes == group.end() || !nodes->is_object()
+            || !nodes->contains("nodes") || !(*nodes)["nodes"].is_array())
+            throw SqueueParseError("sinfo JSON: a node group without its state or node names");
+        if (!usable(statesOf(*node)))
+            continue;
+        for (const auto& name : (*nodes)["nodes"])
+            if (name.is_string())
+                names.insert(name.get<std::string>());
+    }
+    return static_cast<int>(names.size());
 }
 
 } // namespace baton::slurm

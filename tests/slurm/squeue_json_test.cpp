@@ -86,6 +86,79 @@ TEST(SqueueJson, ReadsTheRecorded2205Document)
     EXPECT_FALSE(jobs.at(8).arrayTaskId.has_value());
 }
 
+// Slurm 24.11 (data_parser v0.0.42), recorded by tests/data/record-slurm-json.sh in a clean Debian 13
+// root: job states as arrays, numbers as {set, infinite, number}, the exit code as an object, the GPU
+// request in tres_per_node. The same kinds of job as the 22.05 document, plus a node failure, a requeue
+// and a GPU job.
+TEST(SqueueJson, ReadsTheRecorded2411Document)
+{
+    const auto snapshot = parseSqueueJson(readData("squeue_2411.json"), 1795660800);
+    EXPECT_EQ(snapshot.slurmRelease, "24.11.5");
+    EXPECT_TRUE(snapshot.errors.empty());
+    ASSERT_EQ(snapshot.jobs.size(), 10u);
+    auto jobs = byId(snapshot);
+
+    const auto& completed = jobs.at(1);
+    EXPECT_EQ(completed.state, "COMPLETED");
+    EXPECT_EQ(completed.name, "completed");
+    EXPECT_EQ(completed.comment, "baton:3:1:0123456789abcdef0123456789abcdef");
+    EXPECT_EQ(completed.userName, "nobody");
+    EXPECT_EQ(completed.userId, 65534u);
+    EXPECT_EQ(completed.submitTime, 1795660755);
+    EXPECT_EQ(completed.startTime, 1795660757);
+    EXPECT_EQ(completed.endTime, 1795660757);
+    EXPECT_FALSE(completed.timeLimitMinutes.has_value()); // the partition's INFINITE
+    EXPECT_EQ(completed.nodeCount, 1);
+    EXPECT_EQ(completed.exitStatus, 0);
+    EXPECT_EQ(completed.exitSignal, 0);
+    EXPECT_TRUE(completed.batch);
+    EXPECT_EQ(completed.partition, "debug");
+    EXPECT_EQ(completed.nodes, "baton6c6e2b");
+    EXPECT_TRUE(completed.started());
+    EXPECT_FALSE(completed.active());
+
+    EXPECT_EQ(jobs.at(2).state, "FAILED");
+    EXPECT_EQ(jobs.at(2).exitStatus, 3);
+    EXPECT_EQ(jobs.at(2).stateReason, "NonZeroExitCode");
+
+    const auto& cancelled = jobs.at(3);
+    EXPECT_EQ(cancelled.state, "CANCELLED");
+    EXPECT_EQ(cancelled.exitSignal, 15);
+    EXPECT_EQ(cancelled.timeLimitMinutes, 10);
+    EXPECT_TRUE(cancelled.started());
+
+    EXPECT_EQ(jobs.at(4).state, "NODE_FAIL");
+    EXPECT_EQ(jobs.at(4).stateReason, "NodeDown");
+    EXPECT_TRUE(jobs.at(4).started());
+
+    const auto& requeued = jobs.at(5);
+    EXPECT_TRUE(requeued.pending());
+    EXPECT_EQ(requeued.stateReason, "BeginTime");
+    EXPECT_FALSE(requeued.started()); // pending again, its next start time in the future
+    EXPECT_TRUE(requeued.nodes.empty());
+
+    EXPECT_TRUE(jobs.at(6).active());
+    EXPECT_EQ(jobs.at(6).timeLimitMinutes, 30);
+    EXPECT_EQ(jobs.at(6).comment, "baton:3:2:0123456789abcdef0123456789abcdef");
+    EXPECT_TRUE(jobs.at(7).active());
+    EXPECT_EQ(jobs.at(7).timeLimitMinutes, 60);
+
+    EXPECT_TRUE(jobs.at(8).pending());
+    EXPECT_EQ(jobs.at(8).arrayJobId, 8);
+    EXPECT_EQ(jobs.at(8).arrayTaskString, "0-2");
+    EXPECT_FALSE(jobs.at(8).arrayTaskId.has_value());
+
+    EXPECT_EQ(jobs.at(9).stateReason, "JobHeldUser");
+    EXPECT_EQ(jobs.at(9).priority, 0);
+    EXPECT_EQ(jobs.at(9).timeLimitMinutes, 2880);
+
+    const auto& withdrawn = jobs.at(10);
+    EXPECT_EQ(withdrawn.state, "CANCELLED");
+    EXPECT_EQ(withdrawn.stateReason, "BeginTime");
+    EXPECT_FALSE(withdrawn.started()); // cancelled while pending: no nodes
+    EXPECT_EQ(withdrawn.startTime, withdrawn.endTime);
+}
+
 TEST(SqueueJson, MissingFieldsKeepDefaults)
 {
     const auto s = parseSqueueJson(R"({"jobs": [{"job_id": 7}, {"job_id": 8, "job_state": "PENDING"}]})", 5);
@@ -331,6 +404,15 @@ TEST(SqueueJson, TruncatedRecordingsNeverCrash)
 TEST(SinfoJson, CountsUsableNodes)
 {
     EXPECT_EQ(parseSinfoUsableNodes(readData("sinfo_2205.json")), 1);
+    EXPECT_EQ(parseSinfoUsableNodes(readData("sinfo_2411.json")), 1);
+    // 23.02 and later: groups by partition and state; a node of two partitions counts once.
+    EXPECT_EQ(parseSinfoUsableNodes(R"({"sinfo": [
+        {"node": {"state": ["DOWN"]}, "nodes": {"nodes": ["a"]}},
+        {"node": {"state": ["IDLE"]}, "nodes": {"nodes": ["b", "c"]}},
+        {"node": {"state": ["MIXED", "DRAIN"]}, "nodes": {"nodes": ["d"]}},
+        {"node": {"state": ["ALLOCATED"]}, "nodes": {"nodes": ["b"]}}], "errors": []})"),
+        2);
+    EXPECT_THROW(parseSinfoUsableNodes(R"({"sinfo": [{"node": {}}]})"), SqueueParseError);
     EXPECT_EQ(parseSinfoUsableNodes(R"({"nodes": [{"state": "idle", "state_flags": []},
         {"state": "mixed", "state_flags": ["DRAIN"]}, {"state": "down", "state_flags": []},
         {"state": "allocated"}, {"state": ["IDLE", "DRAIN"]}]})"),
