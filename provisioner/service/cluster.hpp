@@ -17,6 +17,20 @@ namespace baton::service {
 using slurm::SignalScope;
 
 // One job as slurmctld reports it: the facts batond trusts.
+// What a job asked for beyond its time, nodes, name and partition, as slurmctld reports it (0 or empty:
+// not asked for, or not reported).
+struct JobRequest {
+    std::string account;
+    std::string qos;
+    std::string gres; // "gpu:2,shard:1": sbatch's --gres form
+    std::string constraint;
+    std::int64_t tasks = 0;
+    std::int64_t tasksPerNode = 0;
+    std::int64_t cpusPerTask = 0;
+    std::int64_t memPerNodeMiB = 0;
+    std::int64_t memPerCpuMiB = 0;
+};
+
 struct ClusterJob {
     std::int64_t id = 0;
     std::int64_t userId = -1;
@@ -33,6 +47,7 @@ struct ClusterJob {
     std::optional<int> exitCode;
     std::string workdir;
     std::string partition;
+    JobRequest request;
 
     bool pending() const { return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED"; }
     bool running() const { return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED"; }

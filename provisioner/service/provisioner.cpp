@@ -40,26 +40,6 @@ bool failedState(const std::string& state)
 
 // How to submit the next job of a chain that started with plain `sbatch --baton`: its own batch
 // script and shape, as slurmctld has them.
-Json specFromJob(const ClusterJob& job, const std::string& script)
-{
-    Json args = Json::array();
-    if (job.timeLimitSeconds > 0)
-        args.push_back("--time=" + std::to_string((job.timeLimitSeconds + 59) / 60));
-    args.push_back("--nodes=" + std::to_string(std::max(1, job.nodes)));
-    if (!job.name.empty())
-        args.push_back("--job-name=" + job.name);
-    if (!job.partition.empty())
-        args.push_back("--partition=" + job.partition);
-    // What slurmctld does not report is not carried over: the user learns it from `batonctl show`.
-    return Json { { "script", script }, { "sbatch_args", args }, { "workdir", job.workdir },
-        { "source", "job " + std::to_string(job.id) },
-        { "note",
-            "the batch script (with its #SBATCH lines), time limit, node count, job name and partition of job "
-                + std::to_string(job.id)
-                + " are reused; options given only on its sbatch command line (--gres, --account, --qos, "
-                  "--ntasks, --mem, ...) are not: write them as #SBATCH lines, or use `batonctl submit`" } };
-}
-
 // Inside a transaction: commit it only once it is on disk, whatever the session's default.
 void durable(Store& store)
 {
@@ -67,6 +47,48 @@ void durable(Store& store)
 }
 
 } // namespace
+
+Json specFromJob(const ClusterJob& job, const std::string& script)
+{
+    Json args = Json::array();
+    if (job.timeLimitSeconds > 0)
+        args.push_back("--time=" + std::to_string((job.timeLimitSeconds + 59) / 60));
+    const int nodes = std::max(1, job.nodes);
+    args.push_back("--nodes=" + std::to_string(nodes));
+    if (!job.name.empty())
+        args.push_back("--job-name=" + job.name);
+    if (!job.partition.empty())
+        args.push_back("--partition=" + job.partition);
+    // The request as slurmctld holds it, from the command line and the #SBATCH lines alike. Defaults
+    // (one task per node, one CPU per task) are left to sbatch.
+    const JobRequest& r = job.request;
+    auto add = [&](const char* option, const std::string& value) {
+        if (!value.empty())
+            args.push_back(std::string(option) + "=" + value);
+    };
+    add("--account", r.account);
+    add("--qos", r.qos);
+    add("--gres", r.gres);
+    add("--constraint", r.constraint);
+    if (r.tasks > nodes)
+        add("--ntasks", std::to_string(r.tasks));
+    if (r.tasksPerNode > 0)
+        add("--ntasks-per-node", std::to_string(r.tasksPerNode));
+    if (r.cpusPerTask > 1)
+        add("--cpus-per-task", std::to_string(r.cpusPerTask));
+    if (r.memPerNodeMiB > 0)
+        add("--mem", std::to_string(r.memPerNodeMiB) + "M");
+    else if (r.memPerCpuMiB > 0)
+        add("--mem-per-cpu", std::to_string(r.memPerCpuMiB) + "M");
+    return Json { { "script", script }, { "sbatch_args", args }, { "workdir", job.workdir },
+        { "source", "job " + std::to_string(job.id) },
+        { "note",
+            "the batch script (with its #SBATCH lines) of job " + std::to_string(job.id)
+                + " and what slurmctld reports of its request (time limit, nodes, tasks, CPUs per task, "
+                  "memory, GRES, account, QOS, constraint, job name, partition) are reused; other options "
+                  "given only on its sbatch command line (--exclusive, --mail-type, --licenses, ...) are "
+                  "not: write them as #SBATCH lines, or use `batonctl submit`" } };
+}
 
 std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
     const QueueSnapshot&, std::span<const ClusterJob> current, std::int64_t now)

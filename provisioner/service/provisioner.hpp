@@ -31,6 +31,10 @@ using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
 std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
     const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now);
 
+// How the successors of a chain begun with plain `sbatch --baton` are submitted: job's batch script and
+// what slurmctld reports of its request, as a chain spec (script, sbatch_args, workdir, source, note).
+nlohmann::json specFromJob(const ClusterJob& job, const std::string& script);
+
 // A chain about to submit its next job, and why (its compare-and-set expects the state it was read in).
 struct SubmissionStart {
     const ChainRow* chain = nullptr;

@@ -22,6 +22,24 @@ slurm::SlurmOptions clientOptions(const ServiceConfig& config)
     return options;
 }
 
+// squeue's tres_per_node ("gres:gpu:2" in 22.05, "gres/gpu:2" later; comma-separated) in sbatch's
+// --gres form ("gpu:2"); entries that are not generic resources are left out.
+std::string gresOf(std::string_view tres)
+{
+    std::string gres;
+    while (!tres.empty()) {
+        const auto comma = tres.find(',');
+        std::string_view entry = tres.substr(0, comma);
+        tres = comma == std::string_view::npos ? std::string_view() : tres.substr(comma + 1);
+        for (std::string_view prefix : { "gres:", "gres/" })
+            if (entry.starts_with(prefix) && entry.size() > prefix.size()) {
+                gres += (gres.empty() ? "" : ",") + std::string(entry.substr(prefix.size()));
+                break;
+            }
+    }
+    return gres;
+}
+
 ClusterJob toClusterJob(const slurm::QueueJob& job)
 {
     ClusterJob out;
@@ -42,6 +60,10 @@ ClusterJob toClusterJob(const slurm::QueueJob& job)
         out.exitCode = job.exitSignal != 0 ? 128 + job.exitSignal : job.exitStatus;
     out.workdir = job.workdir;
     out.partition = job.partition;
+    auto positive = [](const std::optional<std::int64_t>& v) { return v && *v > 0 ? *v : 0; };
+    out.request = { job.account, job.qos, gresOf(job.tresPerNode), job.features, positive(job.tasks),
+        positive(job.tasksPerNode), positive(job.cpusPerTask), positive(job.memoryPerNodeMiB),
+        positive(job.memoryPerCpuMiB) };
     return out;
 }
 

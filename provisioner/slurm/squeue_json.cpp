@@ -657,6 +657,7 @@ void readExitCode(Scanner& s, QueueJob& job)
 // The members of a job that this reader keeps; all others are skipped.
 enum class JobField : std::uint8_t {
     Other,
+    Account,
     ArrayJobId,
     ArrayTaskId,
     ArrayTaskString,
@@ -665,6 +666,7 @@ enum class JobField : std::uint8_t {
     Workdir,
     EndTime,
     ExitCode,
+    Features,
     GroupId,
     JobId,
     JobState,
@@ -673,6 +675,13 @@ enum class JobField : std::uint8_t {
     Nodes,
     Priority,
     Partition,
+    Qos,
+    CpusPerTask,
+    MemoryPerCpu,
+    MemoryPerNode,
+    Tasks,
+    TasksPerNode,
+    TresPerNode,
     SubmitTime,
     StartTime,
     StateReason,
@@ -684,6 +693,7 @@ enum class JobField : std::uint8_t {
 JobField jobFieldOf(std::string_view key)
 {
     static constexpr std::pair<std::string_view, JobField> fields[] = {
+        { "account", JobField::Account },
         { "array_job_id", JobField::ArrayJobId },
         { "array_task_id", JobField::ArrayTaskId },
         { "array_task_string", JobField::ArrayTaskString },
@@ -691,15 +701,23 @@ JobField jobFieldOf(std::string_view key)
         { "comment", JobField::Comment },
         { "current_working_directory", JobField::Workdir },
         { "end_time", JobField::EndTime },
+        { "cpus_per_task", JobField::CpusPerTask },
         { "exit_code", JobField::ExitCode },
+        { "features", JobField::Features },
         { "group_id", JobField::GroupId },
         { "job_id", JobField::JobId },
         { "job_state", JobField::JobState },
         { "name", JobField::Name },
         { "node_count", JobField::NodeCount },
         { "nodes", JobField::Nodes },
+        { "memory_per_cpu", JobField::MemoryPerCpu },
+        { "memory_per_node", JobField::MemoryPerNode },
         { "priority", JobField::Priority },
         { "partition", JobField::Partition },
+        { "qos", JobField::Qos },
+        { "tasks", JobField::Tasks },
+        { "tasks_per_node", JobField::TasksPerNode },
+        { "tres_per_node", JobField::TresPerNode },
         { "submit_time", JobField::SubmitTime },
         { "start_time", JobField::StartTime },
         { "state_reason", JobField::StateReason },
@@ -750,6 +768,24 @@ void readJobField(Scanner& s, QueueJob& job, JobField field, std::string_view ke
         return integer(job.priority);
     case JobField::Partition:
         return s.readString(job.partition);
+    case JobField::Account:
+        return s.readString(job.account);
+    case JobField::Qos:
+        return s.readString(job.qos);
+    case JobField::Features:
+        return s.readString(job.features);
+    case JobField::TresPerNode:
+        return s.readString(job.tresPerNode);
+    case JobField::Tasks:
+        return void(job.tasks = s.readInteger());
+    case JobField::TasksPerNode:
+        return void(job.tasksPerNode = s.readInteger());
+    case JobField::CpusPerTask:
+        return void(job.cpusPerTask = s.readInteger());
+    case JobField::MemoryPerNode:
+        return void(job.memoryPerNodeMiB = s.readInteger());
+    case JobField::MemoryPerCpu:
+        return void(job.memoryPerCpuMiB = s.readInteger());
     case JobField::SubmitTime:
         return integer(job.submitTime);
     case JobField::StartTime:

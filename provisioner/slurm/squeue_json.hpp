@@ -39,6 +39,17 @@ struct QueueJob {
     std::int32_t exitSignal = 0; // ... or the signal that ended it
     bool batch = false;
     std::string workdir; // current_working_directory
+    // The request beyond time, nodes, name and partition, as sbatch took it (command line and #SBATCH
+    // lines alike): what a successor of a plain `sbatch --baton` job must ask for again.
+    std::string account;
+    std::string qos;
+    std::string tresPerNode; // "gres:gpu:2" (22.05) or "gres/gpu:2" (23.02 and later), comma-separated
+    std::string features; // --constraint
+    std::optional<std::int64_t> tasks; // unset: not reported
+    std::optional<std::int64_t> tasksPerNode;
+    std::optional<std::int64_t> cpusPerTask;
+    std::optional<std::int64_t> memoryPerNodeMiB;
+    std::optional<std::int64_t> memoryPerCpuMiB;
     // Not read: what batond does not use (command, output paths...) costs an allocation per job per tick.
 
     bool pending() const { return state == "PENDING"; }

@@ -568,8 +568,8 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
         << batond.log();
 
     const fs::path script = work / "plain.sh";
+    // The task count is given on the command line only: batond must read it back from slurmctld.
     std::ofstream(script) << "#!/bin/bash\n"
-                             "#SBATCH --ntasks=2\n"
                              "#SBATCH --overcommit\n"
                              "#SBATCH --output="
                           << (work / "plain-%j.out").string()
@@ -578,7 +578,7 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
                           << CKPT_CHAIN_JOB_PATH << " --total-iterations=2400\n";
     ::chmod(script.c_str(), 0644);
     const auto submitted = run({ "runuser", "-u", "nobody", "--", "sbatch", "--parsable", "--baton=plain",
-                                   "--time=1", "--chdir=" + work.string(), script.string() },
+                                   "--time=1", "--ntasks=2", "--chdir=" + work.string(), script.string() },
         60s);
     ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
     const std::string firstJob = submitted.output.substr(0, submitted.output.find_first_not_of("0123456789"));
@@ -589,6 +589,9 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
         << chain().body << "\n"
         << send(port, "GET", "/metrics", "", std::nullopt).body << batond.log();
     EXPECT_EQ(chain().json()["chain"]["owner_uid"], nobody);
+    const Json submitsWith = chain().json()["submits_with"];
+    const auto& args = submitsWith["sbatch_args"];
+    EXPECT_NE(std::find(args.begin(), args.end(), "--ntasks=2"), args.end()) << submitsWith.dump();
 
     EXPECT_TRUE(waitFor([] { return chainFinished("plain"); }, 360s)) << chain().body << batond.log();
     const Json doc = chain().json();

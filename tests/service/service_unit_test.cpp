@@ -3,11 +3,15 @@
 #include "chain_state.hpp"
 #include "config.hpp"
 #include "http_api.hpp"
+#include "provisioner.hpp"
+#include "slurm_cluster.hpp"
 #include "spool.hpp"
 
 #include "process.hpp"
 
 #include <command.hpp>
+#include <sbatch_args.hpp>
+#include <squeue_json.hpp>
 
 #include <gtest/gtest.h>
 
@@ -83,6 +87,42 @@ TEST(ChainStateMachine, EveryStateAgainstEveryEvent)
     for (const auto& [event, name] : chainEventNames)
         for (const S ended : { S::Finished, S::Failed, S::Cancelled })
             EXPECT_EQ(isAllowed(ended, event), event == E::Resubmit) << name;
+}
+
+std::vector<std::string> sbatchArgsOf(const nlohmann::json& spec)
+{
+    return spec.at("sbatch_args").get<std::vector<std::string>>();
+}
+
+// A chain begun with plain `sbatch --baton`: its successors ask for what slurmctld reports of the first
+// job's request, whether it came from the command line or from #SBATCH lines (read from squeue's
+// 24.11 document, recorded with a --gres job).
+TEST(PlainSbatchSpec, SuccessorsAskForTheFirstJobsRequest)
+{
+    std::ifstream in(baton::test::sourceRoot() / "tests" / "data" / "squeue_2411.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), {});
+    const QueueSnapshot queue = toClusterSnapshot(baton::slurm::parseSqueueJson(text, 1795660800));
+    const ClusterJob* gpu = queue.find(7);
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_EQ(gpu->request.gres, "gpu:1");
+    const auto args = sbatchArgsOf(specFromJob(*gpu, "#!/bin/sh\n"));
+    EXPECT_EQ(args, (std::vector<std::string> { "--time=60", "--nodes=1", "--job-name=gpu",
+                        "--partition=debug", "--gres=gpu:1" }));
+    EXPECT_EQ(baton::slurm::checkSbatchArgs(args), std::nullopt);
+
+    ClusterJob job;
+    job.id = 5;
+    job.nodes = 2;
+    job.name = "train";
+    job.request = { "proj-a", "high", "gpu:a100:4,shard:2", "a100&ib", 16, 8, 6, 0, 4096 };
+    const auto full = sbatchArgsOf(specFromJob(job, "#!/bin/sh\n"));
+    EXPECT_EQ(full,
+        (std::vector<std::string> { "--nodes=2", "--job-name=train", "--account=proj-a", "--qos=high",
+            "--gres=gpu:a100:4,shard:2", "--constraint=a100&ib", "--ntasks=16", "--ntasks-per-node=8",
+            "--cpus-per-task=6", "--mem-per-cpu=4096M" }));
+    EXPECT_EQ(baton::slurm::checkSbatchArgs(full), std::nullopt);
+    job.request.memPerNodeMiB = 65536;
+    EXPECT_EQ(sbatchArgsOf(specFromJob(job, "")).back(), "--mem=65536M");
 }
 
 TEST(ServiceConfig, SubmitGraceMustExceedTheSlurmTimeout)

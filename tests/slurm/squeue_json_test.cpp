@@ -79,6 +79,8 @@ TEST(SqueueJson, ReadsTheRecorded2205Document)
 
     EXPECT_EQ(jobs.at(7).state, "FAILED");
     EXPECT_EQ(jobs.at(7).exitStatus, 3);
+    EXPECT_EQ(jobs.at(7).tasks, 1);
+    EXPECT_FALSE(jobs.at(7).memoryPerNodeMiB.has_value()); // null in 22.05: not asked for
 
     EXPECT_EQ(jobs.at(9).arrayJobId, 8);
     EXPECT_EQ(jobs.at(9).arrayTaskId, 0);
@@ -142,6 +144,13 @@ TEST(SqueueJson, ReadsTheRecorded2411Document)
     EXPECT_EQ(jobs.at(6).comment, "baton:3:2:0123456789abcdef0123456789abcdef");
     EXPECT_TRUE(jobs.at(7).active());
     EXPECT_EQ(jobs.at(7).timeLimitMinutes, 60);
+    // The request as sbatch took it: what a successor of a plain `sbatch --baton` job asks for again.
+    EXPECT_EQ(jobs.at(7).tresPerNode, "gres/gpu:1");
+    EXPECT_EQ(jobs.at(7).tasks, 1);
+    EXPECT_EQ(jobs.at(7).cpusPerTask, 1);
+    EXPECT_EQ(jobs.at(7).memoryPerNodeMiB, 0);
+    EXPECT_FALSE(jobs.at(7).memoryPerCpuMiB.has_value());
+    EXPECT_EQ(jobs.at(7).account, "");
 
     EXPECT_TRUE(jobs.at(8).pending());
     EXPECT_EQ(jobs.at(8).arrayJobId, 8);
