@@ -524,9 +524,10 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
         }
         return;
     }
-    if (current.state == "CANCELLED" && !chain.resubmitRequested) {
+    if (current.state == "CANCELLED" && !chain.resubmitRequested && !store_.pausedForJob(chain.id, current.id)) {
         // Someone cancelled the job by hand: stop the chain until its owner says otherwise (a resume or
-        // resubmit of it asks for the next job, and is not stopped again by the same cancelled job).
+        // resubmit of it asks for the next job, and is not stopped again by the same cancelled job, also
+        // when the job it asked for is withdrawn in turn: the chain then submits another).
         if (store_.transition(chain, ChainEvent::JobCancelledOutside,
                 "job " + std::to_string(current.id) + " was cancelled outside baton"))
             store_.recordDecision(

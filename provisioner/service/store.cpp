@@ -180,6 +180,10 @@ constexpr Statement selectLatestCheckpoint { "svc_latest_checkpoint",
     true };
 constexpr Statement selectTrainingDone { "svc_training_done",
     "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done)", true };
+constexpr Statement selectPausedForJob { "svc_paused_for_job",
+    "SELECT EXISTS (SELECT 1 FROM decisions WHERE chain_id = $1 AND action = 'pause'"
+    " AND inputs @> jsonb_build_object('job_id', $2::bigint))",
+    true };
 constexpr Statement selectCheckpoints { "svc_checkpoints",
     "SELECT iteration, path, extract(epoch FROM created_at), total_bytes, training_done, final, slurm_job_id"
     " FROM checkpoints WHERE chain_id = $1 ORDER BY iteration DESC LIMIT 50",
@@ -792,6 +796,11 @@ std::optional<Json> Store::latestCheckpoint(std::int64_t chainId)
 bool Store::trainingDone(std::int64_t chainId)
 {
     return connection_.exec(selectTrainingDone, Params(chainId)).boolean(0, 0);
+}
+
+bool Store::pausedForJob(std::int64_t chainId, std::int64_t slurmJobId)
+{
+    return connection_.exec(selectPausedForJob, Params(chainId, slurmJobId)).boolean(0, 0);
 }
 
 void Store::recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,

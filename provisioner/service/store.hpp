@@ -214,6 +214,8 @@ public:
     std::optional<nlohmann::json> latestCheckpoint(
         std::int64_t chainId); // name, iteration, created_unix, training_done
     bool trainingDone(std::int64_t chainId);
+    // Whether the chain was already paused because of this job (a decision 'pause' naming it).
+    bool pausedForJob(std::int64_t chainId, std::int64_t slurmJobId);
 
     void recordDecision(std::int64_t chainId, const std::string& policy, const std::string& action,
         const nlohmann::json& inputs, const std::string& outcome);

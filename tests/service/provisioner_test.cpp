@@ -931,6 +931,32 @@ TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
     EXPECT_EQ(cluster_.submissions.size(), 1u);
 }
 
+// The job that resume asked for is cancelled by hand while queued (found by the chaos test, seed
+// 18276838675589775455): it is withdrawn, and the chain submits another instead of pausing a second time
+// for the running job cancelled before the resume.
+TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOldCancelledJob)
+{
+    const ChainRow chain = chainWithRunningJob(46);
+    cluster_.end(46, "CANCELLED");
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::Paused);
+    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Resume, "test"));
+    store_.setResubmitRequested(chain.id, true);
+    cluster_.now += 10;
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    cluster_.now += 10;
+    cluster_.cancel(cluster_.jobs.back().id, 65534); // the owner's scancel of the queued job
+    for (int i = 0; i < 3; ++i) {
+        cluster_.now += 10;
+        tick();
+        EXPECT_NE(stateOf(chain), ChainState::Paused) << store_.chain(chain.id)->reason.value_or("");
+    }
+    EXPECT_EQ(cluster_.submissions.size(), 2u) << "a replacement of the withdrawn job";
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+}
+
 // Reconciliation by key matches only the chain owner's jobs: another user's job carrying the key is not
 // adopted, and the chain submits its own.
 TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
