@@ -112,6 +112,7 @@ start)
     [ "$(id -u)" -eq 0 ] || die "must run as root"
     command -v slurmctld >/dev/null || die "Slurm not installed (run deploy/bootstrap.sh)"
     mkdir -p "$dir"
+    chmod 0755 "$dir" # every user of the cluster reads slurm.conf (a caller's temporary dir is 0700)
     [ -f "$conf" ] || write_config
     : > "$dir/plugstack.conf"
     for line in "$@"; do printf '%s\n' "$line" >> "$dir/plugstack.conf"; done

@@ -13,7 +13,6 @@ tree=$(cd "$(dirname "$0")/../.." && pwd)
 out=$(realpath -m "$1")
 mkdir -p "$out"
 dir=$(mktemp -d /tmp/baton-record.XXXXXX)
-chmod 0755 "$dir" # the jobs' user reads slurm.conf there
 trap '"$tree/deploy/local/slurm.sh" stop "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 BATON_SLURM_GPU=1 "$tree/deploy/local/slurm.sh" start "$dir" >/dev/null
 . "$dir/env"

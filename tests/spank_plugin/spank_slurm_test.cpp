@@ -173,12 +173,12 @@ protected:
     }
     static ProcessResult slurm(const std::vector<std::string>& argv) { return ::slurm(*cluster_, argv); }
 
-    // `srun --uid=nobody ...` from root, once the node is free (see SlurmCluster::waitUntilIdle).
+    // srun as nobody, once the node is free (see SlurmCluster::waitUntilIdle); through runuser, since
+    // srun --uid is gone from Slurm 23.11 on.
     static ProcessResult srunAsNobody(const std::vector<std::string>& args)
     {
         cluster_->waitUntilIdle();
-        std::vector<std::string> argv { "srun", "--uid=" + std::to_string(nobody),
-            "--gid=" + std::to_string(nobody), "--chdir=/" };
+        std::vector<std::string> argv { "runuser", "-u", "nobody", "--", "srun", "--chdir=/" };
         argv.insert(argv.end(), args.begin(), args.end());
         return slurm(argv);
     }
