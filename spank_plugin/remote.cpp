@@ -139,20 +139,36 @@ std::string formatNumber(double value)
     return text;
 }
 
-// The job's end time: SLURM_JOB_END_TIME where Slurm provides it (23.02 and later), else asked from
-// slurmctld (slurm_get_end_time is part of the library slurmstepd runs with).
-std::optional<std::int64_t> jobEndTime(spank_t sp, std::uint32_t jobId)
+// SLURM_JOB_END_TIME of the job's environment, if set and well-formed.
+std::optional<std::int64_t> endTimeFromEnv(spank_t sp)
 {
-    if (const auto fromEnv = jobEnv(sp, "SLURM_JOB_END_TIME")) {
-        try {
-            return std::stoll(*fromEnv);
-        } catch (const std::exception&) {
-            logVerbose("ignoring malformed SLURM_JOB_END_TIME '" + *fromEnv + "'");
-        }
+    const auto fromEnv = jobEnv(sp, "SLURM_JOB_END_TIME");
+    if (!fromEnv) {
+        return std::nullopt;
     }
+    try {
+        return std::stoll(*fromEnv);
+    } catch (const std::exception&) {
+        logVerbose("ignoring malformed SLURM_JOB_END_TIME '" + *fromEnv + "'");
+        return std::nullopt;
+    }
+}
+
+// The job's end time. Slurm 23.02 and later give SLURM_JOB_END_TIME to the tasks; it may not be in the
+// environment yet in user_init, and there a call to slurmctld from inside slurmstepd is fatal (24.11:
+// "auth_g_create: pthread_rwlock_rdlock(): Resource deadlock avoided"), so task_init sets the deadline
+// then. 22.05 has no such variable: the end time is asked from slurmctld (slurm_get_end_time is part
+// of the library slurmstepd runs with).
+std::optional<std::int64_t> jobEndTime(spank_t sp, [[maybe_unused]] std::uint32_t jobId)
+{
+    if (const auto end = endTimeFromEnv(sp)) {
+        return end;
+    }
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 2, 0)
+    return std::nullopt;
+#else
     time_t end = 0;
     if (slurm_get_end_time(jobId, &end) != 0) {
-        // The library reports its error in errno (slurm_get_errno(), which returned it, is gone in 24.x).
         const int error = errno;
         logError("cannot get the end time of job " + std::to_string(jobId)
             + " from slurmctld: " + slurm_strerror(error) + "; BATON_DEADLINE is not set");
@@ -163,6 +179,7 @@ std::optional<std::int64_t> jobEndTime(spank_t sp, std::uint32_t jobId)
         return std::nullopt;
     }
     return static_cast<std::int64_t>(end);
+#endif
 }
 
 std::string nodeName(spank_t sp)
@@ -363,9 +380,16 @@ int remoteUserInit(spank_t sp)
     return 0;
 }
 
-int remoteTaskInit(spank_t)
+int remoteTaskInit(spank_t sp)
 {
     if (!refusal()) {
+        // The deadline that user_init could not see yet (Slurm 23.02+: SLURM_JOB_END_TIME is the
+        // task's). A job without a time limit has none.
+        if (stepState() && !stepState()->deadline) {
+            if (const auto end = endTimeFromEnv(sp); end && *end > 0 && *end < static_cast<std::int64_t>(INFINITE)) {
+                setJobEnv(sp, contract::kDeadlineVar, std::to_string(*end));
+            }
+        }
         return 0;
     }
     // In the task's process, before exec: stderr is the task's, so the user sees why it failed.

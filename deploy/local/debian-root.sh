@@ -39,11 +39,25 @@ if [ ! -f "$root/.baton-root" ]; then
 fi
 [ "$(cat "$root/.baton-root")" = "$codename" ] || die "$root holds $(cat "$root/.baton-root"), not $codename"
 
-# The source tree: tracked and untracked-but-not-ignored files, their times kept so that the build
-# directories under /src rebuild only what changed.
+# The source tree: tracked and untracked-but-not-ignored files. Only files whose content changed are
+# written (and so get a new time): the build directories under /src then rebuild what they feed, also
+# when the host's copy is older than objects built from the previous copy.
 mkdir -p "$root/src"
-find "$root/src" -mindepth 1 -maxdepth 1 ! -name 'build*' -exec rm -rf {} +
-(cd "$tree" && git ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$root/src"
+stage=$root/.src-stage
+rm -rf "$stage"
+mkdir -p "$stage"
+(cd "$tree" && git ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$stage"
+(cd "$stage" && find . ! -type d -print0) | while IFS= read -r -d '' f; do
+    if ! cmp -s "$stage/$f" "$root/src/$f"; then
+        mkdir -p "$(dirname "$root/src/$f")"
+        rm -f "$root/src/$f"
+        cp -P "$stage/$f" "$root/src/$f"
+    fi
+done
+(cd "$root/src" && find . -path './build*' -prune -o ! -type d -print0) | while IFS= read -r -d '' f; do
+    [ -e "$stage/$f" ] || [ -L "$stage/$f" ] || rm -f "$root/src/$f"
+done
+rm -rf "$stage"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 mounted=()
