@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # Installs every build, run and test dependency of baton on Debian 12 (bookworm) or Debian 13 (trixie).
 # Run as root. Idempotent: a second run installs nothing and returns quickly.
+#   deploy/bootstrap.sh [--runtime]
+# --runtime: only what the demo needs to run baton's installed Debian packages (deploy/demo.sh
+# --installed: PostgreSQL, Slurm, munge, PyTorch, scikit-learn, matplotlib), no build tools; on Debian
+# 12 also the pinned Debian 13 source from which apt installs the baton package's prometheus-cpp.
 set -euo pipefail
 
 die() { echo "bootstrap: $*" >&2; exit 1; }
+
+runtime=0
+case "${1:-}" in
+    --runtime) runtime=1 ;;
+    "") ;;
+    *) die "usage: $0 [--runtime]" ;;
+esac
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs Debian packages)"
 [ -r /etc/os-release ] || die "cannot read /etc/os-release: unsupported system"
@@ -32,11 +43,20 @@ else
     prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc
 fi
 
+trixie_list=/etc/apt/sources.list.d/baton-trixie.list
+if [ "$runtime" -eq 1 ]; then
+    packages=(postgresql slurmctld slurmd slurm-client munge
+        python3-numpy python3-torch python3-sklearn python3-matplotlib procps)
+    prometheus_runtime=()
+    prometheus_dev_marker=
+fi
+
 missing=()
 for p in "${packages[@]}" ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; }; then
+if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; } &&
+    { [ "$VERSION_ID" = 13 ] || [ "$runtime" -eq 0 ] || [ -f "$trixie_list" ]; }; then
     echo "bootstrap: all dependencies present"
     exit 0
 fi
@@ -52,7 +72,6 @@ fi
 # Debian mirror this machine already uses, pinned low so that nothing else is upgraded from it.
 . "$(dirname "$0")/debian-mirror.sh"
 
-trixie_list=/etc/apt/sources.list.d/baton-trixie.list
 if [ ! -f "$trixie_list" ]; then
     mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
     echo "deb $mirror trixie main" > "$trixie_list"
@@ -65,6 +84,10 @@ fi
 
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${packages[@]}"
+if [ "$runtime" -eq 1 ]; then
+    echo "bootstrap: done"
+    exit 0
+fi
 apt-get install -y -q --no-install-recommends "${prometheus_runtime[@]/%//trixie}"
 
 # Headers and pkg-config files only: the whole -dev package needs trixie's libcurl for its push part.
