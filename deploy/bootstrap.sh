@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Installs every build, run and test dependency of baton on Debian 12 (bookworm) or Debian 13 (trixie).
 # Run as root. Idempotent: a second run installs nothing and returns quickly.
-#   deploy/bootstrap.sh [--runtime]
-# --runtime: only what the demo needs to run baton's installed Debian packages (deploy/demo.sh
-# --installed: PostgreSQL, Slurm, munge, PyTorch, scikit-learn, matplotlib), no build tools; on Debian
-# 12 also the pinned Debian 13 source from which apt installs the baton package's prometheus-cpp.
+#   deploy/bootstrap.sh [--runtime | --apt-source]
+# --apt-source: on Debian 12 only the pinned Debian 13 source below, from which apt installs the
+# prometheus-cpp libraries that the baton package needs (Debian 13 needs nothing).
+# --runtime: that source, and what the demo needs to run the installed packages (deploy/demo.sh
+# --installed: PostgreSQL, Slurm, munge, PyTorch, scikit-learn, matplotlib), no build tools.
 set -euo pipefail
 
 die() { echo "bootstrap: $*" >&2; exit 1; }
 
-runtime=0
+mode=all
 case "${1:-}" in
-    --runtime) runtime=1 ;;
+    --runtime) mode=runtime ;;
+    --apt-source) mode=apt-source ;;
     "") ;;
-    *) die "usage: $0 [--runtime]" ;;
+    *) die "usage: $0 [--runtime | --apt-source]" ;;
 esac
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs Debian packages)"
@@ -44,19 +46,20 @@ else
 fi
 
 trixie_list=/etc/apt/sources.list.d/baton-trixie.list
-if [ "$runtime" -eq 1 ]; then
-    packages=(postgresql slurmctld slurmd slurm-client munge
+if [ "$mode" != all ]; then
+    packages=()
+    [ "$mode" = apt-source ] || packages=(postgresql slurmctld slurmd slurm-client munge
         python3-numpy python3-torch python3-sklearn python3-matplotlib procps)
     prometheus_runtime=()
     prometheus_dev_marker=
 fi
 
 missing=()
-for p in "${packages[@]}" ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
+for p in ${packages[@]+"${packages[@]}"} ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; } &&
-    { [ "$VERSION_ID" = 13 ] || [ "$runtime" -eq 0 ] || [ -f "$trixie_list" ]; }; then
+    { [ "$VERSION_ID" = 13 ] || [ "$mode" = all ] || [ -f "$trixie_list" ]; }; then
     echo "bootstrap: all dependencies present"
     exit 0
 fi
@@ -83,11 +86,12 @@ PIN
 fi
 
 apt-get update -q
-apt-get install -y -q --no-install-recommends "${packages[@]}"
-if [ "$runtime" -eq 1 ]; then
+if [ "$mode" != all ]; then
+    [ ${#packages[@]} -eq 0 ] || apt-get install -y -q --no-install-recommends "${packages[@]}"
     echo "bootstrap: done"
     exit 0
 fi
+apt-get install -y -q --no-install-recommends "${packages[@]}"
 apt-get install -y -q --no-install-recommends "${prometheus_runtime[@]/%//trixie}"
 
 # Headers and pkg-config files only: the whole -dev package needs trixie's libcurl for its push part.
