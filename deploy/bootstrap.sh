@@ -71,8 +71,11 @@ if [ "$VERSION_ID" = 13 ]; then
     exit 0
 fi
 
-# prometheus-cpp is not in bookworm; its trixie binaries work. Add a trixie source built from the
-# Debian mirror this machine already uses, pinned low so that nothing else is upgraded from it.
+# baton builds on trixie's prometheus-cpp (1.0.2; bookworm's is 1.0.1); its trixie binaries work. Add
+# a trixie source built from the Debian mirror this machine already uses, pinned low so that nothing
+# else is upgraded from it. The prometheus-cpp libraries alone are pinned like bookworm's own packages,
+# so that apt takes trixie's newer ones where a package needs them (the baton package built here asks
+# for libprometheus-cpp-core1.0 >= 1.0.2).
 . "$(dirname "$0")/debian-mirror.sh"
 
 if [ ! -f "$trixie_list" ]; then
@@ -82,6 +85,10 @@ if [ ! -f "$trixie_list" ]; then
 Package: *
 Pin: release n=trixie
 Pin-Priority: 100
+
+Package: libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+Pin: release n=trixie
+Pin-Priority: 500
 PIN
 fi
 
