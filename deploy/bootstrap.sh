@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # Installs every build, run and test dependency of baton on Debian 12 (bookworm) or Debian 13 (trixie).
 # Run as root. Idempotent: a second run installs nothing and returns quickly.
+#   deploy/bootstrap.sh [--runtime | --apt-source]
+# --apt-source: on Debian 12 only the pinned Debian 13 source below, from which apt installs the
+# prometheus-cpp libraries that the baton package needs (Debian 13 needs nothing).
+# --runtime: that source, and what the demo needs to run the installed packages (deploy/demo.sh
+# --installed: PostgreSQL, Slurm, munge, PyTorch, scikit-learn, matplotlib), no build tools.
 set -euo pipefail
 
 die() { echo "bootstrap: $*" >&2; exit 1; }
+
+mode=all
+case "${1:-}" in
+    --runtime) mode=runtime ;;
+    --apt-source) mode=apt-source ;;
+    "") ;;
+    *) die "usage: $0 [--runtime | --apt-source]" ;;
+esac
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs Debian packages)"
 [ -r /etc/os-release ] || die "cannot read /etc/os-release: unsupported system"
@@ -32,11 +45,21 @@ else
     prometheus_dev_marker=/usr/local/lib/pkgconfig/prometheus-cpp-pull.pc
 fi
 
+trixie_list=/etc/apt/sources.list.d/baton-trixie.list
+if [ "$mode" != all ]; then
+    packages=()
+    [ "$mode" = apt-source ] || packages=(postgresql slurmctld slurmd slurm-client munge
+        python3-numpy python3-torch python3-sklearn python3-matplotlib procps)
+    prometheus_runtime=()
+    prometheus_dev_marker=
+fi
+
 missing=()
-for p in "${packages[@]}" ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
+for p in ${packages[@]+"${packages[@]}"} ${prometheus_runtime[@]+"${prometheus_runtime[@]}"}; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; }; then
+if [ ${#missing[@]} -eq 0 ] && { [ -z "$prometheus_dev_marker" ] || [ -f "$prometheus_dev_marker" ]; } &&
+    { [ "$VERSION_ID" = 13 ] || [ "$mode" = all ] || [ -f "$trixie_list" ]; }; then
     echo "bootstrap: all dependencies present"
     exit 0
 fi
@@ -48,11 +71,13 @@ if [ "$VERSION_ID" = 13 ]; then
     exit 0
 fi
 
-# prometheus-cpp is not in bookworm; its trixie binaries work. Add a trixie source built from the
-# Debian mirror this machine already uses, pinned low so that nothing else is upgraded from it.
+# baton builds on trixie's prometheus-cpp (1.0.2; bookworm's is 1.0.1); its trixie binaries work. Add
+# a trixie source built from the Debian mirror this machine already uses, pinned low so that nothing
+# else is upgraded from it. The prometheus-cpp libraries alone are pinned like bookworm's own packages,
+# so that apt takes trixie's newer ones where a package needs them (the baton package built here asks
+# for libprometheus-cpp-core1.0 >= 1.0.2).
 . "$(dirname "$0")/debian-mirror.sh"
 
-trixie_list=/etc/apt/sources.list.d/baton-trixie.list
 if [ ! -f "$trixie_list" ]; then
     mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
     echo "deb $mirror trixie main" > "$trixie_list"
@@ -60,10 +85,19 @@ if [ ! -f "$trixie_list" ]; then
 Package: *
 Pin: release n=trixie
 Pin-Priority: 100
+
+Package: libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprometheus-cpp-push1.0
+Pin: release n=trixie
+Pin-Priority: 500
 PIN
 fi
 
 apt-get update -q
+if [ "$mode" != all ]; then
+    [ ${#packages[@]} -eq 0 ] || apt-get install -y -q --no-install-recommends "${packages[@]}"
+    echo "bootstrap: done"
+    exit 0
+fi
 apt-get install -y -q --no-install-recommends "${packages[@]}"
 apt-get install -y -q --no-install-recommends "${prometheus_runtime[@]/%//trixie}"
 

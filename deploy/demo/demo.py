@@ -8,7 +8,9 @@ trains the same run once straight through without checkpoints as the reference; 
 and leaves the metrics, the chain document, the job outputs and a timeline picture in the output
 folder. Everything it started is stopped when it ends, also on Ctrl-C or SIGTERM.
 
-Run through deploy/demo.sh, which builds the tree first.
+Run through deploy/demo.sh, which builds the tree first. With --installed it runs the installed
+programs instead (the packages, or `meson install`): batond, batonctl and spank_baton.so of the prefix
+that has batond on PATH, and the Python package baton that /usr/bin/python3 imports.
 """
 
 import argparse
@@ -79,13 +81,76 @@ def http_get(url, timeout=5):
         return 0, str(error)
 
 
+class Layout:
+    """Where the demo takes baton from: a build directory (the default) or the installed files."""
+
+    def __init__(self, batond, batonctl, plugin, staged=None, schema=None):
+        self.batond = batond  # run as root by the demo
+        self.batonctl = batonctl  # run as root, and by the job owner (a copy when staged)
+        self.plugin = plugin
+        # A build directory, which the job owner may not be able to read (a clone under /root): the
+        # folder that holds the package baton and libbaton-ckpt, copied for the jobs. None: installed.
+        self.staged = staged
+        self.schema = schema  # installed migrations, compared with those batonctl applies
+
+    @staticmethod
+    def build(build):
+        return Layout(f"{build}/provisioner/service/batond", f"{build}/provisioner/batonctl/batonctl",
+                      f"{build}/spank_plugin/spank_baton.so", staged=f"{build}/checkpointer")
+
+    @staticmethod
+    def installed():
+        """batond on PATH (sbin included) gives the prefix; batonctl and the plugin come from the same
+        prefix, the Python package from /usr/bin/python3's own path (no PYTHONPATH)."""
+        path = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+        batond = shutil.which("batond", path=path)
+        if batond is None:
+            raise DemoError("--installed: no batond on PATH or in /usr/local/sbin, /usr/sbin")
+        batond = os.path.realpath(batond)
+        prefix = os.path.dirname(os.path.dirname(batond))
+        batonctl = f"{prefix}/bin/batonctl"
+        # libdir/slurm: lib/<multiarch>/slurm (Debian), lib/slurm or lib64/slurm elsewhere.
+        plugins = sorted(set(glob.glob(f"{prefix}/lib/*/slurm/spank_baton.so")
+                             + glob.glob(f"{prefix}/lib*/slurm/spank_baton.so")))
+        missing = [name for name, found in (("batonctl", os.path.exists(batonctl)),
+                                            ("spank_baton.so", plugins)) if not found]
+        if missing:
+            raise DemoError(f"--installed: {' and '.join(missing)} not under {prefix} (where batond is)")
+        # From / so that no baton folder of the current directory is imported instead.
+        found = subprocess.run(
+            ["/usr/bin/python3", "-c", "import baton._native, baton.torch; print(baton.__file__)"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd="/", timeout=120)
+        if found.returncode != 0:
+            raise DemoError(f"--installed: /usr/bin/python3 cannot import baton and baton.torch:\n"
+                            f"{found.stdout}")
+        schema = f"{prefix}/share/baton/schema"
+        if not glob.glob(f"{schema}/[0-9]*_*.sql"):
+            raise DemoError(f"--installed: no migrations in {schema}")
+        log(f"installed files: {batond}, {batonctl}, {plugins[0]}, Python package "
+            f"{os.path.dirname(found.stdout.strip().splitlines()[-1])}, schema {schema}")
+        return Layout(batond, batonctl, plugins[0], schema=schema)
+
+
+def check_schema(batonctl, conninfo, schema):
+    """batonctl applies the migrations built into it; the installed schema folder must hold the same
+    ones: `batonctl db status` lists what was applied as `VERSION  NAME  applied ...`."""
+    status = run([batonctl, "db", "status", "--database", conninfo]).stdout
+    applied = re.findall(r"^\s+(\d+)\s+(\S+)\s+applied", status, re.MULTILINE)
+    applied = sorted((int(version), name) for version, name in applied)
+    names = (re.fullmatch(r"(\d{4})_(\w+)\.sql", os.path.basename(f)) for f in glob.glob(f"{schema}/*.sql"))
+    files = sorted((int(m.group(1)), m.group(2)) for m in names if m)
+    if applied != files:
+        raise DemoError(f"the migrations batonctl applied ({applied}) are not those in {schema} ({files})")
+    log(f"schema: the {len(files)} migrations applied are those in {schema}")
+
+
 class Services:
     """What the demo starts, recorded in STATE/started so that a later run can stop leftovers of a
     run that was killed with SIGKILL."""
 
-    def __init__(self, state, build):
+    def __init__(self, state, layout):
         self.state = state
-        self.build = build
+        self.layout = layout
         self.batond = None
         self.reference = None
         self.port = None
@@ -98,14 +163,16 @@ class Services:
     def start_postgres(self):
         text = run(["bash", f"{ROOT}/deploy/local/pg.sh", "start", f"{self.state}/pg"], timeout=120).stdout
         self.conninfo = text.strip().splitlines()[-1]
-        run([f"{self.build}/provisioner/batonctl/batonctl", "db", "migrate", "--database", self.conninfo])
+        run([self.layout.batonctl, "db", "migrate", "--database", self.conninfo])
+        if self.layout.schema:
+            check_schema(self.layout.batonctl, self.conninfo, self.layout.schema)
 
     def start_slurm(self):
         # slurm.sh starts munged when none answers; then the demo stops it again at the end.
         self.started_munge = not munge_answers()
         self.port = free_port()
         # The plugin settings of the e2e test: short report timeout, a 10-s margin, handover wait.
-        plugstack = (f"required {self.build}/spank_plugin/spank_baton.so chain_root={self.state}/chains/%u "
+        plugstack = (f"required {self.layout.plugin} chain_root={self.state}/chains/%u "
                      f"url=http://127.0.0.1:{self.port} report_timeout=2 margin={MARGIN_S} "
                      "handover_wait=60 keep=2")
         text = run(["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack],
@@ -115,7 +182,7 @@ class Services:
         os.chmod(f"{self.state}/slurm", 0o755)  # the job owner's sbatch reads slurm.conf
 
     def start_batond(self, submit_lead_s):
-        args = [f"{self.build}/provisioner/service/batond", "--database", self.conninfo,
+        args = [self.layout.batond, "--database", self.conninfo,
                 "--listen-address", "127.0.0.1", "--listen-port", str(self.port), "--tick-seconds", "1",
                 "--policy", "avg", "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
                 "--submit-grace-seconds", "16", "--handover-timeout-seconds", "60",
@@ -211,32 +278,37 @@ def tail(path, lines=30):
         return ""
 
 
-def stage_app(state, build):
+def stage_app(state, layout):
     """Copies what the jobs run into the state directory: the job owner may not be able to read the
     source tree or the build directory (a clone under /root). The binding finds libbaton-ckpt through
-    its relative run path, so the layout of the build directory is kept."""
+    its relative run path, so the layout of the build directory is kept. Installed files are used in
+    place. Returns the folder and the job owner's batonctl and PYTHONPATH (None: the installed baton)."""
     app = f"{state}/app"
-    os.makedirs(f"{app}/checkpointer/python/baton")
+    os.makedirs(app)
     for name in ("train_digits.py", "train_digits.sbatch"):
         shutil.copy(f"{ROOT}/examples/{name}", f"{app}/{name}")
-    for path in glob.glob(f"{build}/checkpointer/python/baton/*"):
-        if os.path.isfile(path):
-            shutil.copy(path, f"{app}/checkpointer/python/baton/")
-    shutil.copy(f"{build}/checkpointer/libbaton-ckpt.so.0", f"{app}/checkpointer/")
-    shutil.copy(f"{build}/provisioner/batonctl/batonctl", f"{app}/batonctl")
+    batonctl, pythonpath = layout.batonctl, None
+    if layout.staged:
+        os.makedirs(f"{app}/checkpointer/python/baton")
+        for path in glob.glob(f"{layout.staged}/python/baton/*"):
+            if os.path.isfile(path):
+                shutil.copy(path, f"{app}/checkpointer/python/baton/")
+        shutil.copy(f"{layout.staged}/libbaton-ckpt.so.0", f"{app}/checkpointer/")
+        shutil.copy(layout.batonctl, f"{app}/batonctl")
+        batonctl, pythonpath = f"{app}/batonctl", f"{app}/checkpointer/python"
     for dirpath, dirnames, filenames in os.walk(app):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o755)
-    return app
+    return app, batonctl, pythonpath
 
 
 def as_user(argv):
     return ["/usr/sbin/runuser", "-u", USER, "--", *argv]
 
 
-def batonctl(app, url, *args, timeout=30):
-    return run(as_user([f"{app}/batonctl", *args, "--server", url]), timeout=timeout, check=False)
+def batonctl(program, url, *args, timeout=30):
+    return run(as_user([program, *args, "--server", url]), timeout=timeout, check=False)
 
 
 # -- live progress --
@@ -245,8 +317,8 @@ class Progress:
     """Collects the chain's state once a second: batond's document, the checkpoint manifests, the loss
     log and the job outputs, and shows one line per job."""
 
-    def __init__(self, state, app, url, steps, tty):
-        self.state, self.app, self.url, self.steps, self.tty = state, app, url, steps, tty
+    def __init__(self, state, batonctl_program, url, steps, tty):
+        self.state, self.batonctl, self.url, self.steps, self.tty = state, batonctl_program, url, steps, tty
         self.chain_dir = f"{state}/chains/{USER}/{CHAIN}"
         self.work = f"{state}/work"
         self.doc = None
@@ -256,7 +328,7 @@ class Progress:
         self.last_plain = {}
 
     def poll(self):
-        result = batonctl(self.app, self.url, "show", f"{USER}/{CHAIN}", "--json")
+        result = batonctl(self.batonctl, self.url, "show", f"{USER}/{CHAIN}", "--json")
         if result.returncode == 0:
             try:
                 self.doc = json.loads(result.stdout)
@@ -400,8 +472,7 @@ def demo(args, services, state):
     if args.steps:
         profile["steps"] = args.steps
     steps = profile["steps"]
-    build = services.build
-    app = stage_app(state, build)
+    app, user_batonctl, pythonpath = stage_app(state, services.layout)
     for name in ("chains", "work", "reference"):
         os.makedirs(f"{state}/{name}")
         os.chmod(f"{state}/{name}", 0o1777)
@@ -412,10 +483,10 @@ def demo(args, services, state):
     services.start_batond(profile["submit_lead_s"])
     log(f"batond ready at {services.url}; state in {state}")
 
-    pythonpath = f"{app}/checkpointer/python"
     # The reference: the same training straight through, no Slurm, no checkpoints.
-    reference_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1",
-                     "HOME": f"{state}/reference"}
+    reference_env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": f"{state}/reference"}
+    if pythonpath:
+        reference_env["PYTHONPATH"] = pythonpath
     with open(f"{state}/reference/out.txt", "wb") as out:
         services.reference = subprocess.Popen(
             as_user(["/usr/bin/python3", f"{app}/train_digits.py", "--no-checkpoint", "--steps", str(steps),
@@ -423,11 +494,14 @@ def demo(args, services, state):
                      "--final-state", f"{state}/reference/final.pt"]),
             stdout=out, stderr=subprocess.STDOUT, env=reference_env, start_new_session=True)
 
-    export = ",".join(["ALL", f"STEPS={steps}", f"BATCH_SIZE={BATCH_SIZE}", "PYTHON=/usr/bin/python3",
-                       f"TRAIN_SCRIPT={app}/train_digits.py", f"PYTHONPATH={pythonpath}",
-                       "PYTHONDONTWRITEBYTECODE=1", f"HOME={state}/work", f"FINAL_STATE={state}/work/final.pt"])
+    export = ["ALL", f"STEPS={steps}", f"BATCH_SIZE={BATCH_SIZE}", "PYTHON=/usr/bin/python3",
+              f"TRAIN_SCRIPT={app}/train_digits.py", "PYTHONDONTWRITEBYTECODE=1", f"HOME={state}/work",
+              f"FINAL_STATE={state}/work/final.pt"]
+    if pythonpath:
+        export.append(f"PYTHONPATH={pythonpath}")
+    export = ",".join(export)
     limit = profile["time_limit_min"]
-    submitted = run(as_user([f"{app}/batonctl", "submit", "--chain", CHAIN, "--workdir", f"{state}/work",
+    submitted = run(as_user([user_batonctl, "submit", "--chain", CHAIN, "--workdir", f"{state}/work",
                              "--server", services.url, f"{app}/train_digits.sbatch", "--",
                              f"--time={limit}", f"--signal=B:USR1@{MARGIN_S + 10}",
                              f"--output={state}/work/job-%j.out", f"--export={export}"]), check=False)
@@ -436,7 +510,7 @@ def demo(args, services, state):
     log(submitted.stdout.strip())
     log(f"training {steps} steps in jobs of {limit} min; the reference trains the same steps outside Slurm")
 
-    progress = Progress(state, app, services.url, steps, sys.stdout.isatty())
+    progress = Progress(state, user_batonctl, services.url, steps, sys.stdout.isatty())
     deadline = time.monotonic() + profile["timeout_s"]
     while True:
         progress.poll()
@@ -501,7 +575,10 @@ def demo(args, services, state):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--build-dir", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--build-dir", help="run the programs of this build directory")
+    where.add_argument("--installed", action="store_true",
+                       help="run the installed programs and Python package (the packages, or meson install)")
     parser.add_argument("--output", required=True, help="folder for metrics, chain document, timeline")
     parser.add_argument("--quick", action="store_true", help="a shorter training (CI)")
     parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 7000)")
@@ -510,17 +587,26 @@ def main():
     if os.geteuid() != 0:
         print("demo: must run as root (Slurm's daemons, munge, and jobs as another user)", file=sys.stderr)
         return 2
-    args.build_dir = os.path.abspath(args.build_dir)
     shown_output = args.output
     args.output = os.path.abspath(args.output)
-    for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
-                   "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
-        if not os.path.exists(f"{args.build_dir}/{needed}"):
-            print(f"demo: {args.build_dir}/{needed} missing: build first (deploy/demo.sh does)", file=sys.stderr)
+    if args.installed:
+        try:
+            layout = Layout.installed()
+        except (DemoError, subprocess.TimeoutExpired) as error:
+            print(f"demo: {error}", file=sys.stderr)
             return 2
-    if not glob.glob(f"{args.build_dir}/checkpointer/python/baton/_native*.so"):
-        print("demo: the Python binding was not built (needs pybind11 and torch)", file=sys.stderr)
-        return 2
+    else:
+        args.build_dir = os.path.abspath(args.build_dir)
+        for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
+                       "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
+            if not os.path.exists(f"{args.build_dir}/{needed}"):
+                print(f"demo: {args.build_dir}/{needed} missing: build first (deploy/demo.sh does)",
+                      file=sys.stderr)
+                return 2
+        if not glob.glob(f"{args.build_dir}/checkpointer/python/baton/_native*.so"):
+            print("demo: the Python binding was not built (needs pybind11 and torch)", file=sys.stderr)
+            return 2
+        layout = Layout.build(args.build_dir)
 
     prepare_output(args.output)
     # A run killed with SIGKILL leaves its state directory named here: stop what it started.
@@ -543,7 +629,7 @@ def main():
     os.chmod(state, 0o755)
     with open(marker, "w") as f:
         f.write(state + "\n")
-    services = Services(state, args.build_dir)
+    services = Services(state, layout)
     code = 0
     try:
         demo(args, services, state)

@@ -79,6 +79,12 @@ cleanup() {
 trap cleanup EXIT
 mount_in proc -t proc proc
 mount_in sys -t sysfs sysfs
+# The host's cgroup hierarchy (a fresh sysfs has none mounted): Slurm 22.05's slurmd (Debian 12) will not
+# start without one, even with proctrack/linuxproc and task/none.
+if mountpoint -q /sys/fs/cgroup; then
+    mount_in sys/fs/cgroup --rbind /sys/fs/cgroup
+    mount --make-rslave "$root/sys/fs/cgroup"
+fi
 mount_in dev --rbind /dev
 mount --make-rslave "$root/dev"
 mount_in run -t tmpfs -o mode=0755 tmpfs
