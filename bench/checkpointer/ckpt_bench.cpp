@@ -26,10 +26,12 @@
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
+#include "../support/page_cache.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;
 using Clock = std::chrono::steady_clock;
+using baton::bench::dropCache;
 
 namespace {
 
@@ -38,16 +40,6 @@ constexpr double kMiB = 1024.0 * 1024.0;
 double since(Clock::time_point start)
 {
     return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-void dropCache(const fs::path& file)
-{
-    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ::fdatasync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-    ::close(fd);
 }
 
 void parallelMemcpy(std::byte* to, const std::byte* from, std::size_t size, unsigned threads)

@@ -29,6 +29,7 @@
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
+#include "../support/page_cache.hpp"
 
 cudaError_t launchSpin(cudaStream_t stream, long long cycles);
 
@@ -102,10 +103,10 @@ struct DeviceState {
 // device.
 double readAndCopySeconds(DeviceState& s, const fs::path& file)
 {
+    baton::bench::dropCache(file);
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         io::throwErrno("open " + file.string());
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     auto start = Clock::now();
     auto* into = static_cast<std::byte*>(s.pinned);
     for (std::size_t at = 0; at < s.size;) {
@@ -169,11 +170,7 @@ void copyTable(const fs::path& root, std::size_t size, int repeat)
         peakH2D.push_back(gb / rawCopySeconds(s, cudaMemcpyHostToDevice));
         fs::path data = options.chainDir / checkpointDirName(iteration) / kDataFileName;
         readAndCopy.push_back(gb / readAndCopySeconds(s, data));
-        int fd = ::open(data.c_str(), O_RDONLY | O_CLOEXEC); // cold for baton too
-        if (fd >= 0) {
-            ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-            ::close(fd);
-        }
+        baton::bench::dropCache(data); // cold for baton too
         auto start = Clock::now();
         auto restored = ckpt.restore();
         double seconds = since(start);
