@@ -2,11 +2,14 @@
 // (multi-threaded memcpy, dd-style write + fsync, sequential read), and the training stall of a
 // synthetic loop for baton, a synchronous write of the state, and no checkpointing.
 //
-//   ckpt_bench [--dir DIR] [--size-mib N] [--loop-mib N[,N...]] [--large] [--repeat N]
+//   ckpt_bench [--dir DIR] [--size-mib N] [--loop-mib N[,N...]] [--large] [--runs N] [--iterations N]
 //
-// --large adds the 2 GiB training loop (slow on small disks); --loop-mib 0 skips the loops. Reads are
-// measured cold: the page cache of every file read is dropped with posix_fadvise(DONTNEED) first, for baton
-// and baseline alike.
+// Every figure is a distribution over --runs runs: the median and the range (min-max). Baton and its
+// baseline alternate within a run, so that both see the same moment of the machine, and every ratio is
+// taken within a run. The training loop reports the first checkpoint apart from the later ones and
+// splits the training thread's stall into its phases. --large adds the 2 GiB loop (slow on small
+// disks); --loop-mib 0 skips the loops. Reads are measured cold: the page cache of every file read is
+// dropped with posix_fadvise(DONTNEED) first, for baton and baseline alike.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,17 +19,19 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../support/page_cache.hpp"
+#include "baton/ckpt/adaptive.hpp"
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
-#include "../support/page_cache.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;
@@ -41,6 +46,39 @@ double since(Clock::time_point start)
 {
     return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// Values of one figure over the runs.
+class Distribution {
+public:
+    void add(double value) { values_.push_back(value); }
+    void add(const Distribution& other)
+    {
+        values_.insert(values_.end(), other.values_.begin(), other.values_.end());
+    }
+    bool empty() const { return values_.empty(); }
+    double median() const
+    {
+        if (values_.empty())
+            return 0;
+        auto sorted = values_;
+        std::sort(sorted.begin(), sorted.end());
+        std::size_t n = sorted.size();
+        return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    }
+    double min() const { return values_.empty() ? 0 : *std::min_element(values_.begin(), values_.end()); }
+    double max() const { return values_.empty() ? 0 : *std::max_element(values_.begin(), values_.end()); }
+    // "median (min-max)", each value times `scale` with `precision` decimals.
+    std::string text(int precision = 3, double scale = 1) const
+    {
+        char out[96];
+        std::snprintf(out, sizeof out, "%.*f (%.*f-%.*f)", precision, median() * scale, precision,
+            min() * scale, precision, max() * scale);
+        return out;
+    }
+
+private:
+    std::vector<double> values_;
+};
 
 void parallelMemcpy(std::byte* to, const std::byte* from, std::size_t size, unsigned threads)
 {
@@ -86,34 +124,29 @@ double ddRead(const fs::path& file, std::byte* into, std::size_t size)
     return since(start);
 }
 
-struct Row {
+// ---- bandwidth: snapshot, persist, restore --------------------------------------------------------
+
+struct BandwidthRow {
     std::string what;
-    double baton;
-    double baseline;
-    std::string unit;
+    Distribution baton, baseline, ratio; // GB/s, GB/s, baton / baseline within a run
     std::string target;
-    bool higherIsBetter;
 };
 
-void printTable(const std::string& title, const std::vector<Row>& rows, const std::string& batonName,
-    const std::string& baselineName)
+void printBandwidth(std::size_t sizeMib, int runs, const std::vector<BandwidthRow>& rows)
 {
-    std::printf("\n%s\n", title.c_str());
-    std::printf("| %-44s | %12s | %12s | %7s | %-14s |\n", "figure", batonName.c_str(), baselineName.c_str(),
-        "ratio", "target");
-    std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(14, '-').c_str(),
-        std::string(14, '-').c_str(), std::string(9, '-').c_str(), std::string(16, '-').c_str());
-    for (const auto& r : rows) {
-        double ratio = r.baseline > 0 ? r.baton / r.baseline : 0;
-        std::printf("| %-44s | %8.3f %-3s | %8.3f %-3s | %6.3fx | %-14s |\n", r.what.c_str(), r.baton,
-            r.unit.c_str(), r.baseline, r.unit.c_str(), ratio, r.target.c_str());
-    }
+    std::printf("\nbandwidth, %zu MiB, GB/s, median (min-max) of %d runs; ratio taken within each run\n",
+        sizeMib, runs);
+    std::printf(
+        "| %-40s | %-22s | %-22s | %-22s | %-8s |\n", "figure", "baton", "baseline", "ratio", "target");
+    std::printf("|%s|%s|%s|%s|%s|\n", std::string(42, '-').c_str(), std::string(24, '-').c_str(),
+        std::string(24, '-').c_str(), std::string(24, '-').c_str(), std::string(10, '-').c_str());
+    for (const auto& r : rows)
+        std::printf("| %-40s | %-22s | %-22s | %-22s | %-8s |\n", r.what.c_str(), r.baton.text(2).c_str(),
+            r.baseline.text(2).c_str(), r.ratio.text(2).c_str(), r.target.c_str());
     std::fflush(stdout);
 }
 
-// ---- bandwidth: snapshot, persist, restore --------------------------------------------------------
-
-std::vector<Row> bandwidth(const fs::path& root, std::size_t size, int repeat)
+std::vector<BandwidthRow> bandwidth(const fs::path& root, std::size_t size, int runs)
 {
     fs::path chain = root / "bandwidth";
     Options options;
@@ -128,49 +161,68 @@ std::vector<Row> bandwidth(const fs::path& root, std::size_t size, int repeat)
         std::memcpy(&state[i], &i, std::min<std::size_t>(8, size - i));
     ckpt.registerRegion("weights", state.data(), size);
 
+    const double gb = static_cast<double>(size) / kMiB / 1024.0;
+    BandwidthRow snapshot { "snapshot vs " + std::to_string(threads) + "-thread memcpy", {}, {}, {},
+        ">= 0.85x" };
+    BandwidthRow persist { "persist vs write+fsync (dd conv=fsync)", {}, {}, {}, ">= 0.9x" };
+    BandwidthRow restore { "restore (read+verify+copy) vs cold read", {}, {}, {}, ">= 0.9x" };
+    auto record = [&](BandwidthRow& row, double batonSeconds, double baselineSeconds) {
+        row.baton.add(gb / batonSeconds);
+        row.baseline.add(gb / baselineSeconds);
+        row.ratio.add(baselineSeconds / batonSeconds);
+    };
+
     io::AlignedBuffer target(size);
-    double snapBaton = 1e30, snapMemcpy = 1e30, persistBaton = 1e30, persistDd = 1e30, restoreBaton = 1e30,
-           restoreDd = 1e30;
     std::uint64_t iteration = 0;
-    // Snapshots are short and the most sensitive to other load: measure more pairs, interleaved.
-    for (int r = 0; r < 2 * repeat; ++r) {
-        auto start = Clock::now();
-        parallelMemcpy(target.data(), state.data(), size, threads);
-        snapMemcpy = std::min(snapMemcpy, since(start));
-        if (!ckpt.requestCheckpoint(++iteration))
-            throw Error("checkpoint did not start: " + ckpt.lastError());
-        ckpt.beforeUpdate();
-        snapBaton = std::min(snapBaton, ckpt.lastCheckpoint().snapshotSeconds);
-        if (!ckpt.wait())
-            throw Error("checkpoint failed: " + ckpt.lastError());
-    }
-    for (int r = 0; r < repeat; ++r) {
-        if (!ckpt.checkpointNow(++iteration))
-            throw Error("checkpoint failed: " + ckpt.lastError());
-        persistBaton = std::min(persistBaton, ckpt.lastCheckpoint().persistSeconds);
+    // The first checkpoint allocates and touches the staging pool: not a bandwidth, left out.
+    if (!ckpt.checkpointNow(++iteration))
+        throw Error("checkpoint failed: " + ckpt.lastError());
+    for (int r = 0; r < runs; ++r) {
+        const bool batonFirst = r % 2 == 0;
+        auto snapBaton = [&] {
+            if (!ckpt.requestCheckpoint(++iteration))
+                throw Error("checkpoint did not start: " + ckpt.lastError());
+            ckpt.beforeUpdate();
+            double seconds = ckpt.lastCheckpoint().snapshotSeconds;
+            if (!ckpt.wait())
+                throw Error("checkpoint failed: " + ckpt.lastError());
+            return seconds;
+        };
+        auto snapMemcpy = [&] {
+            auto start = Clock::now();
+            parallelMemcpy(target.data(), state.data(), size, threads);
+            return since(start);
+        };
+        double a = batonFirst ? snapBaton() : snapMemcpy();
+        double b = batonFirst ? snapMemcpy() : snapBaton();
+        record(snapshot, batonFirst ? a : b, batonFirst ? b : a);
 
-        persistDd = std::min(persistDd, ddWrite(root / "dd.bin", state.data(), size));
+        auto persistBaton = [&] {
+            if (!ckpt.checkpointNow(++iteration))
+                throw Error("checkpoint failed: " + ckpt.lastError());
+            return ckpt.lastCheckpoint().persistSeconds;
+        };
+        auto persistDd = [&] { return ddWrite(root / "dd.bin", state.data(), size); };
+        a = batonFirst ? persistBaton() : persistDd();
+        b = batonFirst ? persistDd() : persistBaton();
+        record(persist, batonFirst ? a : b, batonFirst ? b : a);
 
-        fs::path data = chain / checkpointDirName(iteration) / kDataFileName;
-        dropCache(data);
-        auto start = Clock::now();
-        auto restored = ckpt.restore();
-        restoreBaton = std::min(restoreBaton, since(start));
-        if (!restored.restored)
-            throw Error("restore found nothing");
-        restoreDd = std::min(restoreDd, ddRead(root / "dd.bin", target.data(), size));
+        auto restoreBaton = [&] {
+            dropCache(chain / checkpointDirName(iteration) / kDataFileName);
+            auto start = Clock::now();
+            auto restored = ckpt.restore();
+            double seconds = since(start);
+            if (!restored.restored)
+                throw Error("restore found nothing");
+            return seconds;
+        };
+        auto restoreDd = [&] { return ddRead(root / "dd.bin", target.data(), size); };
+        a = batonFirst ? restoreBaton() : restoreDd();
+        b = batonFirst ? restoreDd() : restoreBaton();
+        record(restore, batonFirst ? a : b, batonFirst ? b : a);
         fs::remove(root / "dd.bin");
     }
-    double mib = static_cast<double>(size) / kMiB;
-    auto bw = [&](double s) { return mib / s / 1024.0; };
-    return {
-        { "snapshot vs " + std::to_string(threads) + "-thread memcpy", bw(snapBaton), bw(snapMemcpy), "GB/s",
-            ">= 0.85x", true },
-        { "persist vs write+fsync (dd conv=fsync)", bw(persistBaton), bw(persistDd), "GB/s", ">= 0.9x",
-            true },
-        { "restore (read+verify+copy) vs cold read", bw(restoreBaton), bw(restoreDd), "GB/s", ">= 0.9x",
-            true },
-    };
+    return { snapshot, persist, restore };
 }
 
 // ---- training loop ---------------------------------------------------------------------------------
@@ -220,15 +272,58 @@ private:
     std::thread thread_;
 };
 
-enum class Mode { None, Baton, SyncWrite, SyncWriteFsync };
+enum class Mode { None, Baton, SyncWriteFsync, SyncWrite };
+constexpr Mode kModes[] = { Mode::None, Mode::Baton, Mode::SyncWriteFsync, Mode::SyncWrite };
+
+const char* modeName(Mode mode)
+{
+    switch (mode) {
+    case Mode::None:
+        return "none";
+    case Mode::Baton:
+        return "baton";
+    case Mode::SyncWriteFsync:
+        return "sync write + fsync";
+    case Mode::SyncWrite:
+        return "sync write (no fsync)";
+    }
+    return "?";
+}
+
+// Where one checkpoint's stall of the training thread went, in seconds.
+struct StallPhases {
+    double afterUpdate = 0; // afterUpdate() calls since the previous checkpoint (they start the staging
+                            // pool's allocation in the background)
+    double staging = 0; // in the request: getting the staging pool (waiting for the background one)
+    double request = 0; // the rest of the request: placing the entries, posting the copies
+    double snapshotWait = 0; // beforeUpdate() calls until the next checkpoint: waiting for the copy
+    double snapshot = 0; // the copy itself (overlapping the compute; not a stall)
+    double total() const { return afterUpdate + staging + request + snapshotWait; }
+};
 
 struct LoopResult {
     double seconds = 0;
-    double stallPerCheckpoint = 0;
-    int checkpoints = 0;
+    std::vector<double> stalls; // per checkpoint
+    std::vector<StallPhases> phases; // baton only, per checkpoint
     std::uint64_t dropped = 0;
+    double policyOverheadPercent = 0; // baton only: the adaptive policy's own measure
 };
 
+void syncWrite(const fs::path& file, const std::vector<std::byte>& state, bool withFsync)
+{
+    io::Fd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    for (std::size_t at = 0; at < state.size();) {
+        ssize_t n = ::write(fd.get(), state.data() + at, std::min<std::size_t>(64 << 20, state.size() - at));
+        if (n <= 0)
+            io::throwErrno("write " + file.string());
+        at += static_cast<std::size_t>(n);
+    }
+    if (withFsync && ::fsync(fd.get()) != 0)
+        io::throwErrno("fsync " + file.string());
+}
+
+// The loop of a training script that uses the API as documented: beforeUpdate() before and
+// afterUpdate() after every optimizer step, a checkpoint requested every k iterations.
 LoopResult trainingLoop(Mode mode, const fs::path& dir, std::vector<std::byte>& state, int iterations, int k)
 {
     std::optional<Checkpointer> ckpt;
@@ -236,89 +331,164 @@ LoopResult trainingLoop(Mode mode, const fs::path& dir, std::vector<std::byte>& 
         Options options;
         options.chainDir = dir / "loop";
         options.keep = 2;
-        options.stagingBytes = state.size();
         ckpt.emplace(options);
         ckpt->registerRegion("weights", state.data(), state.size());
     }
+    // The policy's measure of the same loop, at a fixed k (minimum = maximum = k).
+    AdaptiveOptions fixed;
+    fixed.maxInterval = static_cast<std::uint64_t>(k);
+    AdaptiveInterval policy(static_cast<std::uint64_t>(k), 0.1, fixed, static_cast<std::uint64_t>(k));
+
     ComputeThread gpu;
     LoopResult result;
-    double stall = 0;
+    double pendingAfterUpdate = 0;
     auto start = Clock::now();
     for (int it = 1; it <= iterations; ++it) {
+        auto iterationStart = Clock::now();
+        bool inFlight = ckpt && ckpt->inFlight();
         gpu.iterate();
-        auto t = Clock::now();
-        if (ckpt)
+        if (ckpt) {
+            auto t = Clock::now();
             ckpt->beforeUpdate();
-        stall += since(t);
+            if (!result.phases.empty()) {
+                auto& last = result.phases.back();
+                last.snapshotWait += since(t);
+                last.snapshot = ckpt->lastCheckpoint().snapshotSeconds;
+            }
+        }
         // The optimizer step: rewrites one byte of every page.
         for (std::size_t i = 0; i < state.size(); i += 4096)
             state[i] = static_cast<std::byte>(it);
-        if (it % k != 0)
-            continue;
-        ++result.checkpoints;
-        t = Clock::now();
         if (ckpt) {
+            auto t = Clock::now();
             ckpt->afterUpdate(static_cast<std::uint64_t>(it));
-            ckpt->requestCheckpoint(static_cast<std::uint64_t>(it));
-        } else if (mode == Mode::SyncWrite || mode == Mode::SyncWriteFsync) {
-            fs::path file = dir / "sync.bin";
-            io::Fd fd(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-            for (std::size_t at = 0; at < state.size();) {
-                ssize_t n = ::write(
-                    fd.get(), state.data() + at, std::min<std::size_t>(64 << 20, state.size() - at));
-                if (n <= 0)
-                    io::throwErrno("write " + file.string());
-                at += static_cast<std::size_t>(n);
-            }
-            if (mode == Mode::SyncWriteFsync)
-                ::fsync(fd.get());
+            pendingAfterUpdate += since(t);
         }
-        stall += since(t);
+        if (it % k == 0) {
+            auto t = Clock::now();
+            if (ckpt) {
+                StallPhases phases;
+                phases.afterUpdate = std::exchange(pendingAfterUpdate, 0.0);
+                if (ckpt->requestCheckpoint(static_cast<std::uint64_t>(it))) {
+                    double requestSeconds = since(t);
+                    phases.staging = ckpt->lastCheckpoint().stagingSeconds;
+                    phases.request = std::max(0.0, requestSeconds - phases.staging);
+                    result.phases.push_back(phases);
+                    policy.checkpointStarted();
+                }
+            } else {
+                syncWrite(dir / "sync.bin", state, mode == Mode::SyncWriteFsync);
+                result.stalls.push_back(since(t));
+            }
+        }
+        inFlight = inFlight || (ckpt && ckpt->inFlight());
+        policy.recordIteration(since(iterationStart), inFlight);
     }
     result.seconds = since(start);
     if (ckpt) {
         ckpt->wait();
-        // Dropped requests cost no stall: count only the checkpoints that ran.
         result.dropped = ckpt->counters().droppedRequests;
-        result.checkpoints = static_cast<int>(ckpt->counters().requested);
+        for (const auto& p : result.phases)
+            result.stalls.push_back(p.total());
+        result.policyOverheadPercent = policy.measuredOverheadPercent();
     }
-    result.stallPerCheckpoint = result.checkpoints > 0 ? stall / result.checkpoints : 0;
     std::error_code ec;
     fs::remove_all(dir / "loop", ec);
     fs::remove(dir / "sync.bin", ec);
     return result;
 }
 
-void trainingTable(const fs::path& root, std::size_t size, int iterations, int k)
+double mean(const std::vector<double>& values)
+{
+    double sum = 0;
+    for (double v : values)
+        sum += v;
+    return values.empty() ? 0 : sum / static_cast<double>(values.size());
+}
+
+void trainingTable(const fs::path& root, std::size_t size, int iterations, int k, int runs)
 {
     std::vector<std::byte> state(size, std::byte { 1 });
-    auto none = trainingLoop(Mode::None, root, state, iterations, k);
-    auto baton = trainingLoop(Mode::Baton, root, state, iterations, k);
-    auto sync = trainingLoop(Mode::SyncWrite, root, state, iterations, k);
-    auto syncFsync = trainingLoop(Mode::SyncWriteFsync, root, state, iterations, k);
-    auto overhead = [&](const LoopResult& r) { return (r.seconds - none.seconds) / none.seconds * 100.0; };
-    std::string mib = std::to_string(size >> 20) + " MiB";
-
-    std::printf("\ntraining loop, %s state, 100 ms compute/iteration on another thread, checkpoint every %d "
-                "iterations, %d iterations\n",
-        mib.c_str(), k, iterations);
-    std::printf(
-        "| %-22s | %10s | %16s | %16s | %8s |\n", "mode", "loop s", "stall/ckpt (ms)", "overhead", "dropped");
-    std::printf("|%s|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(12, '-').c_str(),
-        std::string(18, '-').c_str(), std::string(18, '-').c_str(), std::string(10, '-').c_str());
-    auto row = [&](const char* name, const LoopResult& r) {
-        std::printf("| %-22s | %10.2f | %16.1f | %15.2f%% | %8llu |\n", name, r.seconds,
-            r.stallPerCheckpoint * 1000, overhead(r), static_cast<unsigned long long>(r.dropped));
+    struct PerMode {
+        Distribution loopSeconds, stallPerCheckpoint, overhead;
     };
-    row("none", none);
-    row("baton", baton);
-    row("sync write (no fsync)", sync);
-    row("sync write + fsync", syncFsync);
-    std::printf(
-        "baton stall / sync+fsync stall = %.4f (target <= 0.1); baton overhead %.2f%% (target <= 5%%)\n",
-        baton.stallPerCheckpoint / syncFsync.stallPerCheckpoint, overhead(baton));
-    std::printf(
-        "baton stall / sync (no fsync) stall = %.4f\n", baton.stallPerCheckpoint / sync.stallPerCheckpoint);
+    std::map<Mode, PerMode> modes;
+    Distribution stallRatio, stallRatioNoFsync, policyOverhead, firstStall, steadyStall;
+    std::vector<StallPhases> firstPhases, steadyPhases;
+    std::uint64_t dropped = 0;
+
+    for (int r = 0; r < runs; ++r) {
+        // Each run starts with another mode, so that no mode always follows the same one.
+        std::map<Mode, LoopResult> results;
+        for (std::size_t m = 0; m < std::size(kModes); ++m) {
+            Mode mode = kModes[(m + static_cast<std::size_t>(r)) % std::size(kModes)];
+            results[mode] = trainingLoop(mode, root, state, iterations, k);
+        }
+        const double none = results[Mode::None].seconds;
+        for (auto& [mode, result] : results) {
+            modes[mode].loopSeconds.add(result.seconds);
+            modes[mode].overhead.add((result.seconds - none) / none * 100.0);
+            if (mode != Mode::None)
+                modes[mode].stallPerCheckpoint.add(mean(result.stalls));
+        }
+        const auto& baton = results[Mode::Baton];
+        stallRatio.add(mean(baton.stalls) / mean(results[Mode::SyncWriteFsync].stalls));
+        stallRatioNoFsync.add(mean(baton.stalls) / mean(results[Mode::SyncWrite].stalls));
+        policyOverhead.add(baton.policyOverheadPercent);
+        dropped += baton.dropped;
+        for (std::size_t i = 0; i < baton.phases.size(); ++i) {
+            (i == 0 ? firstPhases : steadyPhases).push_back(baton.phases[i]);
+            (i == 0 ? firstStall : steadyStall).add(baton.phases[i].total());
+        }
+    }
+
+    std::printf("\ntraining loop, %zu MiB state, 100 ms compute per iteration on another thread, checkpoint "
+                "every %d iterations, %d iterations; median (min-max) of %d runs, modes alternating\n",
+        size >> 20, k, iterations, runs);
+    std::printf("| %-22s | %-22s | %-24s | %-24s |\n", "mode", "loop s", "stall/ckpt ms", "overhead %");
+    std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(24, '-').c_str(),
+        std::string(26, '-').c_str(), std::string(26, '-').c_str());
+    for (Mode mode : kModes) {
+        const auto& m = modes[mode];
+        std::printf("| %-22s | %-22s | %-24s | %-24s |\n", modeName(mode), m.loopSeconds.text(2).c_str(),
+            mode == Mode::None ? "-" : m.stallPerCheckpoint.text(1, 1000).c_str(),
+            mode == Mode::None ? "-" : m.overhead.text(2).c_str());
+    }
+    const auto& none = modes[Mode::None].loopSeconds;
+    std::printf("the none loop's own spread: %.2f%% of its median (the noise any overhead figure carries)\n",
+        (none.max() - none.min()) / none.median() * 100.0);
+    std::printf("baton stall / sync+fsync stall = %s (target <= 0.1: %s at the median)\n",
+        stallRatio.text(4).c_str(), stallRatio.median() <= 0.1 ? "holds" : "missed");
+    std::printf("baton stall / sync (no fsync) stall = %s\n", stallRatioNoFsync.text(4).c_str());
+    std::printf("baton overhead at k = %d = %s%% (target <= 5%%: %s at the median); the policy's own measure "
+                "of the same loops %s%%\n",
+        k, modes[Mode::Baton].overhead.text(2).c_str(),
+        modes[Mode::Baton].overhead.median() <= 5 ? "holds" : "missed", policyOverhead.text(2).c_str());
+    std::printf("baton stall, first checkpoint %s ms, later ones %s ms: first / later = %.2f (target <= 2)\n",
+        firstStall.text(2, 1000).c_str(), steadyStall.text(2, 1000).c_str(),
+        steadyStall.median() > 0 ? firstStall.median() / steadyStall.median() : 0.0);
+    if (dropped > 0)
+        std::printf("baton dropped %llu checkpoint requests (the previous one still in flight)\n",
+            static_cast<unsigned long long>(dropped));
+
+    auto phaseRow = [&](const char* what, double StallPhases::*field) {
+        Distribution first, steady;
+        for (const auto& p : firstPhases)
+            first.add(p.*field);
+        for (const auto& p : steadyPhases)
+            steady.add(p.*field);
+        std::printf(
+            "| %-46s | %-26s | %-26s |\n", what, first.text(3, 1000).c_str(), steady.text(3, 1000).c_str());
+    };
+    std::printf("\nbaton's stall by phase, ms, median (min-max)\n");
+    std::printf("| %-46s | %-26s | %-26s |\n", "phase", "first checkpoint", "later checkpoints");
+    std::printf("|%s|%s|%s|\n", std::string(48, '-').c_str(), std::string(28, '-').c_str(),
+        std::string(28, '-').c_str());
+    phaseRow("afterUpdate() (starts the staging allocation)", &StallPhases::afterUpdate);
+    phaseRow("request: staging pool", &StallPhases::staging);
+    phaseRow("request: entries placed, copies posted", &StallPhases::request);
+    phaseRow("beforeUpdate(): waiting for the snapshot copy", &StallPhases::snapshotWait);
+    phaseRow("(the snapshot copy, overlapping the compute)", &StallPhases::snapshot);
     std::fflush(stdout);
 }
 
@@ -343,45 +513,49 @@ int main(int argc, char** argv)
     fs::path dir = fs::temp_directory_path();
     std::size_t sizeMib = 512;
     std::vector<std::size_t> loopMib = { 256 };
-    int repeat = 3;
-    int iterations = 30;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "ckpt_bench: %s needs a value\n", a.c_str());
-                std::exit(2);
-            }
-            return argv[++i];
-        };
-        if (a == "--dir")
-            dir = value();
-        else if (a == "--size-mib")
-            sizeMib = std::stoul(value());
-        else if (a == "--loop-mib")
-            loopMib = parseList(value());
-        else if (a == "--large")
-            loopMib.push_back(2048);
-        else if (a == "--repeat")
-            repeat = std::stoi(value());
-        else if (a == "--iterations")
-            iterations = std::stoi(value());
-        else {
-            std::fprintf(stderr,
-                "usage: ckpt_bench [--dir DIR] [--size-mib N] [--loop-mib N,...] [--large] "
-                "[--repeat N] [--iterations N]\n");
-            return 2;
+    int runs = 5;
+    int iterations = 50;
+    try {
+        for (int i = 1; i < argc; ++i) {
+            std::string a = argv[i];
+            auto value = [&]() -> std::string {
+                if (i + 1 >= argc)
+                    throw std::invalid_argument(a + " needs a value");
+                return argv[++i];
+            };
+            if (a == "--dir")
+                dir = value();
+            else if (a == "--size-mib")
+                sizeMib = std::stoul(value());
+            else if (a == "--loop-mib")
+                loopMib = parseList(value());
+            else if (a == "--large")
+                loopMib.push_back(2048);
+            else if (a == "--runs")
+                runs = std::stoi(value());
+            else if (a == "--iterations")
+                iterations = std::stoi(value());
+            else
+                throw std::invalid_argument("unknown option " + a);
         }
+        if (runs < 1 || iterations < 20 || sizeMib < 1)
+            throw std::invalid_argument("--runs must be >= 1, --iterations >= 20, --size-mib >= 1");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr,
+            "ckpt_bench: %s\nusage: ckpt_bench [--dir DIR] [--size-mib N] [--loop-mib N,...] [--large] "
+            "[--runs N] [--iterations N]\n",
+            e.what());
+        return 2;
     }
     fs::path root = dir / ("baton-ckpt-bench-" + std::to_string(::getpid()));
     fs::create_directories(root);
     try {
-        std::printf("baton checkpointer benchmark: files in %s, best of %d\n", root.c_str(), repeat);
-        auto rows = bandwidth(root, sizeMib << 20, repeat);
-        printTable("bandwidth, " + std::to_string(sizeMib) + " MiB", rows, "baton", "baseline");
+        std::printf("baton checkpointer benchmark: files in %s, %d runs, %u cores\n", root.c_str(), runs,
+            std::thread::hardware_concurrency());
+        printBandwidth(sizeMib, runs, bandwidth(root, sizeMib << 20, runs));
         for (auto mib : loopMib)
             if (mib > 0)
-                trainingTable(root, mib << 20, iterations, 10);
+                trainingTable(root, mib << 20, iterations, 10, runs);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "ckpt_bench: %s\n", e.what());
         fs::remove_all(root);

@@ -1,6 +1,7 @@
 // Benchmark of one batond tick on a busy cluster: a synthetic squeue --json document of 10,000 jobs
-// (each with the full 22.05 field set of tests/data/squeue_2205.json) is parsed, turned into a
-// LiveQueue and the features of 1,000 chains' successors are computed. Figures: p50/p99 of each step
+// (each with the full field set of a recorded document: Slurm 22.05's tests/data/squeue_2205.json, then
+// 24.11's squeue_2411.json) is parsed, turned into a LiveQueue and the features of 1,000 chains'
+// successors are computed. Figures: p50/p99 of each step
 // and of the whole tick against the 50 ms target, with ratios against baselines measured in this run
 // (a DOM parse of the same document with nlohmann::json; the features one chain at a time).
 #include "live_queue.hpp"
@@ -50,11 +51,11 @@ double msSince(std::chrono::steady_clock::time_point t0)
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-} // namespace
-
-int main()
+// Runs the benchmark on a document in the form of Slurm `release` ("2205" or "2411").
+void benchmark(const std::string& release)
 {
     baton::bench::SyntheticQueue shape;
+    shape.release = release;
     shape.jobs = jobCount;
     shape.clusterNodes = clusterNodes;
     shape.now = now;
@@ -106,9 +107,10 @@ int main()
     const auto parse = stats(parseMs), queue = stats(queueMs), feats = stats(featuresMs),
                tick = stats(tickMs);
     const auto dom = stats(domMs), oneByOne = stats(oneByOneMs);
-    std::printf("tick: squeue --json of %d jobs (%.1f MB; %zu pending, %zu running on %d nodes), %d chains, "
-                "%d rounds\n",
-        jobCount, static_cast<double>(doc.size()) / 1e6, pending, running, clusterNodes, chainCount, rounds);
+    std::printf("\ntick: Slurm %s.%s squeue --json of %d jobs (%.1f MB; %zu pending, %zu running on %d "
+                "nodes), %d chains, %d rounds\n",
+        release.substr(0, 2).c_str(), release.substr(2).c_str(), jobCount,
+        static_cast<double>(doc.size()) / 1e6, pending, running, clusterNodes, chainCount, rounds);
     std::printf("%-34s %9s %9s %12s\n", "step", "p50 ms", "p99 ms", "p50 ratio");
     std::printf("%-34s %9.2f %9.2f %12s\n", "parse (squeue_json)", parse.p50, parse.p99, "");
     std::printf("%-34s %9.2f %9.2f %12.2f\n", "  baseline: nlohmann DOM parse", dom.p50, dom.p99,
@@ -121,5 +123,13 @@ int main()
     std::printf("target %.0f ms: p50 %.2f of it, p99 %.2f of it -> %s\n", targetMs, tick.p50 / targetMs,
         tick.p99 / targetMs, tick.p99 <= targetMs ? "met" : "MISSED");
     std::printf("(checksum %.1f)\n", static_cast<double>(checksum));
+}
+
+} // namespace
+
+int main()
+{
+    for (const char* release : { "2205", "2411" })
+        benchmark(release);
     return 0;
 }

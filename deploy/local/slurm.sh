@@ -9,6 +9,9 @@
 #       Prints SLURM_CONF=DIR/slurm.conf; DIR/env can be sourced to export it.
 #       With BATON_SLURM_GPU=1 the node also has one stand-in GPU (its device file is /dev/null), so
 #       that a job asking for --gres=gpu:1 is scheduled on a machine without GPUs.
+#       With BATON_SLURM_DBD=1 the cluster keeps accounting, so that sacct answers: a private MariaDB
+#       server and slurmdbd run in DIR too (needs the mariadb-server and slurmdbd packages). With
+#       BATON_MARIADB_SOCKET=PATH as well, slurmdbd uses the MariaDB server of that socket instead.
 #   slurm.sh stop DIR      cancel this cluster's jobs and stop the daemons it started
 #   slurm.sh status DIR    exit 0 if the node of DIR is up
 set -euo pipefail
@@ -45,6 +48,33 @@ node_state() { sinfo -h -n "$(cat "$dir/nodename")" -o %t 2>/dev/null || true; }
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+accounting() { [ -f "$dir/slurmdbd.conf" ]; }
+
+# A private MariaDB server (its socket in DIR, no network; slurmdbd runs as root and logs in as root
+# through the socket) and slurmdbd on top of it; the cluster is added to the accounting database before
+# slurmctld starts.
+start_accounting() {
+    local socket=${BATON_MARIADB_SOCKET:-$dir/mariadb.sock}
+    if [ -z "${BATON_MARIADB_SOCKET:-}" ] && ! pid_alive "$dir/mariadb.pid"; then
+        [ -d "$dir/mariadb/mysql" ] || mariadb-install-db --no-defaults --user=root --datadir="$dir/mariadb" \
+            --skip-test-db >"$dir/mariadb-install.log" 2>&1 || die "mariadb-install-db failed; see $dir/mariadb-install.log"
+        setsid mariadbd --no-defaults --user=root --datadir="$dir/mariadb" --socket="$dir/mariadb.sock" \
+            --skip-networking --pid-file="$dir/mariadb.pid" --log-error="$dir/mariadb.log" </dev/null >/dev/null 2>&1 &
+        for _ in $(seq 100); do [ -S "$dir/mariadb.sock" ] && break; sleep 0.2; done
+        [ -S "$dir/mariadb.sock" ] || die "MariaDB did not start; see $dir/mariadb.log"
+    fi
+    if ! pid_alive "$dir/slurmdbd.pid"; then
+        # The client library takes the socket from MYSQL_UNIX_PORT when the host is "localhost".
+        MYSQL_UNIX_PORT=$socket slurmdbd || die "slurmdbd did not start; see $dir/slurmdbd.log"
+    fi
+    for _ in $(seq 100); do
+        sacctmgr -n list cluster format=cluster >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+    sacctmgr -n list cluster format=cluster 2>/dev/null | grep -qw "$(cat "$dir/nodename")" ||
+        sacctmgr -i add cluster "$(cat "$dir/nodename")" >/dev/null || die "cannot add the cluster to slurmdbd"
+}
+
 write_config() {
     local node ctld_port slurmd_port srun_base hardware gres_types= node_gres=
     node=baton$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
@@ -64,8 +94,36 @@ write_config() {
     if [ "$(slurmd -V | awk '{split($2, v, "."); print v[1]}')" -ge 23 ]; then
         echo "CgroupPlugin=disabled" > "$dir/cgroup.conf"
     fi
+    local storage="AccountingStorageType=accounting_storage/none"
+    if [ "${BATON_SLURM_DBD:-0}" = 1 ]; then
+        command -v slurmdbd >/dev/null && { [ -n "${BATON_MARIADB_SOCKET:-}" ] || command -v mariadbd >/dev/null; } ||
+            die "BATON_SLURM_DBD=1 needs the slurmdbd and mariadb-server packages"
+        local dbd_port
+        dbd_port=$(free_port)
+        storage="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$dbd_port"
+        install -m 0600 /dev/null "$dir/slurmdbd.conf"
+        cat > "$dir/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+DbdAddr=127.0.0.1
+DbdHost=localhost
+DbdPort=$dbd_port
+SlurmUser=root
+DebugLevel=info
+LogFile=$dir/slurmdbd.log
+PidFile=$dir/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+DBD
+    fi
     if [ "${BATON_SLURM_GPU:-0}" = 1 ]; then
         gres_types="GresTypes=gpu"
+        # As sites that account GPUs do: jobs' TRES (sacct) then carry gres/gpu.
+        [ "${BATON_SLURM_DBD:-0}" = 1 ] && gres_types="$gres_types
+AccountingStorageTRES=gres/gpu"
         node_gres="Gres=gpu:1 "
         echo "NodeName=$node Name=gpu Count=1 File=/dev/null" > "$dir/gres.conf"
     fi
@@ -91,7 +149,7 @@ PlugStackConfig=$dir/plugstack.conf
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$storage
 JobCompType=jobcomp/none
 SwitchType=switch/none
 MpiDefault=none
@@ -119,6 +177,7 @@ start)
     : > "$dir/plugstack.conf"
     for line in "$@"; do printf '%s\n' "$line" >> "$dir/plugstack.conf"; done
     ensure_munge
+    if accounting; then start_accounting; fi
     if ! pid_alive "$dir/slurmctld.pid"; then
         slurmctld -i || die "slurmctld did not start; see $dir/slurmctld.log"
     fi
@@ -141,7 +200,7 @@ stop)
             sleep 0.1
         done
     fi
-    for daemon in slurmd slurmctld; do
+    for daemon in slurmd slurmctld slurmdbd mariadb; do
         pidfile=$dir/$daemon.pid
         pid_alive "$pidfile" || continue
         pid=$(cat "$pidfile")

@@ -182,6 +182,9 @@ void HttpApi::routes()
                 reply(response, error.status, Json { { "error", error.what() } });
             } catch (const std::invalid_argument& error) {
                 reply(response, 400, Json { { "error", error.what() } });
+            } catch (const Json::type_error& error) { // a member of the body of another type
+                reply(response, 400,
+                    Json { { "error", std::string("malformed request body: ") + error.what() } });
             } catch (const db::DbError& error) {
                 metrics_.dbErrors().Increment();
                 logError(std::string("request ") + request.method + " " + request.path + ": " + error.what());
@@ -279,8 +282,8 @@ void HttpApi::routes()
                 std::int64_t value = -1;
                 const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
                 if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > max)
-                    throw std::invalid_argument(std::string("'") + key + "' must be a whole number 0.."
-                        + std::to_string(max));
+                    throw std::invalid_argument(
+                        std::string("'") + key + "' must be a whole number 0.." + std::to_string(max));
                 return value;
             };
             constexpr std::int64_t maxPage = 1000;
@@ -371,7 +374,8 @@ void HttpApi::routes()
             {
                 const std::lock_guard lock(submittingMutex_);
                 if (submitting_[caller.uid] >= maxSubmittingPerUser)
-                    throw HttpError(429, "you have " + std::to_string(maxSubmittingPerUser)
+                    throw HttpError(429,
+                        "you have " + std::to_string(maxSubmittingPerUser)
                             + " chain submissions in progress; try again when they are done");
                 ++submitting_[caller.uid];
             }
@@ -401,22 +405,26 @@ void HttpApi::routes()
                     owned.begin(), owned.end(), [](const ChainRow& c) { return !isTerminal(c.state); });
                 if (live >= config_.maxLiveChainsPerUser)
                     throw HttpError(429,
-                        "you have " + std::to_string(live) + " live chains, the most this service allows per user");
+                        "you have " + std::to_string(live)
+                            + " live chains, the most this service allows per user");
             }
             ChainRow chain;
             {
                 db::Transaction transaction(*lease);
                 chain = store.createChain(caller.uid, caller.userName, name, std::nullopt, spec);
                 if (existing) { // an ended chain of that name starts over, after every seq it used
-                    const auto seq = store.restart(*existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
+                    const auto seq = store.restart(
+                        *existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
                     if (!seq)
                         throw exists(*store.chain(existing->id));
                     chain.seq = *seq;
                 }
                 // Two requests for one name (a retry, a double click) record one intent: the second is
                 // refused here instead of submitting a second first job.
-                if (!store.recordIntent(chain.id, chain.seq, Provisioner::submissionKey(chain, chain.seq), "first"))
-                    throw HttpError(409, "chain " + caller.userName + "/" + name + " is being submitted already");
+                if (!store.recordIntent(
+                        chain.id, chain.seq, Provisioner::submissionKey(chain, chain.seq), "first"))
+                    throw HttpError(
+                        409, "chain " + caller.userName + "/" + name + " is being submitted already");
                 transaction.commit();
             }
             Provisioner provisioner(config_, store, cluster_, metrics_, nullptr, nullptr);
@@ -501,11 +509,13 @@ void HttpApi::routes()
                         refuse();
                     ChainRow restarted = chain;
                     restarted.seq = *seq;
-                    if (!store.recordIntent(chain.id, *seq, Provisioner::submissionKey(restarted, *seq), "restart"))
+                    if (!store.recordIntent(
+                            chain.id, *seq, Provisioner::submissionKey(restarted, *seq), "restart"))
                         refuse();
                 } else {
                     // A live one gets its next job now.
-                    if (chain.state != ChainState::Running && !store.transition(chain, event, "resubmitted" + by))
+                    if (chain.state != ChainState::Running
+                        && !store.transition(chain, event, "resubmitted" + by))
                         refuse();
                     store.setResubmitRequested(chain.id, true);
                 }

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <limits>
+#include <optional>
+#include <string>
 
 namespace baton::trace {
 
@@ -41,7 +43,16 @@ Number number(const json& value)
         return { false, static_cast<std::int64_t>(d) };
     }
     if (value.is_object()) {
-        if (!value.value("set", true) || value.value("infinite", false))
+        auto flag = [&](const char* key, bool absent) -> std::optional<bool> {
+            auto it = value.find(key);
+            if (it == value.end())
+                return absent;
+            return it->is_boolean() ? std::optional<bool>(it->get<bool>()) : std::nullopt;
+        };
+        const auto set = flag("set", true), infinite = flag("infinite", false);
+        if (!set || !infinite)
+            return { true, std::nullopt };
+        if (!*set || *infinite)
             return {};
         if (auto it = value.find("number"); it != value.end())
             return number(*it);
@@ -58,6 +69,13 @@ Number numberAt(const json& object, const char* key)
         return {};
     auto it = object.find(key);
     return it == object.end() ? Number {} : number(*it);
+}
+
+// A string member, or "" when it is absent or anything else (22.05 writes "name": null in TRES lists).
+std::string stringAt(const json& object, const char* key)
+{
+    auto it = object.find(key);
+    return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // A string, or the first string of an array (newer Slurm reports states as lists).
@@ -80,8 +98,8 @@ bool tresCounts(const json& list, std::optional<std::int64_t>& cpus, std::int64_
     for (const auto& entry : list) {
         if (!entry.is_object())
             return false;
-        const auto type = entry.value("type", std::string());
-        const auto name = entry.value("name", std::string());
+        const auto type = stringAt(entry, "type");
+        const auto name = stringAt(entry, "name");
         const bool cpu = type == "cpu";
         const bool gpu = type == "gres" && (name == "gpu" || name.starts_with("gpu:"));
         if (!cpu && !gpu)
@@ -362,7 +380,13 @@ const char* SacctJsonReader::rowToJob(TraceJob& job)
     }
     captureObject(object_);
     json object = json::parse(object_, nullptr, false);
-    return object.is_discarded() ? "malformed job object" : toJob(object, job);
+    if (object.is_discarded())
+        return "malformed job object";
+    try {
+        return toJob(object, job);
+    } catch (const json::exception&) { // a member of an unexpected type that toJob did not check
+        return "malformed job object";
+    }
 }
 
 } // namespace baton::trace

@@ -5,7 +5,10 @@
 # readers must know: completed, failed, cancelled while running, cancelled while pending, held, running,
 # an array job, a job asking for a GPU by --gres, a requeued job and a job whose node failed. Jobs are
 # nobody's; the chain comments have the form batond writes. Files are named after the release, e.g.
-# squeue_2411.json for Slurm 24.11. Run as root, on a machine (or clean root) with that Slurm installed.
+# squeue_2411.json for Slurm 24.11. Where slurmdbd and mariadb-server are installed, the cluster keeps
+# accounting and `sacct --json` of the same jobs is recorded too (sacct_2411.json; BATON_MARIADB_SOCKET
+# names another MariaDB server's socket to use, see deploy/local/slurm.sh). Run as root, on a machine
+# (or clean root) with that Slurm installed.
 #   tests/data/record-slurm-json.sh OUTDIR
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
@@ -14,7 +17,11 @@ out=$(realpath -m "$1")
 mkdir -p "$out"
 dir=$(mktemp -d /tmp/baton-record.XXXXXX)
 trap '"$tree/deploy/local/slurm.sh" stop "$dir" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
-BATON_SLURM_GPU=1 "$tree/deploy/local/slurm.sh" start "$dir" >/dev/null
+accounting=0
+if command -v slurmdbd >/dev/null && { [ -n "${BATON_MARIADB_SOCKET:-}" ] || command -v mariadbd >/dev/null; }; then
+    accounting=1
+fi
+BATON_SLURM_DBD=$accounting BATON_SLURM_GPU=1 "$tree/deploy/local/slurm.sh" start "$dir" >/dev/null
 . "$dir/env"
 node=$(cat "$dir/nodename")
 release=$(sinfo --version | awk '{print $2}')
@@ -76,6 +83,16 @@ squeue --json --all --states=all > "$out/squeue_$tag.json"
 # scontrol has --json from 23.02 on.
 scontrol --json show job > "$out/scontrol_job_$tag.json" 2>/dev/null || rm -f "$out/scontrol_job_$tag.json"
 sinfo --json > "$out/sinfo_$tag.json"
+if [ "$accounting" = 1 ]; then
+    # slurmctld hands job records to slurmdbd in the background: wait until the last one is there.
+    for _ in $(seq 60); do
+        sacct -n -X -a -j "$later" -o state 2>/dev/null | grep -q CANCELLED && break
+        sleep 0.5
+    done
+    sacct --json -a -S "$(date -d '-1 day' +%Y-%m-%dT%H:%M:%S)" > "$out/sacct_$tag.json"
+else
+    echo "record: no slurmdbd and mariadb-server here: sacct_$tag.json not recorded" >&2
+fi
 echo "record: Slurm $release: completed=$completed failed=$failed cancelled-running=$running node-failed=$lost" \
     "requeued=$requeued running=$live gpu=$gpu array=$array held=$held cancelled-pending=$later"
 ls -l "$out"/*_"$tag".json

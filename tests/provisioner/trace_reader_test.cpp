@@ -175,6 +175,85 @@ TEST(SacctJson, StreamsJobsOfOldAndNewSlurm)
     EXPECT_EQ(rejectedFor(summary, "malformed job object"), 1u);
 }
 
+// Real `sacct --json` output of Slurm 22.05 and 24.11 (tests/data/record-slurm-json.sh, one node with
+// accounting): completed, failed, cancelled while running, node-failed, requeued, running and a job
+// holding one GPU (--gres=gpu:1, AccountingStorageTRES=gres/gpu).
+void expectRecordedSacct(const ReadTrace& trace, const std::string& user)
+{
+    const auto& jobs = trace.jobs;
+    ASSERT_EQ(jobs.size(), 7u);
+    EXPECT_EQ(trace.summary.rowsRead, 7u);
+    const std::vector<std::string> names
+        = { "completed", "failed", "cancelled-running", "node-failed", "requeued", "running", "gpu" };
+    const std::vector<std::string> states
+        = { "COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "", "RUNNING", "RUNNING" };
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+        SCOPED_TRACE(names[i]);
+        EXPECT_EQ(jobs[i].jobId, static_cast<std::int64_t>(i + 1));
+        EXPECT_EQ(jobs[i].name, names[i]);
+        EXPECT_EQ(jobs[i].user, user);
+        EXPECT_EQ(jobs[i].partition, "debug");
+        EXPECT_EQ(jobs[i].nodes, 1);
+        EXPECT_EQ(jobs[i].cpus, 1);
+        if (!states[i].empty()) {
+            EXPECT_EQ(jobs[i].state, states[i]);
+        }
+        ASSERT_TRUE(jobs[i].waitSeconds());
+        EXPECT_GE(*jobs[i].waitSeconds(), 0);
+        EXPECT_LT(*jobs[i].waitSeconds(), 60);
+    }
+    // A partition without a limit: none; -t 10, -t 30 and -t 1:00:00 in minutes.
+    EXPECT_EQ(jobs[0].timeLimit, -1);
+    EXPECT_EQ(jobs[2].timeLimit, 600);
+    EXPECT_EQ(jobs[5].timeLimit, 1800);
+    EXPECT_EQ(jobs[6].timeLimit, 3600);
+    EXPECT_TRUE(jobs[0].end);
+    EXPECT_FALSE(jobs[5].end); // still running
+    EXPECT_EQ(jobs[6].gpus, 1);
+    EXPECT_EQ(jobs[0].gpus, 0);
+}
+
+TEST(SacctJson, ReadsTheRecorded2205Document)
+{
+    auto trace = readAs(dataFile("sacct_2205.json"), TraceFormat::SacctJson);
+    // 22.05 writes "user": null where the user has no association; the state is a string.
+    expectRecordedSacct(trace, "");
+    EXPECT_EQ(trace.jobs[4].state, "REQUEUED");
+}
+
+TEST(SacctJson, ReadsTheRecorded2411Document)
+{
+    auto trace = readAs(dataFile("sacct_2411.json"), TraceFormat::SacctJson);
+    expectRecordedSacct(trace, "nobody");
+    // 24.11 writes the state as a list (["PENDING", "REQUEUED"]), numbers as {set, infinite, number} and
+    // the exit code as an object; the failed job's return code is there.
+    EXPECT_EQ(trace.jobs[4].state, "PENDING");
+    EXPECT_EQ(trace.jobs[1].exitCode, 3);
+    EXPECT_EQ(trace.jobs[0].exitCode, 0);
+}
+
+// Members of unexpected types reject their job, never the import.
+TEST(SacctJson, MembersOfWrongTypesRejectTheirJobOnly)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "types.json";
+    std::ofstream(path) << R"({"jobs": [
+        {"job_id": 1, "allocation_nodes": {"set": "yes", "number": 1},
+         "time": {"submission": 1672531200, "start": 1672531260, "end": 1672531300}},
+        {"job_id": 2, "allocation_nodes": 1, "exit_code": {"return_code": {"infinite": 0, "number": 1}},
+         "time": {"submission": 1672531200, "start": 1672531260, "end": 1672531300}},
+        {"job_id": 3, "allocation_nodes": 1, "tres": {"allocated": [{"type": 7, "name": ["gpu"], "count": 1}]},
+         "state": {"current": 5}, "time": {"submission": 1672531200, "start": 1672531260, "end": 1672531300}}
+    ]})";
+    auto [jobs, summary] = readAs(path, TraceFormat::SacctJson);
+    ASSERT_EQ(jobs.size(), 1u);
+    EXPECT_EQ(jobs[0].jobId, 3);
+    EXPECT_EQ(jobs[0].gpus, 0);
+    EXPECT_EQ(jobs[0].state, "");
+    EXPECT_EQ(rejectedFor(summary, "bad node count"), 1u);
+    EXPECT_EQ(rejectedFor(summary, "bad exit code"), 1u);
+}
+
 TEST(SacctJson, TruncatedJsonIsAnError)
 {
     EXPECT_THROW(readAll(dataFile("sacct_truncated.json")), TraceError);
@@ -521,8 +600,10 @@ TEST(SlurmReaders, NameATimesFaultAlike)
     const std::vector<std::filesystem::path> files {
         write("faults.txt",
             "JobID|JobName|User|Submit|Start|End|Timelimit|NNodes|State|ExitCode\n"
-            "700|x|alice|2023-01-01T01:00:00|2023-01-01T00:30:00|2023-01-01T00:10:00|02:00:00|1|COMPLETED|0:0\n"
-            "701|y|alice|2023-01-01T01:00:00|2023-01-01T01:30:00|2023-01-01T02:10:00|02:00:00|1|COMPLETED|0:0\n"),
+            "700|x|alice|2023-01-01T01:00:00|2023-01-01T00:30:00|2023-01-01T00:10:00|02:00:00|1|COMPLETED|0:"
+            "0\n"
+            "701|y|alice|2023-01-01T01:00:00|2023-01-01T01:30:00|2023-01-01T02:10:00|02:00:00|1|COMPLETED|0:"
+            "0\n"),
         write("faults.json",
             R"({"jobs": [)"
             R"({"job_id": 700, "allocation_nodes": 1, "time": {"submission": 1672534800, "start": 1672533000, "end": 1672531800, "limit": 120}},)"

@@ -387,7 +387,9 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
     std::vector<int> statuses { one.get().status, two.get().status };
     std::sort(statuses.begin(), statuses.end());
     EXPECT_EQ(statuses, (std::vector<int> { 201, 409 })) << batond.log();
-    EXPECT_EQ(count("SELECT count(*) FROM submissions s JOIN chains c ON c.id = s.chain_id WHERE c.name = 'twice'"), 1);
+    EXPECT_EQ(
+        count("SELECT count(*) FROM submissions s JOIN chains c ON c.id = s.chain_id WHERE c.name = 'twice'"),
+        1);
 
     const auto liveJobs = [] {
         const auto queue = run({ "squeue", "-h", "-u", "nobody", "-t", "PENDING,RUNNING", "-o", "%k" }, 60s);
@@ -396,14 +398,20 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
     ASSERT_TRUE(waitFor([&] { return liveJobs() == 1; }, 60s));
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody).status, 200);
     EXPECT_TRUE(waitFor([&] { return liveJobs() == 0; }, 60s)) << batond.log();
-    EXPECT_TRUE(waitFor([&] { return count("SELECT count(*) FROM chains WHERE name = 'twice' AND withdraw_jobs") == 0; }, 60s));
+    EXPECT_TRUE(waitFor(
+        [&] { return count("SELECT count(*) FROM chains WHERE name = 'twice' AND withdraw_jobs") == 0; },
+        60s));
 
     // Submitted again by name: seq 1 (its job 0 holds seq 0), and its row is written like any other.
     const Reply again = submitChain(port, "twice", 100000);
     ASSERT_EQ(again.status, 201) << again.body << batond.log();
     EXPECT_EQ(again.json()["chain"]["seq"], 1) << again.body;
-    EXPECT_TRUE(waitFor([&] { return count("SELECT count(*) FROM jobs j JOIN chains c ON c.id = j.chain_id"
-                                           " WHERE c.name = 'twice' AND j.restart_count = 1") == 1; },
+    EXPECT_TRUE(waitFor(
+        [&] {
+            return count("SELECT count(*) FROM jobs j JOIN chains c ON c.id = j.chain_id"
+                         " WHERE c.name = 'twice' AND j.restart_count = 1")
+                == 1;
+        },
         60s))
         << batond.log();
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody).status, 200);
@@ -412,6 +420,13 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
     // Names outside the one rule of plugin and service.
     for (const std::string& name : { std::string("-dash"), std::string(".hidden"), std::string(129, 'a') })
         EXPECT_EQ(submitChain(port, name, 10).status, 400) << name;
+    // Members of another type than the contract's: 400 with the reason, not a server error.
+    for (const char* body : { R"({"name": 5, "script": "#!/bin/sh", "workdir": "/tmp"})",
+             R"({"name": "typed", "script": ["#!/bin/sh"], "workdir": "/tmp"})" }) {
+        const Reply typed = signedRequest(port, "POST", "/v1/chains", body, nobody);
+        EXPECT_EQ(typed.status, 400) << body << " -> " << typed.body;
+        EXPECT_TRUE(typed.json().contains("error")) << typed.body;
+    }
     const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
     EXPECT_NE(metrics.body.find("baton_chain_errors_total{reason=\"job_row\"} 0"), std::string::npos)
         << metrics.body;
