@@ -18,14 +18,61 @@ fi
 
 # nvcc is not on PATH by default where the CUDA toolkit is installed; the build uses it when found.
 if [ -x /usr/local/cuda/bin/nvcc ]; then PATH=$PATH:/usr/local/cuda/bin; fi
-
 builddir=${BATON_BUILD_DIR:-build}
+
+# The other release runs in a clean root (deploy/local/debian-root.sh) with no CUDA toolkit, so its
+# build is also the test of the host-only build. Its preparation (debootstrap, dependencies) and its
+# build run in the background at the lowest CPU priority while this machine builds and tests, on time
+# the suites here leave idle; its suites run last, alone. The whole test command in that root, pg and
+# e2e included: `deploy/local/debian-root.sh 13 /var/cache/baton/trixie`.
+other=none
+if [ $# -eq 0 ] && [ "$(id -u)" -eq 0 ]; then
+    other=${BATON_OTHER_RELEASE:-$(. /etc/os-release && case "${VERSION_ID:-}" in 12) echo 13 ;; 13) echo 12 ;; *) echo none ;; esac)}
+fi
+case "$other" in
+    12) codename=bookworm ;;
+    13) codename=trixie ;;
+    none) ;;
+    *) echo "test.sh: BATON_OTHER_RELEASE must be 12, 13 or none, not '$other'" >&2; exit 2 ;;
+esac
+if [ "$other" != none ]; then
+    other_root=${BATON_OTHER_ROOT:-/var/cache/baton/$codename}
+    other_logs=$builddir-debian$other-logs
+    mkdir -p "$other_logs"
+    # The root's build directory: benchmarks left out, for time (the whole test command builds them).
+    other_build="env BATON_BUILD_DIR=build-check"
+    background_step() { # background_step NAME COMMAND...: runs in the root, output in $other_logs/NAME.log
+        local name=$1
+        shift
+        if ! nice -n 19 deploy/local/debian-root.sh "$other" "$other_root" "$@" >"$other_logs/$name.log" 2>&1; then
+            tail -n 60 "$other_logs/$name.log" >&2
+            echo "test.sh: Debian $other ($codename): $name failed; the log is $other_logs/$name.log" >&2
+            return 1
+        fi
+    }
+    # Should this script stop early, a step under way goes on to its end (and unmounts what it mounted).
+    trap '[ -z "${other_job:-}" ] || ! kill -0 "$other_job" 2>/dev/null ||
+        echo "test.sh: the Debian $other step goes on in the background; its log is in $other_logs" >&2' EXIT
+    echo "test.sh: preparing Debian $other ($codename) in a clean root at $other_root, in the background"
+    background_step prepare deploy/bootstrap.sh &
+    other_job=$!
+fi
+
 if [ -f "$builddir/build.ninja" ]; then
     meson setup --reconfigure "$builddir" >/dev/null
 else
     meson setup "$builddir"
 fi
 meson compile -C "$builddir"
+
+if [ "$other" != none ]; then
+    wait "$other_job"
+    echo "test.sh: building Debian $other ($codename) in its root, in the background"
+    background_step build $other_build bash -c \
+        '[ -f "$BATON_BUILD_DIR/build.ninja" ] || meson setup "$BATON_BUILD_DIR" -Dbench=false; meson compile -C "$BATON_BUILD_DIR"' &
+    other_job=$!
+fi
+
 meson test -C "$builddir" --print-errorlogs "$@"
 
 # The trace readers parse untrusted files: their tests run once more under UBSan, so that a signed
@@ -40,26 +87,15 @@ if [ $# -eq 0 ]; then
         meson test -C "$ubsandir" --no-rebuild --print-errorlogs trace_reader_test
 fi
 
-# The other release, in a clean root (deploy/local/debian-root.sh): there the build has no CUDA
-# toolkit, so it is also the host-only build's test. Its pg and e2e suites run with
-# `deploy/local/debian-root.sh 13 /var/cache/baton/trixie` (the whole test command).
-other=none
-if [ $# -eq 0 ] && [ "$(id -u)" -eq 0 ]; then
-    other=${BATON_OTHER_RELEASE:-$(. /etc/os-release && case "${VERSION_ID:-}" in 12) echo 13 ;; 13) echo 12 ;; *) echo none ;; esac)}
+if [ "$other" != none ]; then
+    wait "$other_job"
+    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites"
+    other_job=
+    deploy/local/debian-root.sh "$other" "$other_root" $other_build deploy/test.sh --suite unit --suite slurm
 fi
-case "$other" in
-    12 | 13)
-        codename=$([ "$other" = 12 ] && echo bookworm || echo trixie)
-        echo "test.sh: Debian $other ($codename) in a clean root: werror build, unit and slurm suites"
-        deploy/local/debian-root.sh "$other" "${BATON_OTHER_ROOT:-/var/cache/baton/$codename}" \
-            deploy/test.sh --suite unit --suite slurm
-        ;;
-    none) ;;
-    *) echo "test.sh: BATON_OTHER_RELEASE must be 12, 13 or none, not '$other'" >&2; exit 2 ;;
-esac
 
-# Where nvcc made a CUDA build and the other release did not run, the host-only build (what a machine
-# without CUDA gets) is tested here.
+# Where nvcc made a CUDA build and no other release ran, the host-only build (what a machine without
+# CUDA gets) is tested here.
 if [ $# -eq 0 ] && [ "$other" = none ] && grep -q 'BATON_HAVE_CUDA 1' "$builddir/baton_version.h"; then
     hostdir=$builddir-host
     [ -f "$hostdir/build.ninja" ] || meson setup "$hostdir" -Dcuda=disabled -Dbench=false

@@ -58,7 +58,10 @@ done
     [ -e "$stage/$f" ] || [ -L "$stage/$f" ] || rm -f "$root/src/$f"
 done
 rm -rf "$stage"
+# This machine's name resolution: its own host name too (Slurm looks it up; a root without it asks the
+# name server, and where that does not answer every lookup stalls slurmctld for seconds).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp /etc/hosts "$root/etc/hosts"
 
 mounted=()
 mount_in() { # mount_in TARGET MOUNT-ARGS...

@@ -11,7 +11,9 @@
 #       that a job asking for --gres=gpu:1 is scheduled on a machine without GPUs.
 #       With BATON_SLURM_DBD=1 the cluster keeps accounting, so that sacct answers: a private MariaDB
 #       server and slurmdbd run in DIR too (needs the mariadb-server and slurmdbd packages). With
-#       BATON_MARIADB_SOCKET=PATH as well, slurmdbd uses the MariaDB server of that socket instead.
+#       BATON_MARIADB_SOCKET=PATH as well, slurmdbd uses the MariaDB server of that socket instead:
+#       Debian 13's slurmdbd (24.11.5) stops at its first query to Debian 13's MariaDB 11.8 ("5027
+#       Number of columns in result ... exceeds"), and works against MariaDB 10.11 (Debian 12's).
 #   slurm.sh stop DIR      cancel this cluster's jobs and stop the daemons it started
 #   slurm.sh status DIR    exit 0 if the node of DIR is up
 set -euo pipefail
