@@ -229,11 +229,15 @@ nlohmann::json optionalNumber(const std::optional<std::uint64_t>& value)
 
 } // namespace
 
-// A staging pool allocated ahead, on a thread of its own (prepareStaging), for the next checkpoint to
-// take over. Start and take are called under the checkpointer's mutex, so they never overlap.
+// A staging pool allocated ahead (prepareStaging), on a thread of the copy pool, for the next checkpoint
+// to take over: the training thread only posts the task. Start and take are called under the
+// checkpointer's mutex, so they never overlap; take only with no checkpoint in flight, when no copy task
+// waits for that mutex: a worker is then free to finish the allocation it waits for.
 class StagingReserve {
 public:
-    StagingReserve() = default;
+    explicit StagingReserve(ThreadPool& pool)
+        : allocation_(pool)
+    { }
     StagingReserve(const StagingReserve&) = delete;
     StagingReserve& operator=(const StagingReserve&) = delete;
     ~StagingReserve()
@@ -249,15 +253,13 @@ public:
         std::lock_guard lock(mutex_);
         if (allocating_ || capacity_ >= bytes)
             return;
-        if (thread_.joinable())
-            thread_.join(); // the last reservation has finished: its thread only returns
         if (pool_ != nullptr)
             backend.freeStaging(pool_, capacity_);
         pool_ = nullptr;
         capacity_ = 0;
         backend_ = &backend;
         allocating_ = true;
-        thread_ = std::thread([this, bytes] {
+        allocation_.post([this, bytes] {
             std::byte* pool = nullptr;
             try {
                 pool = backend_->allocateStaging(bytes);
@@ -274,15 +276,14 @@ public:
     // Waits for an allocation under way and hands over its pool (null, 0 when there is none).
     std::pair<std::byte*, std::size_t> take()
     {
-        if (thread_.joinable())
-            thread_.join();
+        allocation_.wait();
         std::lock_guard lock(mutex_);
         return { std::exchange(pool_, nullptr), std::exchange(capacity_, 0) };
     }
 
 private:
     std::mutex mutex_;
-    std::thread thread_;
+    TaskGroup allocation_;
     DeviceBackend* backend_ = nullptr;
     std::byte* pool_ = nullptr;
     std::size_t capacity_ = 0;
@@ -400,7 +401,7 @@ struct Checkpointer::Impl {
     ThreadPool pool;
     std::byte* staging = nullptr;
     std::size_t stagingCapacity = 0;
-    StagingReserve reserve; // after `backend`: destroyed before it
+    StagingReserve reserve { pool }; // after `backend` and `pool`: destroyed before them
     bool stagingPrepared = false; // prepareStaging() ran for the regions registered now
 
     mutable std::mutex mutex;
