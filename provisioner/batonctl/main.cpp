@@ -5,6 +5,7 @@
 #include "errors.hpp"
 #include "trace_reader.hpp"
 
+#include <csignal>
 #include <iostream>
 #include <vector>
 
@@ -28,6 +29,9 @@ void printUsage(std::ostream& out)
 int main(int argc, char** argv)
 {
     using namespace baton::ctl;
+    // batond may close a connection before reading a whole request (a body over its limit): the write
+    // must fail with EPIPE and be reported, not kill batonctl silently.
+    std::signal(SIGPIPE, SIG_IGN);
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty()) {
         printUsage(std::cerr);
