@@ -29,6 +29,7 @@ if [ ! -f "$root/.baton-root" ]; then
     command -v debootstrap >/dev/null || { apt-get update -q && apt-get install -y -q debootstrap; }
     mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
     rm -rf "$root.partial"
+    mkdir -p "$(dirname "$root")"
     debootstrap --variant=minbase "$codename" "$root.partial" "$mirror"
     # Packages must not start their services in the root: the tests start their own.
     printf '#!/bin/sh\nexit 101\n' > "$root.partial/usr/sbin/policy-rc.d"
