@@ -866,10 +866,7 @@ Checkpointer::Checkpointer(Options options)
     impl_ = std::move(impl);
     if (impl_->options.stagingBytes > 0)
         impl_->ensureStaging(impl_->options.stagingBytes);
-    impl_->persister = std::thread([impl = impl_.get()] {
-        markBackgroundThread();
-        impl->persistLoop();
-    });
+    impl_->persister = std::thread([impl = impl_.get()] { impl->persistLoop(); });
 }
 
 Checkpointer::~Checkpointer()

@@ -1,16 +1,6 @@
 #include "thread_pool.hpp"
 
-#include <sched.h>
-
 namespace baton::ckpt {
-
-void markBackgroundThread() noexcept
-{
-#ifdef SCHED_BATCH
-    sched_param param {};
-    (void)::sched_setscheduler(0, SCHED_BATCH, &param); // on Linux: this thread only; best effort
-#endif
-}
 
 ThreadPool::ThreadPool(unsigned threads)
 {
@@ -57,7 +47,6 @@ void ThreadPool::runAll(std::vector<std::function<void()>> tasks)
 
 void ThreadPool::work()
 {
-    markBackgroundThread();
     for (;;) {
         std::function<void()> task;
         {

@@ -10,12 +10,6 @@
 
 namespace baton::ckpt {
 
-// Makes the calling thread background work of the checkpointer (Linux SCHED_BATCH, the same niceness):
-// waking it no longer preempts the training thread on its core, so posting copies or persisting cannot
-// hold the training thread up for a time slice; over time the thread still gets its fair share of CPU.
-void markBackgroundThread() noexcept;
-
-// Its workers are background threads (markBackgroundThread).
 class ThreadPool {
 public:
     explicit ThreadPool(unsigned threads);
