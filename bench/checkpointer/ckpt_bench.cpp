@@ -49,11 +49,6 @@ double since(Clock::time_point start)
 class Distribution {
 public:
     void add(double value) { values_.push_back(value); }
-    void add(const Distribution& other)
-    {
-        values_.insert(values_.end(), other.values_.begin(), other.values_.end());
-    }
-    bool empty() const { return values_.empty(); }
     double median() const
     {
         if (values_.empty())
