@@ -8,9 +8,11 @@
 # install what they need inside the root. Run as root.
 #   deploy/local/debian-root.sh 12|13 DIR [COMMAND ARG...]     (default command: deploy/test.sh)
 # e.g. deploy/local/debian-root.sh 13 /var/cache/baton/trixie deploy/test.sh --suite unit
+# Exit status: the command's; 77 where this machine cannot host the root (debootstrap or a mount refused).
 set -euo pipefail
 
 die() { echo "debian-root: $*" >&2; exit 1; }
+cannot_host() { echo "debian-root: this machine cannot host a clean root: $*" >&2; exit 77; }
 
 [ $# -ge 2 ] || die "usage: $0 12|13 DIR [COMMAND ARG...]"
 [ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot, mount)"
@@ -27,10 +29,11 @@ tree=$(cd "$(dirname "$0")/../.." && pwd)
 
 if [ ! -f "$root/.baton-root" ]; then
     command -v debootstrap >/dev/null || { apt-get update -q && apt-get install -y -q debootstrap; }
-    mirror=$(debian_mirror) || die "cannot find the Debian mirror in the apt sources"
+    mirror=$(debian_mirror) || cannot_host "no Debian mirror in the apt sources"
     rm -rf "$root.partial"
     mkdir -p "$(dirname "$root")"
-    debootstrap --variant=minbase "$codename" "$root.partial" "$mirror"
+    debootstrap --variant=minbase "$codename" "$root.partial" "$mirror" ||
+        cannot_host "debootstrap $codename from $mirror failed (its log: $root.partial/debootstrap/debootstrap.log)"
     # Packages must not start their services in the root: the tests start their own.
     printf '#!/bin/sh\nexit 101\n' > "$root.partial/usr/sbin/policy-rc.d"
     chmod 0755 "$root.partial/usr/sbin/policy-rc.d"
@@ -40,14 +43,24 @@ if [ ! -f "$root/.baton-root" ]; then
 fi
 [ "$(cat "$root/.baton-root")" = "$codename" ] || die "$root holds $(cat "$root/.baton-root"), not $codename"
 
-# The source tree: tracked and untracked-but-not-ignored files. Only files whose content changed are
-# written (and so get a new time): the build directories under /src then rebuild what they feed, also
-# when the host's copy is older than objects built from the previous copy.
+# The source tree: tracked and untracked-but-not-ignored files (every file but .git and build
+# directories where the tree is no git checkout). The checkout may belong to another user (a CI clone):
+# git is told that this one is safe. Only files whose content changed are written (and so get a new
+# time): the build directories under /src then rebuild what they feed, also when the host's copy is
+# older than objects built from the previous copy.
+source_files() { # NUL-separated, relative to $tree
+    local git=(git -C "$tree" -c safe.directory="$(cd "$tree" && pwd -P)")
+    if "${git[@]}" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        "${git[@]}" ls-files -z -co --exclude-standard
+    else
+        (cd "$tree" && find . \( -path ./.git -o -path './build*' \) -prune -o ! -type d -print0)
+    fi
+}
 mkdir -p "$root/src"
 stage=$root/.src-stage
 rm -rf "$stage"
 mkdir -p "$stage"
-(cd "$tree" && git ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$stage"
+source_files | (cd "$tree" && tar --null -T - -cf -) | tar -xf - -C "$stage"
 (cd "$stage" && find . ! -type d -print0) | while IFS= read -r -d '' f; do
     if ! cmp -s "$stage/$f" "$root/src/$f"; then
         mkdir -p "$(dirname "$root/src/$f")"
@@ -69,7 +82,7 @@ mount_in() { # mount_in TARGET MOUNT-ARGS...
     local target=$root/$1
     shift
     mkdir -p "$target"
-    mount "$@" "$target"
+    mount "$@" "$target" || cannot_host "mount $* $target refused"
     mounted=("$target" "${mounted[@]}")
 }
 cleanup() {
