@@ -27,11 +27,27 @@ shift 2
 tree=$(cd "$(dirname "$0")/../.." && pwd)
 . "$tree/deploy/debian-mirror.sh"
 
+# One run at a time in a root; holding the lock, whatever is mounted or running in the root was left by a
+# run that was killed before its clean-up, and goes.
+mkdir -p "$(dirname "$root")"
+exec 9>"$root.lock"
+flock -n 9 || die "another run is using $root (it holds $root.lock)"
+release_root() { # ends every process in the root and unmounts everything under it
+    local pid target
+    for pid in /proc/[0-9]*; do
+        [ "$(readlink "$pid/root" 2>/dev/null)" = "$root" ] && kill -9 "${pid#/proc/}" 2>/dev/null
+    done
+    findmnt -rn -o TARGET | grep -q -F "$root/" && sleep 1
+    findmnt -rn -o TARGET | grep -F "$root/" | sort -r | while read -r target; do
+        umount "$target" 2>/dev/null || umount -l "$target" || true
+    done
+}
+release_root
+
 if [ ! -f "$root/.baton-root" ]; then
     command -v debootstrap >/dev/null || { apt-get update -q && apt-get install -y -q debootstrap; }
     mirror=$(debian_mirror) || cannot_host "no Debian mirror in the apt sources"
     rm -rf "$root.partial"
-    mkdir -p "$(dirname "$root")"
     debootstrap --variant=minbase "$codename" "$root.partial" "$mirror" ||
         cannot_host "debootstrap $codename from $mirror failed (its log: $root.partial/debootstrap/debootstrap.log)"
     # Packages must not start their services in the root: the tests start their own.
@@ -77,23 +93,13 @@ rm -rf "$stage"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 cp /etc/hosts "$root/etc/hosts"
 
-mounted=()
 mount_in() { # mount_in TARGET MOUNT-ARGS...
     local target=$root/$1
     shift
     mkdir -p "$target"
     mount "$@" "$target" || cannot_host "mount $* $target refused"
-    mounted=("$target" "${mounted[@]}")
 }
-cleanup() {
-    local pid
-    for pid in /proc/[0-9]*; do
-        [ "$(readlink "$pid/root" 2>/dev/null)" = "$root" ] && kill -9 "${pid#/proc/}" 2>/dev/null
-    done
-    sleep 1
-    for target in "${mounted[@]}"; do umount -R "$target" 2>/dev/null || umount -lR "$target" || true; done
-}
-trap cleanup EXIT
+trap release_root EXIT
 mount_in proc -t proc proc
 mount_in sys -t sysfs sysfs
 # The host's cgroup hierarchy (a fresh sysfs has none mounted): Slurm 22.05's slurmd (Debian 12) will not
