@@ -25,30 +25,12 @@ action=$1
 dir=$(realpath -m -- "$2")
 shift 2
 
+. "$(dirname "$0")/slurm-common.sh"
+
 conf=$dir/slurm.conf
 export SLURM_CONF=$conf
 
-free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-ensure_munge() {
-    if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then return; fi
-    [ -r /etc/munge/munge.key ] || die "no /etc/munge/munge.key (run deploy/bootstrap.sh)"
-    install -d -o munge -g munge -m 0755 /run/munge
-    # Two clusters starting at once both find no munged: the second's fails on the socket lock, and the
-    # first's answers for both.
-    runuser -u munge -- /usr/sbin/munged 2>/dev/null || true
-    for _ in $(seq 50); do
-        munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return
-        sleep 0.1
-    done
-    die "munged did not start or does not answer"
-}
-
 node_state() { sinfo -h -n "$(cat "$dir/nodename")" -o %t 2>/dev/null || true; }
-
-pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 accounting() { [ -f "$dir/slurmdbd.conf" ]; }
 
@@ -78,24 +60,14 @@ start_accounting() {
 }
 
 write_config() {
-    local node ctld_port slurmd_port srun_base hardware gres_types= node_gres=
+    local node ctld_port slurmd_port hardware gres_types= node_gres=
     node=baton$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
-    # srun's own listening ports: a window of this cluster's, below the kernel's ephemeral range, so that
-    # a reply that another private cluster on this machine sends to a port it once used never reaches
-    # this cluster's srun.
-    srun_base=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 120 * 100 ))
-    # The node's real shape, so that slurmd does not drain itself for "low resources".
-    hardware=$(slurmd -C | head -n1 | tr ' ' '\n' | grep -E '^(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=' | tr '\n' ' ')
+    hardware=$(node_hardware)
     mkdir -p "$dir/state" "$dir/spool"
     echo "$node" > "$dir/nodename"
-    # Slurm 24.x's slurmd sets up cgroups even with proctrack/linuxproc and task/none, and refuses the
-    # hybrid v1 hierarchy of some hosts and clean roots: this test cluster confines nothing, so it turns
-    # them off (22.05 does not know the value, and does not need it).
-    if [ "$(slurmd -V | awk '{split($2, v, "."); print v[1]}')" -ge 23 ]; then
-        echo "CgroupPlugin=disabled" > "$dir/cgroup.conf"
-    fi
+    write_cgroup_conf "$dir"
     local storage="AccountingStorageType=accounting_storage/none"
     if [ "${BATON_SLURM_DBD:-0}" = 1 ]; then
         command -v slurmdbd >/dev/null && { [ -n "${BATON_MARIADB_SOCKET:-}" ] || command -v mariadbd >/dev/null; } ||
@@ -134,34 +106,12 @@ ClusterName=$node
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
-SrunPortRange=$srun_base-$((srun_base + 99))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-StateSaveLocation=$dir/state
+SrunPortRange=$(srun_port_range)
 SlurmdSpoolDir=$dir/spool
-SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
-SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-PlugStackConfig=$dir/plugstack.conf
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+$(common_slurm_conf "$dir")
 $storage
-JobCompType=jobcomp/none
-SwitchType=switch/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-KillWait=5
-MinJobAge=600
-InactiveLimit=0
 $gres_types
 NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 ${hardware}${node_gres}State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
@@ -176,8 +126,7 @@ start)
     mkdir -p "$dir"
     chmod 0755 "$dir" # every user of the cluster reads slurm.conf (a caller's temporary dir is 0700)
     [ -f "$conf" ] || write_config
-    : > "$dir/plugstack.conf"
-    for line in "$@"; do printf '%s\n' "$line" >> "$dir/plugstack.conf"; done
+    write_plugstack "$dir" "$@"
     ensure_munge
     if accounting; then start_accounting; fi
     if ! pid_alive "$dir/slurmctld.pid"; then
