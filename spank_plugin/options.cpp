@@ -9,7 +9,7 @@ namespace baton::spank {
 
 namespace {
 
-enum OptionId { OptBaton = 1, OptDir, OptOverhead, OptMargin };
+enum OptionId { OptBaton = 1, OptDir, OptOverhead, OptMargin, OptHandoverWait };
 
 int onOption(int id, const char* optarg, int remote)
 {
@@ -23,7 +23,8 @@ int onOption(int id, const char* optarg, int remote)
     const char* name = id == OptBaton ? "--baton"
         : id == OptDir                ? "--baton-dir"
         : id == OptOverhead           ? "--baton-overhead"
-                                      : "--baton-margin";
+        : id == OptMargin             ? "--baton-margin"
+                                      : "--baton-handover-wait";
     try {
         switch (id) {
         case OptBaton:
@@ -40,6 +41,9 @@ int onOption(int id, const char* optarg, int remote)
             break;
         case OptMargin:
             options.marginSeconds = parseMarginSeconds(value);
+            break;
+        case OptHandoverWait:
+            options.handoverWaitSeconds = parseHandoverWaitSeconds(value);
             break;
         default:
             return -1;
@@ -67,6 +71,12 @@ struct spank_option optionTable[] = {
     { const_cast<char*>("baton-margin"), const_cast<char*>("SECONDS"),
         const_cast<char*>("Commit the final checkpoint this many seconds before the job's end time."), 1,
         OptMargin, onOption },
+    // batond gives 0 to a successor that it submits after its predecessor ended: no final checkpoint
+    // can come any more (a node that failed, a job that crashed).
+    { const_cast<char*>("baton-handover-wait"), const_cast<char*>("SECONDS"),
+        const_cast<char*>("How long a successor waits for its predecessor's final checkpoint before it "
+                          "restores (default: plugstack handover_wait; 0: no wait)."),
+        1, OptHandoverWait, onOption },
     SPANK_OPTIONS_TABLE_END,
 };
 

@@ -17,6 +17,7 @@ struct BatonOptions {
     std::optional<std::string> dir; // --baton-dir=PATH, normalized
     std::optional<double> overheadPercent;
     std::optional<int> marginSeconds;
+    std::optional<int> handoverWaitSeconds; // --baton-handover-wait, over plugstack handover_wait
 };
 
 // The process's plugin state: set up by slurm_spank_init, filled by the option callbacks.

@@ -325,6 +325,7 @@ void prepareStep(spank_t sp)
     }
     state.deadline = jobEndTime(sp, state.jobId);
     const BatonOptions& options = batonOptions();
+    const int handoverWait = options.handoverWaitSeconds.value_or(config.handoverWaitSeconds);
     const bool set = setJobEnv(sp, contract::kChainVar, state.location.chain)
         && setJobEnv(sp, contract::kChainDirVar, state.location.dir)
         && setJobEnv(sp, contract::kJobIdVar, std::to_string(state.jobId))
@@ -336,8 +337,8 @@ void prepareStep(spank_t sp)
             formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
         && setJobEnv(sp, contract::kKeepVar, std::to_string(config.keep))
         // Only a successor can have a predecessor still writing its final checkpoint.
-        && (state.restartCount == 0 || config.handoverWaitSeconds == 0
-            || setJobEnv(sp, contract::kHandoverWaitVar, std::to_string(config.handoverWaitSeconds)))
+        && (state.restartCount == 0 || handoverWait == 0
+            || setJobEnv(sp, contract::kHandoverWaitVar, std::to_string(handoverWait)))
         && (config.url.empty() || setJobEnv(sp, contract::kProvisionerUrlVar, config.url));
     if (!set) {
         throw std::runtime_error("cannot set the BATON_* environment");

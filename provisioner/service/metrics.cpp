@@ -49,7 +49,7 @@ Metrics::Metrics()
                              .Name("baton_submissions_total")
                              .Help("Jobs submitted for chains, by reason")
                              .Register(*registry_);
-    for (const char* reason : { "first", "policy", "reactive", "retry", "resubmit", "restart" })
+    for (const char* reason : { "first", "policy", "reactive", "retry", "node_failure", "resubmit", "restart" })
         submissions(reason);
     submissionFailures_ = &prometheus::BuildCounter()
                                .Name("baton_submission_failures_total")
@@ -58,9 +58,10 @@ Metrics::Metrics()
                                .Add({});
     handoverFamily_ = &prometheus::BuildCounter()
                            .Name("baton_handovers_total")
-                           .Help("Handovers by outcome (started, completed, timed_out)")
+                           .Help("Handovers by outcome (started, completed, timed_out; requeued: a predecessor that Slurm "
+                                 "requeued, cancelled)")
                            .Register(*registry_);
-    for (const char* outcome : { "started", "completed", "timed_out" })
+    for (const char* outcome : { "started", "completed", "timed_out", "requeued" })
         handovers(outcome);
     interruption_ = &prometheus::BuildHistogram()
                          .Name("baton_interruption_seconds")

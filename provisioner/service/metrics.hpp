@@ -27,9 +27,9 @@ public:
 
     prometheus::Gauge& chains(ChainState state) { return *chains_.at(state); }
     prometheus::Gauge& checkpointAge(ChainState state) { return *checkpointAge_.at(state); }
-    prometheus::Counter& submissions(const std::string& reason); // first, policy, reactive, retry, resubmit
+    prometheus::Counter& submissions(const std::string& reason); // first, policy, reactive, retry, node_failure, resubmit, restart
     prometheus::Counter& submissionFailures() { return *submissionFailures_; }
-    prometheus::Counter& handovers(const std::string& outcome); // started, completed, timed_out
+    prometheus::Counter& handovers(const std::string& outcome); // started, completed, timed_out, requeued
     prometheus::Histogram& interruption() { return *interruption_; }
     prometheus::Histogram& overlap() { return *overlap_; }
     prometheus::Histogram& handoverDuration() { return *handoverDuration_; }

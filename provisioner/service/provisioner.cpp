@@ -38,6 +38,15 @@ bool failedState(const std::string& state)
         || state == "DEADLINE";
 }
 
+// Ends that slurmctld gives a job whose node failed under it or never booted: not the chain's doing.
+bool nodeFailure(const std::string& state) { return state == "NODE_FAIL" || state == "BOOT_FAIL"; }
+
+// Reasons of submissions made after the predecessor ended: no final checkpoint can come any more.
+bool afterPredecessorEnded(const std::string& reason)
+{
+    return reason == "reactive" || reason == "retry" || reason == "node_failure";
+}
+
 // How to submit the next job of a chain that started with plain `sbatch --baton`: its own batch
 // script and shape, as slurmctld has them.
 // Inside a transaction: commit it only once it is on disk, whatever the session's default.
@@ -386,6 +395,10 @@ std::optional<std::int64_t> Provisioner::submitIntent(
         for (const auto& arg : *args)
             if (arg.is_string())
                 request.sbatchArgs.push_back(arg.get<std::string>());
+    // Its restore need not wait for a final checkpoint that a dead predecessor cannot write (given last,
+    // it wins over the chain's own).
+    if (afterPredecessorEnded(reason))
+        request.sbatchArgs.push_back("--baton-handover-wait=0");
     if (request.script.empty()) {
         store_.markSubmission(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;
@@ -547,10 +560,18 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
     const auto tickSeconds = std::chrono::ceil<std::chrono::seconds>(config_.tick).count();
     if (!progressed && !chain.resubmitRequested && current.endTime > 0 && now_ - current.endTime < tickSeconds)
         return;
-    // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its end
-    // (a script that exits at once "completes" too): those spend the retry budget, so that a broken
-    // chain stops with a reason instead of submitting forever.
-    if (!progressed) {
+    // A node that failed under the job is no fault of the chain's: its successor (on another node:
+    // slurmctld gives none to a node that is down) does not spend the retry budget. A job that was
+    // itself such a successor and failed its node again without a checkpoint does: a job that brings
+    // its node down each time is stopped.
+    const auto submitted = store_.submission(chain.id, chain.seq);
+    const bool afterNodeFailure = submitted && submitted->reason == "node_failure";
+    if (!progressed && nodeFailure(current.state) && !afterNodeFailure && !chain.resubmitRequested) {
+        reason = "node_failure";
+    } else if (!progressed) {
+        // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its
+        // end (a script that exits at once "completes" too): those spend the retry budget, so that a
+        // broken chain stops with a reason instead of submitting forever.
         if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
             const std::string why = "job " + std::to_string(current.id) + " ended (" + current.state
                 + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
@@ -607,6 +628,14 @@ void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& curren
     logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current.id)
         + " asked to checkpoint and exit (" + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
         + ")");
+}
+
+void Provisioner::withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why)
+{
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(job.id)
+        + " was requeued by Slurm while " + why + "; cancelling it");
+    metrics_.handovers("requeued").Increment();
+    cluster_.cancel(job.id, chain.ownerUid);
 }
 
 void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting)
@@ -694,6 +723,13 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
                 successor->id, static_cast<double>(successor->startTime - successor->submitTime)))
             metrics_.predictionError().Observe(
                 std::abs(*predicted - static_cast<double>(successor->startTime - successor->submitTime)));
+        if (current && current->pending()) {
+            // Slurm requeued the predecessor (its node failed, or an operator asked): the successor,
+            // which restores the newest checkpoint, carries the chain on; the queued copy of the
+            // predecessor would train a second time beside it. Ended next tick, it is then passed.
+            withdrawRequeued(chain, *current, "its successor " + std::to_string(successor->id) + " runs");
+            return;
+        }
         if (current && !current->ended()) {
             // The successor runs while its predecessor does: fence the handover, then signal.
             const char* reached = store_.checkpointSignalScope(current->id) == SignalScope::Steps ? "steps" : "full";
@@ -748,6 +784,10 @@ void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<A
         }
         if (!current)
             return;
+        if (current->pending()) { // requeued during the handover: see SuccessorPending
+            withdrawRequeued(chain, *current, "the handover to its successor is under way");
+            return;
+        }
         if (!store_.handoverSignal(chain.id, chain.seq).sentAt) {
             signalHandover(chain, *current);
             return;

@@ -102,6 +102,8 @@ private:
     bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
         const QueueSnapshot& queue, const std::string& why, bool evenIfStarted);
     void signalHandover(const ChainRow& chain, const ClusterJob& current);
+    // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
+    void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
     void withdrawCancelledChains(const QueueSnapshot& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
     void step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting);

@@ -108,6 +108,7 @@ constexpr std::array options {
     Option { "baton-dir", 0, Takes::Value },
     Option { "baton-overhead", 0, Takes::Value },
     Option { "baton-margin", 0, Takes::Value },
+    Option { "baton-handover-wait", 0, Takes::Value },
     Option { "baton", 0, Takes::OptionalValue, "batond sets it itself (the chain's name)" },
     // Refused, and why.
     Option { "wait", 'W', Takes::Nothing, "sbatch would wait until the job ends" },

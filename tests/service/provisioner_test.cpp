@@ -328,6 +328,84 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
     EXPECT_EQ(cluster_.submissions.size(), 2u);
 }
 
+// A node that fails under a job is not the chain's fault: its successor spends no retry, and restores
+// without waiting for a final checkpoint that nobody can write any more. A job that was itself that
+// successor and loses its node again without a checkpoint does spend one.
+TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandover)
+{
+    const ChainRow chain = chainWithRunningJob(5);
+    cluster_.end(5, "NODE_FAIL");
+    cluster_.now += 30;
+    tick();
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(store_.submission(chain.id, 1)->reason, "node_failure");
+    EXPECT_EQ(store_.chain(chain.id)->retries, 0);
+    EXPECT_EQ(cluster_.submissions[0].sbatchArgs.back(), "--baton-handover-wait=0");
+
+    const std::int64_t second = cluster_.jobs.back().id;
+    cluster_.start(second);
+    tick();
+    cluster_.end(second, "NODE_FAIL");
+    cluster_.now += 30;
+    tick();
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_EQ(store_.submission(chain.id, 2)->reason, "retry");
+    EXPECT_EQ(store_.chain(chain.id)->retries, 1);
+    EXPECT_EQ(cluster_.submissions[1].sbatchArgs.back(), "--baton-handover-wait=0");
+}
+
+// A successor submitted while its predecessor runs waits for the handover checkpoint as configured.
+TEST_F(ProvisionerTest, AnEarlySuccessorKeepsTheHandoverWait)
+{
+    chainWithRunningJob(6);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    for (const auto& arg : cluster_.submissions[0].sbatchArgs)
+        EXPECT_EQ(arg.find("--baton-handover-wait"), std::string::npos) << arg;
+}
+
+// Slurm requeued the predecessor (its node failed; the job asked for --requeue) while its successor was
+// queued: once the successor runs, the requeued copy is cancelled instead of training beside it, and
+// the chain goes on with one job for each seq.
+TEST_F(ProvisionerTest, APredecessorRequeuedBySlurmIsCancelledOnceItsSuccessorRuns)
+{
+    const ChainRow chain = chainWithRunningJob(7);
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    cluster_.find(7)->state = "PENDING"; // requeued
+    cluster_.find(7)->startTime = 0;
+    tick();
+    EXPECT_TRUE(cluster_.cancelled.empty()) << "nothing runs yet: the requeued job may run first";
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 7 });
+    EXPECT_TRUE(cluster_.signals.empty()) << "a queued job is not signalled";
+    tick();
+    const ChainRow after = *store_.chain(chain.id);
+    EXPECT_EQ(after.state, ChainState::Running);
+    EXPECT_EQ(after.seq, 1);
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+}
+
+// The same during a handover: the predecessor's node failed after the TERM, and Slurm requeued it.
+TEST_F(ProvisionerTest, APredecessorRequeuedDuringTheHandoverIsCancelled)
+{
+    const ChainRow chain = chainWithRunningJob(8);
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::Handover);
+    cluster_.find(8)->state = "PENDING";
+    cluster_.find(8)->startTime = 0;
+    tick();
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 8 });
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    EXPECT_EQ(store_.chain(chain.id)->seq, 1);
+}
+
 TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
 {
     const ChainRow chain = chainWithRunningJob(5);
