@@ -37,8 +37,9 @@ release_root() { # ends every process in the root and unmounts everything under 
     for pid in /proc/[0-9]*; do
         [ "$(readlink "$pid/root" 2>/dev/null)" = "$root" ] && kill -9 "${pid#/proc/}" 2>/dev/null
     done
-    findmnt -rn -o TARGET | grep -q -F "$root/" && sleep 1
-    findmnt -rn -o TARGET | grep -F "$root/" | sort -r | while read -r target; do
+    mounts_under_root() { findmnt -rn -o TARGET | { grep -F "$root/" || true; } | sort -r; }
+    [ -z "$(mounts_under_root)" ] || sleep 1
+    mounts_under_root | while read -r target; do
         umount "$target" 2>/dev/null || umount -l "$target" || true
     done
 }
