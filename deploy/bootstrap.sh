@@ -33,7 +33,7 @@ packages=(
     nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
     libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev zlib1g-dev libbz2-dev
     pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
-    prometheus systemd valgrind procps curl ca-certificates
+    prometheus systemd valgrind procps iproute2 curl ca-certificates
 )
 if [ "$VERSION_ID" = 13 ]; then
     # Debian 13 has prometheus-cpp; its cpp-httplib header is built with OpenSSL (libssl-dev).
@@ -49,7 +49,7 @@ trixie_list=/etc/apt/sources.list.d/baton-trixie.list
 if [ "$mode" != all ]; then
     packages=()
     [ "$mode" = apt-source ] || packages=(postgresql slurmctld slurmd slurm-client munge
-        python3-numpy python3-torch python3-sklearn python3-matplotlib procps)
+        python3-numpy python3-torch python3-sklearn python3-matplotlib procps iproute2)
     prometheus_runtime=()
     prometheus_dev_marker=
 fi

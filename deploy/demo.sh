@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The main job: bootstrap the machine if needed, build baton, then run a real chained training end to
-# end (deploy/demo/demo.py): private PostgreSQL, single-node Slurm with the plugin and munge, batond,
+# end (deploy/demo/demo.py): private PostgreSQL, a private Slurm with the plugin and munge, batond,
 # the PyTorch example as a chain of short jobs, a report and a timeline in the output folder.
 #
-#   deploy/demo.sh [--quick] [--output DIR] [--no-build | --installed] [--steps N] [--keep-state]
+#   deploy/demo.sh [--quick] [--output DIR] [--no-build | --installed] [--steps N] [--nodes N] [--keep-state]
 #
 # --quick: a shorter training, still in several jobs (what the e2e suite runs). --output: default
-# demo-output/. --no-build: use the build directory as it is (BATON_BUILD_DIR, default build/).
+# demo-output/. --nodes: Slurm nodes, each in its own network namespace (default 2 where namespaces can
+# be made, else 1). --no-build: use the build directory as it is (BATON_BUILD_DIR, default build/).
 # --installed: build nothing and run the installed baton (Debian packages or meson install): only the
 # services and Python modules the demo needs are installed (deploy/bootstrap.sh --runtime).
 set -euo pipefail
@@ -22,8 +23,8 @@ while [ $# -gt 0 ]; do
     --installed) installed=1 ;;
     --output) [ $# -ge 2 ] || { echo "demo.sh: --output needs a folder" >&2; exit 2; }; output=$2; shift ;;
     --quick | --keep-state) args+=("$1") ;;
-    --steps) [ $# -ge 2 ] || { echo "demo.sh: --steps needs a number" >&2; exit 2; }; args+=("$1" "$2"); shift ;;
-    -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --steps | --nodes) [ $# -ge 2 ] || { echo "demo.sh: $1 needs a number" >&2; exit 2; }; args+=("$1" "$2"); shift ;;
+    -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift

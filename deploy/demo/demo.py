@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The one-command demo: a PyTorch training run as a chain of short Slurm jobs kept moving by batond.
 
-Starts a private PostgreSQL, a private single-node Slurm with spank_baton.so and munge, and batond (all
-in a fresh state directory, the way the e2e tests run them); submits examples/train_digits.sbatch as a
+Starts a private PostgreSQL, a private Slurm with spank_baton.so and munge (by default two nodes, each in
+a network namespace of its own, so that successors land on another node than their predecessors; one
+node on loopback where namespaces cannot be made), and batond (all in a fresh state directory, the way
+the e2e tests run them); submits examples/train_digits.sbatch as a
 chain with `batonctl submit` as an unprivileged user; shows one line per chain job while it runs;
 trains the same run once straight through without checkpoints as the reference; then prints a report
 and leaves the metrics, the chain document, the job outputs and a timeline picture in the output
@@ -156,6 +158,8 @@ class Services:
         self.port = None
         self.conninfo = None
         self.slurm_conf = None
+        self.listen_address = "127.0.0.1"
+        self.nodes = 1
         self.started_munge = False
 
     # -- start --
@@ -167,23 +171,33 @@ class Services:
         if self.layout.schema:
             check_schema(self.layout.batonctl, self.conninfo, self.layout.schema)
 
-    def start_slurm(self):
-        # slurm.sh starts munged when none answers; then the demo stops it again at the end.
+    def start_slurm(self, nodes=1, plugstack_extra=""):
+        """One node on loopback (slurm.sh), or `nodes` nodes in network namespaces (cluster.sh), where
+        the plugin reaches batond at this machine's address on the cluster's network."""
+        # The scripts start munged when none answers; then it is stopped again at the end.
         self.started_munge = not munge_answers()
         self.port = free_port()
+        host = "controller" if nodes > 1 else "127.0.0.1"
         # The plugin settings of the e2e test: short report timeout, a 10-s margin, handover wait.
         plugstack = (f"required {self.layout.plugin} chain_root={self.state}/chains/%u "
-                     f"url=http://127.0.0.1:{self.port} report_timeout=2 margin={MARGIN_S} "
-                     "handover_wait=60 keep=2")
-        text = run(["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack],
-                   timeout=180).stdout
-        self.slurm_conf = text.strip().splitlines()[-1].split("=", 1)[1]
+                     f"url=http://{host}:{self.port} report_timeout=2 margin={MARGIN_S} "
+                     f"handover_wait=60 keep=2 {plugstack_extra}").strip()
+        if nodes > 1:
+            argv = ["bash", f"{ROOT}/deploy/local/cluster.sh", "start", f"{self.state}/slurm", "--nodes",
+                    str(nodes), plugstack]
+        else:
+            argv = ["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack]
+        lines = run(argv, timeout=180).stdout.strip().splitlines()
+        settings = dict(line.split("=", 1) for line in lines if re.fullmatch(r"[A-Z_]+=\S+", line))
+        self.slurm_conf = settings["SLURM_CONF"]
+        self.listen_address = settings.get("CONTROLLER", "127.0.0.1")
+        self.nodes = nodes
         os.environ["SLURM_CONF"] = self.slurm_conf
         os.chmod(f"{self.state}/slurm", 0o755)  # the job owner's sbatch reads slurm.conf
 
     def start_batond(self, submit_lead_s):
         args = [self.layout.batond, "--database", self.conninfo,
-                "--listen-address", "127.0.0.1", "--listen-port", str(self.port), "--tick-seconds", "1",
+                "--listen-address", self.listen_address, "--listen-port", str(self.port), "--tick-seconds", "1",
                 "--policy", "avg", "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
                 "--submit-grace-seconds", "16", "--handover-timeout-seconds", "60",
                 "--slurm-timeout-seconds", "10"]
@@ -204,7 +218,7 @@ class Services:
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.listen_address}:{self.port}"
 
     # -- stop --
 
@@ -264,7 +278,9 @@ def stop_leftovers(state):
                     time.sleep(0.1)
         except (ValueError, OSError):
             pass
-    if os.path.exists(f"{state}/slurm/slurm.conf"):
+    if os.path.exists(f"{state}/slurm/cluster.env"):
+        run(["bash", f"{ROOT}/deploy/local/cluster.sh", "stop", f"{state}/slurm"], timeout=120, check=False)
+    elif os.path.exists(f"{state}/slurm/slurm.conf"):
         run(["bash", f"{ROOT}/deploy/local/slurm.sh", "stop", f"{state}/slurm"], timeout=120, check=False)
     if os.path.exists(f"{state}/pg"):
         run(["bash", f"{ROOT}/deploy/local/pg.sh", "stop", f"{state}/pg"], timeout=120, check=False)
@@ -303,6 +319,15 @@ def stage_app(state, layout):
     return app, batonctl, pythonpath
 
 
+def namespaces_work():
+    """Whether this machine can hold a multi-node cluster (deploy/local/cluster.sh): root, iproute2,
+    and a network namespace that can be made."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "--net", "true"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+
+
 def as_user(argv):
     return ["/usr/sbin/runuser", "-u", USER, "--", *argv]
 
@@ -326,8 +351,17 @@ class Progress:
         self.reached = {}  # job id -> highest step it was seen training
         self.printed_lines = 0
         self.last_plain = {}
+        self.node_of = {}  # job id -> the node(s) it ran on, as squeue tells
+
+    def poll_nodes(self):
+        result = run(["squeue", "-h", "-t", "all", "-o", "%i %N"], timeout=30, check=False)
+        for line in result.stdout.splitlines():
+            words = line.split()
+            if len(words) == 2 and words[0].isdigit():
+                self.node_of[int(words[0])] = words[1]
 
     def poll(self):
+        self.poll_nodes()
         result = batonctl(self.batonctl, self.url, "show", f"{USER}/{CHAIN}", "--json")
         if result.returncode == 0:
             try:
@@ -416,7 +450,9 @@ class Progress:
                     gap = start - previous_end
                     relation = f"gap {gap:.0f} s" if gap > 0 else f"overlap {-gap:.0f} s"
             previous_end = job.get("end_unix")
-            lines.append(f"  job {job_id:>4} seq {job['seq']:>2} {state:<10} {doing:<38} ckpt {ckpt:<28} {relation}")
+            node = self.node_of.get(job_id, "-")
+            lines.append(f"  job {job_id:>4} seq {job['seq']:>2} {state:<10} {node:<8} {doing:<38} "
+                         f"ckpt {ckpt:<28} {relation}")
         return lines
 
     def show(self):
@@ -435,7 +471,7 @@ class Progress:
         for line in lines:
             words = line.split()
             key = " ".join(words[:2])
-            state_key = words[2] if line.startswith("chain") else " ".join(words[4:6])
+            state_key = words[2] if line.startswith("chain") else " ".join(words[4:7])
             # A checkpoint's age changes every second: it alone does not make a new line.
             line_key = re.sub(r"\(\d+ s ago\)", "", line)
             previous = self.last_plain.get(key)
@@ -477,9 +513,11 @@ def demo(args, services, state):
         os.makedirs(f"{state}/{name}")
         os.chmod(f"{state}/{name}", 0o1777)
 
-    log("starting PostgreSQL, Slurm (slurmctld, slurmd, munge, spank_baton.so) and batond")
+    nodes = args.nodes
+    log(f"starting PostgreSQL, Slurm (slurmctld, {nodes} node{'s' if nodes > 1 else ''}, munge, "
+        "spank_baton.so) and batond")
     services.start_postgres()
-    services.start_slurm()
+    services.start_slurm(nodes)
     services.start_batond(profile["submit_lead_s"])
     log(f"batond ready at {services.url}; state in {state}")
 
@@ -501,8 +539,11 @@ def demo(args, services, state):
         export.append(f"PYTHONPATH={pythonpath}")
     export = ",".join(export)
     limit = profile["time_limit_min"]
+    # On several nodes each job holds its node, as GPU training jobs do: a successor that starts while
+    # its predecessor runs starts on another node.
+    exclusive = ["--exclusive"] if nodes > 1 else []
     submitted = run(as_user([user_batonctl, "submit", "--chain", CHAIN, "--workdir", f"{state}/work",
-                             "--server", services.url, f"{app}/train_digits.sbatch", "--",
+                             "--server", services.url, f"{app}/train_digits.sbatch", "--", *exclusive,
                              f"--time={limit}", f"--signal=B:USR1@{MARGIN_S + 10}",
                              f"--output={state}/work/job-%j.out", f"--export={export}"]), check=False)
     if submitted.returncode != 0:
@@ -560,7 +601,7 @@ def demo(args, services, state):
         if os.path.exists(source):
             shutil.copy(source, f"{output}/{name}")
 
-    summary = report.analyse(output, progress.reached, steps, profile["time_limit_min"])
+    summary = report.analyse(output, progress.reached, steps, profile["time_limit_min"], progress.node_of)
     with open(f"{output}/summary.json", "w") as f:
         json.dump(summary, f, indent=1)
     report.timeline(output, summary)
@@ -582,10 +623,18 @@ def main():
     parser.add_argument("--output", required=True, help="folder for metrics, chain document, timeline")
     parser.add_argument("--quick", action="store_true", help="a shorter training (CI)")
     parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 7000)")
+    parser.add_argument("--nodes", type=int,
+                        help="Slurm nodes, each in a network namespace of its own (default: 2 where namespaces "
+                             "can be made, else 1 on loopback)")
     parser.add_argument("--keep-state", action="store_true", help="leave the state directory for inspection")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("demo: must run as root (Slurm's daemons, munge, and jobs as another user)", file=sys.stderr)
+        return 2
+    if args.nodes is None:
+        args.nodes = 2 if namespaces_work() else 1
+    elif not 1 <= args.nodes <= 8:
+        print("demo: --nodes takes 1 to 8", file=sys.stderr)
         return 2
     shown_output = args.output
     args.output = os.path.abspath(args.output)

@@ -46,7 +46,7 @@ def weights_hash(path):
     return state.get("step"), digest.hexdigest()
 
 
-def analyse(output, reached, steps, time_limit_min):
+def analyse(output, reached, steps, time_limit_min, node_of=None):
     with open(f"{output}/chain.json") as f:
         doc = json.load(f)
     with open(f"{output}/manifests.json") as f:
@@ -65,6 +65,7 @@ def analyse(output, reached, steps, time_limit_min):
         timings = [m.get("timings", {}) for m in own]
         jobs.append({
             "job_id": job["job_id"], "seq": job["seq"], "state": job["state"],
+            "node": (node_of or {}).get(job["job_id"]),
             "submit_unix": job["submit_unix"], "start_unix": job["start_unix"], "end_unix": job["end_unix"],
             "resumed_step": int(resumed.group(1)) if resumed else 0,
             "reached_step": int(ended.group(1)) if ended else reached.get(job["job_id"]),
@@ -87,6 +88,7 @@ def analyse(output, reached, steps, time_limit_min):
             lost = max(0, before["reached_step"] - after["resumed_step"])
         transitions.append({
             "from_job": before["job_id"], "to_job": after["job_id"],
+            "other_node": before["node"] is not None and after["node"] is not None and before["node"] != after["node"],
             "successor_submitted_before_end": after["submit_unix"] <= (before["end_unix"] or after["submit_unix"]),
             # Positive: a gap with no job running; negative: both ran together (an overlap).
             "interruption_s": after["start_unix"] - before["end_unix"] if before["end_unix"] else None,
@@ -154,10 +156,10 @@ def text(s):
                  f"{s['jobs_ran']} jobs ran ({s['jobs_submitted']} submitted), {fmt(wall, ' s', 0)} from first "
                  "submit to last end")
     lines.append("")
-    lines.append("  job   seq  steps            seen   final ckpt  overhead  interval  snapshot  persist")
+    lines.append("  job   seq  node      steps            seen   final ckpt  overhead  interval  snapshot  persist")
     for j in s["jobs"]:
         span = f"{j['resumed_step']}..{j['reached_step'] if j['reached_step'] is not None else '?'}"
-        lines.append(f"  {j['job_id']:<5} {j['seq']:<4} {span:<16} {j['checkpoints_seen']:<6} "
+        lines.append(f"  {j['job_id']:<5} {j['seq']:<4} {j.get('node') or '-':<9} {span:<16} {j['checkpoints_seen']:<6} "
                      f"{str(j['final_checkpoint'] if j['final_checkpoint'] is not None else '-'):<11} "
                      f"{fmt(j['overhead_percent'], ' %', 2):<9} {str(j['interval'] or '-'):<9} "
                      f"{fmt(j['snapshot_ms'], ' ms', 2):<9} {fmt(j['persist_ms'], ' ms', 2)}")
@@ -168,7 +170,8 @@ def text(s):
         amount = abs(t["interruption_s"]) if t["interruption_s"] is not None else None
         how = (f"handover {fmt(t['handover_s'], ' s')} (TERM to predecessor's end)" if t["handover"]
                else "no handover (predecessor ended on its own)")
-        lines.append(f"  {t['from_job']} -> {t['to_job']}: {kind} {fmt(amount, ' s', 0)}, successor submitted "
+        where = " (to another node)" if t.get("other_node") else ""
+        lines.append(f"  {t['from_job']} -> {t['to_job']}{where}: {kind} {fmt(amount, ' s', 0)}, successor submitted "
                      f"{'before' if t['successor_submitted_before_end'] else 'after'} the predecessor ended, "
                      f"{how}, successor waited {fmt(t['successor_waited_s'], ' s')} for the final checkpoint, "
                      f"resumed at step {t['resumed_step']}, iterations lost {t['iterations_lost']}")
@@ -206,7 +209,9 @@ def timeline(output, s):
         ax.barh(y, j["start_unix"] - j["submit_unix"], left=j["submit_unix"] - t0, height=0.5,
                 color="#d0d7e1", edgecolor="#8a96a8")
         ax.barh(y, end - j["start_unix"], left=j["start_unix"] - t0, height=0.5, color="#4878a8")
-        ax.text(j["start_unix"] - t0 + 1, y - 0.08, f"job {j['job_id']}  steps {j['resumed_step']}-{j['reached_step']}",
+        on = f"  on {j['node']}" if j.get("node") else ""
+        ax.text(j["start_unix"] - t0 + 1, y - 0.08,
+                f"job {j['job_id']}{on}  steps {j['resumed_step']}-{j['reached_step']}",
                 va="center", color="white", fontsize=8)
     for c in s["checkpoints"]:
         if c["job_id"] not in rows:

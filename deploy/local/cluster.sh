@@ -9,6 +9,8 @@
 #   cluster.sh start DIR [--nodes N] [PLUGSTACK_LINE ...]
 #       N nodes (default 2), named node1..nodeN, in partition "debug"; DIR/slurm.conf, DIR/plugstack.conf
 #       (one line per extra argument). Starts the daemons and waits until every node is idle. Prints
+#       CONTROLLER=ADDRESS, this machine's address on the cluster's network (the nodes know it as
+#       "controller": a service the jobs reach, such as batond, listens there), then
 #       SLURM_CONF=DIR/slurm.conf; DIR/env can be sourced to export it. Jobs are not requeued by Slurm
 #       unless they ask (--requeue): JobRequeue=0, as at many sites.
 #   cluster.sh stop DIR          cancel the jobs, stop every process of the cluster, remove its namespaces
@@ -107,9 +109,10 @@ write_config() { # write_config NODES
         done
         echo "PartitionName=debug Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP"
     } > "$conf"
-    # The nodes' /etc/hosts: this machine's, and every node's name (jobs resolve their peers, e.g.
-    # MASTER_ADDR from `scontrol show hostnames`).
-    { cat /etc/hosts; echo "$net.1 $(hostname -s)-cluster"; for node in $(node_names); do
+    # The nodes' /etc/hosts: this machine's, "controller" for this machine's address on the cluster's
+    # network (e.g. batond's URL in plugstack.conf), and every node's name (jobs resolve their peers,
+    # e.g. MASTER_ADDR from `scontrol show hostnames`).
+    { cat /etc/hosts; echo "$net.1 controller"; for node in $(node_names); do
         echo "$(addr_of "$node") $node"; done; } > "$dir/hosts"
     echo "export SLURM_CONF=$conf" > "$dir/env"
 }
@@ -205,6 +208,7 @@ start)
     pid_alive "$dir/slurmctld.pid" || slurmctld -i || die "slurmctld did not start; see $dir/slurmctld.log"
     for node in $(node_names); do start_node "$node"; done
     wait_up $(node_names)
+    echo "CONTROLLER=$net.1"
     echo "SLURM_CONF=$conf"
     ;;
 stop)

@@ -107,7 +107,7 @@ def worker(args, example):
 
     # PyTorch 2.4+ asks its TCP store for libuv, which Debian's build (2.6) lacks; 1.13 ignores this.
     os.environ.setdefault("USE_LIBUV", "0")
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.port}", rank=args.rank,
                                          world_size=args.ranks)
     example.make_deterministic(args.seed)
     train_set, _ = example.load_data(args.seed)
@@ -592,6 +592,7 @@ def argument_parser():
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--master-addr", default="127.0.0.1", help=argparse.SUPPRESS)  # rank 0's host
     parser.add_argument("--chain-dir", help=argparse.SUPPRESS)
     parser.add_argument("--results", help=argparse.SUPPRESS)
     return parser

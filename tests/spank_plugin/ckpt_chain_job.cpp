@@ -70,6 +70,9 @@ int main(int argc, char** argv)
     } else {
         std::printf("fresh start\n");
     }
+    // When training goes on (what a test measures a restart by).
+    std::printf("training from iteration %llu at %.3f\n", static_cast<unsigned long long>(first),
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     if (restored.handoverWaitSeconds > 0)
         std::printf("handover wait %.1f s%s\n", restored.handoverWaitSeconds,
             restored.handoverTimedOut ? " (timed out)" : "");

@@ -1,0 +1,520 @@
+#!/usr/bin/python3
+"""Chains on a multi-node Slurm (deploy/local/cluster.sh: each slurmd in a network namespace of its own),
+with PostgreSQL, batond and the plugin as in the demo. One case per run:
+
+  handover      a chain of 1-minute jobs on 3 nodes: successors start on another node than their
+                predecessors, every handover loses no iteration, every restore verifies
+  node-failure  the node of a running chain job loses power at a random moment (--seeds N runs N, one
+                chain each): slurmctld marks the job NODE_FAIL, batond resubmits without spending the
+                retry budget and the successor restores at once; the work lost is measured
+  requeue       a plain `sbatch --baton --requeue` job whose node fails is requeued by Slurm itself:
+                batond submits no second job for it, exactly one job per seq
+  ddp           a chain of `srun -N 2` PyTorch DDP jobs (gloo across the nodes, MASTER_ADDR from
+                `scontrol show hostnames`): every rank restores the same step, the end is bit-identical
+                to a straight two-rank run
+  cleanup       cluster.sh stop leaves no namespace, link, process or file behind, also after a start
+                that was killed
+
+Exits 77 where this machine cannot hold the cluster (not root, no network namespaces)."""
+
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "deploy", "demo"))
+import demo  # noqa: E402  (the services the demo starts, started the same way here)
+
+CLUSTER = os.path.join(ROOT, "deploy", "local", "cluster.sh")
+USER = demo.USER
+ITERATION_S = 0.05  # ckpt_chain_job trains an iteration in 50 ms
+
+
+class Failure(Exception):
+    pass
+
+
+def log(message):
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def run(argv, timeout=60, check=True, **kwargs):
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=timeout, **kwargs)
+    if check and result.returncode != 0:
+        raise Failure(f"{' '.join(argv)} exited with {result.returncode}:\n{result.stdout}")
+    return result
+
+
+class Setup:
+    """PostgreSQL, an N-node cluster with the plugin, batond; chains submitted as `nobody`."""
+
+    def __init__(self, args, nodes, plugstack_extra=""):
+        self.args = args
+        self.state = tempfile.mkdtemp(prefix="baton-cluster-test-")
+        os.chmod(self.state, 0o755)
+        for name in ("chains", "work"):
+            os.makedirs(f"{self.state}/{name}")
+            os.chmod(f"{self.state}/{name}", 0o1777)
+        self.services = demo.Services(self.state, demo.Layout.build(args.build_dir))
+        self.app, self.batonctl, self.pythonpath = demo.stage_app(self.state, self.services.layout)
+        self.nodes_seen = {}  # job id -> node, as squeue said while it could
+        self.manifests = {}  # chain -> {checkpoint name: manifest}
+        self.services.start_postgres()
+        self.services.start_slurm(nodes, plugstack_extra)
+        self.services.start_batond(submit_lead_s=40)
+        log(f"{nodes} nodes, batond at {self.services.url}, state in {self.state}")
+
+    def close(self):
+        self.services.stop()
+        if self.args.keep_state:
+            log(f"state left in {self.state}")
+        else:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    def work(self, name):
+        return f"{self.state}/work/{name}"
+
+    def script(self, name, body):
+        path = f"{self.app}/{name}.sbatch"
+        with open(path, "w") as f:
+            f.write("#!/bin/bash\n" + body)
+        os.chmod(path, 0o755)
+        return path
+
+    def submit(self, chain, body, sbatch_args):
+        """batonctl submit: batond owns the chain from its first job."""
+        script = self.script(chain, body)
+        result = run(demo.as_user([self.batonctl, "submit", "--chain", chain, "--workdir", f"{self.state}/work",
+                                   "--server", self.services.url, script, "--", *sbatch_args,
+                                   f"--output={self.state}/work/{chain}-%j.out"]), check=False)
+        if result.returncode != 0:
+            raise Failure(f"batonctl submit failed:\n{result.stdout}")
+        log(result.stdout.strip())
+
+    def document(self, chain):
+        result = demo.batonctl(self.batonctl, self.services.url, "show", f"{USER}/{chain}", "--json")
+        if result.returncode != 0:
+            return None
+        try:
+            return json.loads(result.stdout)
+        except json.JSONDecodeError:
+            return None
+
+    def poll(self, chain):
+        """Remembers each job's node and every checkpoint manifest (the chain keeps only two)."""
+        queue = run(["squeue", "-h", "-t", "all", "-o", "%i %N"], check=False).stdout
+        for line in queue.splitlines():
+            words = line.split()
+            if len(words) == 2 and words[0].isdigit():
+                self.nodes_seen[int(words[0])] = words[1]
+        seen = self.manifests.setdefault(chain, {})
+        for path in glob.glob(f"{self.state}/chains/{USER}/{chain}/ckpt-*/manifest.json"):
+            name = os.path.basename(os.path.dirname(path))
+            if name not in seen:
+                try:
+                    with open(path) as f:
+                        seen[name] = json.load(f)
+                except (OSError, json.JSONDecodeError):
+                    pass
+
+    def wait_finished(self, chain, timeout, on_poll=None):
+        deadline = time.monotonic() + timeout
+        doc = None
+        while time.monotonic() < deadline:
+            self.poll(chain)
+            doc = self.document(chain) or doc
+            if on_poll:
+                on_poll(doc)
+            state = (doc or {}).get("chain", {}).get("state")
+            if state in ("finished", "failed", "cancelled", "quarantined"):
+                break
+            time.sleep(0.5)
+        state = (doc or {}).get("chain", {}).get("state")
+        if state != "finished":
+            raise Failure(f"chain {chain} is {state} after {timeout} s:\n{json.dumps(doc, indent=1)}\n"
+                          + demo.tail(f"{self.state}/batond.log", 40))
+        # The last job may still be writing its output.
+        for _ in range(60):
+            self.poll(chain)
+            doc = self.document(chain) or doc
+            if all(j.get("end_unix") is not None or j.get("start_unix") is None for j in doc["jobs"]):
+                break
+            time.sleep(1)
+        return doc
+
+    def output(self, chain, job_id):
+        return demo.report.read_text(f"{self.state}/work/{chain}-{job_id}.out")
+
+    def one_job_per_key(self):
+        """Every job batond submitted has its own key (chain, seq, token): none was submitted twice."""
+        queue = run(["squeue", "-h", "-t", "all", "-o", "%i %k"]).stdout
+        keys = {}
+        for line in queue.splitlines():
+            words = line.split()
+            if len(words) == 2 and words[1].startswith("baton:"):
+                keys.setdefault(words[1], []).append(words[0])
+        twice = {k: v for k, v in keys.items() if len(v) > 1}
+        if twice:
+            raise Failure(f"submitted twice: {twice}")
+        seqs = {}
+        for key in keys:
+            _, chain, seq = key.split(":")[:3]
+            seqs.setdefault((chain, seq), []).append(key)
+        again = {k: v for k, v in seqs.items() if len(v) > 1}
+        if again:
+            raise Failure(f"more than one job for one seq: {again}")
+
+    def sql(self, query):
+        return run(["psql", "-X", "-A", "-t", "-d", self.services.conninfo, "-c", query]).stdout.strip()
+
+
+def check_restores(setup, chain, doc, ranks=1):
+    """Every job that ran after the first restored a verified checkpoint on each rank, the last one
+    declared the training done; returns {job id: (restored iteration, time training went on)}."""
+    restored = {}
+    ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
+    for job in ran:
+        text = setup.output(chain, job["job_id"])
+        if "CORRUPT" in text:
+            raise Failure(f"job {job['job_id']} restored a corrupt state:\n{text}")
+        verified = re.findall(r"^restored iteration (\d+) verified$", text, re.MULTILINE)
+        went_on = re.findall(r"^training from iteration (\d+) at ([0-9.]+)$", text, re.MULTILINE)
+        if job["seq"] > 0 and len(verified) != ranks:
+            raise Failure(f"job {job['job_id']} (seq {job['seq']}) did not restore on all {ranks} rank(s):\n{text}")
+        if went_on:
+            restored[job["job_id"]] = (int(verified[0]) if verified else None, float(went_on[0][1]))
+    if "training done" not in setup.output(chain, ran[-1]["job_id"]):
+        raise Failure(f"the last job {ran[-1]['job_id']} did not finish the training:\n"
+                      + setup.output(chain, ran[-1]["job_id"]))
+    return restored
+
+
+def chain_job(setup, iterations):
+    return f"exec {setup.args.chain_job} --total-iterations={iterations}\n"
+
+
+# Each job holds a whole node, as GPU training jobs do: a successor that starts while its predecessor
+# runs starts on another node.
+JOB_ARGS = ["--time=1", "--ntasks=1", "--exclusive"]
+
+
+# -- cases --
+
+def case_handover(args):
+    setup = Setup(args, nodes=3)
+    try:
+        chain = "across"
+        # About 75 s of training: with 1-minute jobs and a 40-s lead, three jobs or more.
+        setup.submit(chain, chain_job(setup, 1500), JOB_ARGS)
+        doc = setup.wait_finished(chain, 280)
+        restored = check_restores(setup, chain, doc)
+        setup.one_job_per_key()
+        ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
+        if len(ran) < 3:
+            raise Failure(f"only {len(ran)} jobs ran:\n{json.dumps(doc, indent=1)}")
+        moves, lost = 0, []
+        for before, after in zip(ran, ran[1:]):
+            node_before, node_after = setup.nodes_seen.get(before["job_id"]), setup.nodes_seen.get(after["job_id"])
+            final = re.findall(r"^final checkpoint iteration (\d+) committed",
+                               setup.output(chain, before["job_id"]), re.MULTILINE)
+            resumed = restored.get(after["job_id"], (None, None))[0]
+            if final and resumed is not None:
+                lost.append(int(final[-1]) - resumed)
+            moves += node_before != node_after
+            log(f"job {before['job_id']} on {node_before} -> job {after['job_id']} on {node_after}: final "
+                f"checkpoint {final[-1] if final else '-'}, resumed at {resumed}")
+        if moves == 0:
+            raise Failure(f"no successor started on another node than its predecessor: {setup.nodes_seen}")
+        if any(lost):
+            raise Failure(f"iterations lost at the handovers: {lost}")
+        handovers = [h for h in doc.get("handovers", []) if h.get("handover_s") is not None]
+        log(f"PASS: {len(ran)} jobs, {moves} handover(s) to another node, iterations lost {lost}, "
+            f"handover times {[round(h['handover_s'], 1) for h in handovers]} s")
+    finally:
+        setup.close()
+
+
+def case_node_failure(args):
+    rng = random.Random(args.seed)
+    setup = Setup(args, nodes=3)
+    cluster_dir = f"{setup.state}/slurm"
+    results = []
+    try:
+        for run_index in range(args.seeds):
+            chain = f"failing{run_index}"
+            # About 100 s of training: the failure comes 8-30 s into a job, before its successor is due.
+            setup.submit(chain, chain_job(setup, 2000), JOB_ARGS)
+            failure = {}
+            after_start = rng.uniform(8, 30)
+
+            def maybe_fail(doc):
+                if failure or not doc:
+                    return
+                running = [j for j in doc["jobs"] if j.get("start_unix") is not None and j.get("end_unix") is None]
+                if len(running) != 1 or doc["chain"].get("state") != "running":
+                    return
+                job = running[0]
+                node = setup.nodes_seen.get(job["job_id"])
+                if not node or not node.startswith("node") or time.time() < job["start_unix"] + after_start:
+                    return
+                run(["bash", CLUSTER, "fail", cluster_dir, node])
+                failure.update(job=job["job_id"], node=node, at=time.time())
+                log(f"{chain}: {node} failed under job {job['job_id']}, {after_start:.1f} s after its start")
+
+            def revive_when_down():
+                state = run(["sinfo", "-h", "-n", failure["node"], "-o", "%t"], check=False).stdout.strip()
+                if state.startswith("down"):
+                    run(["bash", CLUSTER, "revive", cluster_dir, failure["node"]], timeout=120)
+                    failure["revived"] = time.time()
+
+            def on_poll(doc):
+                maybe_fail(doc)
+                if failure and "revived" not in failure:
+                    revive_when_down()
+
+            doc = setup.wait_finished(chain, 280, on_poll)
+            if not failure:
+                raise Failure(f"{chain}: no job ran long enough to fail its node")
+            jobs = {j["job_id"]: j for j in doc["jobs"]}
+            failed = jobs[failure["job"]]
+            if failed["state"] != "NODE_FAIL":
+                raise Failure(f"job {failure['job']} ended {failed['state']}, not NODE_FAIL")
+            successor = next(j for j in doc["jobs"] if j["seq"] == failed["seq"] + 1)
+            reason = setup.sql(f"SELECT s.reason FROM submissions s JOIN chains c ON c.id = s.chain_id "
+                               f"WHERE c.name = '{chain}' AND s.seq = {successor['seq']}")
+            if reason != "node_failure":
+                raise Failure(f"the successor of the failed job was submitted for '{reason}', not node_failure")
+            restored = check_restores(setup, chain, doc)
+            text = setup.output(chain, successor["job_id"])
+            if "handover wait" in text:
+                raise Failure(f"job {successor['job_id']} waited for a final checkpoint of a dead job:\n{text}")
+            # Work lost: the training since the failed job's last commit, and the restart.
+            own = sorted((m for m in setup.manifests[chain].values() if m.get("job_id") == failure["job"]),
+                         key=lambda m: m["created_unix"])
+            commits = [m["created_unix"] for m in own if m["created_unix"] <= failure["at"]]
+            last = commits[-1] if commits else failed["start_unix"]
+            gaps = [b - a for a, b in zip([failed["start_unix"]] + commits, commits + [failure["at"]])]
+            interval = max(gaps[:-1]) if len(gaps) > 1 else after_start
+            lost_training = failure["at"] - last
+            resumed_iteration, went_on = restored[successor["job_id"]]
+            restart = went_on - failure["at"]
+            node_after = setup.nodes_seen.get(successor["job_id"])
+            log(f"{chain}: training lost {lost_training:.1f} s (checkpoint interval {interval:.1f} s), restart "
+                f"{restart:.1f} s (node down, NODE_FAIL, resubmission, start on {node_after}, restore of "
+                f"iteration {resumed_iteration})")
+            if lost_training > interval + 1.0:
+                raise Failure(f"{lost_training:.1f} s of training lost, more than the interval {interval:.1f} s")
+            if node_after == failure["node"] and failure.get("revived", time.time()) > successor["start_unix"]:
+                raise Failure(f"job {successor['job_id']} started on {node_after} while it was down")
+            results.append((lost_training, interval, restart))
+        setup.one_job_per_key()
+        retries = setup.sql("SELECT max(retries) FROM chains")
+        if retries not in ("0", ""):
+            raise Failure(f"a node failure spent the retry budget: retries {retries}")
+        log("PASS: per failure (training lost s, interval s, restart s): "
+            + ", ".join(f"({a:.1f}, {b:.1f}, {c:.1f})" for a, b, c in results))
+    finally:
+        setup.close()
+
+
+def case_requeue(args):
+    setup = Setup(args, nodes=3)
+    cluster_dir = f"{setup.state}/slurm"
+    try:
+        chain = "requeued"
+        script = setup.script(chain, chain_job(setup, 1600))
+        # A plain sbatch: batond takes the chain over from the plugin's first report.
+        first = run(demo.as_user(["sbatch", "--parsable", f"--baton={chain}", "--requeue", *JOB_ARGS,
+                                  f"--chdir={setup.state}/work",
+                                  f"--output={setup.state}/work/{chain}-%j.out", script])).stdout.strip()
+        first = int(first.split(";")[0])
+        log(f"submitted job {first} with --requeue")
+        failure = {}
+
+        def on_poll(doc):
+            if not failure:
+                node = setup.nodes_seen.get(first)
+                started = run(["squeue", "-h", "-j", str(first), "-o", "%T"], check=False).stdout.strip()
+                if started == "RUNNING" and node and node.startswith("node"):
+                    time.sleep(8)  # some training to lose
+                    run(["bash", CLUSTER, "fail", cluster_dir, node])
+                    failure.update(node=node, at=time.time())
+                    log(f"{node} failed under job {first}")
+            elif "revived" not in failure:
+                state = run(["sinfo", "-h", "-n", failure["node"], "-o", "%t"], check=False).stdout.strip()
+                if state.startswith("down"):
+                    run(["bash", CLUSTER, "revive", cluster_dir, failure["node"]], timeout=120)
+                    failure["revived"] = True
+
+        doc = setup.wait_finished(chain, 290, on_poll)
+        restarts = run(["scontrol", "show", "job", str(first)], check=False).stdout
+        count = re.search(r"Restarts=(\d+)", restarts)
+        if not count or int(count.group(1)) < 1:
+            raise Failure(f"Slurm did not requeue job {first}:\n{restarts}")
+        seqs = [j["seq"] for j in doc["jobs"] if j["state"] != "CANCELLED" or j.get("start_unix")]
+        if len(seqs) != len(set(seqs)):
+            raise Failure(f"more than one job for a seq: {json.dumps(doc['jobs'], indent=1)}")
+        setup.one_job_per_key()
+        check_restores(setup, chain, doc)
+        log(f"PASS: job {first} requeued by Slurm ({count.group(1)} restart(s)), {len(doc['jobs'])} jobs, "
+            f"one per seq: {[(j['job_id'], j['seq'], j['state']) for j in doc['jobs']]}")
+    finally:
+        setup.close()
+
+
+DDP_BODY = """set -euo pipefail
+# One rank per node; rank 0's node is the rendezvous.
+master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun bash -c 'exec "$PYTHON" "$DDP_TEST" --worker --rank "$SLURM_PROCID" --ranks "$SLURM_NTASKS" \\
+    --master-addr "$0" --port "$DDP_PORT" --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" \\
+    --steps "$STEPS" --interval 0 --seed 1 --example "$EXAMPLE" --slow 0.05' "$master"
+"""
+
+
+def case_ddp(args):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    import ddp_test
+    import torch
+
+    setup = Setup(args, nodes=2)
+    try:
+        chain = "ddp"
+        results = setup.work("ddp-results")
+        os.makedirs(results)
+        os.chmod(results, 0o1777)
+        test_copy = f"{setup.app}/ddp_test.py"
+        shutil.copy(ddp_test.__file__, test_copy)
+        example = f"{setup.app}/train_digits.py"
+        steps = 1400  # about 70 s at 50 ms a step, so that the 1-minute jobs hand over at least once
+        export = ",".join(["ALL", f"PYTHON={sys.executable}", f"DDP_TEST={test_copy}", "DDP_PORT=29517",
+                           f"RESULTS={results}", f"STEPS={steps}", f"EXAMPLE={example}", "OMP_NUM_THREADS=1",
+                           "PYTHONDONTWRITEBYTECODE=1", "USE_LIBUV=0", f"PYTHONPATH={setup.pythonpath}",
+                           f"HOME={setup.state}/work"])
+        setup.submit(chain, DDP_BODY, ["--time=1", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
+                                       f"--export={export}"])
+        doc = setup.wait_finished(chain, 290)
+        ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
+        nodes = {setup.nodes_seen.get(j["job_id"]) for j in ran}
+        if len(ran) < 2 or any(n is None or "," not in n and "[" not in n for n in nodes):
+            raise Failure(f"the chain did not run as 2-node jobs: {len(ran)} jobs on {nodes}")
+        restored = [json.load(open(f"{results}/restored-{rank}")) for rank in range(2)]
+        if restored[0]["iteration"] != restored[1]["iteration"]:
+            raise Failure(f"the ranks of the last job restored different steps: {restored}")
+        finals = [torch.load(f"{results}/final-{rank}.pt") for rank in range(2)]
+        launcher = ddp_test.Launcher(example)
+        try:
+            reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=steps, example=example), launcher,
+                                        setup.work("ddp-reference"), setup.work("ddp-reference-results"),
+                                        interval=1_000_000)
+            codes = reference.wait(600)
+        finally:
+            launcher.close()
+        if any(codes):
+            raise Failure(f"the straight two-rank run failed: {reference.tail()}")
+        for rank, expected in enumerate(reference.finals()):
+            if not ddp_test.same_state(expected, finals[rank]):
+                raise Failure(f"rank {rank}: the chain's final state differs from the straight two-rank run")
+        setup.one_job_per_key()
+        log(f"PASS: {len(ran)} two-node jobs on {sorted(nodes)}; both ranks of the last job restored step "
+            f"{restored[0]['iteration']}; {steps} steps bit-identical to a straight two-rank run")
+    finally:
+        setup.close()
+
+
+def leftovers(cluster_id, state_dir):
+    found = []
+    namespaces = run(["ip", "netns", "list"], check=False).stdout
+    found += [line for line in namespaces.splitlines() if f"baton-{cluster_id}-" in line]
+    links = run(["ip", "-o", "link"], check=False).stdout
+    found += [line.split(":")[1].strip() for line in links.splitlines() if f"bt{cluster_id}" in line]
+    found += glob.glob(f"/run/netns/baton-{cluster_id}-*")
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if state_dir in cmdline and "cluster_test" not in cmdline:
+            found.append(f"process {pid}: {cmdline}")
+    return found
+
+
+def case_cleanup(args):
+    base = tempfile.mkdtemp(prefix="baton-cluster-cleanup-")
+    try:
+        # A cluster started, used, stopped.
+        one = f"{base}/one"
+        run(["bash", CLUSTER, "start", one, "--nodes", "2"], timeout=180)
+        cluster_id = re.search(r"cluster_id=(\w+)", open(f"{one}/cluster.env").read()).group(1)
+        env = dict(os.environ, SLURM_CONF=f"{one}/slurm.conf")
+        run(["sbatch", "--parsable", "-N", "2", "-o", f"{one}/job.out", "--wrap", "srun sleep 300"], env=env)
+        time.sleep(2)
+        run(["bash", CLUSTER, "stop", one], timeout=120)
+        if leftovers(cluster_id, one):
+            raise Failure(f"left behind after stop: {leftovers(cluster_id, one)}")
+        # A start killed half-way (namespaces made, daemons starting), then stopped.
+        two = f"{base}/two"
+        starting = subprocess.Popen(["bash", CLUSTER, "start", two, "--nodes", "3"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(100):
+            if glob.glob("/run/netns/baton-*") and os.path.exists(f"{two}/cluster.env"):
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(starting.pid, signal.SIGKILL)
+        starting.wait()
+        cluster_id = re.search(r"cluster_id=(\w+)", open(f"{two}/cluster.env").read()).group(1)
+        run(["bash", CLUSTER, "stop", two], timeout=120)
+        if leftovers(cluster_id, two):
+            raise Failure(f"left behind after a killed start and stop: {leftovers(cluster_id, two)}")
+        log("PASS: nothing left after stop, nor after a killed start and stop")
+    finally:
+        for d in glob.glob(f"{base}/*"):
+            if os.path.exists(f"{d}/cluster.env"):
+                run(["bash", CLUSTER, "stop", d], timeout=120, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+CASES = {"handover": case_handover, "node-failure": case_node_failure, "requeue": case_requeue,
+         "ddp": case_ddp, "cleanup": case_cleanup}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("case", choices=sorted(CASES))
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--chain-job", help="tests/spank_plugin/ckpt_chain_job of the build")
+    parser.add_argument("--seeds", type=int, default=1, help="node-failure: failures, one chain each")
+    parser.add_argument("--seed", type=int, default=None, help="node-failure: the random moments' seed")
+    parser.add_argument("--keep-state", action="store_true")
+    args = parser.parse_args()
+    args.build_dir = os.path.abspath(args.build_dir)
+    if args.chain_job:
+        args.chain_job = os.path.abspath(args.chain_job)
+    if os.geteuid() != 0 or not demo.namespaces_work():
+        print("cluster_test: SKIP: needs root and network namespaces", flush=True)
+        return 77
+    if args.seed is None:
+        args.seed = random.randrange(1 << 30)
+    log(f"case {args.case}, seed {args.seed}")
+    try:
+        CASES[args.case](args)
+    except Failure as failure:
+        print(f"FAIL: {failure}", flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
