@@ -103,6 +103,9 @@ write_config() { # write_config NODES
         echo "SlurmdTimeout=$slurmd_timeout"
         echo "MessageTimeout=5"
         echo "JobRequeue=0"
+        # A job that Slurm requeues waits the credential's lifetime (120 s by default) before it runs
+        # again: 30 s here, for the tests' sake.
+        echo "AuthInfo=cred_expire=30"
         echo "AccountingStorageType=accounting_storage/none"
         for node in $(node_names); do
             echo "NodeName=$node NodeHostname=$node NodeAddr=$(addr_of "$node") ${hardware}State=UNKNOWN"

@@ -274,8 +274,8 @@ def case_node_failure(args):
             def revive_when_down():
                 state = run(["sinfo", "-h", "-n", failure["node"], "-o", "%t"], check=False).stdout.strip()
                 if state.startswith("down"):
+                    failure["revived"] = time.time()  # from here on the node may take jobs again
                     run(["bash", CLUSTER, "revive", cluster_dir, failure["node"]], timeout=120)
-                    failure["revived"] = time.time()
 
             def on_poll(doc):
                 maybe_fail(doc)
@@ -314,7 +314,7 @@ def case_node_failure(args):
                 f"iteration {resumed_iteration})")
             if lost_training > interval + 1.0:
                 raise Failure(f"{lost_training:.1f} s of training lost, more than the interval {interval:.1f} s")
-            if node_after == failure["node"] and failure.get("revived", time.time()) > successor["start_unix"]:
+            if node_after == failure["node"] and failure.get("revived", time.time()) > successor["start_unix"] + 1:
                 raise Failure(f"job {successor['job_id']} started on {node_after} while it was down")
             results.append((lost_training, interval, restart))
         setup.one_job_per_key()
@@ -332,11 +332,13 @@ def case_requeue(args):
     cluster_dir = f"{setup.state}/slurm"
     try:
         chain = "requeued"
-        script = setup.script(chain, chain_job(setup, 1600))
-        # A plain sbatch: batond takes the chain over from the plugin's first report.
-        first = run(demo.as_user(["sbatch", "--parsable", f"--baton={chain}", "--requeue", *JOB_ARGS,
-                                  f"--chdir={setup.state}/work",
-                                  f"--output={setup.state}/work/{chain}-%j.out", script])).stdout.strip()
+        # A plain sbatch: batond takes the chain over from the plugin's first report, and submits its
+        # successors with the same script (the options in #SBATCH lines go with it).
+        directives = "".join(f"#SBATCH {option}\n" for option in
+                             ["--requeue", *JOB_ARGS, f"--output={setup.state}/work/{chain}-%j.out"])
+        script = setup.script(chain, directives + chain_job(setup, 1600))
+        first = run(demo.as_user(["sbatch", "--parsable", f"--baton={chain}", f"--chdir={setup.state}/work",
+                                  script])).stdout.strip()
         first = int(first.split(";")[0])
         log(f"submitted job {first} with --requeue")
         failure = {}
