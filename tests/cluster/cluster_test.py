@@ -252,10 +252,12 @@ def case_node_failure(args):
     try:
         for run_index in range(args.seeds):
             chain = f"failing{run_index}"
-            # About 100 s of training: the failure comes 8-30 s into a job, before its successor is due.
+            # About 100 s of training: the failure comes 5-15 s into a job, before its successor is due
+            # (a node that fails while the successor already waits for the handover checkpoint costs the
+            # successor its handover wait as well: not this case).
             setup.submit(chain, chain_job(setup, 2000), JOB_ARGS)
             failure = {}
-            after_start = rng.uniform(8, 30)
+            after_start = rng.uniform(5, 15)
 
             def maybe_fail(doc):
                 if failure or not doc:
@@ -264,6 +266,8 @@ def case_node_failure(args):
                 if len(running) != 1 or doc["chain"].get("state") != "running":
                     return
                 job = running[0]
+                if any(j["seq"] > job["seq"] for j in doc["jobs"]):
+                    return  # its successor is submitted already
                 node = setup.nodes_seen.get(job["job_id"])
                 if not node or not node.startswith("node") or time.time() < job["start_unix"] + after_start:
                     return
@@ -375,11 +379,13 @@ def case_requeue(args):
 
 
 DDP_BODY = """set -euo pipefail
-# One rank per node; rank 0's node is the rendezvous.
+# One rank per node; rank 0's node is the rendezvous, on a port of this job's (a predecessor and its
+# successor share nodes during the handover).
 master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((20000 + SLURM_JOB_ID % 10000))
 srun bash -c 'exec "$PYTHON" "$DDP_TEST" --worker --rank "$SLURM_PROCID" --ranks "$SLURM_NTASKS" \\
-    --master-addr "$0" --port "$DDP_PORT" --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" \\
-    --steps "$STEPS" --interval 0 --seed 1 --example "$EXAMPLE" --slow 0.05' "$master"
+    --master-addr "$0" --port "$1" --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" \\
+    --steps "$STEPS" --interval 0 --seed 1 --example "$EXAMPLE" --slow 0.05' "$master" "$port"
 """
 
 
@@ -398,7 +404,7 @@ def case_ddp(args):
         shutil.copy(ddp_test.__file__, test_copy)
         example = f"{setup.app}/train_digits.py"
         steps = 1400  # about 70 s at 50 ms a step, so that the 1-minute jobs hand over at least once
-        export = ",".join(["ALL", f"PYTHON={sys.executable}", f"DDP_TEST={test_copy}", "DDP_PORT=29517",
+        export = ",".join(["ALL", f"PYTHON={sys.executable}", f"DDP_TEST={test_copy}",
                            f"RESULTS={results}", f"STEPS={steps}", f"EXAMPLE={example}", "OMP_NUM_THREADS=1",
                            "PYTHONDONTWRITEBYTECODE=1", "USE_LIBUV=0", f"PYTHONPATH={setup.pythonpath}",
                            f"HOME={setup.state}/work"])
