@@ -228,9 +228,19 @@ stop)
     for node in $(node_names); do kill_node_processes "$node" TERM; done
     sleep 0.5
     for node in $(node_names); do kill_node_processes "$node" KILL; done
+    # A killed process is gone only once it has been reaped: wait for that before the namespaces go.
+    for _ in $(seq 100); do
+        for node in $(node_names); do
+            ns=$(netns_of "$node")
+            [ ! -e "/run/netns/$ns" ] || [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] || { sleep 0.1; continue 2; }
+        done
+        break
+    done
     stop_pid "$dir/slurmctld.pid"
+    # A namespace is torn down by the kernel later: its link goes with this machine's end, at once.
     for node in $(node_names); do
         ns=$(netns_of "$node")
+        ! ip link show "$(veth_of "$node")" >/dev/null 2>&1 || ip link delete "$(veth_of "$node")"
         [ ! -e "/run/netns/$ns" ] || ip netns delete "$ns"
     done
     ! ip link show "$(bridge)" >/dev/null 2>&1 || ip link delete "$(bridge)"

@@ -39,20 +39,12 @@ USER = demo.USER
 ITERATION_S = 0.05  # ckpt_chain_job trains an iteration in 50 ms
 
 
-class Failure(Exception):
-    pass
+Failure = demo.DemoError  # what demo.run raises for a command that failed, too
+run = demo.run
 
 
 def log(message):
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
-
-
-def run(argv, timeout=60, check=True, **kwargs):
-    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            timeout=timeout, **kwargs)
-    if check and result.returncode != 0:
-        raise Failure(f"{' '.join(argv)} exited with {result.returncode}:\n{result.stdout}")
-    return result
 
 
 class Setup:
@@ -422,19 +414,9 @@ def case_ddp(args):
         if restored[0]["iteration"] != restored[1]["iteration"]:
             raise Failure(f"the ranks of the last job restored different steps: {restored}")
         finals = [torch.load(f"{results}/final-{rank}.pt") for rank in range(2)]
-        launcher = ddp_test.Launcher(example)
-        try:
-            reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=steps, example=example), launcher,
-                                        setup.work("ddp-reference"), setup.work("ddp-reference-results"),
-                                        interval=1_000_000)
-            codes = reference.wait(600)
-        finally:
-            launcher.close()
-        if any(codes):
-            raise Failure(f"the straight two-rank run failed: {reference.tail()}")
-        for rank, expected in enumerate(reference.finals()):
-            if not ddp_test.same_state(expected, finals[rank]):
-                raise Failure(f"rank {rank}: the chain's final state differs from the straight two-rank run")
+        differs = ddp_test.compare_with_straight_run(example, steps, setup.work(""), finals)
+        if differs:
+            raise Failure(differs)
         setup.one_job_per_key()
         log(f"PASS: {len(ran)} two-node jobs on {sorted(nodes)}; both ranks of the last job restored step "
             f"{restored[0]['iteration']}; {steps} steps bit-identical to a straight two-rank run")
@@ -472,8 +454,9 @@ def case_cleanup(args):
         run(["sbatch", "--parsable", "-N", "2", "-o", f"{one}/job.out", "--wrap", "srun sleep 300"], env=env)
         time.sleep(2)
         run(["bash", CLUSTER, "stop", one], timeout=120)
-        if leftovers(cluster_id, one):
-            raise Failure(f"left behind after stop: {leftovers(cluster_id, one)}")
+        left = leftovers(cluster_id, one)
+        if left:
+            raise Failure(f"left behind after stop: {left}")
         # A start killed half-way (namespaces made, daemons starting), then stopped.
         two = f"{base}/two"
         starting = subprocess.Popen(["bash", CLUSTER, "start", two, "--nodes", "3"], stdout=subprocess.DEVNULL,
@@ -487,8 +470,9 @@ def case_cleanup(args):
         starting.wait()
         cluster_id = re.search(r"cluster_id=(\w+)", open(f"{two}/cluster.env").read()).group(1)
         run(["bash", CLUSTER, "stop", two], timeout=120)
-        if leftovers(cluster_id, two):
-            raise Failure(f"left behind after a killed start and stop: {leftovers(cluster_id, two)}")
+        left = leftovers(cluster_id, two)
+        if left:
+            raise Failure(f"left behind after a killed start and stop: {left}")
         log("PASS: nothing left after stop, nor after a killed start and stop")
     finally:
         for d in glob.glob(f"{base}/*"):

@@ -286,6 +286,25 @@ class Launcher:
 # --- the test -----------------------------------------------------------------------------------------
 
 
+def compare_with_straight_run(example, steps, base, finals):
+    """Runs the same training straight through on two local ranks (no Slurm, no restarts) in `base`;
+    None if each rank's final state equals `finals[rank]` bit for bit, else why not."""
+    launcher = Launcher(example)
+    try:
+        reference = Launch(argparse.Namespace(ranks=2, steps=steps, example=example), launcher,
+                           os.path.join(base, "ddp-reference"), os.path.join(base, "ddp-reference-results"),
+                           interval=1_000_000)
+        codes = reference.wait(600)
+    finally:
+        launcher.close()
+    if any(codes):
+        return f"the straight two-rank run failed: {reference.tail()}"
+    for rank, expected in enumerate(reference.finals()):
+        if not same_state(expected, finals[rank]):
+            return f"rank {rank}: the chain's final state differs from the straight two-rank run"
+    return None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

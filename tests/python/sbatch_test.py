@@ -159,19 +159,9 @@ def ddp_chain_test(args, base, env):
         raise Failure(f"job {job} did not resume both ranks from step {final_step} and finish: {ranks}")
     finals = [torch.load(os.path.join(results, f"final-{rank}.pt")) for rank in range(2)]
 
-    launcher = ddp_test.Launcher(args.example)
-    try:
-        reference = ddp_test.Launch(argparse.Namespace(ranks=2, steps=total, example=args.example), launcher,
-                                    os.path.join(base, "ddp-reference"), os.path.join(base, "ddp-reference-results"),
-                                    interval=1_000_000)
-        codes = reference.wait(600)
-    finally:
-        launcher.close()
-    if any(codes):
-        raise Failure(f"the straight two-rank run failed: {reference.tail()}")
-    for rank, expected in enumerate(reference.finals()):
-        if not ddp_test.same_state(expected, finals[rank]):
-            raise Failure(f"rank {rank}: the chain's final state differs from the straight two-rank run")
+    differs = ddp_test.compare_with_straight_run(args.example, total, base, finals)
+    if differs:
+        raise Failure(differs)
     print(f"job {job}: both ranks resumed from step {final_step}; {total} steps bit-identical to a straight run",
           flush=True)
 
