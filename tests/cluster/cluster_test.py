@@ -206,8 +206,8 @@ def case_handover(args):
     setup = Setup(args, nodes=3)
     try:
         chain = "across"
-        # About 75 s of training: with 1-minute jobs and a 40-s lead, three jobs or more.
-        setup.submit(chain, chain_job(setup, 1500), JOB_ARGS)
+        # About 110 s of training: more than two 1-minute jobs can hold, even without a handover.
+        setup.submit(chain, chain_job(setup, 2200), JOB_ARGS)
         doc = setup.wait_finished(chain, 280)
         restored = check_restores(setup, chain, doc)
         setup.one_job_per_key()
