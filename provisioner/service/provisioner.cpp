@@ -564,9 +564,11 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
     // slurmctld gives none to a node that is down) does not spend the retry budget. A job that was
     // itself such a successor and failed its node again without a checkpoint does: a job that brings
     // its node down each time is stopped.
-    const auto submitted = store_.submission(chain.id, chain.seq);
-    const bool afterNodeFailure = submitted && submitted->reason == "node_failure";
-    if (!progressed && nodeFailure(current.state) && !afterNodeFailure && !chain.resubmitRequested) {
+    const auto afterNodeFailure = [&] { // read only for a job that lost its node
+        const auto submitted = store_.submission(chain.id, chain.seq);
+        return submitted && submitted->reason == "node_failure";
+    };
+    if (!progressed && nodeFailure(current.state) && !chain.resubmitRequested && !afterNodeFailure()) {
         reason = "node_failure";
     } else if (!progressed) {
         // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its
