@@ -250,7 +250,7 @@ void Policy::checkpointCommitted(const CheckpointTimings& timings)
     inFlight_ = false;
     lastSnapshot_ = timings.snapshotSeconds;
     lastPersist_ = timings.persistSeconds;
-    planner_.observeCheckpoint(timings.snapshotSeconds, timings.persistSeconds);
+    planner_.observeCheckpoint(timings.snapshotSeconds, timings.persistSeconds + timings.drainSeconds);
     if (adaptive_)
         adaptive_->checkpointCommitted(timings.snapshotSeconds + timings.persistSeconds);
     if (current_ == CheckpointReason::Profile) {

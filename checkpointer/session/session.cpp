@@ -154,8 +154,8 @@ void Session::collect(bool wait)
     started_ = false;
     SessionCheckpoint done { checkpointer_->lastCheckpoint(), reason_, final_ };
     if (done.stats.committed)
-        policy_.checkpointCommitted(
-            { done.stats.snapshotSeconds, done.stats.persistSeconds, done.stats.bytes });
+        policy_.checkpointCommitted({ done.stats.snapshotSeconds, done.stats.persistSeconds, done.stats.bytes,
+            checkpointer_->drainStatus().lastDrainSeconds });
     else
         policy_.checkpointFailed(done.stats.error.empty() ? checkpointer_->lastError() : done.stats.error);
     if (onCheckpoint_)

@@ -87,7 +87,7 @@ void removeCheckpoint(const fs::path& checkpointDir)
         throw io::IoError(ec.value(), "cannot remove " + doomed.string());
 }
 
-std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
+std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep, const std::set<std::uint64_t>& spare)
 {
     if (keep < 1)
         throw ConfigError("keep must be >= 1");
@@ -105,6 +105,8 @@ std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep)
         ? committed.size() - static_cast<std::size_t>(keep)
         : 0;
     for (std::size_t i = 0; i < excess; ++i) {
+        if (spare.count(committed[i]->iteration) > 0)
+            continue;
         removeCheckpoint(committed[i]->dir);
         removed.push_back(committed[i]->dir);
     }

@@ -18,7 +18,9 @@
 #include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "baton_version.h"
+#include "commit.hpp"
 #include "device_backend.hpp"
+#include "drain.hpp"
 #include "io.hpp"
 #include "thread_pool.hpp"
 #include "verify.hpp"
@@ -389,8 +391,15 @@ struct Checkpointer::Impl {
     std::string prepareCandidate(const fs::path& dir, Candidate& candidate, bool& fatal);
     void applyCandidate(const Candidate& candidate, RestoreResult& result);
     RestoreResult restoreCollective(RestoreResult result);
-    void commitDirectory(const fs::path& temporary, const fs::path& final);
-    void commitWithPlainRename(const fs::path& temporary, const fs::path& final);
+    void startTwoLevel();
+    // A checkpoint restore() may take: the chain directory's, and with two levels the node-local ones.
+    struct Source : CheckpointInfo {
+        bool local = false;
+    };
+    std::vector<Source> restoreSources(std::optional<std::uint64_t>& newestShared);
+    void afterCommit(const Job& job, std::string& error);
+    // Where this process commits checkpoints: the node-local directory with two levels, else the chain.
+    const fs::path& commitDir() const { return drainer ? options.localDir : options.chainDir; }
 
     Options options;
     std::shared_ptr<Coordinator> coordinator; // options.coordinator
@@ -427,7 +436,9 @@ struct Checkpointer::Impl {
     std::string lastError;
     bool lastCommitted = true;
     bool handoverChecked = false; // restore() waits for a handover only the first time
-    bool renameFlagsRefused = false; // the chain's file system answered EINVAL to renameat2 flags
+    DirectoryCommitter committer { [this](const std::string& message) { log(message); } }; // of commitDir()
+    std::unique_ptr<Drainer> drainer; // two levels: copies committed checkpoints to the chain directory
+    std::string nodeName; // recorded in node-local manifests
 
     std::thread persister;
 };
@@ -444,7 +455,7 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     const std::string dirName = checkpointDirName(iteration);
     job.temporary = distributed
         ? options.chainDir / ("." + dirName + ".s" + std::to_string(job.sequence) + ".tmp-" + leaderTag)
-        : options.chainDir / ("." + dirName + ".tmp-" + temporaryOwnerTag());
+        : commitDir() / ("." + dirName + ".tmp-" + temporaryOwnerTag());
 
     // With several ranks each writes its own file; a replicated region is written in parts, one per rank,
     // and a sharded one as this rank's shard.
@@ -590,15 +601,12 @@ void Checkpointer::Impl::persist(Job& job)
             error = e.what();
         }
     }
-    double persistSeconds = seconds(Clock::now() - persistStart);
+    const double persistSeconds = seconds(Clock::now() - persistStart);
 
     if (error.empty()) {
-        try {
-            if (rank() == 0) // retention is the coordinator's alone: ranks never remove each other's work
-                pruneChain(options.chainDir, options.keep);
-        } catch (const std::exception& e) {
-            log(std::string("warning: retention failed (the new checkpoint is committed): ") + e.what());
-        }
+        afterCommit(job, error);
+        if (!error.empty())
+            log("checkpoint of iteration " + std::to_string(job.iteration) + ": " + error);
     } else {
         std::error_code ec;
         if (rank() == 0) // with several ranks the others may still write into it until rank 0 gives up
@@ -668,12 +676,34 @@ nlohmann::json Checkpointer::Impl::manifestDocument(
     document["timings"] = { { "snapshot_seconds", snapshotSeconds },
         { "persist_seconds", seconds(Clock::now() - persistStart) } };
     document["created_unix"] = unixNow();
+    if (drainer)
+        document["node"] = nodeName;
     return document;
+}
+
+// Retention, and with two levels the drain: a final or training_done checkpoint is done only once its
+// copy in the chain directory has committed, since only that copy counts for the successor.
+void Checkpointer::Impl::afterCommit(const Job& job, std::string& error)
+{
+    try {
+        if (rank() == 0) // retention is the coordinator's alone: ranks never remove each other's work
+            pruneChain(commitDir(), drainer ? options.localKeep : options.keep,
+                drainer ? drainer->needed() : std::set<std::uint64_t> {});
+    } catch (const std::exception& e) {
+        log(std::string("warning: retention failed (the new checkpoint is committed): ") + e.what());
+    }
+    if (!drainer)
+        return;
+    const bool last = job.flags.final || job.flags.trainingDone;
+    drainer->submit(commitDir() / checkpointDirName(job.iteration), job.iteration, last);
+    if (last && !drainer->waitFor(job.iteration))
+        error = "committed in the node-local directory, but its copy in the chain directory did not commit: "
+            + drainer->status().lastError;
 }
 
 void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
 {
-    const fs::path& chain = options.chainDir;
+    const fs::path& chain = commitDir();
     const fs::path& temporary = job.temporary;
     std::error_code ec;
     fs::remove_all(temporary, ec);
@@ -686,7 +716,7 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
     io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
 
     // The commit point: the complete directory appears under its final name in one rename.
-    commitDirectory(temporary, chain / checkpointDirName(job.iteration));
+    committer.commit(temporary, chain / checkpointDirName(job.iteration));
 }
 
 // Every rank writes its shard into the shared temporary directory in parallel and tells rank 0 what it
@@ -764,7 +794,7 @@ void Checkpointer::Impl::commitSharded(
             io::fsyncDirectory(job.temporary);
             io::writeSmallFileDurably(job.temporary / "manifest.json.tmp", text, options.fileMode);
             io::renameDurably(job.temporary / "manifest.json.tmp", job.temporary / kManifestName);
-            commitDirectory(job.temporary, options.chainDir / checkpointDirName(job.iteration));
+            committer.commit(job.temporary, options.chainDir / checkpointDirName(job.iteration));
         } catch (const std::exception& e) {
             outcome = e.what();
             if (outcome.empty())
@@ -774,62 +804,6 @@ void Checkpointer::Impl::commitSharded(
     outcome = coordinator->broadcast("commit", outcome, 0);
     if (!outcome.empty())
         throw Error(ownRank == 0 ? outcome : "rank 0 did not commit: " + outcome);
-}
-
-// renameat2 with RENAME_NOREPLACE, then RENAME_EXCHANGE for a checkpoint of the same iteration. NFS (and
-// FUSE without rename2) refuse any rename flags with EINVAL: then plain rename(2) does the same job, and
-// the Checkpointer stops trying the flags.
-void Checkpointer::Impl::commitDirectory(const fs::path& temporary, const fs::path& final)
-{
-    const fs::path chain = final.parent_path();
-    if (!renameFlagsRefused) {
-        if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_NOREPLACE) == 0) {
-            io::fsyncDirectory(chain);
-            return;
-        }
-        if (errno == EEXIST || errno == ENOTEMPTY) {
-            // An earlier checkpoint of the same iteration: swap atomically, then drop the old one.
-            if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, final.c_str(), RENAME_EXCHANGE) == 0) {
-                io::fsyncDirectory(chain);
-                std::error_code ec;
-                fs::remove_all(temporary, ec);
-                return;
-            }
-        }
-        if (errno != EINVAL && errno != ENOSYS)
-            io::throwErrno("cannot commit " + final.string());
-        renameFlagsRefused = true;
-        log("the file system of " + chain.string()
-            + " refuses rename flags (as NFS does): committing with plain rename(2)");
-    }
-    commitWithPlainRename(temporary, final);
-}
-
-// rename(2) of a directory never replaces a non-empty one (EEXIST / ENOTEMPTY), so a fresh name commits
-// exactly as RENAME_NOREPLACE does. Replacing a checkpoint of the same iteration takes two renames: the
-// old one moves aside to ".ckpt-N.replaced-<host>-<pid>" first. A crash between them leaves no ckpt-N;
-// removeStaleTemporaries() then moves the old checkpoint back, so a committed iteration never vanishes.
-void Checkpointer::Impl::commitWithPlainRename(const fs::path& temporary, const fs::path& final)
-{
-    const fs::path chain = final.parent_path();
-    if (::rename(temporary.c_str(), final.c_str()) == 0) {
-        io::fsyncDirectory(chain);
-        return;
-    }
-    if (errno != EEXIST && errno != ENOTEMPTY)
-        io::throwErrno("cannot commit " + final.string());
-    const fs::path aside = chain / ("." + final.filename().string() + ".replaced-" + temporaryOwnerTag());
-    std::error_code ec;
-    fs::remove_all(aside, ec);
-    io::renameDurably(final, aside);
-    if (::rename(temporary.c_str(), final.c_str()) != 0) {
-        const int error = errno;
-        if (::rename(aside.c_str(), final.c_str()) == 0)
-            io::fsyncDirectory(chain);
-        throw io::IoError(error, "cannot commit " + final.string());
-    }
-    io::fsyncDirectory(chain);
-    fs::remove_all(aside, ec);
 }
 
 Checkpointer::Checkpointer(Options options)
@@ -864,9 +838,50 @@ Checkpointer::Checkpointer(Options options)
             throw Error("rank 0 sent no temporary directory tag");
     }
     impl_ = std::move(impl);
+    if (!impl_->options.localDir.empty())
+        impl_->startTwoLevel();
     if (impl_->options.stagingBytes > 0)
         impl_->ensureStaging(impl_->options.stagingBytes);
     impl_->persister = std::thread([impl = impl_.get()] { impl->persistLoop(); });
+}
+
+// The node-local directory must be this user's own: on a node's scratch disk another user could have
+// made the path first, and would then read or replace this chain's checkpoints. Whatever keeps two levels
+// from working leaves one: training goes on, checkpointing to the chain directory.
+void Checkpointer::Impl::startTwoLevel()
+{
+    if (distributed) {
+        log("two-level storage is for a single process: the " + std::to_string(worldSize())
+            + " ranks checkpoint to the chain directory only, not to " + options.localDir.string());
+        return;
+    }
+    try {
+        io::createDirectories(options.localDir, io::directoryMode(options.fileMode));
+        struct stat st { };
+        if (::lstat(options.localDir.c_str(), &st) != 0)
+            io::throwErrno("cannot examine " + options.localDir.string());
+        if (!S_ISDIR(st.st_mode))
+            throw Error(options.localDir.string() + " is not a directory");
+        if (st.st_uid != ::geteuid())
+            throw Error(options.localDir.string() + " belongs to uid " + std::to_string(st.st_uid)
+                + ", not to this process's user");
+        removeStaleTemporaries(options.localDir);
+    } catch (const std::exception& e) {
+        log(std::string("node-local directory unusable, checkpointing to the chain directory only: ") + e.what());
+        return;
+    }
+    nodeName = options.nodeName;
+    if (const char* slurmNode = std::getenv("SLURMD_NODENAME"); nodeName.empty() && slurmNode != nullptr)
+        nodeName = slurmNode;
+    if (char host[256] = {}; nodeName.empty() && ::gethostname(host, sizeof host - 1) == 0)
+        nodeName = host;
+    DrainSettings settings;
+    settings.sharedDir = options.chainDir;
+    settings.keep = options.keep;
+    settings.fileMode = options.fileMode;
+    settings.bytesPerSecond = options.drainBytesPerSecond;
+    settings.log = [this](const std::string& message) { log(message); };
+    drainer = std::make_unique<Drainer>(std::move(settings));
 }
 
 Checkpointer::~Checkpointer()
@@ -874,6 +889,12 @@ Checkpointer::~Checkpointer()
     {
         std::unique_lock lock(impl_->mutex);
         impl_->changed.wait(lock, [this] { return !impl_->inFlight; });
+    }
+    // The newest checkpoint reaches the chain directory before the process goes: its node-local copy is
+    // of no use to a successor on another node.
+    waitDurable();
+    {
+        std::lock_guard lock(impl_->mutex);
         impl_->stopping = true;
     }
     impl_->changed.notify_all();
@@ -1335,6 +1356,30 @@ RestoreResult Checkpointer::Impl::restoreCollective(RestoreResult result)
     return result;
 }
 
+// Newest first; a node-local copy before the chain directory's copy of the same iteration (it is read at
+// local speed). A listing error of the node-local directory leaves its copies out, with a warning.
+std::vector<Checkpointer::Impl::Source> Checkpointer::Impl::restoreSources(std::optional<std::uint64_t>& newestShared)
+{
+    std::vector<Source> all;
+    for (const auto& info : listCheckpoints(options.chainDir)) {
+        if (info.committed)
+            newestShared = std::max(newestShared.value_or(0), info.iteration);
+        all.push_back({ info, false });
+    }
+    if (drainer) {
+        try {
+            for (const auto& info : listCheckpoints(options.localDir))
+                all.push_back({ info, true });
+        } catch (const std::exception& e) {
+            log(std::string("warning: node-local checkpoints not considered: ") + e.what());
+        }
+    }
+    std::stable_sort(all.begin(), all.end(), [](const Source& a, const Source& b) {
+        return a.iteration != b.iteration ? a.iteration > b.iteration : a.local && !b.local;
+    });
+    return all;
+}
+
 RestoreResult Checkpointer::restore()
 {
     wait();
@@ -1343,8 +1388,9 @@ RestoreResult Checkpointer::restore()
     std::unique_lock lock(impl_->mutex);
     if (impl_->distributed)
         return impl_->restoreCollective(std::move(result));
-    auto checkpoints = listCheckpoints(impl_->options.chainDir);
-    for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+    std::optional<std::uint64_t> newestShared;
+    const auto checkpoints = impl_->restoreSources(newestShared);
+    for (auto it = checkpoints.begin(); it != checkpoints.end(); ++it) {
         auto skip = [&](const std::string& reason) {
             impl_->log("skipping " + it->dir.string() + ": " + reason);
             result.fallbacks.push_back({ it->dir, reason });
@@ -1370,6 +1416,17 @@ RestoreResult Checkpointer::restore()
             skip(
                 "manifest iteration " + std::to_string(manifest.iteration) + " does not match the directory");
             continue;
+        }
+        if (it->local) {
+            // A node-local copy is only ever this node's: elsewhere the directory may be another disk
+            // that happens to have the same path, or a shared one that several nodes write to.
+            const auto node = manifest.document.find("node");
+            const std::string writer = node != manifest.document.end() && node->is_string() ? node->get<std::string>() : "";
+            if (writer != impl_->nodeName) {
+                skip("a node-local copy written on node '" + writer + "', not on this node ('"
+                    + impl_->nodeName + "')");
+                continue;
+            }
         }
         if (manifest.formatVersion >= kShardedFormatVersion) {
             // Written by several ranks: this process takes the replicated and sharded state whole.
@@ -1446,7 +1503,12 @@ RestoreResult Checkpointer::restore()
         }
         describeRestored(result, manifest, it->dir);
         result.manifest = std::move(manifest.document);
+        result.nodeLocal = it->local;
         impl_->epoch = result.epoch;
+        // Newer than anything in the chain directory (its drain did not finish): drained now, so that
+        // this node's failure cannot take it away from the chain.
+        if (it->local && (!newestShared || it->iteration > *newestShared))
+            impl_->drainer->submit(it->dir, it->iteration, false);
         return result;
     }
     return result;
@@ -1478,6 +1540,20 @@ const Options& Checkpointer::options() const
 bool Checkpointer::deviceAvailable() const
 {
     return impl_->backend->usable();
+}
+
+DrainStatus Checkpointer::drainStatus() const
+{
+    return impl_->drainer ? impl_->drainer->status() : DrainStatus {};
+}
+
+bool Checkpointer::waitDurable()
+{
+    const bool committed = wait();
+    if (!impl_->drainer)
+        return committed;
+    const DrainStatus status = impl_->drainer->status();
+    return !status.pendingIteration || impl_->drainer->waitFor(*status.pendingIteration);
 }
 
 } // namespace baton::ckpt

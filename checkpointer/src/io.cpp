@@ -166,6 +166,23 @@ void writeFileDurably(
     fd.close(path.string());
 }
 
+StreamWriter::StreamWriter(const std::filesystem::path& path, unsigned mode)
+    : path_(path)
+    , fd_(openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(mode)))
+{ }
+
+void StreamWriter::write(const std::byte* data, std::size_t size)
+{
+    writeAll(fd_.get(), data, size, path_);
+}
+
+void StreamWriter::finish()
+{
+    syncData(fd_.get(), path_);
+    (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_DONTNEED); // advice only: a refusal changes nothing
+    fd_.close(path_.string());
+}
+
 void writeSmallFileDurably(const std::filesystem::path& path, std::string_view text, unsigned mode)
 {
     Fd fd = openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC, static_cast<mode_t>(mode));

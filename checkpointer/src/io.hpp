@@ -84,6 +84,19 @@ std::string readSmallFile(const std::filesystem::path& path, std::size_t limit =
 void fsyncDirectory(const std::filesystem::path& dir);
 void renameDurably(const std::filesystem::path& from, const std::filesystem::path& to);
 
+// A file written piece by piece through the page cache (the drain's copies): finish() makes it durable
+// and drops its pages from the cache, so that a verification read afterwards sees what storage holds.
+class StreamWriter {
+public:
+    StreamWriter(const std::filesystem::path& path, unsigned mode);
+    void write(const std::byte* data, std::size_t size);
+    void finish();
+
+private:
+    std::filesystem::path path_;
+    Fd fd_;
+};
+
 // Sequential reader; read() with directIo needs page-aligned destinations and lengths.
 class FileReader {
 public:

@@ -16,14 +16,14 @@ static_assert(kMaxHandoverWait == contract::kHandoverWaitMax, "options.hpp state
 namespace {
 
 // Strict: the whole string must be a decimal number in range.
-int parseKeep(const char* text)
+int parseKeep(const char* text, const char* name = "BATON_KEEP")
 {
     std::string value(text);
     char* end = nullptr;
     errno = 0;
     long keep = std::strtol(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || errno == ERANGE || !contract::keepInRange(keep))
-        throw ConfigError("BATON_KEEP='" + value + "' is not a whole number of checkpoints from "
+        throw ConfigError(std::string(name) + "='" + value + "' is not a whole number of checkpoints from "
             + std::to_string(contract::kKeepMin) + " to " + std::to_string(contract::kKeepMax));
     return static_cast<int>(keep);
 }
@@ -62,6 +62,17 @@ double parseHandoverWait(const char* text)
     return seconds;
 }
 
+double parseDrainRate(const char* text)
+{
+    std::string value(text);
+    char* end = nullptr;
+    errno = 0;
+    double megabytes = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno == ERANGE || !(megabytes >= 0 && megabytes <= 1e7))
+        throw ConfigError("BATON_DRAIN_MBPS='" + value + "' is not a rate in MB/s from 0 (unbounded) to 1e7");
+    return megabytes * 1e6;
+}
+
 std::optional<std::uint64_t> environmentNumber(const char* name)
 {
     const char* text = std::getenv(name);
@@ -95,6 +106,15 @@ Options Options::fromEnvironment()
         options.restartCount = parseWholeVariable("BATON_RESTART_COUNT", restarts);
     if (const char* wait = std::getenv("BATON_HANDOVER_WAIT"); wait != nullptr)
         options.handoverWaitSeconds = parseHandoverWait(wait);
+    if (const char* local = std::getenv("BATON_LOCAL_DIR"); local != nullptr && *local != '\0') {
+        options.localDir = local;
+        if (!options.localDir.is_absolute())
+            throw ConfigError(std::string("BATON_LOCAL_DIR='") + local + "' is not an absolute path");
+    }
+    if (const char* keep = std::getenv("BATON_LOCAL_KEEP"); keep != nullptr)
+        options.localKeep = parseKeep(keep, "BATON_LOCAL_KEEP");
+    if (const char* rate = std::getenv("BATON_DRAIN_MBPS"); rate != nullptr)
+        options.drainBytesPerSecond = parseDrainRate(rate);
     options.coordinator = FileCoordinator::fromEnvironment(options.chainDir);
     options.validate();
     return options;
@@ -116,6 +136,16 @@ void Options::validate() const
             std::string("fileMode must be permission bits (at most 0777) that let the owner read "
                         "and write (got 0")
             + text + ")");
+    }
+    if (localKeep < 1)
+        throw ConfigError("localKeep must be >= 1 (got " + std::to_string(localKeep) + ")");
+    if (!(drainBytesPerSecond >= 0))
+        throw ConfigError("drainBytesPerSecond must be >= 0");
+    if (!localDir.empty()) {
+        if (!localDir.is_absolute())
+            throw ConfigError("the node-local directory " + localDir.string() + " is not an absolute path");
+        if (localDir.lexically_normal() == chainDir.lexically_normal())
+            throw ConfigError("the node-local directory is the chain directory itself");
     }
     if (copyThreads > 256)
         throw ConfigError("copyThreads must be <= 256 (got " + std::to_string(copyThreads) + ")");

@@ -141,6 +141,15 @@ void bindOptions(py::module_& module)
             "The ranks that checkpoint together (None: this process alone).")
         .def_readwrite("handover_wait_seconds", &ckpt::Options::handoverWaitSeconds,
             "restore() in a successor job waits up to this long for the predecessor's final checkpoint.")
+        .def_property(
+            "local_dir", [](const ckpt::Options& o) { return o.localDir.string(); },
+            [](ckpt::Options& o, const std::string& dir) { o.localDir = dir; },
+            "Two-level storage: commit to this node-local directory first, drain to chain_dir in the "
+            "background (BATON_LOCAL_DIR; empty: one level).")
+        .def_readwrite("local_keep", &ckpt::Options::localKeep, "Checkpoints kept node-locally.")
+        .def_readwrite("drain_bytes_per_second", &ckpt::Options::drainBytesPerSecond,
+            "The drain's rate bound (0: unbounded).")
+        .def_readwrite("node_name", &ckpt::Options::nodeName, "Recorded in node-local manifests.")
         .def("validate", &ckpt::Options::validate);
 }
 
@@ -164,6 +173,16 @@ void bindStats(py::module_& module)
         .def_readonly("failed", &ckpt::Counters::failed)
         .def_readonly("dropped_requests", &ckpt::Counters::droppedRequests)
         .def_readonly("staging_allocations", &ckpt::Counters::stagingAllocations);
+    py::class_<ckpt::DrainStatus>(module, "DrainStatus")
+        .def_readonly("two_level", &ckpt::DrainStatus::twoLevel)
+        .def_readonly("shared_iteration", &ckpt::DrainStatus::sharedIteration)
+        .def_readonly("pending_iteration", &ckpt::DrainStatus::pendingIteration)
+        .def_readonly("drained", &ckpt::DrainStatus::drained)
+        .def_readonly("retries", &ckpt::DrainStatus::retries)
+        .def_readonly("failed", &ckpt::DrainStatus::failed)
+        .def_readonly("skipped", &ckpt::DrainStatus::skipped)
+        .def_readonly("last_drain_seconds", &ckpt::DrainStatus::lastDrainSeconds)
+        .def_readonly("last_error", &ckpt::DrainStatus::lastError);
 }
 
 } // namespace
@@ -272,6 +291,11 @@ void bindCheckpointer(py::module_& module)
             py::call_guard<py::gil_scoped_release>())
         .def(
             "wait", [](Self& self) { return self.impl().wait(); }, py::call_guard<py::gil_scoped_release>())
+        .def(
+            "wait_durable", [](Self& self) { return self.impl().waitDurable(); },
+            py::call_guard<py::gil_scoped_release>(),
+            "Two levels: waits until the newest checkpoint has committed in the chain directory.")
+        .def("drain_status", [](Self& self) { return self.impl().drainStatus(); })
         .def(
             "set_device_snapshot", [](Self& self, bool onDevice) { self.impl().setDeviceSnapshot(onDevice); },
             "on_device"_a, "Snapshot device regions into spare device memory instead of pinned host memory.")

@@ -43,7 +43,7 @@ py::object restoreResultToPython(const ckpt::RestoreResult& result)
         "unclaimed_regions"_a = py::cast(result.unclaimedRegions), "job_id"_a = py::cast(result.jobId),
         "restart_count"_a = py::cast(result.restartCount), "final"_a = result.final,
         "training_done"_a = result.trainingDone, "handover_wait_seconds"_a = result.handoverWaitSeconds,
-        "handover_timed_out"_a = result.handoverTimedOut);
+        "handover_timed_out"_a = result.handoverTimedOut, "node_local"_a = result.nodeLocal);
 }
 
 } // namespace baton::python

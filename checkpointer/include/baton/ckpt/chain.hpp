@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,10 @@ VerifyResult verifyCheckpoint(const std::filesystem::path& checkpointDir, bool d
 
 // Removes all but the newest `keep` committed checkpoints, plus incomplete checkpoint directories
 // (manifest.json absent: ENOENT) older than the newest committed one; a checkpoint whose manifest cannot
-// be examined (statError) is never removed. Returns what it removed.
-std::vector<std::filesystem::path> pruneChain(const std::filesystem::path& chainDir, int keep);
+// be examined (statError) is never removed, nor are the iterations in `spare` (a node-local checkpoint
+// still being drained). Returns what it removed.
+std::vector<std::filesystem::path> pruneChain(
+    const std::filesystem::path& chainDir, int keep, const std::set<std::uint64_t>& spare = {});
 
 // Removes one checkpoint so that a crash at any moment leaves it either committed or gone.
 void removeCheckpoint(const std::filesystem::path& checkpointDir);

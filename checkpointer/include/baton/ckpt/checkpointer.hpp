@@ -63,6 +63,20 @@ struct Counters {
                                           // not prepared ahead in the background
 };
 
+// Two-level storage (Options::localDir): how the drain of node-local checkpoints to the chain directory
+// stands. All zero / empty with one level.
+struct DrainStatus {
+    bool twoLevel = false; // checkpoints commit node-locally first
+    std::optional<std::uint64_t> sharedIteration; // newest checkpoint this process committed on the shared level
+    std::optional<std::uint64_t> pendingIteration; // waiting for its drain or being drained
+    std::uint64_t drained = 0; // checkpoints committed on the shared level by the drain
+    std::uint64_t retries = 0; // failed attempts that were tried again (slow or failing shared storage)
+    std::uint64_t failed = 0; // checkpoints whose drain was given up after its attempts
+    std::uint64_t skipped = 0; // checkpoints never drained because a newer one replaced them
+    double lastDrainSeconds = 0; // of the last drain that committed: node-local commit to shared commit
+    std::string lastError; // of the last failed attempt
+};
+
 // How a region's bytes relate across the ranks of a job (Options::coordinator); one process ignores it.
 struct RegionLayout {
     enum class Kind {
@@ -108,6 +122,8 @@ struct RestoreResult {
     std::optional<std::uint64_t> restartCount;
     bool final = false;
     bool trainingDone = false;
+    // Restored from the node-local level (Options::localDir), not from the chain directory.
+    bool nodeLocal = false;
     // Seconds restore() waited for the predecessor's final checkpoint (Options::handoverWaitSeconds),
     // and whether that wait ran out before one appeared.
     double handoverWaitSeconds = 0;
@@ -195,6 +211,10 @@ public:
     std::string lastError() const; // empty when the last checkpoint committed
     const Options& options() const;
     bool deviceAvailable() const; // a CUDA device is usable (the staging pool is pinned)
+    DrainStatus drainStatus() const;
+    // Two levels: waits until the newest node-local checkpoint has committed on the shared level (or its
+    // drain gave up); returns whether it did. One level: wait().
+    bool waitDurable();
 
 private:
     struct Impl;

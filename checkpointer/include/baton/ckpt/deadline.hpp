@@ -40,6 +40,7 @@ public:
 
     // Measured times: the planner keeps the largest checkpoint time it has seen (conservative).
     void observeIteration(double seconds);
+    // persistSeconds: until the checkpoint is durable (with two levels, its drain included).
     void observeCheckpoint(double snapshotSeconds, double persistSeconds);
     double checkpointSeconds() const { return checkpoint_; }
 

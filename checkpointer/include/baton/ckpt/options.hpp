@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace baton::ckpt {
@@ -41,13 +42,29 @@ struct Options {
     // Seconds restore() waits for the predecessor's handover (BATON_HANDOVER_WAIT, 0..3600, 0 = off):
     // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
     double handoverWaitSeconds = 0;
+    // Two-level storage (BATON_LOCAL_DIR): a node-local directory for this chain. Each checkpoint then
+    // commits there first, at local speed, and is drained to chainDir in the background, verified there
+    // and committed with the same manifest-last rule. Only the copy in chainDir is durable: it alone counts
+    // for a handover, for training_done and for the provisioner; a final (or training_done) checkpoint
+    // returns only once its copy in chainDir has committed. Empty: one level, chainDir only. A process of
+    // several ranks uses chainDir only (logged).
+    std::filesystem::path localDir;
+    // Committed checkpoints kept in localDir (BATON_LOCAL_KEEP); the one being drained is always kept.
+    int localKeep = 1;
+    // Drain bandwidth into chainDir in bytes per second (BATON_DRAIN_MBPS, in MB/s), so that the copy does
+    // not starve the training's own I/O on the shared file system; 0 = unbounded.
+    double drainBytesPerSecond = 0;
+    // The node this process runs on, recorded in node-local manifests (`node`): a node-local copy is
+    // restored only on the node that wrote it. Empty: SLURMD_NODENAME, else the host name.
+    std::string nodeName;
     // The ranks of a job that checkpoint together (coordinator.hpp); null or a world of one: this
     // process alone (format version 1). With more ranks, every rank constructs its Checkpointer, requests
     // the same checkpoints and calls restore() together; rank 0 commits and runs retention.
     std::shared_ptr<Coordinator> coordinator;
 
     // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer 1..1000), BATON_JOB_ID,
-    // BATON_RESTART_COUNT (whole numbers) and BATON_HANDOVER_WAIT (seconds, 0..3600), and, for a world
+    // BATON_RESTART_COUNT (whole numbers), BATON_HANDOVER_WAIT (seconds, 0..3600), BATON_LOCAL_DIR
+    // (absolute), BATON_LOCAL_KEEP (1..1000), BATON_DRAIN_MBPS (MB/s, >= 0), and, for a world
     // of more than one rank (BATON_WORLD_SIZE, or SLURM_NTASKS inside an srun step), a FileCoordinator
     // (FileCoordinator::fromEnvironment). Throws ConfigError naming the variable.
     static Options fromEnvironment();

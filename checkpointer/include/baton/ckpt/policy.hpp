@@ -50,6 +50,8 @@ struct CheckpointTimings {
     double snapshotSeconds = 0;
     double persistSeconds = 0;
     std::uint64_t bytes = 0;
+    // Two-level storage: the last drain to the chain directory, which a final checkpoint waits for.
+    double drainSeconds = 0;
 };
 
 class Policy {

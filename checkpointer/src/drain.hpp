@@ -1,0 +1,80 @@
+// The second level of two-level storage: copies checkpoints committed in the node-local directory to
+// the chain directory on the shared file system, on a thread of its own, at a bounded rate. A copy is
+// verified there (every byte read back from storage against the manifest's checksums) before it commits
+// with the manifest-last rule, so the shared level holds only complete, verified checkpoints.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "baton/ckpt/checkpointer.hpp"
+#include "commit.hpp"
+
+namespace baton::ckpt {
+
+struct DrainSettings {
+    std::filesystem::path sharedDir; // the chain directory
+    int keep = 2; // retention on the shared level
+    unsigned fileMode = 0600;
+    double bytesPerSecond = 0; // 0: unbounded
+    int attempts = 6; // per checkpoint, before it is given up (a newer one is tried afresh)
+    double firstBackoffSeconds = 0.5; // doubled after each failed attempt
+    std::function<void(const std::string&)> log;
+};
+
+class Drainer {
+public:
+    explicit Drainer(DrainSettings settings);
+    // Lets the drain under way finish (or give up), then stops. Call waitFor() first to be sure of it.
+    ~Drainer();
+    Drainer(const Drainer&) = delete;
+    Drainer& operator=(const Drainer&) = delete;
+
+    // Drains the committed node-local checkpoint `localCheckpoint` of `iteration` next. It replaces one
+    // still waiting (only the newest matters: the older is counted as skipped); `urgent` (a final
+    // checkpoint) also abandons a drain under way, so that the last one does not queue behind it.
+    void submit(const std::filesystem::path& localCheckpoint, std::uint64_t iteration, bool urgent);
+    // Waits until `iteration` has committed on the shared level (true), or its drain gave up or was
+    // replaced by a newer one (false).
+    bool waitFor(std::uint64_t iteration);
+    // The iterations whose node-local copies the drain still needs: local retention keeps them.
+    std::set<std::uint64_t> needed() const;
+    DrainStatus status() const;
+
+private:
+    struct Work {
+        std::filesystem::path local;
+        std::uint64_t iteration = 0;
+        std::chrono::steady_clock::time_point submittedAt;
+    };
+    class Abandoned { };
+
+    void run();
+    void drainOnce(const Work& work);
+    void copyFile(const std::filesystem::path& from, const std::filesystem::path& to, std::uint64_t& copied,
+        std::chrono::steady_clock::time_point start);
+    void throwIfAbandoned();
+    bool sleepUnlessAbandoned(double seconds);
+
+    DrainSettings settings_;
+    DirectoryCommitter committer_;
+    mutable std::mutex mutex_;
+    std::condition_variable changed_;
+    std::optional<Work> waiting_;
+    std::optional<Work> current_;
+    bool abandonCurrent_ = false;
+    bool stopping_ = false;
+    DrainStatus status_;
+    std::set<std::uint64_t> givenUp_; // iterations that waitFor() must not wait for any longer
+    std::thread thread_;
+};
+
+} // namespace baton::ckpt
