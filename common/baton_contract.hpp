@@ -24,6 +24,12 @@ inline constexpr const char* kOverheadVar = "BATON_OVERHEAD";
 inline constexpr const char* kKeepVar = "BATON_KEEP";
 inline constexpr const char* kHandoverWaitVar = "BATON_HANDOVER_WAIT";
 inline constexpr const char* kProvisionerUrlVar = "BATON_PROVISIONER_URL";
+// Two-level storage: the chain's node-local directory, how many checkpoints it keeps (the BATON_KEEP
+// range) and the drain's rate bound in MB/s (0 = unbounded, up to kDrainRateMax).
+inline constexpr const char* kLocalDirVar = "BATON_LOCAL_DIR";
+inline constexpr const char* kLocalKeepVar = "BATON_LOCAL_KEEP";
+inline constexpr const char* kDrainRateVar = "BATON_DRAIN_MBPS";
+inline constexpr double kDrainRateMax = 1e7;
 
 // BATON_OVERHEAD: checkpoint overhead target in percent, greater than kOverheadAbove and less than
 // kOverheadBelow (fractions allowed).

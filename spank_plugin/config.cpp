@@ -26,13 +26,15 @@ std::vector<std::string> splitColons(std::string_view text)
     return parts;
 }
 
-void requirePattern(std::string_view key, std::string_view pattern)
+void requirePattern(std::string_view key, std::string_view pattern, bool withNode = false)
 {
     if (pattern.empty() || (pattern.front() != '/' && pattern.substr(0, 2) != "%h")) {
         throw std::invalid_argument(std::string(key) + " must be an absolute path (or start with %h), got '"
             + std::string(pattern) + "'");
     }
-    expandUserPattern(pattern, UserInfo { "user", 1, 1, "/home/user" }); // rejects unknown % sequences
+    const std::string node = "node1";
+    // Rejects unknown % sequences.
+    expandUserPattern(pattern, UserInfo { "user", 1, 1, "/home/user" }, withNode ? &node : nullptr);
 }
 
 void applyKey(PluginConfig& config, std::string_view key, std::string_view value)
@@ -55,6 +57,15 @@ void applyKey(PluginConfig& config, std::string_view key, std::string_view value
         config.handoverWaitSeconds = parseHandoverWaitSeconds(value);
     } else if (key == "report_timeout") {
         config.reportTimeout = parseTimeoutSeconds(value);
+    } else if (key == "local_root") {
+        if (!value.empty()) {
+            requirePattern(key, value, true);
+        }
+        config.localRoot = value;
+    } else if (key == "local_keep") {
+        config.localKeep = parseKeepCount(value);
+    } else if (key == "drain_rate") {
+        config.drainRateMBps = parseDrainRate(value);
     } else if (key == "allowed_prefixes") {
         config.allowedPrefixes = splitColons(value);
         for (const auto& prefix : config.allowedPrefixes) {
@@ -63,7 +74,7 @@ void applyKey(PluginConfig& config, std::string_view key, std::string_view value
     } else {
         throw std::invalid_argument("unknown key '" + std::string(key)
             + "' (known: chain_root, url, overhead, margin, keep, handover_wait, report_timeout, "
-              "allowed_prefixes)");
+              "allowed_prefixes, local_root, local_keep, drain_rate)");
     }
 }
 
@@ -108,7 +119,7 @@ UserInfo lookupUser(uid_t uid)
     return UserInfo { entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir ? entry.pw_dir : "" };
 }
 
-std::string expandUserPattern(std::string_view pattern, const UserInfo& user)
+std::string expandUserPattern(std::string_view pattern, const UserInfo& user, const std::string* node)
 {
     std::string out;
     for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -131,9 +142,15 @@ std::string expandUserPattern(std::string_view pattern, const UserInfo& user)
         case '%':
             out += '%';
             break;
+        case 'n':
+            if (node != nullptr) {
+                out += *node;
+                break;
+            }
+            [[fallthrough]];
         default:
-            throw std::invalid_argument(
-                "unknown placeholder in '" + std::string(pattern) + "' (known: %u, %U, %h, %%)");
+            throw std::invalid_argument("unknown placeholder in '" + std::string(pattern) + "' (known: %u, %U, %h, "
+                + (node != nullptr ? "%n, " : "") + "%%)");
         }
     }
     return out;

@@ -24,6 +24,11 @@ struct PluginConfig {
     std::chrono::milliseconds reportTimeout { 2000 };
     // --baton-dir must lie inside one of these (or inside chain_root). May use %u, %U, %h.
     std::vector<std::string> allowedPrefixes { "%h" };
+    // Two-level storage: where chains keep node-local checkpoints, <local_root>/<chain> (BATON_LOCAL_DIR);
+    // empty: one level. May use %u, %U, %h and %n (the node's name), e.g. /local/%u/baton.
+    std::string localRoot;
+    int localKeep = 1;
+    int drainRateMBps = 0; // BATON_DRAIN_MBPS; 0 = unbounded
 };
 
 // Throws std::invalid_argument("plugstack.conf: ...").
@@ -40,8 +45,8 @@ struct UserInfo {
 // Looks the user up in the password database; throws std::runtime_error if unknown.
 UserInfo lookupUser(uid_t uid);
 
-// Replaces %u (name), %U (uid), %h (home) and %% in a path pattern; throws std::invalid_argument on any
-// other % sequence.
-std::string expandUserPattern(std::string_view pattern, const UserInfo& user);
+// Replaces %u (name), %U (uid), %h (home), %% and, where `node` is given, %n (the node's name) in a path
+// pattern; throws std::invalid_argument on any other % sequence.
+std::string expandUserPattern(std::string_view pattern, const UserInfo& user, const std::string* node = nullptr);
 
 } // namespace baton::spank

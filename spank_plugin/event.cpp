@@ -116,6 +116,11 @@ nlohmann::json eventJson(const StepEvent& event)
         json["checkpoint"] = nullptr;
         json["tuning"] = nullptr;
     }
+    if (event.localCheckpoint) {
+        const auto& c = *event.localCheckpoint;
+        json["local_checkpoint"] = { { "name", c.name }, { "iteration", c.iteration },
+            { "created_unix", c.createdUnix }, { "final", c.final } };
+    }
     return json;
 }
 

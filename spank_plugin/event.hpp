@@ -34,6 +34,9 @@ struct StepEvent {
     std::optional<int> waitStatus;
     std::optional<std::uint32_t> tasksExited;
     std::optional<CheckpointSummary> checkpoint;
+    // Two-level storage: the newest node-local checkpoint (which may be ahead of `checkpoint`, the
+    // chain directory's, while its drain runs or after it was cut short).
+    std::optional<CheckpointSummary> localCheckpoint;
     double timeUnix = 0;
 };
 

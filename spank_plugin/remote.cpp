@@ -45,6 +45,9 @@ struct StepState {
     gid_t gid = 0;
     std::vector<gid_t> groups;
     ChainLocation location;
+    // Two-level storage: the chain's node-local directory (BATON_LOCAL_DIR) and the root it lies in.
+    std::string localDir;
+    std::string localRoot;
     int restartCount = 0;
     std::optional<std::int64_t> deadline;
     std::optional<HttpUrl> url;
@@ -241,6 +244,16 @@ void report(const StepState& state, StepEvent event)
                 logError("job " + std::to_string(state.jobId) + ": chain " + state.location.chain
                     + ": not reporting checkpoint " + why);
             }
+            // The node-local level, for the operator's eye only: batond counts the chain's copies.
+            if (!state.localDir.empty()) {
+                try {
+                    const ChainDir local = openChainDir(state.localDir, state.localRoot, state.uid);
+                    std::vector<std::string> ignored;
+                    event.localCheckpoint = newestCheckpoint(local.fd.get(), {}, &ignored);
+                } catch (const std::exception& e) {
+                    logVerbose("job " + std::to_string(state.jobId) + ": node-local directory not read: " + e.what());
+                }
+            }
         }
         event.jobId = state.jobId;
         event.requeueCount = state.requeueCount;
@@ -323,6 +336,10 @@ void prepareStep(spank_t sp)
     if (!config.url.empty()) {
         state.url = parseHttpUrl(config.url);
     }
+    if (!config.localRoot.empty()) {
+        state.localRoot = normalizeAbsolutePath(expandUserPattern(config.localRoot, user, &state.node));
+        state.localDir = state.localRoot + "/" + state.location.chain;
+    }
     state.deadline = jobEndTime(sp, state.jobId);
     const BatonOptions& options = batonOptions();
     const int handoverWait = options.handoverWaitSeconds.value_or(config.handoverWaitSeconds);
@@ -339,7 +356,11 @@ void prepareStep(spank_t sp)
         // Only a successor can have a predecessor still writing its final checkpoint.
         && (state.restartCount == 0 || handoverWait == 0
             || setJobEnv(sp, contract::kHandoverWaitVar, std::to_string(handoverWait)))
-        && (config.url.empty() || setJobEnv(sp, contract::kProvisionerUrlVar, config.url));
+        && (config.url.empty() || setJobEnv(sp, contract::kProvisionerUrlVar, config.url))
+        && (state.localDir.empty()
+            || (setJobEnv(sp, contract::kLocalDirVar, state.localDir)
+                && setJobEnv(sp, contract::kLocalKeepVar, std::to_string(config.localKeep))
+                && setJobEnv(sp, contract::kDrainRateVar, std::to_string(config.drainRateMBps))));
     if (!set) {
         throw std::runtime_error("cannot set the BATON_* environment");
     }

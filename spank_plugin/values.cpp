@@ -74,6 +74,13 @@ int parseKeepCount(std::string_view text)
             + std::to_string(contract::kKeepMax)));
 }
 
+int parseDrainRate(std::string_view text)
+{
+    return static_cast<int>(parseInteger(text, 0, static_cast<long long>(contract::kDrainRateMax),
+        "drain rate must be a whole number of MB/s from 0 (unbounded) to "
+            + std::to_string(static_cast<long long>(contract::kDrainRateMax))));
+}
+
 int parseHandoverWaitSeconds(std::string_view text)
 {
     return static_cast<int>(parseInteger(text, static_cast<long long>(contract::kHandoverWaitMin),

@@ -14,6 +14,7 @@ double parseOverheadPercent(std::string_view text); // > 0 and < 100
 int parseMarginSeconds(std::string_view text); // integer, 0 .. 86400
 std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 .. 60, fractions allowed
 int parseKeepCount(std::string_view text); // integer, 1 .. 1000
+int parseDrainRate(std::string_view text); // whole MB/s, 0 (unbounded) .. contract::kDrainRateMax
 int parseHandoverWaitSeconds(std::string_view text); // integer, 0 .. 3600
 
 // A chain name follows the one rule batond applies too (contract::validChainName: 1..128 characters of

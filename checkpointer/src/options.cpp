@@ -68,7 +68,7 @@ double parseDrainRate(const char* text)
     char* end = nullptr;
     errno = 0;
     double megabytes = std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || errno == ERANGE || !(megabytes >= 0 && megabytes <= 1e7))
+    if (value.empty() || *end != '\0' || errno == ERANGE || !(megabytes >= 0 && megabytes <= contract::kDrainRateMax))
         throw ConfigError("BATON_DRAIN_MBPS='" + value + "' is not a rate in MB/s from 0 (unbounded) to 1e7");
     return megabytes * 1e6;
 }

@@ -2,7 +2,10 @@
 // every kill, restore must return a complete, verified checkpoint (or none, before the first commit).
 // Every third iteration is checkpointed twice, so that replacing a checkpoint is killed too. Run a second
 // time with fault_shim.so preloaded and BATON_TEST_REFUSE_RENAME_FLAGS=1 (ckpt_crash_test_plain_rename):
-// renameat2 flags fail with EINVAL as on NFS, and every commit takes the plain-rename protocol.
+// renameat2 flags fail with EINVAL as on NFS, and every commit takes the plain-rename protocol. With
+// BATON_TEST_TWO_LEVEL=1 (ckpt_crash_test_two_level) the child checkpoints to two levels, node-local and
+// shared: the kills then also land in drains, and the shared level must hold only verified checkpoints,
+// as another node sees them.
 #include "baton/ckpt/checkpointer.hpp"
 
 #include <gtest/gtest.h>
@@ -32,13 +35,40 @@ namespace {
 
 const std::vector<std::size_t> kSizes = { 256 << 10, 1000, 77, 0, 65536 + 3 };
 
-Options quietOptions(const std::filesystem::path& dir)
+bool twoLevel()
+{
+    const char* value = std::getenv("BATON_TEST_TWO_LEVEL");
+    return value != nullptr && std::string(value) == "1";
+}
+
+// With two levels, `dir` holds both: shared/ (the chain) and local/ (node "node-a"'s directory).
+Options quietOptions(const std::filesystem::path& dir, const std::string& node = "node-a")
 {
     Options options;
-    options.chainDir = dir;
+    options.chainDir = twoLevel() ? dir / "shared" : dir;
+    if (twoLevel()) {
+        options.localDir = dir / "local";
+        options.nodeName = node;
+    }
     options.keep = 2;
     options.log = [](std::string_view) {};
     return options;
+}
+
+// Restores the chain into fresh regions; returns the result and whether every region holds its pattern.
+RestoreResult restoreAndCheck(const std::filesystem::path& dir, const std::string& node, bool& matches)
+{
+    std::vector<std::vector<std::byte>> out(kSizes.size());
+    Checkpointer ckpt(quietOptions(dir, node));
+    for (std::size_t i = 0; i < kSizes.size(); ++i) {
+        out[i].resize(kSizes[i]);
+        ckpt.registerRegion("r" + std::to_string(i), out[i].data(), kSizes[i]);
+    }
+    auto result = ckpt.restore();
+    matches = true;
+    for (std::size_t i = 0; result.restored && i < kSizes.size(); ++i)
+        matches = matches && matchesPattern(out[i].data(), kSizes[i], i, result.iteration);
+    return result;
 }
 
 // Runs in the forked child until it is killed: continue the chain, checkpoint every iteration.
@@ -94,6 +124,7 @@ TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
     std::uniform_int_distribution<int> delayMicros(0, 40000);
     const int kills = 300;
     std::uint64_t lastRestored = 0;
+    std::uint64_t lastShared = 0;
     int restoredCount = 0;
     for (int round = 0; round < kills; ++round) {
         pid_t pid = ::fork();
@@ -105,6 +136,23 @@ TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
         int status = 0;
         ASSERT_EQ(::waitpid(pid, &status, 0), pid);
         ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended by itself, status " << status;
+
+        if (twoLevel()) {
+            // Another node sees the shared level alone: never torn, never going back. (Read first: the
+            // restore below on the writer's node drains a newer node-local copy.)
+            bool matches = false;
+            auto shared = restoreAndCheck(dir.path(), "node-b", matches);
+            ASSERT_FALSE(shared.nodeLocal) << "round " << round;
+            if (shared.restored) {
+                ASSERT_TRUE(matches) << "round " << round << ", iteration " << shared.iteration;
+                ASSERT_GE(shared.iteration, lastShared) << "round " << round;
+                lastShared = shared.iteration;
+            }
+            for (const auto& fallback : shared.fallbacks) {
+                if (fallback.reason.find("node-local copy written on node") == std::string::npos)
+                    ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
+            }
+        }
 
         std::vector<std::vector<std::byte>> out(kSizes.size());
         Checkpointer ckpt(quietOptions(dir.path()));
@@ -134,15 +182,23 @@ TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
     EXPECT_GT(lastRestored, 50u) << "the chain made too little progress";
     // Kills between a commit and its pruning leave extra checkpoints (older ones go only after a newer one
     // committed); the next undisturbed commit brings the chain back to `keep`.
-    Checkpointer ckpt(quietOptions(dir.path()));
-    ASSERT_TRUE(ckpt.checkpointNow(lastRestored + 1));
+    const Options options = quietOptions(dir.path());
+    {
+        Checkpointer ckpt(options);
+        ASSERT_TRUE(ckpt.checkpointNow(lastRestored + 1));
+        ASSERT_TRUE(ckpt.waitDurable());
+    }
     int committed = 0;
-    for (const auto& info : listCheckpoints(dir.path()))
+    for (const auto& info : listCheckpoints(options.chainDir))
         committed += info.committed ? 1 : 0;
     EXPECT_EQ(committed, 2);
     // Nothing that was moved aside or half-written outlives the processes that made it.
-    for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
-        EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
+    for (const auto& level : { options.chainDir, options.localDir }) {
+        if (level.empty())
+            continue;
+        for (const auto& entry : std::filesystem::directory_iterator(level))
+            EXPECT_NE(entry.path().filename().string().front(), '.') << entry.path();
+    }
 }
 
 } // namespace

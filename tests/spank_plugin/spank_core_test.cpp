@@ -143,6 +143,17 @@ TEST(Config, DefaultsFirstThenKeys)
     EXPECT_EQ(config.handoverWaitSeconds, 0);
     EXPECT_EQ(config.reportTimeout, std::chrono::milliseconds(500));
     EXPECT_EQ(config.allowedPrefixes, (std::vector<std::string> { "/scratch", "%h/ckpt" }));
+    EXPECT_TRUE(config.localRoot.empty()); // one level unless the administrator names a node-local root
+
+    const PluginConfig twoLevel = parseConfig({ "local_root=/local/%n/%u", "local_keep=3", "drain_rate=200" });
+    EXPECT_EQ(twoLevel.localRoot, "/local/%n/%u");
+    EXPECT_EQ(twoLevel.localKeep, 3);
+    EXPECT_EQ(twoLevel.drainRateMBps, 200);
+    EXPECT_THAT(messageOf([] { parseConfig({ "local_root=local" }); }), HasSubstr("must be an absolute path"));
+    EXPECT_THAT(messageOf([] { parseConfig({ "drain_rate=-1" }); }), HasSubstr("drain rate must be"));
+    EXPECT_THAT(messageOf([] { parseConfig({ "local_keep=0" }); }), HasSubstr("keep must be"));
+    // %n is the node's name, which only the node-local root can depend on.
+    EXPECT_THAT(messageOf([] { parseConfig({ "chain_root=/s/%n" }); }), HasSubstr("unknown placeholder"));
 }
 
 TEST(Config, UnknownRepeatedOrBadKeysAreClearErrors)
@@ -176,6 +187,9 @@ TEST(Config, PatternsExpandForTheUser)
     EXPECT_EQ(expandUserPattern("/s/%u/%U/%%/x", user), "/s/alice/1234/%/x");
     EXPECT_EQ(expandUserPattern("%h/.baton", user), "/home/alice/.baton");
     EXPECT_THROW(expandUserPattern("/s/%", user), std::invalid_argument);
+    const std::string node = "gpu07";
+    EXPECT_EQ(expandUserPattern("/local/%n/%u", user, &node), "/local/gpu07/alice");
+    EXPECT_THROW(expandUserPattern("/local/%n", user), std::invalid_argument);
     EXPECT_EQ(lookupUser(0).name, "root");
 }
 

@@ -144,11 +144,12 @@ struct Layout {
     fs::path chains = base.path() / "chains";
     fs::path allowed = base.path() / "allowed";
     fs::path target = base.path() / "target";
+    fs::path local = base.path() / "local"; // node-local checkpoints (two-level storage)
 
     Layout()
     {
         ::chmod(base.path().c_str(), 0755);
-        for (const auto& dir : { chains, allowed, target }) {
+        for (const auto& dir : { chains, allowed, target, local }) {
             fs::create_directory(dir);
             ::chmod(dir.c_str(), 01777);
         }
@@ -156,7 +157,8 @@ struct Layout {
     std::string plugstack(const std::string& url, const std::string& extra = "") const
     {
         return "required " + pluginPath + " chain_root=" + chains.string()
-            + "/%u allowed_prefixes=" + allowed.string() + " url=" + url + " report_timeout=1" + extra;
+            + "/%u allowed_prefixes=" + allowed.string() + " url=" + url + " report_timeout=1 local_root="
+            + local.string() + "/%u drain_rate=500" + extra;
     }
 };
 
@@ -209,6 +211,9 @@ TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
     EXPECT_EQ(vars["BATON_OVERHEAD"], "7.5");
     EXPECT_EQ(vars["BATON_KEEP"], "2");
     EXPECT_EQ(vars["BATON_PROVISIONER_URL"], server_->url());
+    EXPECT_EQ(vars["BATON_LOCAL_DIR"], (layout_->local / "root" / "envchain").string());
+    EXPECT_EQ(vars["BATON_LOCAL_KEEP"], "1");
+    EXPECT_EQ(vars["BATON_DRAIN_MBPS"], "500");
     const long long endTime = endTimeOf(result.output);
     ASSERT_GT(endTime, 0) << result.output;
     EXPECT_NEAR(std::stoll(vars["BATON_DEADLINE"]), endTime, 3) << result.output;
@@ -437,12 +442,15 @@ TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
     char name[32];
     std::snprintf(name, sizeof name, "ckpt-%012llu", iteration);
     EXPECT_TRUE(fs::exists(layout_->chains / "root" / "ckchain" / name / "manifest.json"));
+    // Two levels (local_root): the checkpoint committed node-locally first, then in the chain directory.
+    EXPECT_TRUE(fs::exists(layout_->local / "root" / "ckchain" / name / "manifest.json"));
 
     // The task's exit report names the final checkpoint and the policy's tuning state.
     EXPECT_EQ(events[1]["kind"], "task_exit");
     EXPECT_EQ(events[1]["exit_status"], 0);
     EXPECT_EQ(events[1]["checkpoint"]["iteration"], iteration);
     EXPECT_EQ(events[1]["checkpoint"]["name"], name);
+    EXPECT_EQ(events[1]["local_checkpoint"]["iteration"], iteration) << events[1].dump();
     EXPECT_TRUE(events[1]["tuning"].is_object()) << events[1].dump();
 
     const fs::path second = layout_->base.path() / "chain2.out";
