@@ -1,5 +1,8 @@
 #include "drain.hpp"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <system_error>
@@ -16,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr std::size_t kCopyChunk = 4 << 20;
+constexpr int kDrainNice = 10;
 
 double secondsSince(Clock::time_point start)
 {
@@ -87,6 +90,9 @@ DrainStatus Drainer::status() const
 
 void Drainer::run()
 {
+    // The drain yields the CPU to training (on a small node they share two cores); a final checkpoint
+    // waits for it while training waits too. Linux applies nice to the calling thread alone.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kDrainNice);
     for (;;) {
         Work work;
         {
@@ -107,12 +113,18 @@ void Drainer::run()
                 committed = true;
             } catch (const Abandoned&) {
                 abandoned = true;
+            } catch (const CorruptSource& e) {
+                error = e.what;
+                attempt = settings_.attempts; // another attempt would read the same bytes
+            } catch (const SharedWriteFailed& e) {
+                error = e.what;
             } catch (const std::exception& e) {
                 error = e.what();
+            }
+            if (!committed && !abandoned && attempt < settings_.attempts) {
                 std::lock_guard lock(mutex_);
                 status_.lastError = error;
-                if (attempt < settings_.attempts)
-                    ++status_.retries;
+                ++status_.retries;
             }
             if (!committed && !abandoned && attempt < settings_.attempts) {
                 const double backoff = settings_.firstBackoffSeconds * std::ldexp(1.0, attempt - 1);
@@ -123,6 +135,10 @@ void Drainer::run()
                 abandoned = !sleepUnlessAbandoned(backoff);
             }
         }
+        if (!error.empty()) {
+            std::lock_guard lock(mutex_);
+            status_.lastError = error;
+        }
         if (committed) {
             try {
                 pruneChain(settings_.sharedDir, settings_.keep);
@@ -130,9 +146,8 @@ void Drainer::run()
                 settings_.log(std::string("warning: retention on the shared level failed: ") + e.what());
             }
         } else if (!abandoned) {
-            settings_.log("drain of iteration " + std::to_string(work.iteration) + " given up after "
-                + std::to_string(settings_.attempts) + " attempts; its node-local copy stays, and the next "
-                + "checkpoint is drained afresh: " + error);
+            settings_.log("drain of iteration " + std::to_string(work.iteration)
+                + " given up; its node-local copy stays, and the next checkpoint is drained afresh: " + error);
         }
         {
             std::lock_guard lock(mutex_);
@@ -152,14 +167,16 @@ void Drainer::run()
     }
 }
 
-// One attempt: copies the data files into a temporary directory of the chain, writes the manifest there,
-// reads everything back from storage against the manifest's checksums, and only then commits.
+// One attempt: streams each data file from the node-local copy into a temporary directory of the chain,
+// checking every byte against the manifest's checksums on the way (a node-local copy that rotted is
+// never drained), makes the files and then the manifest durable, and commits. Restore verifies it again,
+// as it does every checkpoint.
 void Drainer::drainOnce(const Work& work)
 {
     const std::string manifestText = io::readSmallFile(work.local / kManifestName);
     const Manifest manifest = parseManifest(manifestText);
     if (manifest.iteration != work.iteration)
-        throw Error(work.local.string() + ": the manifest says iteration " + std::to_string(manifest.iteration));
+        throw CorruptSource { work.local.string() + ": the manifest says iteration " + std::to_string(manifest.iteration) };
     const std::string name = checkpointDirName(work.iteration);
     const fs::path temporary = settings_.sharedDir / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
@@ -169,12 +186,9 @@ void Drainer::drainOnce(const Work& work)
         const auto start = Clock::now();
         std::uint64_t copied = 0;
         for (const auto& file : manifest.files)
-            copyFile(work.local / file.name, temporary / file.name, copied, start);
+            copyFile(work.local, manifest, file.name, temporary, copied, start);
         io::writeSmallFileDurably(temporary / kManifestName, manifestText, settings_.fileMode);
         io::fsyncDirectory(temporary);
-        throwIfAbandoned();
-        if (std::string reason = readAndVerify(temporary, manifest, nullptr, true); !reason.empty())
-            throw Error("the copy in " + temporary.string() + " does not verify: " + reason);
         throwIfAbandoned();
         committer_.commit(temporary, settings_.sharedDir / name);
     } catch (...) {
@@ -183,25 +197,28 @@ void Drainer::drainOnce(const Work& work)
     }
 }
 
-void Drainer::copyFile(const fs::path& from, const fs::path& to, std::uint64_t& copied, Clock::time_point start)
+void Drainer::copyFile(const fs::path& local, const Manifest& manifest, const std::string& fileName,
+    const fs::path& temporary, std::uint64_t& copied, Clock::time_point start)
 {
-    io::FileReader reader(from, false);
-    io::StreamWriter writer(to, settings_.fileMode);
-    io::AlignedBuffer buffer(kCopyChunk);
-    for (;;) {
-        throwIfAbandoned();
-        const std::size_t n = reader.read(buffer.data(), buffer.size());
-        if (n == 0)
-            break;
-        writer.write(buffer.data(), n);
-        copied += n;
-        // The rate bound: never ahead of `bytesPerSecond` since the copy began.
-        if (settings_.bytesPerSecond > 0) {
-            const double ahead = static_cast<double>(copied) / settings_.bytesPerSecond - secondsSince(start);
-            if (ahead > 0 && !sleepUnlessAbandoned(ahead))
-                throw Abandoned();
-        }
-    }
+    io::StreamWriter writer(temporary / fileName, settings_.fileMode);
+    const std::string reason = readAndVerifyFile(local, manifest, fileName, nullptr, true,
+        [&](const std::byte* data, std::uint64_t, std::size_t length) {
+            throwIfAbandoned();
+            try {
+                writer.write(data, length);
+            } catch (const io::IoError& e) {
+                throw SharedWriteFailed { e.what() }; // not the node-local copy's fault: tried again
+            }
+            copied += length;
+            // The rate bound: never ahead of `bytesPerSecond` since the copy began.
+            if (settings_.bytesPerSecond > 0) {
+                const double ahead = static_cast<double>(copied) / settings_.bytesPerSecond - secondsSince(start);
+                if (ahead > 0 && !sleepUnlessAbandoned(ahead))
+                    throw Abandoned();
+            }
+        });
+    if (!reason.empty())
+        throw CorruptSource { "the node-local copy " + local.string() + " cannot be drained: " + reason };
     writer.finish();
 }
 

@@ -1,7 +1,8 @@
 // The second level of two-level storage: copies checkpoints committed in the node-local directory to
-// the chain directory on the shared file system, on a thread of its own, at a bounded rate. A copy is
-// verified there (every byte read back from storage against the manifest's checksums) before it commits
-// with the manifest-last rule, so the shared level holds only complete, verified checkpoints.
+// the chain directory on the shared file system, on a thread of its own at low CPU priority, at a
+// bounded rate. Every byte written is checked against the manifest's checksums as it is copied, and the
+// copy commits with the manifest-last rule, so the shared level holds only complete, verified
+// checkpoints.
 #pragma once
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/manifest.hpp"
 #include "commit.hpp"
 
 namespace baton::ckpt {
@@ -55,12 +57,18 @@ private:
         std::uint64_t iteration = 0;
         std::chrono::steady_clock::time_point submittedAt;
     };
-    class Abandoned { };
+    class Abandoned { }; // a final checkpoint replaced the one being drained
+    struct CorruptSource { // the node-local copy does not verify: no attempt can drain it
+        std::string what;
+    };
+    struct SharedWriteFailed { // writing into the chain directory failed: worth another attempt
+        std::string what;
+    };
 
     void run();
     void drainOnce(const Work& work);
-    void copyFile(const std::filesystem::path& from, const std::filesystem::path& to, std::uint64_t& copied,
-        std::chrono::steady_clock::time_point start);
+    void copyFile(const std::filesystem::path& local, const Manifest& manifest, const std::string& fileName,
+        const std::filesystem::path& temporary, std::uint64_t& copied, std::chrono::steady_clock::time_point start);
     void throwIfAbandoned();
     bool sleepUnlessAbandoned(double seconds);
 

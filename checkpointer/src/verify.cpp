@@ -90,8 +90,8 @@ std::size_t chunkLength(std::uint64_t position, std::uint64_t size)
     return std::min<std::uint64_t>(kReadChunk, io::roundUp(size - position, io::kDirectAlignment));
 }
 
-std::string checkThroughScratch(
-    io::FileReader& reader, Checker& checker, std::uint64_t size, const std::filesystem::path& path)
+std::string checkThroughScratch(io::FileReader& reader, Checker& checker, std::uint64_t size,
+    const std::filesystem::path& path, const ChunkSink& onChunk)
 {
     io::AlignedBuffer scratch(std::min<std::uint64_t>(io::roundUp(size, io::kDirectAlignment), kReadChunk));
     std::string reason;
@@ -102,6 +102,8 @@ std::string checkThroughScratch(
             return path.string() + " ended early at byte " + std::to_string(position);
         if (!checker.feed(scratch.data(), position, got, reason))
             return reason;
+        if (onChunk)
+            onChunk(scratch.data(), position, got);
         position += got;
     }
     return {};
@@ -275,7 +277,7 @@ std::string readAndVerifyFile(const std::filesystem::path& checkpointDir, const 
         if (destination != nullptr)
             reason = checkPipelined(reader, checker, destination, expectedSize, path, onChunk);
         else
-            reason = checkThroughScratch(reader, checker, expectedSize, path);
+            reason = checkThroughScratch(reader, checker, expectedSize, path, onChunk);
         return reason.empty() ? checker.mismatch() : reason;
     } catch (const io::IoError& e) {
         return e.what();

@@ -15,8 +15,9 @@ namespace baton::ckpt {
 // file size, every entry's checksum and that padding between entries is zero. Returns an empty string
 // when everything matches, else the reason.
 //
-// With a destination, reading runs on its own thread, one chunk ahead of checking; `onChunk` (optional)
-// sees each chunk right after it was checked, before the whole file is known to be good.
+// With a destination, reading runs on its own thread, one chunk ahead of checking. `onChunk` (optional)
+// sees each chunk right after it was checked, before the whole file is known to be good; an exception
+// it throws ends the read (an io::IoError becomes the returned reason, any other propagates).
 // Checks, without reading data, that the manifest's entries lie in its data file without overlapping,
 // that they add up to total_bytes and that the data file on disk has exactly that size. Returns an empty
 // string when they do, else the reason. Nothing is allocated by the manifest's numbers before this passed.

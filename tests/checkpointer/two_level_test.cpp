@@ -289,6 +289,33 @@ TEST(TwoLevel, ANodeLocalCopyThatDoesNotVerifyIsPassedOver)
     ASSERT_FALSE(result.fallbacks.empty());
 }
 
+// A node-local copy that rots before its drain is never copied into the chain, nor tried again.
+TEST(TwoLevel, ANodeLocalCopyThatRotsBeforeItsDrainIsNotDrained)
+{
+    Levels levels;
+    State state;
+    Options options = levels.options();
+    options.localKeep = 2;
+    options.drainBytesPerSecond = 4e6; // iteration 1 drains for about a second
+    Checkpointer ckpt(options);
+    state.registerWith(ckpt);
+    state.fill(1);
+    ASSERT_TRUE(ckpt.checkpointNow(1));
+    state.fill(2);
+    ASSERT_TRUE(ckpt.checkpointNow(2)); // waits for its drain behind iteration 1's
+    {
+        std::fstream data(levels.local() / checkpointDirName(2) / kDataFileName, std::ios::in | std::ios::out);
+        data.seekp(1000);
+        data.put('\x55');
+    }
+    EXPECT_FALSE(ckpt.waitDurable());
+    const DrainStatus status = ckpt.drainStatus();
+    EXPECT_EQ(status.failed, 1u);
+    EXPECT_EQ(status.retries, 0u);
+    EXPECT_NE(status.lastError.find("checksum mismatch"), std::string::npos) << status.lastError;
+    EXPECT_EQ(committedIterations(levels.shared()), (std::vector<std::uint64_t> { 1 }));
+}
+
 // The shared file system refuses writes for a while (read-only here): the drain retries with backoff,
 // counts it, and commits once it can; training's node-local commits never wait.
 TEST(TwoLevel, ADrainSurvivesABrieflyFailingSharedFileSystem)
