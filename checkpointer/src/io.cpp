@@ -174,12 +174,20 @@ StreamWriter::StreamWriter(const std::filesystem::path& path, unsigned mode)
 void StreamWriter::write(const std::byte* data, std::size_t size)
 {
     writeAll(fd_.get(), data, size, path_);
+    const auto offset = static_cast<off64_t>(written_);
+    written_ += size;
+    // Where the file system cannot (ENOSYS, EINVAL), finish()'s fdatasync does the whole job.
+    if (::sync_file_range(fd_.get(), offset, static_cast<off64_t>(size),
+            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER)
+            != 0
+        && errno != ENOSYS && errno != EINVAL && errno != ESPIPE)
+        throwErrno("cannot write " + path_.string());
+    (void)::posix_fadvise(fd_.get(), offset, static_cast<off_t>(size), POSIX_FADV_DONTNEED); // advice only
 }
 
 void StreamWriter::finish()
 {
     syncData(fd_.get(), path_);
-    (void)::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_DONTNEED); // advice only: a refusal changes nothing
     fd_.close(path_.string());
 }
 

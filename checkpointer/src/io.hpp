@@ -84,17 +84,19 @@ std::string readSmallFile(const std::filesystem::path& path, std::size_t limit =
 void fsyncDirectory(const std::filesystem::path& dir);
 void renameDurably(const std::filesystem::path& from, const std::filesystem::path& to);
 
-// A file written piece by piece through the page cache (the drain's copies): finish() makes it durable
-// and drops its pages from the cache, so that a verification read afterwards sees what storage holds.
+// A file written piece by piece (the drain's copies). Each piece reaches storage before write()
+// returns and leaves the page cache: the writer's pace is the storage's, so that a rate bound applies to
+// real I/O, and no gigabytes of dirty pages wait for one long fdatasync that nothing could interrupt.
 class StreamWriter {
 public:
     StreamWriter(const std::filesystem::path& path, unsigned mode);
     void write(const std::byte* data, std::size_t size);
-    void finish();
+    void finish(); // fdatasync (metadata, and anything sync_file_range could not push) and close
 
 private:
     std::filesystem::path path_;
     Fd fd_;
+    std::uint64_t written_ = 0;
 };
 
 // Sequential reader; read() with directIo needs page-aligned destinations and lengths.

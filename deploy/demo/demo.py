@@ -183,6 +183,9 @@ class Services:
                      f"url=http://{host}:{self.port} report_timeout=2 margin={MARGIN_S} "
                      f"handover_wait=60 keep=2 {plugstack_extra}").strip()
         if nodes > 1:
+            # Two-level storage, as on a cluster with scratch disks: each node's checkpoints commit in
+            # its own directory (cluster.sh's DIR/local/NODE) and drain to the chain directory.
+            plugstack += f" local_root={self.state}/slurm/local/%n/%u"
             argv = ["bash", f"{ROOT}/deploy/local/cluster.sh", "start", f"{self.state}/slurm", "--nodes",
                     str(nodes), plugstack]
         else:

@@ -151,6 +151,7 @@ start_node() { # start_node NODE
     local node=$1
     pid_alive "$dir/slurmd-$node.pid" && return
     mkdir -p "$dir/spool/$node" "$dir/local/$node"
+    chmod 1777 "$dir/local/$node" # a scratch disk: every user makes a directory of their own
     on_node "$node" slurmd -N "$node" || die "slurmd of $node did not start; see $dir/slurmd-$node.log"
 }
 

@@ -227,6 +227,15 @@ def case_handover(args):
                 f"checkpoint {final[-1] if final else '-'}, resumed at {resumed}")
         if moves == 0:
             raise Failure(f"no successor started on another node than its predecessor: {setup.nodes_seen}")
+        # Two levels (local_root): every checkpoint in the chain directory was drained from the node-local
+        # directory of the node its job ran on; a successor on another node restored the chain's copy.
+        undrained = [name for name, m in setup.manifests[chain].items() if not m.get("node")]
+        if undrained:
+            raise Failure(f"checkpoints in the chain directory without a node: not drained from two levels: {undrained}")
+        for before, after in zip(ran, ran[1:]):
+            if setup.nodes_seen.get(before["job_id"]) != setup.nodes_seen.get(after["job_id"]) and \
+                    "restored from the node-local copy" in setup.output(chain, after["job_id"]):
+                raise Failure(f"job {after['job_id']} restored a node-local copy on another node")
         if any(lost):
             raise Failure(f"iterations lost at the handovers: {lost}")
         handovers = [h for h in doc.get("handovers", []) if h.get("handover_s") is not None]

@@ -64,8 +64,9 @@ int main(int argc, char** argv)
         for (std::size_t i = 0; i < weights.size(); ++i) {
             intact = intact && weights[i] == expectedWord(restored.iteration, i);
         }
-        std::printf("restored iteration %llu %s%s\n", static_cast<unsigned long long>(restored.iteration),
-            intact ? "verified" : "CORRUPT", restored.nodeLocal ? " from the node-local copy" : "");
+        std::printf("restored iteration %llu %s\n", static_cast<unsigned long long>(restored.iteration),
+            intact ? "verified" : "CORRUPT");
+        std::printf("restored from the %s\n", restored.nodeLocal ? "node-local copy" : "chain directory");
         first = restored.iteration + 1;
     } else {
         std::printf("fresh start\n");
