@@ -382,6 +382,8 @@ struct Checkpointer::Impl {
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
     void commitSharded(Job& job, double snapshotSeconds, Clock::time_point persistStart, std::string error);
+    void commitRankLocally(Job& job, double snapshotSeconds, Clock::time_point persistStart);
+    nlohmann::json shardDescription(const Job& job, const std::string& error) const;
     void writeData(Job& job, const fs::path& file);
     nlohmann::json manifestDocument(
         const Job& job, double snapshotSeconds, Clock::time_point persistStart) const;
@@ -398,8 +400,9 @@ struct Checkpointer::Impl {
     };
     std::vector<Source> restoreSources(std::optional<std::uint64_t>& newestShared);
     void afterCommit(const Job& job, std::string& error);
-    // Where this process commits checkpoints: the node-local directory with two levels, else the chain.
-    const fs::path& commitDir() const { return drainer ? options.localDir : options.chainDir; }
+    // Where this process commits checkpoints: the node-local directory with two levels (with several
+    // ranks, this rank's directory inside it), else the chain.
+    const fs::path& commitDir() const { return drainer ? localLevel : options.chainDir; }
 
     Options options;
     std::shared_ptr<Coordinator> coordinator; // options.coordinator
@@ -439,6 +442,7 @@ struct Checkpointer::Impl {
     DirectoryCommitter committer { [this](const std::string& message) { log(message); } }; // of commitDir()
     std::unique_ptr<Drainer> drainer; // two levels: copies committed checkpoints to the chain directory
     std::string nodeName; // recorded in node-local manifests
+    fs::path localLevel; // two levels: options.localDir, or its rank-R with several ranks
 
     std::thread persister;
 };
@@ -453,7 +457,7 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     job.requestedAt = Clock::now();
     job.sequence = checkpointSequence++;
     const std::string dirName = checkpointDirName(iteration);
-    job.temporary = distributed
+    job.temporary = distributed && !drainer
         ? options.chainDir / ("." + dirName + ".s" + std::to_string(job.sequence) + ".tmp-" + leaderTag)
         : commitDir() / ("." + dirName + ".tmp-" + temporaryOwnerTag());
 
@@ -589,10 +593,12 @@ void Checkpointer::Impl::persist(Job& job)
         persistStart = Clock::now();
         if (!distributed)
             commit(job, snapshotSeconds, persistStart);
+        else if (drainer)
+            commitRankLocally(job, snapshotSeconds, persistStart);
     } catch (const std::exception& e) {
         error = e.what();
     }
-    if (distributed) {
+    if (distributed && !drainer) {
         // Reached whatever happened above: the other ranks wait for this one's part in the commit.
         try {
             commitSharded(job, snapshotSeconds, persistStart, error);
@@ -609,10 +615,16 @@ void Checkpointer::Impl::persist(Job& job)
             log("checkpoint of iteration " + std::to_string(job.iteration) + ": " + error);
     } else {
         std::error_code ec;
-        if (rank() == 0) // with several ranks the others may still write into it until rank 0 gives up
+        // With several ranks the others may still write into the chain's temporary directory until
+        // rank 0 gives up; a rank's node-local one is its own.
+        if (rank() == 0 || drainer)
             fs::remove_all(job.temporary, ec);
         log("checkpoint of iteration " + std::to_string(job.iteration)
             + " failed, training continues and the previous checkpoint stays valid: " + error);
+        // Two levels with several ranks: the others drain this iteration in a round this rank must join,
+        // where its missing copy fails it for all.
+        if (distributed && drainer)
+            drainer->submit(commitDir() / checkpointDirName(job.iteration), job.iteration, false);
     }
 
     std::lock_guard lock(mutex);
@@ -686,8 +698,12 @@ nlohmann::json Checkpointer::Impl::manifestDocument(
 void Checkpointer::Impl::afterCommit(const Job& job, std::string& error)
 {
     try {
-        if (rank() == 0) // retention is the coordinator's alone: ranks never remove each other's work
-            pruneChain(commitDir(), drainer ? options.localKeep : options.keep,
+        // Retention in the chain is rank 0's alone: ranks never remove each other's work. Node-locally
+        // each rank keeps its own directory.
+        // With several ranks the drain takes the newest iteration every rank has: a rank a checkpoint
+        // ahead keeps the one before too.
+        if (rank() == 0 || drainer)
+            pruneChain(commitDir(), drainer ? std::max(options.localKeep, distributed ? 2 : 1) : options.keep,
                 drainer ? drainer->needed() : std::set<std::uint64_t> {});
     } catch (const std::exception& e) {
         log(std::string("warning: retention failed (the new checkpoint is committed): ") + e.what());
@@ -711,12 +727,35 @@ void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_po
         io::throwErrno("cannot create " + temporary.string());
 
     writeData(job, temporary / kDataFileName);
-    nlohmann::json document = manifestDocument(job, snapshotSeconds, persistStart);
-    io::writeSmallFileDurably(temporary / "manifest.json.tmp", renderManifest(document), options.fileMode);
-    io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
-
+    const std::string text = renderManifest(manifestDocument(job, snapshotSeconds, persistStart));
     // The commit point: the complete directory appears under its final name in one rename.
-    committer.commit(temporary, chain / checkpointDirName(job.iteration));
+    committer.commitWithManifest(temporary, text, chain / checkpointDirName(job.iteration), options.fileMode);
+}
+
+// Two levels with several ranks: each rank commits its own shard node-locally, with its shard description
+// (and on rank 0 the checkpoint's fields) as the record that the drain's collective commit assembles the
+// chain's manifest from. The record is no manifest: only the chain's copy is a checkpoint.
+void Checkpointer::Impl::commitRankLocally(Job& job, double snapshotSeconds, Clock::time_point persistStart)
+{
+    std::error_code ec;
+    fs::remove_all(job.temporary, ec);
+    if (::mkdir(job.temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
+        io::throwErrno("cannot create " + job.temporary.string());
+    writeData(job, job.temporary / shardFileName(rank()));
+    nlohmann::json record = shardDescription(job, "");
+    record["world_size"] = worldSize();
+    if (rank() == 0)
+        record["manifest"] = manifestDocument(job, snapshotSeconds, persistStart);
+    committer.commitWithManifest(
+        job.temporary, record.dump(), commitDir() / checkpointDirName(job.iteration), options.fileMode);
+}
+
+// What rank 0 needs to name this rank's shard in the manifest, or why there is none.
+nlohmann::json Checkpointer::Impl::shardDescription(const Job& job, const std::string& error) const
+{
+    return { { "rank", rank() }, { "iteration", job.iteration }, { "file", shardFileName(rank()) },
+        { "size", job.totalBytes }, { "regions", entriesToJson(job.regions, true) },
+        { "blobs", entriesToJson(job.blobs, true) }, { "error", error } };
 }
 
 // Every rank writes its shard into the shared temporary directory in parallel and tells rank 0 what it
@@ -739,62 +778,15 @@ void Checkpointer::Impl::commitSharded(
             error = e.what();
         }
     }
-    nlohmann::json shard = { { "rank", ownRank }, { "iteration", job.iteration }, { "file", file },
-        { "size", job.totalBytes }, { "regions", entriesToJson(job.regions, true) },
-        { "blobs", entriesToJson(job.blobs, true) }, { "error", error } };
-    const auto shards = coordinator->allGather("shards", shard.dump());
+    const auto shards = coordinator->allGather("shards", shardDescription(job, error).dump());
 
     std::string outcome; // empty: committed
     if (ownRank == 0) {
         try {
-            nlohmann::json document = manifestDocument(job, snapshotSeconds, persistStart);
-            auto files = nlohmann::json::array();
-            auto regionEntries = nlohmann::json::array();
-            auto blobEntries = nlohmann::json::array();
-            std::uint64_t total = 0;
-            for (std::size_t r = 0; r < shards.size(); ++r) {
-                nlohmann::json other = nlohmann::json::parse(shards[r], nullptr, false);
-                if (other.is_discarded() || !other.is_object() || !other.contains("error"))
-                    throw Error("rank " + std::to_string(r) + " sent an unreadable shard description");
-                if (!other["error"].get<std::string>().empty())
-                    throw Error("rank " + std::to_string(r) + ": " + other["error"].get<std::string>());
-                // Operations match by order: ranks that requested different checkpoints would otherwise
-                // be committed together as one.
-                if (other["iteration"].get<std::uint64_t>() != job.iteration)
-                    throw Error("rank " + std::to_string(r) + " checkpointed iteration "
-                        + other["iteration"].dump() + " while rank 0 checkpointed "
-                        + std::to_string(job.iteration) + ": every rank must request the same checkpoints");
-                // Each rank's file must be there with the size it reported before the manifest names it.
-                const auto path = job.temporary / other["file"].get<std::string>();
-                struct stat st { };
-                if (::stat(path.c_str(), &st) != 0)
-                    io::throwErrno("rank " + std::to_string(r) + "'s shard " + path.string() + " is missing");
-                if (static_cast<std::uint64_t>(st.st_size) != other["size"].get<std::uint64_t>())
-                    throw Error("rank " + std::to_string(r) + "'s shard " + path.string() + " has "
-                        + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump()
-                        + " it wrote");
-                files.push_back(
-                    { { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
-                total += other["size"].get<std::uint64_t>();
-                for (auto& entry : other["regions"])
-                    regionEntries.push_back(std::move(entry));
-                for (auto& entry : other["blobs"])
-                    blobEntries.push_back(std::move(entry));
-            }
-            document["format_version"] = kShardedFormatVersion;
-            document["world_size"] = worldSize();
-            document["total_bytes"] = total;
-            document["files"] = std::move(files);
-            document["regions"] = std::move(regionEntries);
-            document["blobs"] = std::move(blobEntries);
-            std::string text = renderManifest(document);
-            // Never commit what a reader would refuse.
-            (void)parseManifest(text);
-            // The other ranks' files were fsynced by them; their names in the directory become durable here.
-            io::fsyncDirectory(job.temporary);
-            io::writeSmallFileDurably(job.temporary / "manifest.json.tmp", text, options.fileMode);
-            io::renameDurably(job.temporary / "manifest.json.tmp", job.temporary / kManifestName);
-            committer.commit(job.temporary, options.chainDir / checkpointDirName(job.iteration));
+            const std::string text = shardedManifest(
+                manifestDocument(job, snapshotSeconds, persistStart), shards, job.temporary, job.iteration);
+            committer.commitWithManifest(
+                job.temporary, text, options.chainDir / checkpointDirName(job.iteration), options.fileMode);
         } catch (const std::exception& e) {
             outcome = e.what();
             if (outcome.empty())
@@ -850,26 +842,37 @@ Checkpointer::Checkpointer(Options options)
 // from working leaves one: training goes on, checkpointing to the chain directory.
 void Checkpointer::Impl::startTwoLevel()
 {
-    if (distributed) {
-        log("two-level storage is for a single process: the " + std::to_string(worldSize())
-            + " ranks checkpoint to the chain directory only, not to " + options.localDir.string());
-        return;
-    }
+    // With several ranks the decision is collective: either every rank has a usable node-local
+    // directory or all use one level, since the chain's commit needs every rank's part.
+    std::string unusable;
+    const fs::path level = distributed ? options.localDir / ("rank-" + std::to_string(rank())) : options.localDir;
     try {
-        io::createDirectories(options.localDir, io::directoryMode(options.fileMode));
-        struct stat st { };
-        if (::lstat(options.localDir.c_str(), &st) != 0)
-            io::throwErrno("cannot examine " + options.localDir.string());
-        if (!S_ISDIR(st.st_mode))
-            throw Error(options.localDir.string() + " is not a directory");
-        if (st.st_uid != ::geteuid())
-            throw Error(options.localDir.string() + " belongs to uid " + std::to_string(st.st_uid)
-                + ", not to this process's user");
-        removeStaleTemporaries(options.localDir);
+        for (const auto& dir : { options.localDir, level }) {
+            io::createDirectories(dir, io::directoryMode(options.fileMode));
+            struct stat st { };
+            if (::lstat(dir.c_str(), &st) != 0)
+                io::throwErrno("cannot examine " + dir.string());
+            if (!S_ISDIR(st.st_mode))
+                throw Error(dir.string() + " is not a directory");
+            if (st.st_uid != ::geteuid())
+                throw Error(dir.string() + " belongs to uid " + std::to_string(st.st_uid)
+                    + ", not to this process's user");
+        }
+        removeStaleTemporaries(level);
     } catch (const std::exception& e) {
-        log(std::string("node-local directory unusable, checkpointing to the chain directory only: ") + e.what());
+        unusable = e.what();
+    }
+    if (distributed) {
+        for (const auto& other : coordinator->allGather("two-level", unusable)) {
+            if (unusable.empty() && !other.empty())
+                unusable = "another rank's: " + other;
+        }
+    }
+    if (!unusable.empty()) {
+        log("node-local directory unusable, checkpointing to the chain directory only: " + unusable);
         return;
     }
+    localLevel = level;
     nodeName = options.nodeName;
     if (const char* slurmNode = std::getenv("SLURMD_NODENAME"); nodeName.empty() && slurmNode != nullptr)
         nodeName = slurmNode;
@@ -881,6 +884,10 @@ void Checkpointer::Impl::startTwoLevel()
     settings.fileMode = options.fileMode;
     settings.bytesPerSecond = options.drainBytesPerSecond;
     settings.log = [this](const std::string& message) { log(message); };
+    if (distributed) {
+        settings.coordinator = coordinator;
+        settings.leaderTag = leaderTag;
+    }
     drainer = std::make_unique<Drainer>(std::move(settings));
 }
 
@@ -1382,6 +1389,10 @@ std::vector<Checkpointer::Impl::Source> Checkpointer::Impl::restoreSources(std::
 
 RestoreResult Checkpointer::restore()
 {
+    // With several ranks the drain's rounds use the coordinator: none may be under way while restore's
+    // collectives run.
+    if (impl_->distributed)
+        waitDurable();
     wait();
     RestoreResult result;
     impl_->waitForHandoverOnce(result);

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <system_error>
 
 #include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
 
 namespace baton::ckpt {
@@ -42,6 +44,16 @@ void DirectoryCommitter::commit(const fs::path& temporary, const fs::path& final
     commitWithPlainRename(temporary, final);
 }
 
+void DirectoryCommitter::commitWithManifest(
+    const fs::path& temporary, const std::string& manifestText, const fs::path& final, unsigned fileMode)
+{
+    // The data files were fsynced by their writers; their names in the directory become durable here.
+    io::fsyncDirectory(temporary);
+    io::writeSmallFileDurably(temporary / "manifest.json.tmp", manifestText, fileMode);
+    io::renameDurably(temporary / "manifest.json.tmp", temporary / kManifestName);
+    commit(temporary, final);
+}
+
 // rename(2) of a directory never replaces a non-empty one (EEXIST / ENOTEMPTY), so a fresh name commits
 // exactly as RENAME_NOREPLACE does. Replacing a checkpoint of the same iteration takes two renames: the
 // old one moves aside to ".ckpt-N.replaced-<host>-<pid>" first. A crash between them leaves no ckpt-N;
@@ -67,6 +79,51 @@ void DirectoryCommitter::commitWithPlainRename(const fs::path& temporary, const 
     }
     io::fsyncDirectory(chain);
     fs::remove_all(aside, ec);
+}
+
+std::string shardedManifest(nlohmann::json document, const std::vector<std::string>& shards,
+    const fs::path& directory, std::uint64_t iteration)
+{
+    auto files = nlohmann::json::array();
+    auto regionEntries = nlohmann::json::array();
+    auto blobEntries = nlohmann::json::array();
+    std::uint64_t total = 0;
+    for (std::size_t r = 0; r < shards.size(); ++r) {
+        nlohmann::json other = nlohmann::json::parse(shards[r], nullptr, false);
+        if (other.is_discarded() || !other.is_object() || !other.contains("error"))
+            throw Error("rank " + std::to_string(r) + " sent an unreadable shard description");
+        if (!other["error"].get<std::string>().empty())
+            throw Error("rank " + std::to_string(r) + ": " + other["error"].get<std::string>());
+        // Operations match by order: ranks that requested different checkpoints would otherwise be
+        // committed together as one.
+        if (other["iteration"].get<std::uint64_t>() != iteration)
+            throw Error("rank " + std::to_string(r) + " checkpointed iteration " + other["iteration"].dump()
+                + " while rank 0 checkpointed " + std::to_string(iteration)
+                + ": every rank must request the same checkpoints");
+        // Each rank's file must be there with the size it reported before the manifest names it.
+        const auto path = directory / other["file"].get<std::string>();
+        struct stat st { };
+        if (::stat(path.c_str(), &st) != 0)
+            io::throwErrno("rank " + std::to_string(r) + "'s shard " + path.string() + " is missing");
+        if (static_cast<std::uint64_t>(st.st_size) != other["size"].get<std::uint64_t>())
+            throw Error("rank " + std::to_string(r) + "'s shard " + path.string() + " has "
+                + std::to_string(st.st_size) + " bytes, not the " + other["size"].dump() + " it wrote");
+        files.push_back({ { "name", other["file"] }, { "rank", other["rank"] }, { "size", other["size"] } });
+        total += other["size"].get<std::uint64_t>();
+        for (auto& entry : other["regions"])
+            regionEntries.push_back(std::move(entry));
+        for (auto& entry : other["blobs"])
+            blobEntries.push_back(std::move(entry));
+    }
+    document["format_version"] = kShardedFormatVersion;
+    document["world_size"] = shards.size();
+    document["total_bytes"] = total;
+    document["files"] = std::move(files);
+    document["regions"] = std::move(regionEntries);
+    document["blobs"] = std::move(blobEntries);
+    std::string text = renderManifest(document);
+    (void)parseManifest(text);
+    return text;
 }
 
 } // namespace baton::ckpt

@@ -9,6 +9,7 @@
 
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/manifest.hpp"
+#include "commit.hpp"
 #include "io.hpp"
 #include "verify.hpp"
 
@@ -50,6 +51,8 @@ void Drainer::submit(const fs::path& localCheckpoint, std::uint64_t iteration, b
 {
     {
         std::lock_guard lock(mutex_);
+        if (broken_)
+            return;
         if (waiting_) {
             ++status_.skipped;
             givenUp_.insert(waiting_->iteration);
@@ -66,7 +69,8 @@ bool Drainer::waitFor(std::uint64_t iteration)
 {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] {
-        return (status_.sharedIteration && *status_.sharedIteration >= iteration) || givenUp_.count(iteration) > 0;
+        return (status_.sharedIteration && *status_.sharedIteration >= iteration) || givenUp_.count(iteration) > 0
+            || broken_;
     });
     return status_.sharedIteration && *status_.sharedIteration >= iteration;
 }
@@ -93,6 +97,14 @@ void Drainer::run()
     // The drain yields the CPU to training (on a small node they share two cores); a final checkpoint
     // waits for it while training waits too. Linux applies nice to the calling thread alone.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kDrainNice);
+    if (settings_.coordinator)
+        runRanked();
+    else
+        runSingle();
+}
+
+void Drainer::runSingle()
+{
     for (;;) {
         Work work;
         {
@@ -167,6 +179,154 @@ void Drainer::run()
     }
 }
 
+// With several ranks, rounds in lockstep on every rank: this thread is the only user of the coordinator
+// while training goes on, and every decision below follows from values all ranks share (the round's
+// outcome, broadcast by rank 0), so that every rank takes part in the same collectives. A round: the ranks
+// agree on the newest iteration all of them have committed node-locally, each copies its shard into one
+// temporary directory of the chain, and rank 0 writes the manifest naming every shard and commits, or
+// nobody does.
+void Drainer::runRanked()
+{
+    try {
+        runRounds();
+    } catch (const std::exception& e) {
+        // A rank that never came (CoordinationError) breaks the coordinator for good: nothing more can
+        // commit in the chain from this process; training goes on node-locally.
+        settings_.log(std::string("the ranks' drain to the chain directory stopped: ") + e.what());
+        std::lock_guard lock(mutex_);
+        status_.lastError = e.what();
+        broken_ = true;
+        if (waiting_)
+            givenUp_.insert(waiting_->iteration);
+        waiting_.reset();
+        current_.reset();
+        status_.pendingIteration.reset();
+    }
+    changed_.notify_all();
+}
+
+void Drainer::runRounds()
+{
+    int failedRounds = 0;
+    for (;;) {
+        Work newest;
+        {
+            std::unique_lock lock(mutex_);
+            changed_.wait(lock, [this] { return stopping_ || waiting_.has_value(); });
+            if (!waiting_)
+                return;
+            newest = *waiting_;
+        }
+        const auto proposals = settings_.coordinator->allGather("drain-next", std::to_string(newest.iteration));
+        std::uint64_t chosen = newest.iteration;
+        for (const auto& proposal : proposals)
+            chosen = std::min<std::uint64_t>(chosen, std::stoull(proposal));
+        // This rank may be a checkpoint ahead: its copy of `chosen` lies beside its newest one.
+        const fs::path local = newest.local.parent_path() / checkpointDirName(chosen);
+        {
+            std::lock_guard lock(mutex_);
+            current_ = Work { local, chosen, newest.submittedAt };
+            abandonCurrent_ = false;
+        }
+        bool abandoned = false;
+        const std::string outcome = drainRound(chosen, local, abandoned);
+        bool backOff = false;
+        {
+            std::lock_guard lock(mutex_);
+            current_.reset();
+            if (outcome.empty()) {
+                failedRounds = 0;
+                ++status_.drained;
+                status_.sharedIteration = std::max(status_.sharedIteration.value_or(0), chosen);
+                status_.lastDrainSeconds = secondsSince(newest.submittedAt);
+                if (waiting_ && waiting_->iteration <= chosen)
+                    waiting_.reset();
+            } else if (!abandoned) {
+                status_.lastError = outcome;
+                if (++failedRounds < settings_.attempts) {
+                    ++status_.retries;
+                    backOff = true;
+                } else {
+                    // Given up; the next round waits for a newer checkpoint on this rank.
+                    ++status_.failed;
+                    givenUp_.insert(chosen);
+                    failedRounds = 0;
+                    if (waiting_ && waiting_->iteration <= chosen)
+                        waiting_.reset();
+                }
+            }
+            if (!waiting_)
+                status_.pendingIteration.reset();
+        }
+        changed_.notify_all();
+        if (outcome.empty() && settings_.coordinator->rank() == 0) {
+            try {
+                pruneChain(settings_.sharedDir, settings_.keep);
+            } catch (const std::exception& e) {
+                settings_.log(std::string("warning: retention on the shared level failed: ") + e.what());
+            }
+        }
+        if (backOff) {
+            const double backoff = settings_.firstBackoffSeconds * std::ldexp(1.0, failedRounds - 1);
+            settings_.log("drain of iteration " + std::to_string(chosen) + " failed (round " + std::to_string(failedRounds)
+                + " of " + std::to_string(settings_.attempts) + "), trying again in " + std::to_string(backoff).substr(0, 4)
+                + " s: " + outcome);
+            // Every rank sleeps alike; an urgent checkpoint does not cut it short here (the ranks would
+            // part ways), it is drained in the next round.
+            std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+        }
+    }
+}
+
+std::string Drainer::drainRound(std::uint64_t iteration, const fs::path& local, bool& abandoned)
+{
+    const int rank = settings_.coordinator->rank();
+    const fs::path temporary
+        = settings_.sharedDir / ("." + checkpointDirName(iteration) + ".drain.tmp-" + settings_.leaderTag);
+    nlohmann::json record;
+    std::string error;
+    try {
+        record = nlohmann::json::parse(io::readSmallFile(local / kManifestName, 64 << 20));
+        const Manifest shard = parseShardDescription(record, record.at("world_size").get<int>());
+        if (shard.iteration != iteration || shard.files.front().rank != rank)
+            throw Error(local.string() + " is not this rank's shard of iteration " + std::to_string(iteration));
+        io::createDirectories(temporary, io::directoryMode(settings_.fileMode));
+        std::uint64_t copied = 0;
+        copyFile(local, shard, shard.files.front().name, temporary, copied, Clock::now());
+    } catch (const Abandoned&) {
+        abandoned = true;
+        error = "abandoned for a newer checkpoint";
+    } catch (const CorruptSource& e) {
+        error = e.what;
+    } catch (const SharedWriteFailed& e) {
+        error = e.what;
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    nlohmann::json shard = record.is_object() ? record : nlohmann::json::object();
+    shard.erase("manifest"); // rank 0 has its own
+    shard["error"] = error;
+    const auto shards = settings_.coordinator->allGather("drain-shards", shard.dump());
+    std::string outcome;
+    if (rank == 0) {
+        try {
+            if (!record.is_object() || !record.contains("manifest"))
+                throw Error(error.empty() ? "rank 0 has no record of the checkpoint's fields" : error);
+            const std::string text = shardedManifest(record["manifest"], shards, temporary, iteration);
+            committer_.commitWithManifest(temporary, text, settings_.sharedDir / checkpointDirName(iteration),
+                settings_.fileMode);
+        } catch (const std::exception& e) {
+            outcome = e.what();
+            if (outcome.empty())
+                outcome = "unknown error";
+            std::error_code ec;
+            fs::remove_all(temporary, ec); // every rank has finished writing into it: the gather was after
+        }
+    }
+    outcome = settings_.coordinator->broadcast("drain-commit", outcome, 0);
+    return outcome;
+}
+
 // One attempt: streams each data file from the node-local copy into a temporary directory of the chain,
 // checking every byte against the manifest's checksums on the way (a node-local copy that rotted is
 // never drained), makes the files and then the manifest durable, and commits. Restore verifies it again,
@@ -187,10 +347,8 @@ void Drainer::drainOnce(const Work& work)
         std::uint64_t copied = 0;
         for (const auto& file : manifest.files)
             copyFile(work.local, manifest, file.name, temporary, copied, start);
-        io::writeSmallFileDurably(temporary / kManifestName, manifestText, settings_.fileMode);
-        io::fsyncDirectory(temporary);
         throwIfAbandoned();
-        committer_.commit(temporary, settings_.sharedDir / name);
+        committer_.commitWithManifest(temporary, manifestText, settings_.sharedDir / name, settings_.fileMode);
     } catch (...) {
         fs::remove_all(temporary, ec);
         throw;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "baton/ckpt/checkpointer.hpp"
+#include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "commit.hpp"
 
@@ -30,6 +32,10 @@ struct DrainSettings {
     int attempts = 6; // per checkpoint, before it is given up (a newer one is tried afresh)
     double firstBackoffSeconds = 0.5; // doubled after each failed attempt
     std::function<void(const std::string&)> log;
+    // Several ranks: each drains its own shard and the chain's commit is collective (rank 0 writes the
+    // manifest). `leaderTag` (rank 0's temporaryOwnerTag) names the shared temporary directory.
+    std::shared_ptr<Coordinator> coordinator;
+    std::string leaderTag;
 };
 
 class Drainer {
@@ -66,6 +72,11 @@ private:
     };
 
     void run();
+    void runSingle();
+    void runRanked();
+    void runRounds();
+    // One collective round of runRanked(): returns the chain's outcome, empty when it committed.
+    std::string drainRound(std::uint64_t iteration, const std::filesystem::path& local, bool& abandoned);
     void drainOnce(const Work& work);
     void copyFile(const std::filesystem::path& local, const Manifest& manifest, const std::string& fileName,
         const std::filesystem::path& temporary, std::uint64_t& copied, std::chrono::steady_clock::time_point start);
@@ -80,6 +91,7 @@ private:
     std::optional<Work> current_;
     bool abandonCurrent_ = false;
     bool stopping_ = false;
+    bool broken_ = false; // several ranks: the coordinator failed, nothing more is drained
     DrainStatus status_;
     std::set<std::uint64_t> givenUp_; // iterations that waitFor() must not wait for any longer
     std::thread thread_;

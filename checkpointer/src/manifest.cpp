@@ -236,6 +236,28 @@ void checkShardedLayout(Manifest& manifest)
 
 } // namespace
 
+Manifest parseShardDescription(const nlohmann::json& shard, int worldSize)
+{
+    if (!shard.is_object())
+        throw Error("shard description: not a JSON object");
+    Manifest manifest;
+    manifest.formatVersion = kShardedFormatVersion;
+    manifest.worldSize = worldSize;
+    manifest.iteration = field<std::uint64_t>(shard, "iteration", "shard description");
+    ManifestFile file { field<std::string>(shard, "file", "shard description"),
+        field<int>(shard, "rank", "shard description"), field<std::uint64_t>(shard, "size", "shard description") };
+    if (file.name.empty() || file.name.find('/') != std::string::npos || file.name == "..")
+        throw Error("shard description: unsafe file name '" + file.name + "'");
+    if (file.rank < 0 || file.rank >= worldSize)
+        throw Error("shard description: rank " + std::to_string(file.rank) + " outside the world");
+    manifest.totalBytes = file.size;
+    manifest.files.push_back(std::move(file));
+    manifest.regions = parseEntries(shard, "regions", true);
+    manifest.blobs = parseEntries(shard, "blobs", true);
+    manifest.document = shard;
+    return manifest;
+}
+
 // The checksum covers the exact text with the checksum's value replaced by zeros: any altered byte,
 // even in white space, changes it.
 std::string renderManifest(const nlohmann::json& document)

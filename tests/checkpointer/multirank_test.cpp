@@ -332,3 +332,98 @@ TEST(MultiRank, CoordinatorConfigurationFromTheEnvironment)
     for (const char* name : { "SLURM_NTASKS", "SLURM_PROCID", "SLURM_JOB_ID", "SLURM_STEP_ID" })
         ::unsetenv(name);
 }
+
+namespace {
+
+// Two-level storage with several ranks: each rank commits its shard in its own node-local directory
+// (`local`/rank-R), the drain's collective rounds put the whole checkpoint in the chain.
+void saveTwoLevel(const std::filesystem::path& dir, const std::filesystem::path& local, int size,
+    std::uint64_t from, std::uint64_t to, double drainBytesPerSecond = 0, std::vector<DrainStatus>* drains = nullptr)
+{
+    const int session = ++launches;
+    if (drains != nullptr)
+        drains->assign(static_cast<std::size_t>(size), {});
+    runRanks(size, [&](int rank) {
+        Options options = rankOptions(dir, rank, size, session);
+        options.localDir = local;
+        options.drainBytesPerSecond = drainBytesPerSecond;
+        Checkpointer ckpt(std::move(options));
+        RankState state(ckpt, rank, size);
+        for (std::uint64_t iteration = from; iteration <= to; ++iteration) {
+            state.fill(ckpt, iteration);
+            if (!ckpt.checkpointNow(iteration, CheckpointFlags { .final = iteration == to }))
+                throw Error("rank " + std::to_string(rank) + ": " + ckpt.lastError());
+        }
+        if (!ckpt.drainStatus().twoLevel)
+            throw Error("rank " + std::to_string(rank) + " did not use two levels");
+        if (drains != nullptr)
+            (*drains)[static_cast<std::size_t>(rank)] = ckpt.drainStatus();
+    });
+}
+
+std::vector<std::uint64_t> committedIn(const std::filesystem::path& dir)
+{
+    std::vector<std::uint64_t> iterations;
+    for (const auto& info : listCheckpoints(dir)) {
+        if (info.committed)
+            iterations.push_back(info.iteration);
+    }
+    return iterations;
+}
+
+} // namespace
+
+TEST(MultiRankTwoLevel, EachRankDrainsItsShardAndTheChainHoldsOneManifestRestoredOnAnyWorldSize)
+{
+    TempDir dir("ckpt-multirank-2l");
+    TempDir local("ckpt-multirank-2l-local");
+    saveTwoLevel(dir.path(), local.path(), 4, 1, 3);
+    // The final checkpoint returned only once the chain had it (2 may have been skipped, replaced by 3
+    // while 1 drained); keep 2 there.
+    const auto inChain = committedIn(dir.path());
+    ASSERT_FALSE(inChain.empty());
+    EXPECT_EQ(inChain.back(), 3u);
+    EXPECT_LE(inChain.size(), 2u);
+    const auto checkpoint = dir.path() / checkpointDirName(3);
+    Manifest manifest = parseManifest(baton::test::run({ "cat", (checkpoint / kManifestName).string() }).output);
+    EXPECT_EQ(manifest.worldSize, 4);
+    EXPECT_EQ(manifest.files.size(), 4u);
+    EXPECT_TRUE(manifest.final);
+    EXPECT_TRUE(verifyCheckpoint(checkpoint).ok);
+    // Each rank kept its own shards node-locally; none of them is a checkpoint of the chain.
+    for (int rank = 0; rank < 4; ++rank) {
+        const auto own = local.path() / ("rank-" + std::to_string(rank));
+        ASSERT_TRUE(std::filesystem::exists(own / checkpointDirName(3) / shardFileName(rank))) << own;
+    }
+    EXPECT_TRUE(committedIn(local.path()).empty());
+    // Another world size restores it from the chain: two ranks, and one process.
+    EXPECT_EQ(restoreAll(dir.path(), 2), std::vector<std::uint64_t>(2, 3));
+    std::vector<std::byte> weights(kWeights);
+    Options one;
+    one.chainDir = dir.path();
+    one.log = [](std::string_view) {};
+    Checkpointer single(one);
+    single.registerRegion("weights", weights.data(), weights.size());
+    auto restored = single.restore();
+    ASSERT_TRUE(restored.restored);
+    EXPECT_EQ(restored.iteration, 3u);
+    EXPECT_TRUE(matchesPattern(weights.data(), weights.size(), 1, 3));
+}
+
+TEST(MultiRankTwoLevel, ADrainThatFallsBehindTakesTheNewestCheckpointEveryRankHas)
+{
+    TempDir dir("ckpt-multirank-2l");
+    TempDir local("ckpt-multirank-2l-local");
+    std::vector<DrainStatus> drains;
+    // About 0.1 s per shard copy while checkpoints commit node-locally every few milliseconds.
+    saveTwoLevel(dir.path(), local.path(), 2, 1, 12, 6e6, &drains);
+    EXPECT_EQ(committedIn(dir.path()).back(), 12u);
+    for (const auto& drain : drains) {
+        EXPECT_EQ(*drain.sharedIteration, 12u);
+        EXPECT_GT(drain.skipped, 0u);
+        EXPECT_EQ(drain.failed, 0u);
+    }
+    // The ranks agreed on every round: the same number of checkpoints reached the chain through each.
+    EXPECT_EQ(drains[0].drained, drains[1].drained);
+    EXPECT_EQ(restoreAll(dir.path(), 2), std::vector<std::uint64_t>(2, 12));
+}

@@ -84,4 +84,10 @@ nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sha
 // The name of rank `rank`'s data file in a version 2 checkpoint ("data-r3.bin").
 std::string shardFileName(int rank);
 
+// One rank's part of a version 2 checkpoint as the rank describes it to rank 0 ({"rank", "iteration",
+// "file", "size", "regions", "blobs"}, entries with the version 2 fields): a manifest of that one data
+// file, enough to read and verify it alone (two-level storage drains it before the whole manifest
+// exists). Throws Error for a malformed description.
+Manifest parseShardDescription(const nlohmann::json& shard, int worldSize);
+
 } // namespace baton::ckpt
