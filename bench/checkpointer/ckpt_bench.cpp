@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/distribution.hpp"
 #include "../support/page_cache.hpp"
 #include "baton/ckpt/adaptive.hpp"
 #include "baton/ckpt/chain.hpp"
@@ -34,6 +35,7 @@
 namespace fs = std::filesystem;
 using namespace baton::ckpt;
 using Clock = std::chrono::steady_clock;
+using baton::bench::Distribution;
 using baton::bench::dropCache;
 
 namespace {
@@ -42,36 +44,8 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 double since(Clock::time_point start)
 {
-    return std::chrono::duration<double>(Clock::now() - start).count();
+    return baton::bench::secondsSince(start);
 }
-
-// Values of one figure over the runs.
-class Distribution {
-public:
-    void add(double value) { values_.push_back(value); }
-    double median() const
-    {
-        if (values_.empty())
-            return 0;
-        auto sorted = values_;
-        std::sort(sorted.begin(), sorted.end());
-        std::size_t n = sorted.size();
-        return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-    }
-    double min() const { return values_.empty() ? 0 : *std::min_element(values_.begin(), values_.end()); }
-    double max() const { return values_.empty() ? 0 : *std::max_element(values_.begin(), values_.end()); }
-    // "median (min-max)", each value times `scale` with `precision` decimals.
-    std::string text(int precision = 3, double scale = 1) const
-    {
-        char out[96];
-        std::snprintf(out, sizeof out, "%.*f (%.*f-%.*f)", precision, median() * scale, precision,
-            min() * scale, precision, max() * scale);
-        return out;
-    }
-
-private:
-    std::vector<double> values_;
-};
 
 void parallelMemcpy(std::byte* to, const std::byte* from, std::size_t size, unsigned threads)
 {

@@ -29,6 +29,7 @@
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
+#include "../support/distribution.hpp"
 #include "../support/page_cache.hpp"
 
 cudaError_t launchSpin(cudaStream_t stream, long long cycles);
@@ -41,7 +42,7 @@ namespace {
 
 double since(Clock::time_point start)
 {
-    return std::chrono::duration<double>(Clock::now() - start).count();
+    return baton::bench::secondsSince(start);
 }
 
 void check(cudaError_t status, const char* what)

@@ -9,7 +9,6 @@
 //
 //   two_level_bench [--shared DIR] [--local DIR] [--mib N] [--seconds S] [--runs N] [--iteration-ms MS]
 //   bench/checkpointer/slow_fs.sh 40 build/bench/checkpointer/two_level_bench   (--shared: the slow directory)
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/distribution.hpp"
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/session.hpp"
 
@@ -28,18 +28,11 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
+using baton::bench::Distribution;
+
 double since(SteadyClock::time_point start)
 {
-    return std::chrono::duration<double>(SteadyClock::now() - start).count();
-}
-
-double median(std::vector<double> values)
-{
-    if (values.empty())
-        return 0;
-    std::sort(values.begin(), values.end());
-    const std::size_t n = values.size();
-    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+    return baton::bench::secondsSince(start);
 }
 
 struct Settings {
@@ -52,7 +45,7 @@ struct Settings {
 
 struct ArmResult {
     double stallPerCheckpoint = 0; // seconds the training thread waited, per checkpoint
-    double intervalSeconds = 0; // the policy's interval at the end, in seconds of training
+    double intervalSeconds = 0; // seconds of training per checkpoint the policy took (the final aside)
     double overheadPercent = 0; // the policy's own measure
     double finalToSharedSeconds = 0; // final checkpoint requested -> committed in the chain directory
     int checkpoints = 0;
@@ -116,7 +109,7 @@ ArmResult runArm(const Settings& settings, const std::string& arm)
         session.step(iteration);
     }
     result.finalToSharedSeconds = since(finalAt);
-    result.intervalSeconds = static_cast<double>(session.interval()) * settings.iterationSeconds;
+    result.intervalSeconds = settings.seconds / std::max(1, result.checkpoints - 1);
     result.overheadPercent = session.measuredOverheadPercent();
     result.stallPerCheckpoint = result.checkpoints > 0 ? stall / result.checkpoints : 0;
     result.drain = session.checkpointer().drainStatus();
@@ -204,32 +197,37 @@ int main(int argc, char** argv)
             std::fflush(stdout);
         }
     }
-    auto figure = [&](const std::string& arm, double ArmResult::*field) {
-        std::vector<double> values;
+    auto figure = [&](const std::string& arm, double ArmResult::*field, double scale) {
+        Distribution values;
         for (const auto& r : results[arm])
-            values.push_back(r.*field);
-        return median(values);
+            values.add(r.*field);
+        return values.text(scale == 1 ? 2 : 1, scale);
     };
     auto ratio = [&](const std::string& arm, double ArmResult::*field) {
-        std::vector<double> values;
+        Distribution values;
         for (int i = 0; i < settings.runs; ++i) {
             const double base = results["local"][i].*field;
-            values.push_back(base > 0 ? results[arm][i].*field / base : 0);
+            if (base > 0)
+                values.add(results[arm][i].*field / base);
         }
-        return median(values);
+        return values.text(2);
     };
-    std::printf("\nmedians                      shared      two-level   local alone\n");
-    std::printf("stall per checkpoint (ms) %10.1f %12.1f %12.1f\n", figure("shared", &ArmResult::stallPerCheckpoint) * 1000,
-        figure("two", &ArmResult::stallPerCheckpoint) * 1000, figure("local", &ArmResult::stallPerCheckpoint) * 1000);
-    std::printf("interval (s)              %10.2f %12.2f %12.2f\n", figure("shared", &ArmResult::intervalSeconds),
-        figure("two", &ArmResult::intervalSeconds), figure("local", &ArmResult::intervalSeconds));
-    std::printf("final -> chain commit (s) %10.2f %12.2f %12s\n", figure("shared", &ArmResult::finalToSharedSeconds),
-        figure("two", &ArmResult::finalToSharedSeconds), "-");
-    std::printf("\nratios to local alone, median of per-run ratios (target <= 1.2 for two-level):\n");
-    std::printf("  stall:    shared %.2f, two-level %.2f\n", ratio("shared", &ArmResult::stallPerCheckpoint),
-        ratio("two", &ArmResult::stallPerCheckpoint));
-    std::printf("  interval: shared %.2f, two-level %.2f\n", ratio("shared", &ArmResult::intervalSeconds),
-        ratio("two", &ArmResult::intervalSeconds));
+    std::printf("\nmedian (min-max) of %d runs      shared (one level)   two levels           node-local alone\n",
+        settings.runs);
+    std::printf("stall per checkpoint (ms)       %-20s %-20s %s\n",
+        figure("shared", &ArmResult::stallPerCheckpoint, 1000).c_str(),
+        figure("two", &ArmResult::stallPerCheckpoint, 1000).c_str(),
+        figure("local", &ArmResult::stallPerCheckpoint, 1000).c_str());
+    std::printf("interval (s of training/ckpt)   %-20s %-20s %s\n", figure("shared", &ArmResult::intervalSeconds, 1).c_str(),
+        figure("two", &ArmResult::intervalSeconds, 1).c_str(), figure("local", &ArmResult::intervalSeconds, 1).c_str());
+    std::printf("final -> chain commit (s)       %-20s %-20s %s\n",
+        figure("shared", &ArmResult::finalToSharedSeconds, 1).c_str(),
+        figure("two", &ArmResult::finalToSharedSeconds, 1).c_str(), "-");
+    std::printf("\nratios to node-local alone, taken within each run (target for two levels: <= 1.2):\n");
+    std::printf("  stall:    shared %s, two levels %s\n", ratio("shared", &ArmResult::stallPerCheckpoint).c_str(),
+        ratio("two", &ArmResult::stallPerCheckpoint).c_str());
+    std::printf("  interval: shared %s, two levels %s\n", ratio("shared", &ArmResult::intervalSeconds).c_str(),
+        ratio("two", &ArmResult::intervalSeconds).c_str());
     bool allInChain = true;
     for (const auto& r : results["two"])
         allInChain = allInChain && r.finalInChain;
