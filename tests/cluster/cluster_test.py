@@ -424,6 +424,15 @@ def case_ddp(args):
         restored = [json.load(open(f"{results}/restored-{rank}")) for rank in range(2)]
         if restored[0]["iteration"] != restored[1]["iteration"]:
             raise Failure(f"the ranks of the last job restored different steps: {restored}")
+        # Two levels with two ranks on two nodes: each rank kept its shards in its node's directory, and
+        # every checkpoint in the chain came through the ranks' collective drain.
+        shards = glob.glob(f"{setup.state}/slurm/local/node*/{USER}/{chain}/rank-*/ckpt-*/data-r*.bin")
+        if not shards:
+            raise Failure("no rank kept a node-local shard: the job did not use two levels")
+        undrained = [name for name, m in setup.manifests[chain].items()
+                     if m.get("world_size") != 2 or not m.get("node")]
+        if undrained or not setup.manifests[chain]:
+            raise Failure(f"checkpoints in the chain not drained from two ranks' node-local shards: {undrained}")
         finals = [torch.load(f"{results}/final-{rank}.pt") for rank in range(2)]
         differs = ddp_test.compare_with_straight_run(example, steps, setup.work(""), finals)
         if differs:
