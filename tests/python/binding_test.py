@@ -137,6 +137,57 @@ class NativeTest(TempChain):
             baton.Checkpointer(options(self.chain)).set_manifest_field("iteration", 5)
 
 
+class TwoLevelTest(TempChain):
+    def test_node_local_commit_drain_and_restore(self):
+        local = os.path.join(self._dir.name, "local")
+        opts = options(self.chain)
+        opts.local_dir = local
+        opts.node_name = "node-a"
+        opts.drain_bytes_per_second = 50e6
+        weights = numpy.arange(300_000, dtype=numpy.float32)
+        ckpt = baton.Checkpointer(opts)
+        ckpt.register_region("weights", weights)
+        self.assertTrue(ckpt.checkpoint_now(4))
+        self.assertTrue(ckpt.wait_durable())
+        status = ckpt.drain_status()
+        self.assertTrue(status.two_level)
+        self.assertEqual((status.shared_iteration, status.drained, status.failed), (4, 1, 0))
+        ckpt.close()
+        self.assertTrue(os.path.exists(os.path.join(self.chain, "ckpt-000000000004", "manifest.json")))
+        self.assertTrue(os.path.exists(os.path.join(local, "ckpt-000000000004", "manifest.json")))
+        for node, node_local in (("node-a", True), ("node-b", False)):
+            opts.node_name = node
+            reader = baton.Checkpointer(opts)
+            restored_weights = numpy.zeros_like(weights)
+            reader.register_region("weights", restored_weights)
+            result = reader.restore()
+            self.assertEqual((result.iteration, result.node_local), (4, node_local))
+            self.assertTrue(numpy.array_equal(restored_weights, weights))
+            reader.close()
+
+    def test_environment(self):
+        keys = ("BATON_CHAIN_DIR", "BATON_LOCAL_DIR", "BATON_LOCAL_KEEP", "BATON_DRAIN_MBPS")
+        saved = {k: os.environ.get(k) for k in keys}
+        try:
+            os.environ.update({"BATON_CHAIN_DIR": self.chain, "BATON_LOCAL_DIR": "/local/x",
+                               "BATON_LOCAL_KEEP": "3", "BATON_DRAIN_MBPS": "250"})
+            opts = baton.Options.from_environment()
+            self.assertEqual((opts.local_dir, opts.local_keep, opts.drain_bytes_per_second), ("/local/x", 3, 250e6))
+            os.environ["BATON_DRAIN_MBPS"] = "fast"
+            with self.assertRaisesRegex(baton.ConfigError, "BATON_DRAIN_MBPS"):
+                baton.Options.from_environment()
+            os.environ["BATON_DRAIN_MBPS"] = "0"
+            os.environ["BATON_LOCAL_DIR"] = "relative"
+            with self.assertRaisesRegex(baton.ConfigError, "BATON_LOCAL_DIR"):
+                baton.Options.from_environment()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 class SessionTest(TempChain):
     def test_session_checkpoints_restores_and_carries_the_sampler(self):
         options = baton.SessionOptions()
