@@ -20,6 +20,8 @@
 
 extern "C" {
 #include <slurm/slurm.h>
+
+#include <cstdlib>
 }
 
 #include <algorithm>
@@ -185,10 +187,24 @@ std::optional<std::int64_t> jobEndTime(spank_t sp, [[maybe_unused]] std::uint32_
 #endif
 }
 
+// Slurm's name of this node, the same in every step of the job: a batch step's environment has no
+// SLURMD_NODENAME yet when user_init runs, but the batch script always runs on the allocation's first
+// node. The host name (which may differ from Slurm's node name) is the last resort.
 std::string nodeName(spank_t sp)
 {
     if (const auto name = jobEnv(sp, "SLURMD_NODENAME")) {
         return *name;
+    }
+    if (const auto nodes = jobEnv(sp, "SLURM_JOB_NODELIST")) {
+        if (auto list = slurm_hostlist_create(nodes->c_str())) {
+            char* first = slurm_hostlist_shift(list);
+            std::string name = first != nullptr ? first : "";
+            std::free(first);
+            slurm_hostlist_destroy(list);
+            if (!name.empty()) {
+                return name;
+            }
+        }
     }
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

@@ -158,7 +158,7 @@ struct Layout {
     {
         return "required " + pluginPath + " chain_root=" + chains.string()
             + "/%u allowed_prefixes=" + allowed.string() + " url=" + url + " report_timeout=1 local_root="
-            + local.string() + "/%u drain_rate=500" + extra;
+            + local.string() + "/%u/%n drain_rate=500" + extra;
     }
 };
 
@@ -211,7 +211,7 @@ TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
     EXPECT_EQ(vars["BATON_OVERHEAD"], "7.5");
     EXPECT_EQ(vars["BATON_KEEP"], "2");
     EXPECT_EQ(vars["BATON_PROVISIONER_URL"], server_->url());
-    EXPECT_EQ(vars["BATON_LOCAL_DIR"], (layout_->local / "root" / "envchain").string());
+    EXPECT_EQ(vars["BATON_LOCAL_DIR"], (layout_->local / "root" / vars["SLURMD_NODENAME"] / "envchain").string());
     EXPECT_EQ(vars["BATON_LOCAL_KEEP"], "1");
     EXPECT_EQ(vars["BATON_DRAIN_MBPS"], "500");
     const long long endTime = endTimeOf(result.output);
@@ -262,7 +262,7 @@ TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
     for (int expected = 0; expected < 2; ++expected) {
         const fs::path out = layout_->base.path() / ("batch" + std::to_string(expected) + ".out");
         const auto submitted = slurm({ "sbatch", "--wait", "-J", "trainer", "--baton", "--time=2",
-            "--output=" + out.string(), "--wrap=env; srun env | grep '^BATON_CHAIN='" });
+            "--output=" + out.string(), "--wrap=env; srun env | grep '^BATON_CHAIN=\\|^BATON_LOCAL_DIR='" });
         ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
         const std::string text = readText(out);
         auto vars = variables(text);
@@ -270,6 +270,12 @@ TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
         EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "root" / "trainer").string());
         EXPECT_EQ(vars["BATON_JOB_ID"], jobIdOf(submitted));
         EXPECT_EQ(vars["BATON_RESTART_COUNT"], std::to_string(expected));
+        // %n is Slurm's node name in the batch step as in its srun steps (the host name may differ).
+        const std::string local = (layout_->local / "root" / vars["SLURMD_NODENAME"] / "trainer").string();
+        const std::string localLine = "BATON_LOCAL_DIR=" + local + "\n";
+        const auto first = text.find(localLine);
+        ASSERT_NE(first, std::string::npos) << text;
+        EXPECT_NE(text.find(localLine, first + 1), std::string::npos) << "the srun step's differs:\n" << text;
         EXPECT_EQ(vars["BATON_OVERHEAD"], "5");
         EXPECT_EQ(vars["BATON_DEADLINE_MARGIN"], "60");
         // A successor waits for its predecessor's final checkpoint (plugstack default 120 s).
@@ -443,7 +449,9 @@ TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
     std::snprintf(name, sizeof name, "ckpt-%012llu", iteration);
     EXPECT_TRUE(fs::exists(layout_->chains / "root" / "ckchain" / name / "manifest.json"));
     // Two levels (local_root): the checkpoint committed node-locally first, then in the chain directory.
-    EXPECT_TRUE(fs::exists(layout_->local / "root" / "ckchain" / name / "manifest.json"));
+    EXPECT_EQ(events[1]["node"], events[0]["node"]);
+    EXPECT_TRUE(fs::exists(layout_->local / "root" / events[1]["node"].get<std::string>() / "ckchain" / name
+        / "manifest.json"));
 
     // The task's exit report names the final checkpoint and the policy's tuning state.
     EXPECT_EQ(events[1]["kind"], "task_exit");
