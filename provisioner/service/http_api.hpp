@@ -21,8 +21,6 @@ class Server;
 
 namespace baton::service {
 
-class Provisioner;
-
 struct Readiness {
     bool ready = false;
     std::string detail;
@@ -56,9 +54,5 @@ private:
     std::mutex submittingMutex_;
     std::map<std::int64_t, int> submitting_;
 };
-
-// Parses a JSON body with the service's bounds: no NUL (raw or escaped), valid UTF-8, at most `maxDepth`
-// levels. Throws std::invalid_argument with a message for the 400 response.
-nlohmann::json parseBoundedJson(const std::string& body, int maxDepth);
 
 } // namespace baton::service

@@ -2,7 +2,7 @@
 // the spool collector.
 #include "chain_state.hpp"
 #include "config.hpp"
-#include "http_api.hpp"
+#include "bounded_json.hpp"
 #include "provisioner.hpp"
 #include "slurm_cluster.hpp"
 #include "spool.hpp"
@@ -101,7 +101,7 @@ TEST(PlainSbatchSpec, SuccessorsAskForTheFirstJobsRequest)
 {
     std::ifstream in(baton::test::sourceRoot() / "tests" / "data" / "squeue_2411.json");
     const std::string text((std::istreambuf_iterator<char>(in)), {});
-    const QueueSnapshot queue = toClusterSnapshot(baton::slurm::parseSqueueJson(text, 1795660800));
+    const ClusterQueue queue = toClusterQueue(baton::slurm::parseSqueueJson(text, 1795660800));
     const ClusterJob* gpu = queue.find(7);
     ASSERT_NE(gpu, nullptr);
     EXPECT_EQ(gpu->request.gres, "gpu:1");
