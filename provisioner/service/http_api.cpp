@@ -2,6 +2,7 @@
 
 #include "bounded_json.hpp"
 #include "log.hpp"
+#include "plugin_event.hpp"
 #include "store.hpp"
 #include "submitter.hpp"
 
@@ -173,33 +174,15 @@ void HttpApi::routes()
                 metrics_.events("rejected").Increment();
                 throw;
             }
-            const auto text = [&](const char* key, std::size_t max) {
-                const auto found = event.find(key);
-                if (found == event.end() || !found->is_string() || found->template get<std::string>().empty()
-                    || found->template get<std::string>().size() > max)
-                    throw std::invalid_argument(std::string("'") + key
-                        + "' must be a non-empty string of at most " + std::to_string(max) + " bytes");
-                return found->template get<std::string>();
-            };
-            if (!event.is_object())
-                throw std::invalid_argument("an event is a JSON object");
-            const auto version = event.find("version");
-            if (version == event.end() || !version->is_number_integer() || *version < 1 || *version > 2)
-                throw std::invalid_argument("'version' must be 1 or 2");
-            const std::string key = text("idempotency_key", 256);
-            const std::string kind = text("kind", 64);
-            const std::string chain = text("chain", 256);
-            const auto jobId = event.find("job_id");
-            if (jobId == event.end() || !jobId->is_number_integer() || *jobId <= 0)
-                throw std::invalid_argument("'job_id' must be a positive integer");
+            const PluginEvent posted = PluginEvent::posted(event);
             auto lease = pool_.borrow();
             Store store(*lease);
             const ScopedTimer timer(metrics_.dbCall());
             // An event is a hint that Slurm and later reports repeat: it does not wait for the disk.
             db::Transaction transaction(*lease);
             (*lease).execScript("SET LOCAL synchronous_commit TO off");
-            const bool inserted
-                = store.insertEvent(key, kind, chain, jobId->template get<std::int64_t>(), event, caller.uid);
+            const bool inserted = store.insertEvent(
+                posted.idempotencyKey, posted.kind, posted.chainName, posted.jobId, event, caller.uid);
             transaction.commit();
             metrics_.events(inserted ? "accepted" : "duplicate").Increment();
             reply(response, 202, Json { { "accepted", true }, { "duplicate", !inserted } });

@@ -1,11 +1,10 @@
 #include "provisioner.hpp"
 
-#include "bounded_json.hpp"
 #include "identity.hpp"
 #include "log.hpp"
+#include "plugin_event.hpp"
 #include "spool.hpp"
 
-#include <baton_contract.hpp>
 #include <command.hpp>
 #include <errors.hpp>
 #include <transaction.hpp>
@@ -216,38 +215,37 @@ void Provisioner::processEvents(const std::vector<EventRow>& events, const Clust
 
 // An event is a hint: the job it names is looked up in the queue, and its owner there decides which
 // chain it belongs to.
-void Provisioner::processEvent(const EventRow& event, const ClusterQueue& queue)
+void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
 {
-    if (!event.slurmJobId || !event.chainName || event.chainName->empty())
+    const std::optional<PluginEvent> event = PluginEvent::stored(row);
+    if (!event)
         return;
-    if (!contract::validChainName(*event.chainName))
-        throw std::invalid_argument("the chain name is not a valid one");
-    const ClusterJob* job = queue.find(*event.slurmJobId);
-    const auto dir = event.payload.value("chain_dir", std::string());
+    const ClusterJob* job = queue.find(*event->jobId);
+    const std::string& dir = event->chainDir;
     std::int64_t knownChain = 0;
-    const auto knownJob = store_.jobBySlurmId(*event.slurmJobId, &knownChain);
+    const auto knownJob = store_.jobBySlurmId(*event->jobId, &knownChain);
     std::optional<ChainRow> chain;
     if (knownJob) {
         chain = store_.chain(knownChain);
     } else if (job) {
-        chain = store_.chain(job->userId, *event.chainName);
-        if (!chain && event.kind == "step_start") {
+        chain = store_.chain(job->userId, event->chainName);
+        if (!chain && event->kind == "step_start") {
             // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
             std::string script;
             try {
                 script = cluster_.batchScript(job->id, job->userId);
             } catch (const SlurmError& error) {
-                logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
+                logWarning("chain " + event->chainName + ": cannot read the batch script of job "
                     + std::to_string(job->id) + " (" + error.what()
                     + "); its successors need `batonctl resubmit`");
             }
-            chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), *event.chainName,
+            chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), event->chainName,
                 dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
             const Store::JobWrite first { chain->id, 0, *job };
             writeJobs(std::span(&first, 1));
             logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
                 + std::to_string(job->id));
-        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event.kind == "step_start"
+        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event->kind == "step_start"
             && job->comment.rfind("baton:", 0) != 0) {
             // The owner submitted the next job by hand while the current one had ended.
             const auto jobs = store_.jobs(chain->id);
@@ -268,9 +266,8 @@ void Provisioner::processEvent(const EventRow& event, const ClusterQueue& queue)
         return;
     if (!chain->chainDir && !dir.empty())
         store_.setChainDir(chain->id, dir);
-    const auto checkpoint = event.payload.find("checkpoint");
-    if (checkpoint != event.payload.end() && checkpoint->is_object())
-        store_.recordCheckpoint(chain->id, event.slurmJobId, *checkpoint, chain->chainDir.value_or(dir));
+    if (event->checkpoint)
+        store_.recordCheckpoint(chain->id, event->jobId, *event->checkpoint, chain->chainDir.value_or(dir));
 }
 
 void Provisioner::writeJobs(std::span<const Store::JobWrite> writes)
@@ -436,16 +433,8 @@ void Provisioner::collectSpoolHints(const ChainRow& chain)
     try {
         for (const std::string& line : collectSpool(*chain.chainDir, chain.ownerUid)) {
             try {
-                const Json event = parseBoundedJson(line, config_.maxJsonDepth);
-                const auto checkpoint = event.find("checkpoint");
-                if (!event.is_object() || checkpoint == event.end() || !checkpoint->is_object())
-                    continue;
-                const auto jobId = event.find("job_id");
-                store_.recordCheckpoint(chain.id,
-                    jobId != event.end() && jobId->is_number_integer()
-                        ? std::optional(jobId->get<std::int64_t>())
-                        : std::nullopt,
-                    *checkpoint, *chain.chainDir);
+                if (const auto event = PluginEvent::spooled(line, config_.maxJsonDepth))
+                    store_.recordCheckpoint(chain.id, event->jobId, *event->checkpoint, *chain.chainDir);
             } catch (const std::invalid_argument&) {
                 // a damaged line of the owner's own file: skipped
             } catch (const db::DbError& error) {

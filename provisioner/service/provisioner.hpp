@@ -84,7 +84,7 @@ public:
 private:
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
-    void processEvent(const EventRow& event, const ClusterQueue& queue);
+    void processEvent(const EventRow& row, const ClusterQueue& queue);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.
     void writeJobs(std::span<const Store::JobWrite> writes);
     void chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now);
