@@ -17,6 +17,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace baton::service {
@@ -39,7 +41,23 @@ public:
     void stop();
 
 private:
+    // A /v1 handler, run for an authenticated caller (http_handlers.cpp).
+    using Handler = void (HttpApi::*)(const httplib::Request&, httplib::Response&, const Caller&);
+    using Served = std::function<void(const httplib::Request&, httplib::Response&)>;
+
     void routes();
+    // Authenticates the request, runs `handler`, and maps failures to status codes with a readable body.
+    Served authenticated(Handler handler);
+    // The caller of a /v1 request, from its MUNGE credential; throws HttpError (401, 503).
+    Caller authenticate(const httplib::Request& request);
+    // /metrics, /healthz and /readyz: open, or behind a bearer token when one is configured.
+    bool bearerTokenOk(const httplib::Request& request, httplib::Response& response) const;
+
+    void postEvent(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void listChains(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
 
     const ServiceConfig& config_;
     ConnectionPool& pool_;
