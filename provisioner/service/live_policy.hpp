@@ -3,7 +3,7 @@
 #pragma once
 
 #include "config.hpp"
-#include "provisioner.hpp"
+#include "decision_points.hpp"
 
 #include <connection.hpp>
 

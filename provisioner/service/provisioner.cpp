@@ -90,18 +90,6 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
                   "not: write them as #SBATCH lines, or use `batonctl submit`" } };
 }
 
-std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
-    const ClusterQueue&, std::span<const ClusterJob> current, std::int64_t now)
-{
-    std::vector<sim::DecisionPoint> points(current.size());
-    for (std::size_t i = 0; i < current.size(); ++i) {
-        points[i].now = now;
-        points[i].remaining
-            = std::max<std::int64_t>(0, current[i].startTime + current[i].timeLimitSeconds - now);
-    }
-    return points;
-}
-
 Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
     std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
     : config_(config)

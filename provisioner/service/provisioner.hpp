@@ -10,11 +10,10 @@
 
 #include "cluster.hpp"
 #include "config.hpp"
+#include "decision_points.hpp"
 #include "metrics.hpp"
 #include "store.hpp"
 #include "submitter.hpp"
-
-#include <policy.hpp>
 
 #include <functional>
 #include <memory>
@@ -22,15 +21,6 @@
 #include <unordered_map>
 
 namespace baton::service {
-
-// Turns the live queue into what a policy sees for successors shaped like each of `current`, all at once.
-using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
-    const ClusterQueue& queue, std::span<const ClusterJob> current, std::int64_t now)>;
-
-// The decision points without queue features: the clock and each current job's remaining time, which is
-// all reactive and avg need. The live builder adds the features to them.
-std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
-    const ClusterQueue& queue, std::span<const ClusterJob> current, std::int64_t now);
 
 // How the successors of a chain begun with plain `sbatch --baton` are submitted: job's batch script and
 // what slurmctld reports of its request, as a chain spec (script, sbatch_args, workdir, source, note).
