@@ -5,6 +5,7 @@
 #include "http_api.hpp"
 #include "live_policy.hpp"
 #include "provisioner.hpp"
+#include "slurm_cluster.hpp"
 #include "synthetic_squeue.hpp"
 
 #include <migrations.hpp>
@@ -110,16 +111,15 @@ SchedTimes schedTimes(long pid)
 // The cluster of the tick benchmark: each queue() parses the same 10,000-job `squeue --json` document
 // the way SlurmCluster parses squeue's output, at a clock the benchmark advances; submitted jobs join
 // the queue as pending.
-class DocumentCluster final : public Cluster, public RawQueueSource {
+class DocumentCluster final : public Cluster {
 public:
     DocumentCluster(std::string document, std::int64_t now)
         : document_(std::move(document))
         , now(now)
     { }
-    QueueSnapshot queue() override
+    ClusterQueue queue() override
     {
-        raw_ = baton::slurm::parseSqueueJson(document_, now);
-        QueueSnapshot snapshot = toClusterSnapshot(raw_);
+        ClusterQueue snapshot = toClusterQueue(baton::slurm::parseSqueueJson(document_, now));
         snapshot.jobs.insert(snapshot.jobs.end(), submitted_.begin(), submitted_.end());
         return snapshot;
     }
@@ -127,9 +127,9 @@ public:
     {
         ClusterJob job;
         job.id = ++next_;
-        job.userId = request.ownerUid;
+        job.userId = request.owner;
         job.state = "PENDING";
-        job.comment = request.comment;
+        job.comment = request.key;
         job.submitTime = now;
         submitted_.push_back(job);
         return job.id;
@@ -144,15 +144,12 @@ public:
     }
     void cancel(std::int64_t, std::int64_t) override { }
     std::string batchScript(std::int64_t, std::int64_t) override { return "#!/bin/bash\n"; }
-    const baton::slurm::QueueSnapshot& lastRawQueue() const override { return raw_; }
-    int usableNodes() override { return clusterNodes; }
 
     static constexpr int clusterNodes = 20000;
     const std::string document_;
     std::int64_t now;
 
 private:
-    baton::slurm::QueueSnapshot raw_;
     std::vector<ClusterJob> submitted_;
     std::int64_t next_ = 5'000'000;
 };
@@ -342,7 +339,7 @@ int main()
                 connection.execScript("DELETE FROM chains WHERE name LIKE 'chain-%'");
             cluster.restart(now);
             {
-                const QueueSnapshot queue = cluster.queue();
+                const ClusterQueue queue = cluster.queue();
                 for (int i = 0; i < chainCount; ++i) {
                     const ChainRow chain
                         = store.createChain(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
@@ -353,7 +350,7 @@ int main()
             // One provisioner for every tick of a round, as batond keeps it, on the live policy path (the
             // features of the parsed queue for every waiting chain); each tick 60 s after the last.
             Provisioner provisioner(config, store, cluster, metrics, std::make_shared<LeadOnly>(),
-                liveDecisionPoints(cluster, nullptr));
+                liveDecisionPoints([] { return DocumentCluster::clusterNodes; }, nullptr));
             // The first round's first ticks work off the events posted above (1,000 a tick); every
             // round's first tick writes a "wait" row for each of its 1,000 chains. Then the steady ticks.
             int tick = 0;

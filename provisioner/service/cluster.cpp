@@ -2,7 +2,7 @@
 
 namespace baton::service {
 
-void QueueSnapshot::index() const
+void ClusterQueue::index() const
 {
     if (indexed_ == jobs.size() && (jobs.empty() || !byId_.empty()))
         return;
@@ -16,14 +16,14 @@ void QueueSnapshot::index() const
     indexed_ = jobs.size();
 }
 
-const ClusterJob* QueueSnapshot::find(std::int64_t id) const
+const ClusterJob* ClusterQueue::find(std::int64_t id) const
 {
     index();
     const auto found = byId_.find(id);
     return found == byId_.end() ? nullptr : &jobs[found->second];
 }
 
-const ClusterJob* QueueSnapshot::findByComment(const std::string& comment, std::int64_t ownerUid) const
+const ClusterJob* ClusterQueue::findByComment(const std::string& comment, std::int64_t ownerUid) const
 {
     index();
     // A key names one submission; should a withdrawn job share it, the live one is the submission's.

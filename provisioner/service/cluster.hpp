@@ -3,9 +3,9 @@
 #pragma once
 
 #include <signal_scope.hpp>
+#include <slurm_client.hpp>
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -15,6 +15,10 @@
 namespace baton::service {
 
 using slurm::SignalScope;
+// Slurm's own types, as the Slurm client has them: what sbatch is given, and the failure of any Slurm
+// command.
+using slurm::SlurmError;
+using slurm::SubmitRequest;
 
 // One job as slurmctld reports it: the facts batond trusts.
 // What a job asked for beyond its time, nodes, name and partition, as slurmctld reports it (0 or empty:
@@ -61,11 +65,13 @@ struct ClusterJob {
     bool started() const { return startTime > 0 && !withdrawn(); }
 };
 
-// The whole queue at one moment, from one squeue call.
-struct QueueSnapshot {
-    std::int64_t takenAt = 0; // epoch seconds
+// The whole queue at one moment, from one squeue call: slurmctld's jobs as the state machine sees them,
+// and the snapshot they were read from, on which the live policy computes its queue features.
+struct ClusterQueue {
+    slurm::QueueSnapshot squeue; // as the Slurm client parsed it (a scripted cluster may leave it empty)
     std::vector<ClusterJob> jobs;
-    int clusterNodes = 0; // 0 when unknown
+
+    std::int64_t takenAt() const { return squeue.takenAt; } // epoch seconds
 
     // Lookups build an index on first use: fill `jobs` completely before the first one.
     const ClusterJob* find(std::int64_t id) const;
@@ -80,24 +86,10 @@ private:
     mutable std::size_t indexed_ = 0; // jobs.size() when the index was built
 };
 
-struct SubmitRequest {
-    std::int64_t ownerUid = 0;
-    std::string workdir;
-    std::string script; // the batch script's text
-    std::vector<std::string> sbatchArgs;
-    std::string comment; // the idempotency key
-    std::map<std::string, std::string> environment; // added to the minimal one of the owner
-};
-
-class SlurmError : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
 class Cluster {
 public:
     virtual ~Cluster() = default;
-    virtual QueueSnapshot queue() = 0;
+    virtual ClusterQueue queue() = 0;
     // Submits as the owner; returns the job id. Throws SlurmError.
     virtual std::int64_t submit(const SubmitRequest& request) = 0;
     // Job controls act as the job's owner (the chain's): a user may control their own jobs, so batond

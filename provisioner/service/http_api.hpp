@@ -17,11 +17,11 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace baton::service {
-
-class Provisioner;
 
 struct Readiness {
     bool ready = false;
@@ -41,7 +41,23 @@ public:
     void stop();
 
 private:
+    // A /v1 handler, run for an authenticated caller (http_handlers.cpp).
+    using Handler = void (HttpApi::*)(const httplib::Request&, httplib::Response&, const Caller&);
+    using Served = std::function<void(const httplib::Request&, httplib::Response&)>;
+
     void routes();
+    // Authenticates the request, runs `handler`, and maps failures to status codes with a readable body.
+    Served authenticated(Handler handler);
+    // The caller of a /v1 request, from its MUNGE credential; throws HttpError (401, 503).
+    Caller authenticate(const httplib::Request& request);
+    // /metrics, /healthz and /readyz: open, or behind a bearer token when one is configured.
+    bool bearerTokenOk(const httplib::Request& request, httplib::Response& response) const;
+
+    void postEvent(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void listChains(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
 
     const ServiceConfig& config_;
     ConnectionPool& pool_;
@@ -56,9 +72,5 @@ private:
     std::mutex submittingMutex_;
     std::map<std::int64_t, int> submitting_;
 };
-
-// Parses a JSON body with the service's bounds: no NUL (raw or escaped), valid UTF-8, at most `maxDepth`
-// levels. Throws std::invalid_argument with a message for the 400 response.
-nlohmann::json parseBoundedJson(const std::string& body, int maxDepth);
 
 } // namespace baton::service

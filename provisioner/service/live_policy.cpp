@@ -62,13 +62,13 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
 }
 
 DecisionPointBuilder liveDecisionPoints(
-    RawQueueSource& source, std::shared_ptr<const sim::WaitPredictor> predictor)
+    std::function<int()> usableNodes, std::shared_ptr<const sim::WaitPredictor> predictor)
 {
-    return [&source, predictor](
-               const QueueSnapshot& snapshot, std::span<const ClusterJob> current, std::int64_t now) {
+    return [usableNodes = std::move(usableNodes), predictor](
+               const ClusterQueue& snapshot, std::span<const ClusterJob> current, std::int64_t now) {
         slurm::LiveQueueOptions options;
-        options.totalNodes = source.usableNodes();
-        const slurm::LiveQueue queue(source.lastRawQueue(), options);
+        options.totalNodes = usableNodes();
+        const slurm::LiveQueue queue(snapshot.squeue, options);
         std::vector<sim::JobShape> shapes;
         shapes.reserve(current.size());
         for (const ClusterJob& job : current)

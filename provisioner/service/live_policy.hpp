@@ -3,11 +3,11 @@
 #pragma once
 
 #include "config.hpp"
-#include "provisioner.hpp"
-#include "slurm_cluster.hpp"
+#include "decision_points.hpp"
 
 #include <connection.hpp>
 
+#include <functional>
 #include <memory>
 
 namespace baton::service {
@@ -22,10 +22,10 @@ struct LivePolicy {
 };
 LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connection);
 
-// The decision points of the chains' current jobs, with the queue features of the live queue computed
-// for all of them in one pass; with a predictor, each mean log-wait is filled in (one batch) so that
-// the decision records what the model predicted.
+// The decision points of the chains' current jobs, with the queue features of the tick's squeue snapshot
+// computed for all of them in one pass, on `usableNodes()` nodes; with a predictor, each mean log-wait
+// is filled in (one batch) so that the decision records what the model predicted.
 DecisionPointBuilder liveDecisionPoints(
-    RawQueueSource& source, std::shared_ptr<const sim::WaitPredictor> predictor);
+    std::function<int()> usableNodes, std::shared_ptr<const sim::WaitPredictor> predictor);
 
 } // namespace baton::service

@@ -131,7 +131,7 @@ int run(ServiceConfig config)
                 if (!provisioner) {
                     store = std::make_unique<Store>(*connection);
                     provisioner = std::make_unique<Provisioner>(config, *store, cluster, metrics,
-                        policy->policy, liveDecisionPoints(cluster, policy->predictor));
+                        policy->policy, liveDecisionPoints([&cluster] { return cluster.usableNodes(); }, policy->predictor));
                     provisioner->setLeadershipCheck([&leader] { return leader.check(); });
                 }
                 provisioner->tick();

@@ -1,11 +1,10 @@
 #include "provisioner.hpp"
 
-#include "http_api.hpp"
 #include "identity.hpp"
 #include "log.hpp"
+#include "plugin_event.hpp"
 #include "spool.hpp"
 
-#include <baton_contract.hpp>
 #include <command.hpp>
 #include <errors.hpp>
 #include <transaction.hpp>
@@ -41,14 +40,6 @@ bool failedState(const std::string& state)
 // Ends that slurmctld gives a job whose node failed under it or never booted: not the chain's doing.
 bool nodeFailure(const std::string& state) { return state == "NODE_FAIL" || state == "BOOT_FAIL"; }
 
-// Reasons of submissions made after the predecessor ended: no final checkpoint can come any more.
-bool afterPredecessorEnded(const std::string& reason)
-{
-    return reason == "reactive" || reason == "retry" || reason == "node_failure";
-}
-
-// How to submit the next job of a chain that started with plain `sbatch --baton`: its own batch
-// script and shape, as slurmctld has them.
 // Inside a transaction: commit it only once it is on disk, whatever the session's default.
 void durable(Store& store)
 {
@@ -99,18 +90,6 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
                   "not: write them as #SBATCH lines, or use `batonctl submit`" } };
 }
 
-std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
-    const QueueSnapshot&, std::span<const ClusterJob> current, std::int64_t now)
-{
-    std::vector<sim::DecisionPoint> points(current.size());
-    for (std::size_t i = 0; i < current.size(); ++i) {
-        points[i].now = now;
-        points[i].remaining
-            = std::max<std::int64_t>(0, current[i].startTime + current[i].timeLimitSeconds - now);
-    }
-    return points;
-}
-
 Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
     std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
     : config_(config)
@@ -119,12 +98,8 @@ Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& clu
     , metrics_(metrics)
     , policy_(std::move(policy))
     , decisionPoint_(std::move(decisionPoint))
+    , submitter_(store, cluster, metrics)
 { }
-
-std::string Provisioner::submissionKey(const ChainRow& chain, int seq)
-{
-    return "baton:" + std::to_string(chain.id) + ":" + std::to_string(seq) + ":" + chain.token;
-}
 
 void Provisioner::tick()
 {
@@ -145,8 +120,8 @@ void Provisioner::tick()
     std::optional<std::vector<LiveChain>> liveChains;
     if (events.empty())
         liveChains = store_.liveChainsForTick(liveChainCache_);
-    const QueueSnapshot queue = queueRead.get();
-    now_ = queue.takenAt > 0 ? queue.takenAt : epochNow();
+    const ClusterQueue queue = queueRead.get();
+    now_ = queue.takenAt() > 0 ? queue.takenAt() : epochNow();
     processEvents(events, queue);
     if (!liveChains)
         liveChains = store_.liveChainsForTick(liveChainCache_);
@@ -195,7 +170,7 @@ void Provisioner::pruneHistory()
     metrics_.pruned("decisions").Increment(static_cast<double>(pruned.decisions));
 }
 
-void Provisioner::processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue)
+void Provisioner::processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue)
 {
     // Processing an event again is harmless (each effect is keyed), so a tick that stops half-way leaves
     // its events for the next one and the marks go in one statement at the end. An event that cannot be
@@ -228,38 +203,37 @@ void Provisioner::processEvents(const std::vector<EventRow>& events, const Queue
 
 // An event is a hint: the job it names is looked up in the queue, and its owner there decides which
 // chain it belongs to.
-void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue)
+void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
 {
-    if (!event.slurmJobId || !event.chainName || event.chainName->empty())
+    const std::optional<PluginEvent> event = PluginEvent::stored(row);
+    if (!event)
         return;
-    if (!contract::validChainName(*event.chainName))
-        throw std::invalid_argument("the chain name is not a valid one");
-    const ClusterJob* job = queue.find(*event.slurmJobId);
-    const auto dir = event.payload.value("chain_dir", std::string());
+    const ClusterJob* job = queue.find(*event->jobId);
+    const std::string& dir = event->chainDir;
     std::int64_t knownChain = 0;
-    const auto knownJob = store_.jobBySlurmId(*event.slurmJobId, &knownChain);
+    const auto knownJob = store_.jobBySlurmId(*event->jobId, &knownChain);
     std::optional<ChainRow> chain;
     if (knownJob) {
         chain = store_.chain(knownChain);
     } else if (job) {
-        chain = store_.chain(job->userId, *event.chainName);
-        if (!chain && event.kind == "step_start") {
+        chain = store_.chain(job->userId, event->chainName);
+        if (!chain && event->kind == "step_start") {
             // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
             std::string script;
             try {
                 script = cluster_.batchScript(job->id, job->userId);
             } catch (const SlurmError& error) {
-                logWarning("chain " + *event.chainName + ": cannot read the batch script of job "
+                logWarning("chain " + event->chainName + ": cannot read the batch script of job "
                     + std::to_string(job->id) + " (" + error.what()
                     + "); its successors need `batonctl resubmit`");
             }
-            chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), *event.chainName,
+            chain = store_.createChain(job->userId, IdentityResolver::nameOf(job->userId), event->chainName,
                 dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
             const Store::JobWrite first { chain->id, 0, *job };
             writeJobs(std::span(&first, 1));
             logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
                 + std::to_string(job->id));
-        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event.kind == "step_start"
+        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event->kind == "step_start"
             && job->comment.rfind("baton:", 0) != 0) {
             // The owner submitted the next job by hand while the current one had ended.
             const auto jobs = store_.jobs(chain->id);
@@ -280,9 +254,8 @@ void Provisioner::processEvent(const EventRow& event, const QueueSnapshot& queue
         return;
     if (!chain->chainDir && !dir.empty())
         store_.setChainDir(chain->id, dir);
-    const auto checkpoint = event.payload.find("checkpoint");
-    if (checkpoint != event.payload.end() && checkpoint->is_object())
-        store_.recordCheckpoint(chain->id, event.slurmJobId, *checkpoint, chain->chainDir.value_or(dir));
+    if (event->checkpoint)
+        store_.recordCheckpoint(chain->id, event->jobId, *event->checkpoint, chain->chainDir.value_or(dir));
 }
 
 void Provisioner::writeJobs(std::span<const Store::JobWrite> writes)
@@ -293,7 +266,7 @@ void Provisioner::writeJobs(std::span<const Store::JobWrite> writes)
     }
 }
 
-std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
+std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const ClusterQueue& queue,
     const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission)
 {
     std::optional<std::int64_t> jobId;
@@ -308,7 +281,7 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
                 + " as job " + std::to_string(found->id));
         } else if (now_ - submission->createdAt >= config_.submitGrace.count() || submission->reason == "restart") {
             // An intent the API recorded for the tick (a restart: no sbatch of it in flight) goes at once.
-            jobId = submitRecorded(chain, seq);
+            jobId = submitter_.submitRecorded(chain, seq);
             if (!jobId)
                 return std::nullopt;
         } else {
@@ -366,62 +339,9 @@ void Provisioner::recordJob(
     jobWrites_.push_back(Store::JobWrite { chain.id, seq, job });
 }
 
-std::optional<std::int64_t> Provisioner::submitRecorded(const ChainRow& chain, int seq)
-{
-    const auto submission = store_.submission(chain.id, seq);
-    if (!submission)
-        return std::nullopt;
-    // A tick reads chains without their specs (a batch script each): read it now that it is needed.
-    const auto jobId = submitIntent(chain, seq, submission->key, submission->reason,
-        chain.spec.is_null() ? store_.spec(chain.id) : chain.spec);
-    if (jobId)
-        store_.recordSubmitted({ SubmittedJob { submission->key, chain.id, *jobId, std::nullopt } });
-    return jobId;
-}
-
-// Runs sbatch for an intent. On success the caller records the job id (after a crash before that, the
-// next tick finds the job by its key in the queue); a failure is recorded here.
-std::optional<std::int64_t> Provisioner::submitIntent(
-    const ChainRow& chain, int seq, const std::string& key, const std::string& reason, const Json& spec)
-{
-    SubmitRequest request;
-    request.ownerUid = chain.ownerUid;
-    request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
-    request.script = spec.is_object() ? spec.value("script", std::string()) : std::string();
-    request.comment = key;
-    // The plugin must run the job as this chain's: the option on the command line wins over the script's.
-    request.sbatchArgs.push_back("--baton=" + chain.name);
-    if (const auto args = spec.find("sbatch_args"); args != spec.end() && args->is_array())
-        for (const auto& arg : *args)
-            if (arg.is_string())
-                request.sbatchArgs.push_back(arg.get<std::string>());
-    // Its restore need not wait for a final checkpoint that a dead predecessor cannot write (given last,
-    // it wins over the chain's own).
-    if (afterPredecessorEnded(reason))
-        request.sbatchArgs.push_back("--baton-handover-wait=0");
-    if (request.script.empty()) {
-        store_.markSubmission(chain.id, seq, "failed", "the chain has no batch script to submit");
-        return std::nullopt;
-    }
-    if (!stillLeading_()) // the intent stays for the instance that leads now
-        throw LeadershipLost("this instance lost the leadership; sbatch left to the active one");
-    try {
-        const std::int64_t jobId = cluster_.submit(request);
-        metrics_.submissions(reason).Increment();
-        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
-            + " (seq " + std::to_string(seq) + ", " + reason + ")");
-        return jobId;
-    } catch (const SlurmError& error) {
-        metrics_.submissionFailures().Increment();
-        logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
-        store_.markSubmission(chain.id, seq, "failed", error.what());
-        return std::nullopt;
-    }
-}
-
 // The compare-and-set and the intent go in one transaction, before sbatch runs.
 bool Provisioner::startSubmission(
-    const ChainRow& chain, const std::string& reason, const Json& inputs, const QueueSnapshot& queue)
+    const ChainRow& chain, const std::string& reason, const Json& inputs, const ClusterQueue& queue)
 {
     std::vector<SubmissionStart> one { SubmissionStart { &chain, reason, inputs } };
     return startSubmissions(one, queue) == 1;
@@ -431,7 +351,7 @@ bool Provisioner::startSubmission(
 // together with the tick's decision rows (one flush to disk, however many chains reached their lead at
 // once), before any sbatch runs.
 std::size_t Provisioner::startSubmissions(
-    std::span<const SubmissionStart> starts, const QueueSnapshot& queue, std::vector<DecisionInput> decisions)
+    std::span<const SubmissionStart> starts, const ClusterQueue& queue, std::vector<DecisionInput> decisions)
 {
     if (starts.empty()) {
         store_.recordDecisions(config_.policy, decisions);
@@ -445,7 +365,7 @@ std::size_t Provisioner::startSubmissions(
                 continue;
             const int seq = start.chain->seq + 1;
             requests.push_back(IntentRequest {
-                start.chain->id, start.chain->state, seq, submissionKey(*start.chain, seq), start.reason });
+                start.chain->id, start.chain->state, seq, Submitter::submissionKey(*start.chain, seq), start.reason });
         }
         db::Transaction transaction(store_.connection());
         durable(store_);
@@ -477,7 +397,7 @@ std::size_t Provisioner::startSubmissions(
             continue;
         }
         try {
-            if (const auto jobId = submitIntent(chain, seq, key, start.reason, spec->second.spec))
+            if (const auto jobId = submitter_.submitIntent(chain, seq, key, start.reason, spec->second.spec))
                 submitted.push_back(SubmittedJob { key, chain.id, *jobId, predictedWait });
         } catch (const db::DbError& error) {
             if (!db::isChainDataError(error))
@@ -501,16 +421,8 @@ void Provisioner::collectSpoolHints(const ChainRow& chain)
     try {
         for (const std::string& line : collectSpool(*chain.chainDir, chain.ownerUid)) {
             try {
-                const Json event = parseBoundedJson(line, config_.maxJsonDepth);
-                const auto checkpoint = event.find("checkpoint");
-                if (!event.is_object() || checkpoint == event.end() || !checkpoint->is_object())
-                    continue;
-                const auto jobId = event.find("job_id");
-                store_.recordCheckpoint(chain.id,
-                    jobId != event.end() && jobId->is_number_integer()
-                        ? std::optional(jobId->get<std::int64_t>())
-                        : std::nullopt,
-                    *checkpoint, *chain.chainDir);
+                if (const auto event = PluginEvent::spooled(line, config_.maxJsonDepth))
+                    store_.recordCheckpoint(chain.id, event->jobId, *event->checkpoint, *chain.chainDir);
             } catch (const std::invalid_argument&) {
                 // a damaged line of the owner's own file: skipped
             } catch (const db::DbError& error) {
@@ -526,7 +438,7 @@ void Provisioner::collectSpoolHints(const ChainRow& chain)
     }
 }
 
-void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const QueueSnapshot& queue)
+void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const ClusterQueue& queue)
 {
     collectSpoolHints(chain);
     if (store_.trainingDone(chain.id)) {
@@ -596,7 +508,7 @@ void Provisioner::onCurrentEnded(const ChainRow& chain, const ClusterJob& curren
 // submission marked so; false while that cannot be done yet: an intent without a job may still be in
 // sbatch (it waits for the grace), and a paused chain's successor that already runs holds the training.
 bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
-    const QueueSnapshot& queue, const std::string& why, bool evenIfStarted)
+    const ClusterQueue& queue, const std::string& why, bool evenIfStarted)
 {
     if (!next || (next->state != "intent" && next->state != "submitted"))
         return true;
@@ -640,7 +552,7 @@ void Provisioner::withdrawRequeued(const ChainRow& chain, const ClusterJob& job,
     cluster_.cancel(job.id, chain.ownerUid);
 }
 
-void Provisioner::step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting)
+void Provisioner::step(LiveChain live, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting)
 {
     const ChainRow& chain = live.chain;
     if (chain.state == ChainState::Quarantined)
@@ -833,7 +745,7 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
 
 // Cancelled chains whose jobs may still be queued or running: cancelled as their owner until slurmctld
 // shows none of them live (a scancel that failed, a successor submitted in the tick before the cancel).
-void Provisioner::withdrawCancelledChains(const QueueSnapshot& queue)
+void Provisioner::withdrawCancelledChains(const ClusterQueue& queue)
 {
     for (const Store::ChainToWithdraw& cancelled : store_.chainsToWithdraw()) {
         const ChainRow& chain = cancelled.chain;
@@ -860,7 +772,7 @@ void Provisioner::withdrawCancelledChains(const QueueSnapshot& queue)
     }
 }
 
-void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const QueueSnapshot& queue)
+void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQueue& queue)
 {
     std::vector<ClusterJob> current;
     current.reserve(awaiting.size());

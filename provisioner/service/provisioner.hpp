@@ -10,10 +10,10 @@
 
 #include "cluster.hpp"
 #include "config.hpp"
+#include "decision_points.hpp"
 #include "metrics.hpp"
 #include "store.hpp"
-
-#include <policy.hpp>
+#include "submitter.hpp"
 
 #include <functional>
 #include <memory>
@@ -21,15 +21,6 @@
 #include <unordered_map>
 
 namespace baton::service {
-
-// Turns the live queue into what a policy sees for successors shaped like each of `current`, all at once.
-using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
-    const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now)>;
-
-// The decision points without queue features: the clock and each current job's remaining time, which is
-// all reactive and avg need. The live builder adds the features to them.
-std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
-    const QueueSnapshot& queue, std::span<const ClusterJob> current, std::int64_t now);
 
 // How the successors of a chain begun with plain `sbatch --baton` are submitted: job's batch script and
 // what slurmctld reports of its request, as a chain spec (script, sbatch_args, workdir, source, note).
@@ -48,12 +39,6 @@ struct AwaitingDecision {
     ClusterJob current;
 };
 
-// The instance found that it no longer leads: the tick stops where it is (nothing of it is a chain's fault).
-class LeadershipLost : public std::runtime_error {
-public:
-    using std::runtime_error::runtime_error;
-};
-
 class Provisioner {
 public:
     Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
@@ -64,14 +49,11 @@ public:
 
     // Asked right before each sbatch (the one action that is not idempotent): an instance that lost
     // the leadership during its tick submits nothing more. Default: always leading.
-    void setLeadershipCheck(std::function<bool()> stillLeading) { stillLeading_ = std::move(stillLeading); }
+    void setLeadershipCheck(std::function<bool()> stillLeading)
+    {
+        submitter_.setLeadershipCheck(std::move(stillLeading));
+    }
 
-    // Submits job `seq` of the chain (the first job, a successor or a resubmission) under its
-    // idempotency key; the intent must already be recorded. Returns the job id, or nullopt on failure.
-    std::optional<std::int64_t> submitRecorded(const ChainRow& chain, int seq);
-
-    // The idempotency key of job `seq`, also its `--comment`: baton:<chain id>:<seq>:<chain token>.
-    static std::string submissionKey(const ChainRow& chain, int seq);
     // A chain whose steps fail this many ticks in a row (for reasons other than refused data, which
     // quarantine at once) is quarantined.
     static constexpr int quarantineAfterFailures = 3;
@@ -90,39 +72,36 @@ public:
     static constexpr int pruneEveryTicks = 10;
 
 private:
-    // sbatch for the intent `key`; a failure is recorded, a success is for the caller to record.
-    std::optional<std::int64_t> submitIntent(const ChainRow& chain, int seq, const std::string& key,
-        const std::string& reason, const nlohmann::json& spec);
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
-    void processEvents(const std::vector<EventRow>& events, const QueueSnapshot& queue);
-    void processEvent(const EventRow& event, const QueueSnapshot& queue);
+    void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
+    void processEvent(const EventRow& row, const ClusterQueue& queue);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.
     void writeJobs(std::span<const Store::JobWrite> writes);
     void chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now);
     bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
-        const QueueSnapshot& queue, const std::string& why, bool evenIfStarted);
+        const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
     void signalHandover(const ChainRow& chain, const ClusterJob& current);
     // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
     void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
-    void withdrawCancelledChains(const QueueSnapshot& queue);
+    void withdrawCancelledChains(const ClusterQueue& queue);
     // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
-    void step(LiveChain live, const QueueSnapshot& queue, std::vector<AwaitingDecision>& awaiting);
+    void step(LiveChain live, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting);
     // The policy's decisions for every awaiting chain together.
-    void decide(std::vector<AwaitingDecision>& awaiting, const QueueSnapshot& queue);
+    void decide(std::vector<AwaitingDecision>& awaiting, const ClusterQueue& queue);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
-    std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const QueueSnapshot& queue,
+    std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const ClusterQueue& queue,
         const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission);
     void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
     bool startSubmission(const ChainRow& chain, const std::string& reason, const nlohmann::json& inputs,
-        const QueueSnapshot& queue);
+        const ClusterQueue& queue);
     // Records the intents and, in the same transaction, `decisions` (the tick's other rows) with a
     // "submit" row for each intent; returns how many intents were recorded (and then handed to sbatch,
     // unless the queue already holds the job of that key).
-    std::size_t startSubmissions(std::span<const SubmissionStart> starts, const QueueSnapshot& queue,
+    std::size_t startSubmissions(std::span<const SubmissionStart> starts, const ClusterQueue& queue,
         std::vector<DecisionInput> decisions = {});
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(const ChainRow& chain);
-    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const QueueSnapshot& queue);
+    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const ClusterQueue& queue);
     void updateGauges(std::int64_t now);
     // Deletes the processed events and decisions past the retention period, at most pruneBatch rows of
     // each a tick: a service that has run for months catches up over a few ticks without a long one.
@@ -134,7 +113,7 @@ private:
     Metrics& metrics_;
     std::shared_ptr<const sim::Policy> policy_;
     DecisionPointBuilder decisionPoint_;
-    std::function<bool()> stillLeading_ = [] { return true; };
+    Submitter submitter_;
     std::int64_t now_ = 0;
     // The interval in which each waiting chain's last "wait" decision was written: one per
     // waitRecordSeconds shows what the policy saw, where one per tick would add a row per chain per tick.

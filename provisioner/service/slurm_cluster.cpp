@@ -69,14 +69,14 @@ ClusterJob toClusterJob(const slurm::QueueJob& job)
 
 } // namespace
 
-QueueSnapshot toClusterSnapshot(const slurm::QueueSnapshot& raw)
+ClusterQueue toClusterQueue(slurm::QueueSnapshot squeue)
 {
-    QueueSnapshot snapshot;
-    snapshot.takenAt = raw.takenAt;
-    snapshot.jobs.reserve(raw.jobs.size());
-    for (const auto& job : raw.jobs)
-        snapshot.jobs.push_back(toClusterJob(job));
-    return snapshot;
+    ClusterQueue queue;
+    queue.jobs.reserve(squeue.jobs.size());
+    for (const auto& job : squeue.jobs)
+        queue.jobs.push_back(toClusterJob(job));
+    queue.squeue = std::move(squeue);
+    return queue;
 }
 
 SlurmCluster::SlurmCluster(const ServiceConfig& config, Metrics& metrics)
@@ -90,38 +90,31 @@ template<typename Call> auto SlurmCluster::timed(const char* command, Call call)
     const ScopedTimer timer(metrics_.slurmCall(command));
     try {
         return call();
-    } catch (const slurm::SlurmError& error) {
+    } catch (const SlurmError&) {
         metrics_.slurmErrors(command).Increment();
-        throw SlurmError(error.what());
+        throw;
     } catch (const std::runtime_error& error) {
         metrics_.slurmErrors(command).Increment();
-        throw SlurmError(std::string(command) + ": " + error.what());
+        throw SlurmError(command, error.what());
     }
 }
 
-QueueSnapshot SlurmCluster::queue()
+ClusterQueue SlurmCluster::queue()
 {
-    lastRaw_ = timed("squeue", [&] { return client_.queue(); });
-    return toClusterSnapshot(lastRaw_);
+    return toClusterQueue(timed("squeue", [&] { return client_.queue(); }));
 }
 
 std::int64_t SlurmCluster::submit(const SubmitRequest& request)
 {
-    slurm::SubmitRequest submission;
-    submission.owner = static_cast<uid_t>(request.ownerUid);
-    submission.key = request.comment;
-    submission.args = request.sbatchArgs;
-    submission.scriptText = request.script;
-    submission.workdir = request.workdir;
     // Options a chain stored before they were checked at its creation, and script directives that would
     // make sbatch wait or submit nothing, fail this chain's submission with the reason, as any sbatch
     // error does (the client would throw std::invalid_argument).
-    auto refused = slurm::checkSbatchArgs(submission.args, slurm::ChainOption::AllowedOnce);
+    auto refused = slurm::checkSbatchArgs(request.args, slurm::ChainOption::AllowedOnce);
     if (!refused)
-        refused = slurm::checkScriptDirectives(submission.scriptText);
+        refused = slurm::checkScriptDirectives(request.scriptText);
     if (refused)
-        throw SlurmError("sbatch: " + *refused);
-    return timed("sbatch", [&] { return client_.submit(submission); });
+        throw SlurmError("sbatch", *refused);
+    return timed("sbatch", [&] { return client_.submit(request); });
 }
 
 void SlurmCluster::signal(
@@ -149,7 +142,7 @@ std::string SlurmCluster::batchScript(std::int64_t jobId, std::int64_t ownerUid)
         // UTF-8 would fail there (and in every dump) for the whole tick. Changing them would change the
         // job, so this chain goes without a stored script instead.
         if (!slurm::isCleanUtf8(script))
-            throw slurm::SlurmError("scontrol write batch_script " + std::to_string(jobId),
+            throw SlurmError("scontrol write batch_script " + std::to_string(jobId),
                 "the batch script is not valid UTF-8 text (or holds a NUL byte); it cannot be stored");
         return script;
     });

@@ -10,23 +10,14 @@
 
 namespace baton::service {
 
-// Where the live policy's queue features come from: the queue as the Slurm client parsed it (the fields
-// the simulator's features need), and the nodes that can run jobs.
-class RawQueueSource {
-public:
-    virtual ~RawQueueSource() = default;
-    virtual const slurm::QueueSnapshot& lastRawQueue() const = 0;
-    virtual int usableNodes() = 0;
-};
+// slurmctld's jobs as batond's state machine sees them, with the snapshot they came from.
+ClusterQueue toClusterQueue(slurm::QueueSnapshot squeue);
 
-// slurmctld's jobs as batond's state machine sees them.
-QueueSnapshot toClusterSnapshot(const slurm::QueueSnapshot& raw);
-
-class SlurmCluster final : public Cluster, public RawQueueSource {
+class SlurmCluster final : public Cluster {
 public:
     SlurmCluster(const ServiceConfig& config, Metrics& metrics);
 
-    QueueSnapshot queue() override;
+    ClusterQueue queue() override;
     std::int64_t submit(const SubmitRequest& request) override;
     void signal(
         std::int64_t jobId, const std::string& signal, SignalScope scope, std::int64_t ownerUid) override;
@@ -35,10 +26,7 @@ public:
     // A cheap question to slurmctld, for the readiness of a standby.
     bool reachable();
     // Nodes that can run jobs: the configured cluster_nodes, else sinfo's count (asked once a minute).
-    int usableNodes() override;
-
-    // The last queue as the Slurm client parsed it, for the live policy's features.
-    const slurm::QueueSnapshot& lastRawQueue() const override { return lastRaw_; }
+    int usableNodes();
 
 private:
     template<typename Call> auto timed(const char* command, Call call);
@@ -46,7 +34,6 @@ private:
     const ServiceConfig& config_;
     Metrics& metrics_;
     slurm::SlurmClient client_;
-    slurm::QueueSnapshot lastRaw_;
     int nodes_ = 0;
     std::chrono::steady_clock::time_point nodesAsked_ {};
 };

@@ -24,10 +24,10 @@ using Json = nlohmann::json;
 class ScriptedCluster final : public Cluster {
 public:
     static inline std::int64_t nextFreeId = 0;
-    QueueSnapshot queue() override
+    ClusterQueue queue() override
     {
-        QueueSnapshot snapshot;
-        snapshot.takenAt = now;
+        ClusterQueue snapshot;
+        snapshot.squeue.takenAt = now;
         snapshot.jobs = jobs;
         return snapshot;
     }
@@ -36,30 +36,30 @@ public:
         submissions.push_back(request);
         ClusterJob job;
         job.id = nextId++;
-        job.userId = static_cast<std::int64_t>(request.ownerUid);
+        job.userId = static_cast<std::int64_t>(request.owner);
         job.state = "PENDING";
-        job.comment = request.comment;
+        job.comment = request.key;
         job.submitTime = now;
         job.timeLimitSeconds = 3600;
         jobs.push_back(job);
         if (failAfterSubmit)
             throw std::runtime_error("batond killed right after sbatch");
         if (timeoutAfterAccept) // slurmctld took the job, but its answer never came back
-            throw SlurmError("sbatch timed out");
+            throw SlurmError("sbatch", "timed out");
         return job.id;
     }
     void signal(std::int64_t jobId, const std::string& name, SignalScope scope, std::int64_t) override
     {
         if (failingSignals > 0) {
             --failingSignals;
-            throw SlurmError("scancel: slurmctld did not answer");
+            throw SlurmError("scancel", "slurmctld did not answer");
         }
         signals.push_back({ jobId, name, scope });
     }
     void cancel(std::int64_t jobId, std::int64_t) override
     {
         if (uncancellable.contains(jobId))
-            throw SlurmError("scancel: Access/permission denied");
+            throw SlurmError("scancel", "Access/permission denied");
         cancelled.push_back(jobId);
         if (ClusterJob* job = find(jobId); job && !job->ended()) {
             // As slurmctld does: a job cancelled while pending gets its start set to its end.
@@ -186,8 +186,8 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     const ChainRow chain = chainWithRunningJob(1);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(cluster_.submissions[0].comment, Provisioner::submissionKey(chain, 1));
-    EXPECT_EQ(cluster_.submissions[0].sbatchArgs.front(), "--baton=" + chain.name);
+    EXPECT_EQ(cluster_.submissions[0].key, Submitter::submissionKey(chain, 1));
+    EXPECT_EQ(cluster_.submissions[0].args.front(), "--baton=" + chain.name);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
     tick(std::make_shared<AlwaysSubmit>()); // nothing new while the successor waits
     EXPECT_EQ(cluster_.submissions.size(), 1u);
@@ -254,7 +254,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
 TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
 {
     const ChainRow first = chainWithRunningJob(1);
-    const std::string key = Provisioner::submissionKey(first, 1);
+    const std::string key = Submitter::submissionKey(first, 1);
     ASSERT_EQ(
         store_.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
         1u);
@@ -292,7 +292,7 @@ TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
     const ChainRow chain = chainWithRunningJob(3);
     // batond died between writing the intent and running sbatch.
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Provisioner::submissionKey(chain, 1), "policy"));
+    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
     tick();
     EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
     cluster_.now += 3600;
@@ -340,7 +340,7 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     ASSERT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(store_.submission(chain.id, 1)->reason, "node_failure");
     EXPECT_EQ(store_.chain(chain.id)->retries, 0);
-    EXPECT_EQ(cluster_.submissions[0].sbatchArgs.back(), "--baton-handover-wait=0");
+    EXPECT_EQ(cluster_.submissions[0].args.back(), "--baton-handover-wait=0");
 
     const std::int64_t second = cluster_.jobs.back().id;
     cluster_.start(second);
@@ -351,7 +351,7 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(store_.submission(chain.id, 2)->reason, "retry");
     EXPECT_EQ(store_.chain(chain.id)->retries, 1);
-    EXPECT_EQ(cluster_.submissions[1].sbatchArgs.back(), "--baton-handover-wait=0");
+    EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
 }
 
 // A successor submitted while its predecessor runs waits for the handover checkpoint as configured.
@@ -360,7 +360,7 @@ TEST_F(ProvisionerTest, AnEarlySuccessorKeepsTheHandoverWait)
     chainWithRunningJob(6);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    for (const auto& arg : cluster_.submissions[0].sbatchArgs)
+    for (const auto& arg : cluster_.submissions[0].args)
         EXPECT_EQ(arg.find("--baton-handover-wait"), std::string::npos) << arg;
 }
 
@@ -529,7 +529,7 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     store_.upsertJob(other.id, 0, second);
     tick(std::make_shared<AlwaysSubmit>()); // successors submitted for both
     ASSERT_EQ(cluster_.submissions.size(), 2u) << "the spec is read for the submission";
-    EXPECT_EQ(cluster_.submissions.back().script, "#!/bin/bash\ntrain\n");
+    EXPECT_EQ(cluster_.submissions.back().scriptText, "#!/bin/bash\ntrain\n");
     store_.recordCheckpoint(other.id, std::nullopt,
         Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
     LiveChainCache cache;
@@ -591,7 +591,7 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(2);
     read(0);
 
-    store_.recordIntent(a.id, 1, Provisioner::submissionKey(a, 1), "policy");
+    store_.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
     EXPECT_TRUE(of(read(1), a)->next.has_value());
     connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
     EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
@@ -669,7 +669,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     EXPECT_EQ(store_.chain(chain.id)->seq, 1);
     provisioner.tick(); // the next successor for job 1
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(cluster_.submissions.back().comment, Provisioner::submissionKey(chain, 2));
+    EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
 }
 
 // The checkpoint-age gauge of a state is the age of the oldest newest checkpoint among its live chains,
@@ -930,7 +930,7 @@ TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
     const ChainRow restarted = *store_.chain(chain.id);
     EXPECT_EQ(restarted.state, ChainState::Running);
     EXPECT_EQ(restarted.seq, 2);
-    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Provisioner::submissionKey(restarted, 2), "restart"));
+    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
     EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(store_.submission(chain.id, 2)->state, "submitted");
@@ -957,7 +957,7 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
-    EXPECT_NE(cluster_.submissions[1].comment, cluster_.submissions[0].comment)
+    EXPECT_NE(cluster_.submissions[1].key, cluster_.submissions[0].key)
         << "the withdrawn job keeps its key: the new submission of the seq has its own";
     cluster_.now += 10;
     cluster_.start(cluster_.jobs.back().id);
@@ -1042,7 +1042,7 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
     const ChainRow chain = chainWithRunningJob(40);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
     const ChainRow pending = *store_.chain(chain.id);
-    const std::string key = Provisioner::submissionKey(pending, 1);
+    const std::string key = Submitter::submissionKey(pending, 1);
     ASSERT_TRUE(store_.recordIntent(chain.id, 1, key, "policy"));
     ClusterJob impostor;
     impostor.id = 41;

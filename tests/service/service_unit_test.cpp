@@ -1,8 +1,9 @@
 // batond's pieces that need no services: configuration, the state name table, bounded JSON bodies,
 // the spool collector.
+#include "bounded_json.hpp"
 #include "chain_state.hpp"
 #include "config.hpp"
-#include "http_api.hpp"
+#include "plugin_event.hpp"
 #include "provisioner.hpp"
 #include "slurm_cluster.hpp"
 #include "spool.hpp"
@@ -35,6 +36,7 @@
 namespace {
 
 using namespace baton::service;
+using Json = nlohmann::json;
 
 TEST(ChainStateNames, RoundTripEveryState)
 {
@@ -101,7 +103,7 @@ TEST(PlainSbatchSpec, SuccessorsAskForTheFirstJobsRequest)
 {
     std::ifstream in(baton::test::sourceRoot() / "tests" / "data" / "squeue_2411.json");
     const std::string text((std::istreambuf_iterator<char>(in)), {});
-    const QueueSnapshot queue = toClusterSnapshot(baton::slurm::parseSqueueJson(text, 1795660800));
+    const ClusterQueue queue = toClusterQueue(baton::slurm::parseSqueueJson(text, 1795660800));
     const ClusterJob* gpu = queue.find(7);
     ASSERT_NE(gpu, nullptr);
     EXPECT_EQ(gpu->request.gres, "gpu:1");
@@ -181,6 +183,45 @@ TEST(BoundedJson, RefusesNulInvalidUtf8AndDepth)
     EXPECT_THROW(parseBoundedJson(deep, 16), std::invalid_argument);
     EXPECT_NO_THROW(parseBoundedJson(std::string(16, '[') + std::string(16, ']'), 16));
     EXPECT_THROW(parseBoundedJson(std::string(17, '[') + std::string(17, ']'), 16), std::invalid_argument);
+}
+
+// The plugin's event read in its three forms: posted (checked strictly), stored (to process) and
+// spooled (only a checkpoint report is used).
+TEST(PluginEvent, PostedStoredAndSpooled)
+{
+    const Json posted { { "version", 2 }, { "idempotency_key", "k1" }, { "kind", "step_start" },
+        { "chain", "train" }, { "job_id", 42 }, { "chain_dir", "/home/u/train" },
+        { "checkpoint", { { "iteration", 7 } } } };
+    const PluginEvent event = PluginEvent::posted(posted);
+    EXPECT_EQ(event.idempotencyKey, "k1");
+    EXPECT_EQ(event.kind, "step_start");
+    EXPECT_EQ(event.chainName, "train");
+    EXPECT_EQ(event.jobId, 42);
+    for (const char* key : { "version", "idempotency_key", "kind", "chain", "job_id" }) {
+        Json missing = posted;
+        missing.erase(key);
+        EXPECT_THROW(PluginEvent::posted(missing), std::invalid_argument) << key;
+    }
+    Json zeroJob = posted;
+    zeroJob["job_id"] = 0;
+    EXPECT_THROW(PluginEvent::posted(zeroJob), std::invalid_argument);
+    EXPECT_THROW(PluginEvent::posted(Json::array()), std::invalid_argument);
+
+    const auto stored = PluginEvent::stored(EventRow { 1, "step_start", "train", 42, posted });
+    ASSERT_TRUE(stored);
+    EXPECT_EQ(stored->chainDir, "/home/u/train");
+    ASSERT_TRUE(stored->checkpoint);
+    EXPECT_EQ((*stored->checkpoint)["iteration"], 7);
+    EXPECT_FALSE(PluginEvent::stored(EventRow { 2, "step_start", std::nullopt, 42, posted }));
+    EXPECT_FALSE(PluginEvent::stored(EventRow { 3, "step_start", "train", std::nullopt, posted }));
+    EXPECT_THROW(PluginEvent::stored(EventRow { 4, "step_start", "../x", 42, posted }), std::invalid_argument);
+
+    const auto spooled = PluginEvent::spooled(R"({"job_id": 42, "checkpoint": {"iteration": 7}})", 8);
+    ASSERT_TRUE(spooled);
+    EXPECT_EQ(spooled->jobId, 42);
+    EXPECT_FALSE(PluginEvent::spooled(R"({"job_id": 42})", 8));
+    EXPECT_FALSE(PluginEvent::spooled(R"({"checkpoint": {"iteration": 7}})", 8)->jobId);
+    EXPECT_THROW(PluginEvent::spooled("{", 8), std::invalid_argument);
 }
 
 // A chain directory of `nobody` with a spool of two events (and an empty line).

@@ -1,0 +1,27 @@
+// What batond's HTTP handlers answer: a JSON body, or a refusal with its status.
+#pragma once
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace baton::service {
+
+// A refusal with its HTTP status, turned into {"error": ...} by the handler wrapper.
+struct HttpError : std::runtime_error {
+    HttpError(int status, const std::string& message)
+        : std::runtime_error(message)
+        , status(status)
+    { }
+    int status;
+};
+
+inline void reply(httplib::Response& response, int status, const nlohmann::json& body)
+{
+    response.status = status;
+    response.set_content(body.dump() + "\n", "application/json");
+}
+
+} // namespace baton::service

@@ -1,0 +1,83 @@
+#include "submitter.hpp"
+
+#include "log.hpp"
+
+namespace baton::service {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Reasons of submissions made after the predecessor ended: no final checkpoint can come any more.
+bool afterPredecessorEnded(const std::string& reason)
+{
+    return reason == "reactive" || reason == "retry" || reason == "node_failure";
+}
+
+} // namespace
+
+Submitter::Submitter(Store& store, Cluster& cluster, Metrics& metrics)
+    : store_(store)
+    , cluster_(cluster)
+    , metrics_(metrics)
+{ }
+
+std::string Submitter::submissionKey(const ChainRow& chain, int seq)
+{
+    return "baton:" + std::to_string(chain.id) + ":" + std::to_string(seq) + ":" + chain.token;
+}
+
+std::optional<std::int64_t> Submitter::submitRecorded(const ChainRow& chain, int seq)
+{
+    const auto submission = store_.submission(chain.id, seq);
+    if (!submission)
+        return std::nullopt;
+    // A tick reads chains without their specs (a batch script each): read it now that it is needed.
+    const auto jobId = submitIntent(chain, seq, submission->key, submission->reason,
+        chain.spec.is_null() ? store_.spec(chain.id) : chain.spec);
+    if (jobId)
+        store_.recordSubmitted({ SubmittedJob { submission->key, chain.id, *jobId, std::nullopt } });
+    return jobId;
+}
+
+// Runs sbatch for an intent. On success the caller records the job id (after a crash before that, the
+// next tick finds the job by its key in the queue); a failure is recorded here.
+std::optional<std::int64_t> Submitter::submitIntent(
+    const ChainRow& chain, int seq, const std::string& key, const std::string& reason, const Json& spec)
+{
+    SubmitRequest request;
+    request.owner = static_cast<uid_t>(chain.ownerUid);
+    request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
+    request.scriptText = spec.is_object() ? spec.value("script", std::string()) : std::string();
+    request.key = key;
+    // The plugin must run the job as this chain's: the option on the command line wins over the script's.
+    request.args.push_back("--baton=" + chain.name);
+    if (const auto args = spec.find("sbatch_args"); args != spec.end() && args->is_array())
+        for (const auto& arg : *args)
+            if (arg.is_string())
+                request.args.push_back(arg.get<std::string>());
+    // Its restore need not wait for a final checkpoint that a dead predecessor cannot write (given last,
+    // it wins over the chain's own).
+    if (afterPredecessorEnded(reason))
+        request.args.push_back("--baton-handover-wait=0");
+    if (request.scriptText.empty()) {
+        store_.markSubmission(chain.id, seq, "failed", "the chain has no batch script to submit");
+        return std::nullopt;
+    }
+    if (!stillLeading_()) // the intent stays for the instance that leads now
+        throw LeadershipLost("this instance lost the leadership; sbatch left to the active one");
+    try {
+        const std::int64_t jobId = cluster_.submit(request);
+        metrics_.submissions(reason).Increment();
+        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
+            + " (seq " + std::to_string(seq) + ", " + reason + ")");
+        return jobId;
+    } catch (const SlurmError& error) {
+        metrics_.submissionFailures().Increment();
+        logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
+        store_.markSubmission(chain.id, seq, "failed", error.what());
+        return std::nullopt;
+    }
+}
+
+} // namespace baton::service
