@@ -273,6 +273,14 @@ def _coordination_timeout() -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+def _is_job_chain(chain_dir: Optional[str]) -> bool:
+    """Whether `chain_dir` is None or the chain directory the job's environment names (BATON_CHAIN_DIR)."""
+    if chain_dir is None:
+        return True
+    job_dir = os.environ.get("BATON_CHAIN_DIR")
+    return bool(job_dir) and os.path.realpath(job_dir) == os.path.realpath(os.fspath(chain_dir))
+
+
 def _torch_coordinator() -> tuple:
     """(checkpoint group, decision group, native coordinator) over torch.distributed.
 
@@ -336,7 +344,10 @@ class Checkpointer:
         if interval is not None and interval < 1:
             raise ValueError(f"interval must be >= 1, not {interval}")
         if options is None:
-            options = _native.Options.from_environment() if chain_dir is None else _native.Options()
+            # The job's settings (BATON_KEEP, the handover wait, two-level storage, ...) apply whenever
+            # the chain is the job's own, also when its directory is passed explicitly.
+            options = (_native.Options.from_environment() if _is_job_chain(chain_dir)
+                       else _native.Options())
         if chain_dir is not None:
             options.chain_dir = os.fspath(chain_dir)
         if keep is not None:
