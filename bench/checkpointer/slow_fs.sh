@@ -22,7 +22,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/baton-slowfs.XXXXXX")
 loop= cgroup=
 cleanup() {
     set +e
-    [ -z "$cgroup" ] || { cat "$cgroup/cgroup.procs" 2>/dev/null | while read -r pid; do echo "$pid" >"$(dirname "$cgroup")/cgroup.procs"; done; rmdir "$cgroup"; }
+    if [ -n "$cgroup" ]; then
+        # Back to the parent group (a process that has ended meanwhile is no error), then remove it.
+        while read -r pid; do
+            { echo "$pid" >"$(dirname "$cgroup")/cgroup.procs"; } 2>/dev/null
+        done <"$cgroup/cgroup.procs"
+        rmdir "$cgroup"
+    fi
     mountpoint -q "$work/mnt" && umount "$work/mnt"
     [ -z "$loop" ] || losetup -d "$loop"
     rm -rf "$work"
