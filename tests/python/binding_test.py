@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+import unittest.mock
 
 try:
     import numpy
@@ -166,11 +167,9 @@ class TwoLevelTest(TempChain):
             reader.close()
 
     def test_environment(self):
-        keys = ("BATON_CHAIN_DIR", "BATON_LOCAL_DIR", "BATON_LOCAL_KEEP", "BATON_DRAIN_MBPS")
-        saved = {k: os.environ.get(k) for k in keys}
-        try:
-            os.environ.update({"BATON_CHAIN_DIR": self.chain, "BATON_LOCAL_DIR": "/local/x",
-                               "BATON_LOCAL_KEEP": "3", "BATON_DRAIN_MBPS": "250"})
+        job = {"BATON_CHAIN_DIR": self.chain, "BATON_LOCAL_DIR": "/local/x", "BATON_LOCAL_KEEP": "3",
+               "BATON_DRAIN_MBPS": "250"}
+        with unittest.mock.patch.dict(os.environ, job):
             opts = baton.Options.from_environment()
             self.assertEqual((opts.local_dir, opts.local_keep, opts.drain_bytes_per_second), ("/local/x", 3, 250e6))
             os.environ["BATON_DRAIN_MBPS"] = "fast"
@@ -180,12 +179,6 @@ class TwoLevelTest(TempChain):
             os.environ["BATON_LOCAL_DIR"] = "relative"
             with self.assertRaisesRegex(baton.ConfigError, "BATON_LOCAL_DIR"):
                 baton.Options.from_environment()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 class SessionTest(TempChain):
