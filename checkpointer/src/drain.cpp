@@ -21,6 +21,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr int kDrainNice = 10;
+// A rank's error in a round whose drain a final checkpoint abandoned: no failure, the next round takes it.
+constexpr const char* kAbandoned = "abandoned for a newer checkpoint";
 
 double secondsSince(Clock::time_point start)
 {
@@ -58,7 +60,6 @@ void Drainer::submit(const fs::path& localCheckpoint, std::uint64_t iteration, b
             givenUp_.insert(waiting_->iteration);
         }
         waiting_ = Work { localCheckpoint, iteration, Clock::now() };
-        status_.pendingIteration = iteration;
         if (urgent && current_)
             abandonCurrent_ = true;
     }
@@ -89,7 +90,14 @@ std::set<std::uint64_t> Drainer::needed() const
 DrainStatus Drainer::status() const
 {
     std::lock_guard lock(mutex_);
-    return status_;
+    DrainStatus status = status_;
+    // Single process: the one waiting, else the one under way. Several ranks: the newest stays waiting
+    // while its round runs.
+    if (waiting_)
+        status.pendingIteration = waiting_->iteration;
+    else if (current_)
+        status.pendingIteration = current_->iteration;
+    return status;
 }
 
 void Drainer::run()
@@ -133,30 +141,15 @@ void Drainer::runSingle()
             } catch (const std::exception& e) {
                 error = e.what();
             }
-            if (!committed && !abandoned && attempt < settings_.attempts) {
-                std::lock_guard lock(mutex_);
-                status_.lastError = error;
-                ++status_.retries;
-            }
-            if (!committed && !abandoned && attempt < settings_.attempts) {
-                const double backoff = settings_.firstBackoffSeconds * std::ldexp(1.0, attempt - 1);
-                settings_.log("drain of iteration " + std::to_string(work.iteration) + " to "
-                    + settings_.sharedDir.string() + " failed (attempt " + std::to_string(attempt) + " of "
-                    + std::to_string(settings_.attempts) + "), trying again in "
-                    + std::to_string(backoff).substr(0, 4) + " s: " + error);
-                abandoned = !sleepUnlessAbandoned(backoff);
-            }
+            if (!committed && !abandoned && attempt < settings_.attempts)
+                abandoned = !sleepUnlessAbandoned(countRetry(work.iteration, attempt, error));
         }
         if (!error.empty()) {
             std::lock_guard lock(mutex_);
             status_.lastError = error;
         }
         if (committed) {
-            try {
-                pruneChain(settings_.sharedDir, settings_.keep);
-            } catch (const std::exception& e) {
-                settings_.log(std::string("warning: retention on the shared level failed: ") + e.what());
-            }
+            pruneShared();
         } else if (!abandoned) {
             settings_.log("drain of iteration " + std::to_string(work.iteration)
                 + " given up; its node-local copy stays, and the next checkpoint is drained afresh: " + error);
@@ -172,8 +165,6 @@ void Drainer::runSingle()
                 ++(abandoned ? status_.skipped : status_.failed);
                 givenUp_.insert(work.iteration);
             }
-            if (!waiting_)
-                status_.pendingIteration.reset();
         }
         changed_.notify_all();
     }
@@ -200,7 +191,6 @@ void Drainer::runRanked()
             givenUp_.insert(waiting_->iteration);
         waiting_.reset();
         current_.reset();
-        status_.pendingIteration.reset();
     }
     changed_.notify_all();
 }
@@ -228,9 +218,11 @@ void Drainer::runRounds()
             current_ = Work { local, chosen, newest.submittedAt };
             abandonCurrent_ = false;
         }
-        bool abandoned = false;
-        const std::string outcome = drainRound(chosen, local, abandoned);
-        bool backOff = false;
+        const std::string outcome = drainRound(chosen, local);
+        // Decided from the outcome that every rank received alike, not from this rank's own view, so
+        // that the ranks count the same failures and give up together.
+        const bool abandoned = outcome.find(kAbandoned) != std::string::npos;
+        double backoff = 0;
         {
             std::lock_guard lock(mutex_);
             current_.reset();
@@ -243,10 +235,7 @@ void Drainer::runRounds()
                     waiting_.reset();
             } else if (!abandoned) {
                 status_.lastError = outcome;
-                if (++failedRounds < settings_.attempts) {
-                    ++status_.retries;
-                    backOff = true;
-                } else {
+                if (++failedRounds >= settings_.attempts) {
                     // Given up; the next round waits for a newer checkpoint on this rank.
                     ++status_.failed;
                     givenUp_.insert(chosen);
@@ -255,22 +244,13 @@ void Drainer::runRounds()
                         waiting_.reset();
                 }
             }
-            if (!waiting_)
-                status_.pendingIteration.reset();
         }
         changed_.notify_all();
-        if (outcome.empty() && settings_.coordinator->rank() == 0) {
-            try {
-                pruneChain(settings_.sharedDir, settings_.keep);
-            } catch (const std::exception& e) {
-                settings_.log(std::string("warning: retention on the shared level failed: ") + e.what());
-            }
-        }
-        if (backOff) {
-            const double backoff = settings_.firstBackoffSeconds * std::ldexp(1.0, failedRounds - 1);
-            settings_.log("drain of iteration " + std::to_string(chosen) + " failed (round " + std::to_string(failedRounds)
-                + " of " + std::to_string(settings_.attempts) + "), trying again in " + std::to_string(backoff).substr(0, 4)
-                + " s: " + outcome);
+        if (outcome.empty() && settings_.coordinator->rank() == 0)
+            pruneShared();
+        if (!outcome.empty() && !abandoned && failedRounds > 0)
+            backoff = countRetry(chosen, failedRounds, outcome);
+        if (backoff > 0) {
             // Every rank sleeps alike; an urgent checkpoint does not cut it short here (the ranks would
             // part ways), it is drained in the next round.
             std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
@@ -278,7 +258,7 @@ void Drainer::runRounds()
     }
 }
 
-std::string Drainer::drainRound(std::uint64_t iteration, const fs::path& local, bool& abandoned)
+std::string Drainer::drainRound(std::uint64_t iteration, const fs::path& local)
 {
     const int rank = settings_.coordinator->rank();
     const fs::path temporary
@@ -294,8 +274,7 @@ std::string Drainer::drainRound(std::uint64_t iteration, const fs::path& local, 
         std::uint64_t copied = 0;
         copyFile(local, shard, shard.files.front().name, temporary, copied, Clock::now());
     } catch (const Abandoned&) {
-        abandoned = true;
-        error = "abandoned for a newer checkpoint";
+        error = kAbandoned;
     } catch (const CorruptSource& e) {
         error = e.what;
     } catch (const SharedWriteFailed& e) {
@@ -378,6 +357,30 @@ void Drainer::copyFile(const fs::path& local, const Manifest& manifest, const st
     if (!reason.empty())
         throw CorruptSource { "the node-local copy " + local.string() + " cannot be drained: " + reason };
     writer.finish();
+}
+
+// Counts and logs a failed attempt that will be tried again; returns how long to wait first.
+double Drainer::countRetry(std::uint64_t iteration, int failures, const std::string& error)
+{
+    const double backoff = settings_.firstBackoffSeconds * std::ldexp(1.0, failures - 1);
+    {
+        std::lock_guard lock(mutex_);
+        status_.lastError = error;
+        ++status_.retries;
+    }
+    settings_.log("drain of iteration " + std::to_string(iteration) + " to " + settings_.sharedDir.string()
+        + " failed (attempt " + std::to_string(failures) + " of " + std::to_string(settings_.attempts)
+        + "), trying again in " + std::to_string(backoff).substr(0, 4) + " s: " + error);
+    return backoff;
+}
+
+void Drainer::pruneShared()
+{
+    try {
+        pruneChain(settings_.sharedDir, settings_.keep);
+    } catch (const std::exception& e) {
+        settings_.log(std::string("warning: retention on the shared level failed: ") + e.what());
+    }
 }
 
 void Drainer::throwIfAbandoned()

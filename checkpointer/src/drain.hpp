@@ -76,10 +76,12 @@ private:
     void runRanked();
     void runRounds();
     // One collective round of runRanked(): returns the chain's outcome, empty when it committed.
-    std::string drainRound(std::uint64_t iteration, const std::filesystem::path& local, bool& abandoned);
+    std::string drainRound(std::uint64_t iteration, const std::filesystem::path& local);
     void drainOnce(const Work& work);
     void copyFile(const std::filesystem::path& local, const Manifest& manifest, const std::string& fileName,
         const std::filesystem::path& temporary, std::uint64_t& copied, std::chrono::steady_clock::time_point start);
+    double countRetry(std::uint64_t iteration, int failures, const std::string& error);
+    void pruneShared();
     void throwIfAbandoned();
     bool sleepUnlessAbandoned(double seconds);
 
@@ -92,7 +94,7 @@ private:
     bool abandonCurrent_ = false;
     bool stopping_ = false;
     bool broken_ = false; // several ranks: the coordinator failed, nothing more is drained
-    DrainStatus status_;
+    DrainStatus status_; // its pendingIteration is derived from waiting_ and current_ in status()
     std::set<std::uint64_t> givenUp_; // iterations that waitFor() must not wait for any longer
     std::thread thread_;
 };
