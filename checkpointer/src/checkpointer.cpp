@@ -382,7 +382,6 @@ struct Checkpointer::Impl {
     void persist(Job& job);
     void commit(Job& job, double snapshotSeconds, Clock::time_point persistStart);
     void commitSharded(Job& job, double snapshotSeconds, Clock::time_point persistStart, std::string error);
-    void commitRankLocally(Job& job, double snapshotSeconds, Clock::time_point persistStart);
     nlohmann::json shardDescription(const Job& job, const std::string& error) const;
     void writeData(Job& job, const fs::path& file);
     nlohmann::json manifestDocument(
@@ -591,10 +590,8 @@ void Checkpointer::Impl::persist(Job& job)
         }
         changed.notify_all();
         persistStart = Clock::now();
-        if (!distributed)
+        if (!distributed || drainer)
             commit(job, snapshotSeconds, persistStart);
-        else if (drainer)
-            commitRankLocally(job, snapshotSeconds, persistStart);
     } catch (const std::exception& e) {
         error = e.what();
     }
@@ -717,37 +714,30 @@ void Checkpointer::Impl::afterCommit(const Job& job, std::string& error)
             + drainer->status().lastError;
 }
 
+// Commits what this process wrote, alone, in commitDir(): a single process's checkpoint, or with two
+// levels and several ranks this rank's shard. The shard's record is its description (and on rank 0 the
+// checkpoint's fields), from which the drain's collective commit assembles the chain's manifest; it is no
+// manifest, since only the chain's copy is a checkpoint.
 void Checkpointer::Impl::commit(Job& job, double snapshotSeconds, Clock::time_point persistStart)
-{
-    const fs::path& chain = commitDir();
-    const fs::path& temporary = job.temporary;
-    std::error_code ec;
-    fs::remove_all(temporary, ec);
-    if (::mkdir(temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
-        io::throwErrno("cannot create " + temporary.string());
-
-    writeData(job, temporary / kDataFileName);
-    const std::string text = renderManifest(manifestDocument(job, snapshotSeconds, persistStart));
-    // The commit point: the complete directory appears under its final name in one rename.
-    committer.commitWithManifest(temporary, text, chain / checkpointDirName(job.iteration), options.fileMode);
-}
-
-// Two levels with several ranks: each rank commits its own shard node-locally, with its shard description
-// (and on rank 0 the checkpoint's fields) as the record that the drain's collective commit assembles the
-// chain's manifest from. The record is no manifest: only the chain's copy is a checkpoint.
-void Checkpointer::Impl::commitRankLocally(Job& job, double snapshotSeconds, Clock::time_point persistStart)
 {
     std::error_code ec;
     fs::remove_all(job.temporary, ec);
     if (::mkdir(job.temporary.c_str(), static_cast<mode_t>(io::directoryMode(options.fileMode))) != 0)
         io::throwErrno("cannot create " + job.temporary.string());
-    writeData(job, job.temporary / shardFileName(rank()));
-    nlohmann::json record = shardDescription(job, "");
-    record["world_size"] = worldSize();
-    if (rank() == 0)
-        record["manifest"] = manifestDocument(job, snapshotSeconds, persistStart);
+    writeData(job, job.temporary / (distributed ? shardFileName(rank()) : std::string(kDataFileName)));
+    std::string text;
+    if (distributed) {
+        nlohmann::json record = shardDescription(job, "");
+        record["world_size"] = worldSize();
+        if (rank() == 0)
+            record["manifest"] = manifestDocument(job, snapshotSeconds, persistStart);
+        text = record.dump();
+    } else {
+        text = renderManifest(manifestDocument(job, snapshotSeconds, persistStart));
+    }
+    // The commit point: the complete directory appears under its final name in one rename.
     committer.commitWithManifest(
-        job.temporary, record.dump(), commitDir() / checkpointDirName(job.iteration), options.fileMode);
+        job.temporary, text, commitDir() / checkpointDirName(job.iteration), options.fileMode);
 }
 
 // What rank 0 needs to name this rank's shard in the manifest, or why there is none.
