@@ -130,11 +130,8 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
     auto readChunks = [&](unsigned first) {
         try {
             for (std::size_t chunk = first; chunk < chunks; chunk += kReaders) {
-                {
-                    std::lock_guard lock(mutex);
-                    if (stop)
-                        break;
-                }
+                if (std::lock_guard lock(mutex); stop)
+                    break;
                 std::uint64_t offset = static_cast<std::uint64_t>(chunk) * kReadChunk;
                 std::size_t want = std::min<std::uint64_t>(kReadChunk, size - offset);
                 std::size_t got = reader.readAt(destination + offset, offset, chunkLength(offset, size));
@@ -156,8 +153,7 @@ std::string checkPipelined(io::FileReader& reader, Checker& checker, std::byte* 
             readError = e.what();
         }
         std::lock_guard lock(mutex);
-        if (--readersLeft == 0)
-            readerDone = true;
+        readerDone = --readersLeft == 0;
         arrived.notify_all();
     };
     std::vector<std::thread> readers;

@@ -210,15 +210,15 @@ void bindErrors(py::module_& module)
     });
 }
 
-void bindCheckpointer(py::module_& module)
+namespace {
+
+using CheckpointerClass = py::class_<PyCheckpointer>;
+
+// Construction and what a checkpoint holds: regions, their layouts, blobs, manifest fields.
+void bindContents(CheckpointerClass& checkpointer)
 {
-    bindCoordinators(module);
-    bindOptions(module);
-    bindStats(module);
     using Self = PyCheckpointer;
-    py::class_<Self>(module, "Checkpointer",
-        "Two-phase checkpointer: snapshot registered memory, persist it in the background, "
-        "commit atomically, restore the newest verified checkpoint.")
+    checkpointer
         // Without the GIL: with several ranks the constructor waits for the others (a first collective),
         // which may be threads of this process or need the GIL for a Python coordinator's callback.
         .def(py::init([](ckpt::Options options) {
@@ -261,7 +261,22 @@ void bindCheckpointer(py::module_& module)
             [](Self& self, const std::string& key, py::handle value) {
                 self.impl().setManifestField(key, toJson(value));
             },
-            "key"_a, "value"_a)
+            "key"_a, "value"_a);
+}
+
+} // namespace
+
+void bindCheckpointer(py::module_& module)
+{
+    bindCoordinators(module);
+    bindOptions(module);
+    bindStats(module);
+    using Self = PyCheckpointer;
+    CheckpointerClass checkpointer(module, "Checkpointer",
+        "Two-phase checkpointer: snapshot registered memory, persist it in the background, "
+        "commit atomically, restore the newest verified checkpoint.");
+    bindContents(checkpointer);
+    checkpointer
         .def(
             "after_update", [](Self& self, std::uint64_t iteration) { self.impl().afterUpdate(iteration); },
             "iteration"_a, py::call_guard<py::gil_scoped_release>())
