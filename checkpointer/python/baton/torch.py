@@ -31,277 +31,30 @@ training loop does after the update (``scheduler.step()``, logging, the end of a
 saved iteration. Asking ``should_exit`` at the end of an iteration ends it as well. The snapshot then
 overlaps the next forward and backward pass.
 """
-
 from __future__ import annotations
 
-import datetime
 import functools
-import io
 import json
 import os
-import pickle
-import random
 import time
 import types
 from itertools import chain
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.utils.data
 
-try:
-    import numpy
-except ImportError:  # numpy is optional: its RNG is saved only when it is installed
-    numpy = None
-
 from . import _native
+# The state blob and the world live in modules of their own; their names stay reachable from here.
+from ._torch_state import (RestoreError, _dtype, _dtype_name, _dumps, _loads, _plain, _rng_state,
+                           _scheduler_state, _set_rng_state, _tensor_key)
+from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator
 
 __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 
 _STATE_BLOB = "baton.torch/state"
 _LAYOUT_FIELD = "torch_layout"
 _STATE_VERSION = 1
-
-
-class RestoreError(_native.Error):
-    """The checkpoint does not fit the model, optimizer, scheduler or sampler it is restored into."""
-
-
-# --- plain data in the state blob ---------------------------------------------------------------------
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    # The blob holds plain containers and numbers only, which need no class lookup: refusing every
-    # lookup means that loading a checkpoint never runs code from it.
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"checkpoint state refers to {module}.{name}; only plain data is allowed")
-
-
-def _plain(value: Any, where: str) -> Any:
-    """Converts numpy scalars and arrays to Python values; refuses anything that is not plain data."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return value
-    if isinstance(value, dict):
-        return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(v, f"{where}[{i}]") for i, v in enumerate(value))
-    if numpy is not None and isinstance(value, numpy.generic):
-        return value.item()
-    if numpy is not None and isinstance(value, numpy.ndarray):
-        return value.tolist()
-    if isinstance(value, torch.Tensor) and value.dim() == 0 and value.device.type == "cpu":
-        return value.item()
-    raise TypeError(f"{where}: cannot checkpoint a value of type {type(value).__name__} (plain data only)")
-
-
-# What a scheduler's constructor builds anew: functions (a LambdaLR's lambdas, a user's curve), bound
-# methods (OneCycleLR's anneal_func in PyTorch 1.13) and partials. Objects with a __call__ of their own
-# are not among them: they may hold state that leaving them out would lose.
-_CODE_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType,
-               functools.partial)
-
-
-def _is_code(value: Any) -> bool:
-    if isinstance(value, _CODE_TYPES):
-        return True
-    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, _CODE_TYPES) for v in value)
-
-
-def _without_code(value: Any) -> Any:
-    """`value` with every dict entry that holds a function, a bound method or a list of them left out,
-    at any depth (SequentialLR and ChainedScheduler nest their schedulers' state dicts). Scheduler
-    load_state_dict() methods update the instance's __dict__, so an entry left out keeps what the
-    constructor made; saving the code instead would mean running code from the checkpoint to load it."""
-    if isinstance(value, dict):
-        return {k: _without_code(v) for k, v in value.items() if not _is_code(v)}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_without_code(v) for v in value)
-    return value
-
-
-def _scheduler_state(scheduler: Any, where: str) -> Any:
-    """The scheduler's state_dict() as plain data, its callables left out (see _without_code)."""
-    return _plain(_without_code(scheduler.state_dict()), where)
-
-
-def _dumps(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=4)
-
-
-def _loads(data: bytes) -> Any:
-    return _PlainUnpickler(io.BytesIO(data)).load()
-
-
-# --- random number generators -------------------------------------------------------------------------
-
-
-def _rng_state() -> Dict[str, Any]:
-    state: Dict[str, Any] = {
-        "torch": bytes(torch.get_rng_state().numpy().tobytes()),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = [bytes(s.numpy().tobytes()) for s in torch.cuda.get_rng_state_all()]
-    if numpy is not None:
-        name, keys, pos, has_gauss, cached = numpy.random.get_state()
-        state["numpy"] = (name, keys.tolist(), int(pos), int(has_gauss), float(cached))
-    return state
-
-
-def _set_rng_state(state: Dict[str, Any]) -> None:
-    torch.set_rng_state(torch.tensor(list(state["torch"]), dtype=torch.uint8))
-    random.setstate(state["python"])
-    cuda = state.get("cuda")
-    if cuda and torch.cuda.is_available():
-        if len(cuda) != torch.cuda.device_count():
-            raise RestoreError(f"the checkpoint has RNG states of {len(cuda)} CUDA devices, "
-                               f"this process sees {torch.cuda.device_count()}")
-        torch.cuda.set_rng_state_all([torch.tensor(list(s), dtype=torch.uint8) for s in cuda])
-    if numpy is not None and "numpy" in state:
-        name, keys, pos, has_gauss, cached = state["numpy"]
-        numpy.random.set_state((name, numpy.array(keys, dtype=numpy.uint32), pos, has_gauss, cached))
-
-
-# --- tensors as regions -------------------------------------------------------------------------------
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).split(".", 1)[1]
-
-
-def _dtype(name: str) -> torch.dtype:
-    dtype = getattr(torch, name, None)
-    if not isinstance(dtype, torch.dtype):
-        raise RestoreError(f"the checkpoint names an unknown tensor type {name!r}")
-    return dtype
-
-
-def _tensor_key(tensor: torch.Tensor) -> tuple:
-    """(address, bytes, device, shape, dtype): a change of any means registering again."""
-    device = tensor.device
-    return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
-            "cpu" if device.type == "cpu" else str(device), tensor.shape, tensor.dtype)
-
-
-# --- the sampler --------------------------------------------------------------------------------------
-
-
-class ResumableSampler(torch.utils.data.Sampler):
-    """A deterministic, sharded sample order that resumes from (epoch, position) without replay.
-
-    Epoch e visits the indices of ``[0, size)`` in the order of a bijection keyed by (seed, e), computed
-    by the native sampler. Rank r of R takes the positions r, r + R, ... (``num_replicas`` and ``rank``
-    default to torch.distributed's world when it is initialized). The position counts the indices this
-    sampler has handed out; with a DataLoader, use ``num_workers=0`` or accept that prefetched batches
-    count as taken.
-
-    ``load_state_dict`` accepts the state of another world size (a DDP checkpoint restored on another
-    number of ranks hands every rank rank 0's state): the saved ranks took the epoch's first
-    ``offset + position * ranks`` positions in lockstep; this world shares the rest of that epoch (rank
-    r takes the next positions r, r + R, ...), then continues with whole epochs.
-    """
-
-    def __init__(self, data_source_or_size, seed: int = 0, num_replicas: Optional[int] = None,
-                 rank: Optional[int] = None, drop_last: bool = False):
-        size = data_source_or_size if isinstance(data_source_or_size, int) else len(data_source_or_size)
-        if num_replicas is None or rank is None:
-            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-            if num_replicas is None:
-                num_replicas = torch.distributed.get_world_size() if distributed else 1
-            if rank is None:
-                rank = torch.distributed.get_rank() if distributed else 0
-        try:
-            self._native = _native.ResumableSampler(size, seed, num_replicas, rank, drop_last)
-        except ValueError as error:
-            raise ValueError(f"ResumableSampler: {error}") from None
-        self._boundary: Optional[Callable[[], None]] = None  # set by a Checkpointer
-
-    def __len__(self) -> int:
-        return self._native.samples_per_epoch
-
-    def __iter__(self) -> Iterator[int]:
-        # Lazy: the remaining count is taken when the first index is asked for, so that an iterator
-        # created before a restore still continues from the restored position. The native sampler
-        # moves to the next epoch at an epoch's end, so an epoch never starts here at its end.
-        native = self._native
-        remaining = native.samples_in_epoch - native.position
-        for _ in range(remaining):
-            if self._boundary is not None:
-                self._boundary()
-            yield native.next()
-
-    @property
-    def epoch(self) -> int:
-        return self._native.epoch
-
-    @property
-    def position(self) -> int:
-        return self._native.position
-
-    def set_epoch(self, epoch: int) -> None:
-        """Starts `epoch` from its beginning (DistributedSampler's method)."""
-        self._native.seek(epoch, 0)
-
-    def state_dict(self) -> Dict[str, Any]:
-        return dict(self._native.state)
-
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
-        try:
-            self._native.resume(state)
-        except ValueError as error:
-            raise RestoreError(f"the checkpoint's sampler state does not fit this one: {error}") from None
-
-
-# --- torch.distributed ----------------------------------------------------------------------------------
-
-
-def _distributed_world() -> int:
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
-    return 1
-
-
-def _coordination_timeout() -> datetime.timedelta:
-    text = os.environ.get("BATON_COORD_TIMEOUT", "600")
-    try:
-        seconds = int(text)
-    except ValueError:
-        seconds = -1
-    if not 1 <= seconds <= 86400:
-        raise _native.ConfigError(f"BATON_COORD_TIMEOUT={text!r} is not a whole number of seconds from 1 to 86400")
-    return datetime.timedelta(seconds=seconds)
-
-
-def _is_job_chain(chain_dir: Optional[str]) -> bool:
-    """Whether `chain_dir` is None or the chain directory the job's environment names (BATON_CHAIN_DIR)."""
-    if chain_dir is None:
-        return True
-    job_dir = os.environ.get("BATON_CHAIN_DIR")
-    return bool(job_dir) and os.path.realpath(job_dir) == os.path.realpath(os.fspath(chain_dir))
-
-
-def _torch_coordinator() -> tuple:
-    """(checkpoint group, decision group, native coordinator) over torch.distributed.
-
-    Two dedicated gloo groups, created collectively here: the checkpointer's collectives run on the
-    first, also from its persist thread, and never interleave with the training's (NCCL or gloo) nor
-    with the per-iteration agreement on the second, which the training thread runs."""
-    dist = torch.distributed
-    timeout = _coordination_timeout()
-    group = dist.new_group(backend="gloo", timeout=timeout)
-    decisions = dist.new_group(backend="gloo", timeout=timeout)
-    rank, size = dist.get_rank(), dist.get_world_size()
-
-    def all_gather(key: str, data: bytes) -> List[bytes]:
-        gathered: List[Any] = [None] * size
-        dist.all_gather_object(gathered, (key, bytes(data)), group=group)
-        for other, (other_key, _) in enumerate(gathered):
-            if other_key != key:
-                raise RuntimeError(f"rank {other} is at checkpoint step {other_key!r}, rank {rank} at {key!r}")
-        return [item for _, item in gathered]
-
-    return group, decisions, _native.CallbackCoordinator(rank, size, all_gather)
 
 
 # --- the checkpointer ---------------------------------------------------------------------------------
