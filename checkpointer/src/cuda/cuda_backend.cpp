@@ -211,6 +211,13 @@ std::unique_ptr<DeviceBackend> makeCudaBackend()
         cudaGetLastError(); // clear the sticky error so that later calls start clean
         return nullptr;
     }
+    // A device may be counted yet unusable in this process: in a child forked after its parent had
+    // initialised CUDA every later call fails, and so would the pinned staging pool. Making the context
+    // here (the pool would make it anyway) tells that apart, and such a process takes the host path.
+    if (cudaFree(nullptr) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
     return std::make_unique<CudaBackend>(count);
 }
 
