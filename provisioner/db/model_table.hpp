@@ -28,6 +28,7 @@ public:
     using TableStore::TableStore;
     // Returns the id the row got.
     std::int64_t insert(const Model& model);
+    std::optional<Model> get(std::int64_t id);
     // The highest version of a model name.
     std::optional<Model> latest(std::string_view name);
 };
