@@ -342,9 +342,9 @@ int main()
                 const ClusterQueue queue = cluster.queue();
                 for (int i = 0; i < chainCount; ++i) {
                     const ChainRow chain
-                        = store.createChain(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
+                        = store.chains.create(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
                             { { "script", "#!/bin/bash\n" }, { "workdir", "/tmp" } });
-                    store.upsertJob(chain.id, 0, *queue.find(1'000'000 + i));
+                    store.jobs.upsert(chain.id, 0, *queue.find(1'000'000 + i));
                 }
             }
             // One provisioner for every tick of a round, as batond keeps it, on the live policy path (the

@@ -23,6 +23,14 @@ std::uint64_t Result::affected() const
     return count && *count ? std::strtoull(count, nullptr, 10) : 0;
 }
 
+int Result::column(std::string_view name) const
+{
+    const int number = PQfnumber(result_.get(), std::string(name).c_str());
+    if (number < 0)
+        throw DbError("the result has no column " + std::string(name));
+    return number;
+}
+
 std::string_view Result::text(int row, int column) const
 {
     return { PQgetvalue(result_.get(), row, column),

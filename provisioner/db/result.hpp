@@ -1,8 +1,11 @@
-// A query result: typed access to text-format fields.
+// A query result: typed access to text-format fields. Columns are found by name (column()) once per
+// result; a row reader keeps their numbers.
 #pragma once
 
 #include "pg_handles.hpp"
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +27,20 @@ public:
     int columns() const { return PQnfields(result_.get()); }
     // Rows changed by INSERT/UPDATE/DELETE/COPY.
     std::uint64_t affected() const;
+
+    // The number of the column named `name` (as the statement's select list or its AS names it);
+    // throws DbError when the result has none, so that a renamed column fails loudly.
+    int column(std::string_view name) const;
+    // The numbers of the columns `names`, each with `prefix` in front (for a statement that reads several
+    // rows of one table side by side), in the order given.
+    template<std::size_t N>
+    std::array<int, N> columns(const std::array<std::string_view, N>& names, std::string_view prefix = "") const
+    {
+        std::array<int, N> numbers {};
+        for (std::size_t i = 0; i < N; ++i)
+            numbers[i] = column(std::string(prefix) + std::string(names[i]));
+        return numbers;
+    }
 
     bool isNull(int row, int column) const { return PQgetisnull(result_.get(), row, column) != 0; }
     std::string_view text(int row, int column) const;

@@ -27,25 +27,25 @@ constexpr const char* copyTraceJobs
 constexpr std::int16_t traceJobColumns = 17;
 
 constexpr Statement selectTraces { "select_traces",
-    "SELECT id, name, format, source, to_char(imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),"
-    " rows_read, rows_accepted FROM traces ORDER BY id",
+    "SELECT id, name, format, source, to_char(imported_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')"
+    " AS imported, rows_read, rows_accepted FROM traces ORDER BY id",
     true };
 constexpr Statement selectTraceId { "select_trace_id", "SELECT id FROM traces WHERE name = $1", true };
 // Wait = start - submit over the jobs that started; quantiles are percentile_cont (interpolated).
 constexpr Statement selectTraceStats { "select_trace_stats",
-    "SELECT count(*), count(start_time),"
-    " extract(epoch FROM min(submit_time))::bigint,"
-    " extract(epoch FROM max(coalesce(end_time, start_time, submit_time)))::bigint,"
-    " percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
-    " percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
-    " percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)),"
-    " avg(extract(epoch FROM start_time - submit_time))::double precision,"
-    " coalesce(sum(nodes * coalesce(extract(epoch FROM end_time - start_time), run_time_s)), 0)::double "
-    "precision"
-    " FROM trace_jobs WHERE trace_id = $1",
+    "SELECT count(*) AS jobs, count(start_time) AS started,"
+    " extract(epoch FROM min(submit_time))::bigint AS first_submit,"
+    " extract(epoch FROM max(coalesce(end_time, start_time, submit_time)))::bigint AS last_event,"
+    " percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)) AS wait_p50,"
+    " percentile_cont(0.9) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)) AS wait_p90,"
+    " percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM start_time - submit_time)) AS wait_p99,"
+    " avg(extract(epoch FROM start_time - submit_time))::double precision AS wait_mean,"
+    " coalesce(sum(nodes * coalesce(extract(epoch FROM end_time - start_time), run_time_s)), 0)::double"
+    " precision AS node_seconds FROM trace_jobs WHERE trace_id = $1",
     true };
 constexpr Statement selectNodeMix { "select_trace_node_mix",
-    "SELECT nodes, count(*) FROM trace_jobs WHERE trace_id = $1 GROUP BY nodes ORDER BY count(*) DESC, nodes",
+    "SELECT nodes, count(*) AS jobs FROM trace_jobs WHERE trace_id = $1 GROUP BY nodes"
+    " ORDER BY count(*) DESC, nodes",
     true };
 
 template<typename T> void optionalInt(CopyIn& copy, T value)
@@ -103,11 +103,9 @@ ImportResult importTrace(
     if (options.replace)
         connection.exec(deleteTraceByName, Params(result.name));
     try {
-        result.traceId = connection
-                             .exec(insertTrace,
-                                 Params(result.name, trace::formatName(reader->summary().format),
-                                     std::filesystem::absolute(path).string()))
-                             .int64(0, 0);
+        const Result inserted = connection.exec(insertTrace,
+            Params(result.name, trace::formatName(reader->summary().format), std::filesystem::absolute(path).string()));
+        result.traceId = inserted.int64(0, inserted.column("id"));
     } catch (const DbError& error) {
         if (error.sqlState() == "23505")
             throw DbError(
@@ -139,13 +137,15 @@ ImportResult importTrace(
 
 std::vector<TraceInfo> listTraces(Connection& connection)
 {
-    auto r = connection.exec(selectTraces);
-    std::vector<TraceInfo> traces;
-    for (int row = 0; row < r.rows(); ++row)
-        traces.push_back(
-            TraceInfo { r.int64(row, 0), std::string(r.text(row, 1)), std::string(r.text(row, 2)),
-                std::string(r.text(row, 3)), std::string(r.text(row, 4)), r.int64(row, 5), r.int64(row, 6) });
-    return traces;
+    const Result result = connection.exec(selectTraces);
+    const int id = result.column("id"), name = result.column("name"), format = result.column("format"),
+              source = result.column("source"), imported = result.column("imported"),
+              read = result.column("rows_read"), accepted = result.column("rows_accepted");
+    return result.all([&](const Result& r, int row) {
+        return TraceInfo { r.int64(row, id), std::string(r.text(row, name)), std::string(r.text(row, format)),
+            std::string(r.text(row, source)), std::string(r.text(row, imported)), r.int64(row, read),
+            r.int64(row, accepted) };
+    });
 }
 
 TraceStats traceStats(Connection& connection, std::string_view name)
@@ -153,22 +153,23 @@ TraceStats traceStats(Connection& connection, std::string_view name)
     auto id = connection.exec(selectTraceId, Params(name));
     if (id.rows() == 0)
         throw DbError("no trace named '" + std::string(name) + "'");
-    const std::int64_t traceId = id.int64(0, 0);
+    const std::int64_t traceId = id.int64(0, id.column("id"));
     TraceStats stats;
     stats.name = name;
-    auto r = connection.exec(selectTraceStats, Params(traceId));
-    stats.jobs = r.int64(0, 0);
-    stats.started = r.int64(0, 1);
-    stats.firstSubmit = r.optInt64(0, 2);
-    stats.lastEvent = r.optInt64(0, 3);
-    stats.waitP50 = r.optReal(0, 4);
-    stats.waitP90 = r.optReal(0, 5);
-    stats.waitP99 = r.optReal(0, 6);
-    stats.waitMean = r.optReal(0, 7);
-    stats.nodeSeconds = r.real(0, 8);
-    auto mix = connection.exec(selectNodeMix, Params(traceId));
+    const Result r = connection.exec(selectTraceStats, Params(traceId));
+    stats.jobs = r.int64(0, r.column("jobs"));
+    stats.started = r.int64(0, r.column("started"));
+    stats.firstSubmit = r.optInt64(0, r.column("first_submit"));
+    stats.lastEvent = r.optInt64(0, r.column("last_event"));
+    stats.waitP50 = r.optReal(0, r.column("wait_p50"));
+    stats.waitP90 = r.optReal(0, r.column("wait_p90"));
+    stats.waitP99 = r.optReal(0, r.column("wait_p99"));
+    stats.waitMean = r.optReal(0, r.column("wait_mean"));
+    stats.nodeSeconds = r.real(0, r.column("node_seconds"));
+    const Result mix = connection.exec(selectNodeMix, Params(traceId));
+    const int nodes = mix.column("nodes"), jobs = mix.column("jobs");
     for (int row = 0; row < mix.rows(); ++row)
-        stats.nodeMix.emplace_back(static_cast<std::int32_t>(mix.int64(row, 0)), mix.int64(row, 1));
+        stats.nodeMix.emplace_back(static_cast<std::int32_t>(mix.int64(row, nodes)), mix.int64(row, jobs));
     return stats;
 }
 

@@ -4,10 +4,14 @@
 
 namespace baton::db {
 
-Transaction::Transaction(Connection& connection)
+Transaction::Transaction(Connection& connection, Durability durability)
     : connection_(connection)
 {
     connection_.beginTransaction();
+    if (durability == Durability::Durable)
+        connection_.execScript("SET LOCAL synchronous_commit TO on");
+    else if (durability == Durability::Relaxed)
+        connection_.execScript("SET LOCAL synchronous_commit TO off");
 }
 
 Transaction::~Transaction()

@@ -2,7 +2,7 @@
 
 #include "http_reply.hpp"
 #include "log.hpp"
-#include "store.hpp"
+#include "event_store.hpp"
 
 #include <errors.hpp>
 
@@ -150,7 +150,7 @@ Caller HttpApi::authenticate(const httplib::Request& request)
     {
         // munged refuses a second use at this instance; the record refuses it at the other.
         auto lease = pool_.borrow();
-        if (!Store(*lease).firstUseOfCredential(header))
+        if (!CredentialStore(*lease).firstUse(header))
             throw HttpError(401, "credential refused: it was used before");
     }
     return identities_.resolve(identity);

@@ -4,6 +4,7 @@
 #include "http_api.hpp"
 #include "http_reply.hpp"
 #include "plugin_event.hpp"
+#include "chain_views.hpp"
 #include "store.hpp"
 #include "submitter.hpp"
 
@@ -86,7 +87,7 @@ ChainRow findChain(Store& store, const httplib::Request& request, const Caller& 
     const auto uid = IdentityResolver::uidOf(owner);
     std::optional<ChainRow> chain;
     if (uid)
-        chain = store.chain(*uid, name);
+        chain = store.chains.find(*uid, name);
     if (!chain || (chain->ownerUid != caller.uid && !caller.isOperator))
         throw HttpError(404, "no chain " + owner + "/" + name);
     return *chain;
@@ -95,7 +96,7 @@ ChainRow findChain(Store& store, const httplib::Request& request, const Caller& 
 // The job of `seq` that has not ended, if any.
 std::optional<std::int64_t> liveJobOf(Store& store, const ChainRow& chain, int seq)
 {
-    for (const JobRow& job : store.jobs(chain.id))
+    for (const JobRow& job : store.jobs.ofChain(chain.id))
         if (job.seq == seq && !job.endTime)
             return job.slurmJobId;
     return std::nullopt;
@@ -125,45 +126,45 @@ void applyAction(Store& store, Cluster& cluster, const ChainRow& chain, ChainEve
     const std::string by = " by " + caller.userName;
     switch (event) {
     case ChainEvent::Pause:
-        if (!store.transition(chain, event, "paused" + by))
+        if (!store.chains.transition(chain, event, "paused" + by))
             refuseAction(action, chain);
         break;
     case ChainEvent::Resume:
-        if (!store.transition(chain, event, "resumed" + by))
+        if (!store.chains.transition(chain, event, "resumed" + by))
             refuseAction(action, chain);
         if (currentEnded)
-            store.setResubmitRequested(chain.id, true);
+            store.chains.setResubmitRequested(chain.id, true);
         break;
     case ChainEvent::Cancel:
         // Written here, carried out by the tick: it cancels the chain's jobs as their owner until
         // slurmctld shows none left (no scancel in an HTTP worker).
-        if (!store.transition(chain, event, "cancelled" + by))
+        if (!store.chains.transition(chain, event, "cancelled" + by))
             refuseAction(action, chain);
-        store.setWithdrawJobs(chain.id, true);
+        store.chains.setWithdrawJobs(chain.id, true);
         break;
     case ChainEvent::Preempt: {
         const auto job = liveJobOf(store, chain, chain.seq);
         if (!job)
             throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
-        cluster.signal(*job, "TERM", store.checkpointSignalScope(*job), chain.ownerUid);
+        cluster.signal(*job, "TERM", store.events.checkpointSignalScope(*job), chain.ownerUid);
         break;
     }
     default: // resubmit
         if (isTerminal(chain.state)) {
             // An ended chain runs again with a fresh retry budget, after every seq it used; the
             // tick submits the intent at once.
-            const auto seq = store.restart(chain, event, "resubmitted" + by);
+            const auto seq = store.chains.restart(chain, event, "resubmitted" + by);
             if (!seq)
                 refuseAction(action, chain);
             ChainRow restarted = chain;
             restarted.seq = *seq;
-            if (!store.recordIntent(chain.id, *seq, Submitter::submissionKey(restarted, *seq), "restart"))
+            if (!store.submissions.recordIntent(chain.id, *seq, Submitter::submissionKey(restarted, *seq), "restart"))
                 refuseAction(action, chain);
         } else {
             // A live one gets its next job now.
-            if (chain.state != ChainState::Running && !store.transition(chain, event, "resubmitted" + by))
+            if (chain.state != ChainState::Running && !store.chains.transition(chain, event, "resubmitted" + by))
                 refuseAction(action, chain);
-            store.setResubmitRequested(chain.id, true);
+            store.chains.setResubmitRequested(chain.id, true);
         }
     }
 }
@@ -188,9 +189,8 @@ void HttpApi::postEvent(const httplib::Request& request, httplib::Response& resp
     Store store(*lease);
     const ScopedTimer timer(metrics_.dbCall());
     // An event is a hint that Slurm and later reports repeat: it does not wait for the disk.
-    db::Transaction transaction(*lease);
-    (*lease).execScript("SET LOCAL synchronous_commit TO off");
-    const bool inserted = store.insertEvent(
+    db::Transaction transaction(*lease, db::Durability::Relaxed);
+    const bool inserted = store.events.insert(
         posted.idempotencyKey, posted.kind, posted.chainName, posted.jobId, event, caller.uid);
     transaction.commit();
     metrics_.events(inserted ? "accepted" : "duplicate").Increment();
@@ -211,25 +211,12 @@ void HttpApi::listChains(const httplib::Request& request, httplib::Response& res
     const std::int64_t limit = std::max<std::int64_t>(1, integerParam(request, "limit", maxPage, maxPage));
     const std::int64_t after = integerParam(request, "after", 0, std::numeric_limits<std::int64_t>::max());
     auto lease = pool_.borrow();
-    Store store(*lease);
+    ChainViews views(*lease);
     Json chains = Json::array();
-    const std::vector<ChainRow> page
-        = store.chains(caller.isOperator ? std::nullopt : std::optional(caller.uid), state, after, limit + 1);
-    for (std::size_t i = 0; i < page.size() && i < static_cast<std::size_t>(limit); ++i) {
-        const ChainRow& chain = page[i];
-        Json row = chain.toJson();
-        for (const JobRow& job : store.jobs(chain.id)) {
-            if (job.withdrawn)
-                continue;
-            if (job.seq == chain.seq)
-                row["current_job"] = job.slurmJobId;
-            if (job.seq == chain.seq + 1)
-                row["pending_job"] = job.slurmJobId;
-        }
-        if (const auto newest = store.latestCheckpoint(chain.id))
-            row["checkpoint"] = *newest;
-        chains.push_back(row);
-    }
+    const std::vector<ChainRow> page = ChainStore(*lease).list(
+        caller.isOperator ? std::nullopt : std::optional(caller.uid), state, after, limit + 1);
+    for (std::size_t i = 0; i < page.size() && i < static_cast<std::size_t>(limit); ++i)
+        chains.push_back(views.summary(page[i]));
     const bool more = page.size() > static_cast<std::size_t>(limit);
     reply(response, 200,
         Json { { "chains", chains },
@@ -241,7 +228,7 @@ void HttpApi::showChain(const httplib::Request& request, httplib::Response& resp
     auto lease = pool_.borrow();
     Store store(*lease);
     const ChainRow chain = findChain(store, request, caller);
-    reply(response, 200, store.detail(chain));
+    reply(response, 200, ChainViews(*lease).detail(chain));
 }
 
 void HttpApi::createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -275,11 +262,11 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
             "chain " + caller.userName + "/" + name + " exists and is "
                 + std::string(nameOf(existing.state)));
     };
-    const auto existing = store.chain(caller.uid, name);
+    const auto existing = store.chains.find(caller.uid, name);
     if (existing && !isTerminal(existing->state))
         throw exists(*existing);
     if (!existing && config_.maxLiveChainsPerUser > 0) {
-        const auto owned = store.chains(caller.uid, std::nullopt);
+        const auto owned = store.chains.list(caller.uid, std::nullopt);
         const auto live = std::count_if(
             owned.begin(), owned.end(), [](const ChainRow& c) { return !isTerminal(c.state); });
         if (live >= config_.maxLiveChainsPerUser)
@@ -289,17 +276,17 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
     ChainRow chain;
     {
         db::Transaction transaction(*lease);
-        chain = store.createChain(caller.uid, caller.userName, name, std::nullopt, spec);
+        chain = store.chains.create(caller.uid, caller.userName, name, std::nullopt, spec);
         if (existing) { // an ended chain of that name starts over, after every seq it used
             const auto seq
-                = store.restart(*existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
+                = store.chains.restart(*existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
             if (!seq)
-                throw exists(*store.chain(existing->id));
+                throw exists(*store.chains.find(existing->id));
             chain.seq = *seq;
         }
         // Two requests for one name (a retry, a double click) record one intent: the second is
         // refused here instead of submitting a second first job.
-        if (!store.recordIntent(chain.id, chain.seq, Submitter::submissionKey(chain, chain.seq), "first"))
+        if (!store.submissions.recordIntent(chain.id, chain.seq, Submitter::submissionKey(chain, chain.seq), "first"))
             throw HttpError(409, "chain " + caller.userName + "/" + name + " is being submitted already");
         transaction.commit();
     }
@@ -307,15 +294,15 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
     if (!jobId) {
         // Refused: a new chain is not kept (nothing of the request remains), an ended one that
         // was to run again is failed with the reason; neither waits for a job that never comes.
-        const auto submission = store.submission(chain.id, chain.seq);
+        const auto submission = store.submissions.find(chain.id, chain.seq);
         const std::string why = submission ? submission->error : std::string("unknown error");
         if (!existing)
-            store.deleteUnstartedChain(chain.id);
-        else if (const auto now = store.chain(chain.id))
-            store.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
+            store.chains.deleteUnstarted(chain.id);
+        else if (const auto now = store.chains.find(chain.id))
+            store.chains.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
         throw HttpError(502, "sbatch refused the job: " + why);
     }
-    reply(response, 201, Json { { "chain", store.chain(chain.id)->toJson() }, { "job_id", *jobId } });
+    reply(response, 201, Json { { "chain", chainView(*store.chains.find(chain.id)) }, { "job_id", *jobId } });
 }
 
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -336,8 +323,8 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     db::Transaction transaction(*lease);
     applyAction(store, cluster_, chain, event, action, caller, currentEnded);
     transaction.commit();
-    store.recordDecision(chain.id, "user", action, who, "requested");
-    reply(response, 200, Json { { "chain", store.chain(chain.id)->toJson() } });
+    store.decisions.record(chain.id, "user", action, who, "requested");
+    reply(response, 200, Json { { "chain", chainView(*store.chains.find(chain.id)) } });
 }
 
 } // namespace baton::service

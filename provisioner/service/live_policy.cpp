@@ -4,7 +4,7 @@
 
 #include <live_queue.hpp>
 #include <model_store.hpp>
-#include <repositories.hpp>
+#include <model_table.hpp>
 
 #include <cmath>
 
@@ -16,7 +16,7 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
         return { std::make_shared<sim::ReactivePolicy>(), nullptr };
     if (config.policy == "avg")
         return { std::make_shared<sim::AveragePolicy>(), nullptr };
-    const auto model = db::ModelRepository(connection).latest(config.modelName);
+    const auto model = db::ModelTable(connection).latest(config.modelName);
     if (!model) {
         logWarning("policy " + config.policy + ": no model named '" + config.modelName
             + "' in the models table (train one with `batonctl sim compare --db-save`); using avg until "

@@ -1,7 +1,7 @@
 #include "plugin_event.hpp"
 
 #include "bounded_json.hpp"
-#include "store.hpp"
+#include "event_store.hpp"
 
 #include <baton_contract.hpp>
 

@@ -1,6 +1,6 @@
 // The provisioner's engine: on every tick (leader only) one squeue snapshot, the events received since
 // the last tick, and one step of each live chain's state machine. A tick is set-based: the live chains
-// are read in four queries, a job row is written only when slurmctld's facts about it changed, and the
+// are read in one statement, a job row is written only when slurmctld's facts about it changed, and the
 // policy decides for every waiting chain at once (one pass of queue features, one batch of predictions,
 // one statement for the decisions), so its cost grows with the changes, not with the chains. Each step writes
 // its compare-and-set before it acts (sbatch, scancel), and every action carries an idempotency key that the
@@ -12,6 +12,7 @@
 #include "config.hpp"
 #include "decision_points.hpp"
 #include "metrics.hpp"
+#include "live_chains.hpp"
 #include "store.hpp"
 #include "submitter.hpp"
 
@@ -76,22 +77,37 @@ private:
     void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
     void processEvent(const EventRow& row, const ClusterQueue& queue);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.
-    void writeJobs(std::span<const Store::JobWrite> writes);
+    void writeJobs(std::span<const JobStore::Write> writes);
     void chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now);
-    bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
-        const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
-    void signalHandover(const ChainRow& chain, const ClusterJob& current);
-    // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
-    void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
     void withdrawCancelledChains(const ClusterQueue& queue);
-    // One step of the chain's state machine; a running chain with nothing else to do joins `awaiting`.
+
+    // The tick's step of one chain (chain_step.cpp): from the tick's read of it (`live`, which the step
+    // keeps up to date with what it writes itself) and the queue, the chain's next move through the store.
+    // A running chain with nothing else to do joins `awaiting`.
     void step(LiveChain live, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting);
-    // The policy's decisions for every awaiting chain together.
-    void decide(std::vector<AwaitingDecision>& awaiting, const ClusterQueue& queue);
+    void stepRunning(LiveChain& live, const std::optional<ClusterJob>& current,
+        const std::optional<ClusterJob>& successor, const ClusterQueue& queue,
+        std::vector<AwaitingDecision>& awaiting);
+    void stepSuccessorPending(LiveChain& live, const std::optional<ClusterJob>& current,
+        const std::optional<ClusterJob>& successor, const ClusterQueue& queue);
+    void stepHandover(
+        const LiveChain& live, const std::optional<ClusterJob>& current, const std::optional<ClusterJob>& successor);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
     std::optional<ClusterJob> refreshJob(const ChainRow& chain, int seq, const ClusterQueue& queue,
         const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission);
     void recordJob(const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs);
+    // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
+    void collectSpoolHints(LiveChain& live);
+    void onCurrentEnded(LiveChain& live, const ClusterJob& current, const ClusterQueue& queue);
+    bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
+        const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
+    void startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor);
+    void signalHandover(const ChainRow& chain, const ClusterJob& current);
+    // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
+    void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
+
+    // The policy's decisions for every awaiting chain together, and the submissions (tick_decisions.cpp).
+    void decide(std::vector<AwaitingDecision>& awaiting, const ClusterQueue& queue);
     bool startSubmission(const ChainRow& chain, const std::string& reason, const nlohmann::json& inputs,
         const ClusterQueue& queue);
     // Records the intents and, in the same transaction, `decisions` (the tick's other rows) with a
@@ -99,9 +115,6 @@ private:
     // unless the queue already holds the job of that key).
     std::size_t startSubmissions(std::span<const SubmissionStart> starts, const ClusterQueue& queue,
         std::vector<DecisionInput> decisions = {});
-    // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
-    void collectSpoolHints(const ChainRow& chain);
-    void onCurrentEnded(const ChainRow& chain, const ClusterJob& current, const ClusterQueue& queue);
     void updateGauges(std::int64_t now);
     // Deletes the processed events and decisions past the retention period, at most pruneBatch rows of
     // each a tick: a service that has run for months catches up over a few ticks without a long one.
@@ -121,7 +134,7 @@ private:
     LiveChainCache liveChainCache_; // the live chains' rows as the last tick read them
     // Job rows the steps found changed, written together after them: bookkeeping that the next tick
     // rebuilds from the queue if batond stops first, and that no step reads back.
-    std::vector<Store::JobWrite> jobWrites_;
+    std::vector<JobStore::Write> jobWrites_;
     // The live chains at the last count, in id order, and the highest chain id then (see updateGauges).
     std::vector<std::int64_t> liveIds_;
     std::optional<std::int64_t> countedMaxId_;

@@ -1,6 +1,6 @@
 #include "model_store.hpp"
 
-#include <repositories.hpp>
+#include <model_table.hpp>
 
 #include <stdexcept>
 
@@ -9,7 +9,7 @@ namespace baton::sim {
 StoredModel storeModel(db::Connection& connection, const WaitPredictor& predictor, const std::string& name,
     const std::optional<std::string>& path, const nlohmann::json& extraMetrics)
 {
-    db::ModelRepository models(connection);
+    db::ModelTable models(connection);
     db::Model m;
     m.name = name;
     const auto previous = models.latest(name);
@@ -26,7 +26,7 @@ StoredModel storeModel(db::Connection& connection, const WaitPredictor& predicto
 
 WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name)
 {
-    db::ModelRepository models(connection);
+    db::ModelTable models(connection);
     const auto m = models.latest(name);
     if (!m)
         throw std::runtime_error("no model named '" + name + "' in the database");

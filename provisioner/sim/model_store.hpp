@@ -6,7 +6,7 @@
 #include "predictor.hpp"
 
 #include <connection.hpp>
-#include <records.hpp>
+#include <model_table.hpp>
 
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -1,11 +1,13 @@
-// The data layer against a real PostgreSQL: migrations, round trips through every table,
-// transactions, timeouts and reconnection.
+// The data layer against a real PostgreSQL: migrations, round trips through the table stores (with
+// values that break naive SQL building), transactions and their durability, timeouts and reconnection.
+#include "chain_views.hpp"
 #include "connection.hpp"
 #include "copy_in.hpp"
 #include "errors.hpp"
 #include "migrations.hpp"
+#include "model_table.hpp"
 #include "pg_fixture.hpp"
-#include "repositories.hpp"
+#include "store.hpp"
 #include "transaction.hpp"
 
 #include <gtest/gtest.h>
@@ -24,6 +26,8 @@
 namespace {
 
 using namespace baton::db;
+using namespace baton::service;
+using Json = nlohmann::json;
 using baton::test::freshDatabase;
 
 constexpr Statement countTables { "test_count_tables",
@@ -54,12 +58,22 @@ Connection migrated(const std::string& conninfo)
     return connection;
 }
 
-// Adds a chain by this name; returns its id.
+// Adds a chain by this name (owned by uid 1000); returns its id.
 std::int64_t addChain(Connection& connection, const std::string& name)
 {
-    Chain chain;
-    chain.name = name;
-    return ChainRepository(connection).insert(chain);
+    return ChainStore(connection).create(1000, "alice", name, std::nullopt, Json::object()).id;
+}
+
+ClusterJob clusterJob(std::int64_t id, const std::string& state)
+{
+    ClusterJob job;
+    job.id = id;
+    job.userId = 1000;
+    job.name = "job-" + std::to_string(id);
+    job.state = state;
+    job.submitTime = 1'700'000'000;
+    job.timeLimitSeconds = 48 * 3600;
+    return job;
 }
 
 TEST(Migrations, FromEmptyThenIdempotent)
@@ -142,236 +156,235 @@ TEST(Migrations, ConcurrentMigratorsApplyOnce)
 TEST(RoundTrip, ChainsJobsAndInjectionStrings)
 {
     Connection connection = migrated(freshDatabase());
-    ChainRepository chains(connection);
-    JobRepository jobs(connection);
+    Store store(connection);
     std::int64_t slurmId = 1000;
     for (const auto& evil : injections) {
-        Chain chain;
-        chain.name = evil;
-        chain.chainDir = "/scratch/" + evil;
-        const auto id = chains.insert(chain);
-        auto back = chains.get(id);
+        const Json spec { { "script", evil }, { "sbatch_args", Json::array({ evil }) } };
+        const ChainRow created = store.chains.create(1000, evil, evil, "/scratch/" + evil, spec);
+        auto back = store.chains.find(created.id);
         ASSERT_TRUE(back);
         EXPECT_EQ(back->name, evil);
-        EXPECT_EQ(back->chainDir, chain.chainDir);
-        EXPECT_EQ(back->state, "running");
-        EXPECT_GT(back->createdAt, 1'600'000'000);
-        EXPECT_EQ(chains.findByName(evil)->id, id);
+        EXPECT_EQ(back->ownerName, evil);
+        EXPECT_EQ(back->chainDir, "/scratch/" + evil);
+        EXPECT_EQ(back->spec, spec);
+        EXPECT_EQ(back->state, ChainState::Running);
+        EXPECT_GT(back->updatedAt, 1'600'000'000);
+        EXPECT_EQ(store.chains.find(1000, evil)->id, created.id);
+        EXPECT_EQ(store.chains.spec(created.id), spec);
+        // Created again: the same chain.
+        EXPECT_EQ(store.chains.create(1000, evil, evil, std::nullopt, Json::object()).id, created.id);
 
-        Job job;
-        job.chainId = id;
-        job.slurmJobId = ++slurmId;
-        job.restartCount = 0;
+        ClusterJob job = clusterJob(++slurmId, "PENDING");
         job.name = evil;
-        job.submitTime = 1'700'000'000;
-        job.timeLimitSeconds = 48 * 3600;
-        job.nodes = 8;
-        job.reason = evil;
-        const auto jobId = jobs.insert(job);
-        auto jobBack = jobs.get(jobId);
-        ASSERT_TRUE(jobBack);
-        EXPECT_EQ(jobBack->name, evil);
-        EXPECT_EQ(jobBack->reason, evil);
-        EXPECT_EQ(jobBack->submitTime, job.submitTime);
-        EXPECT_FALSE(jobBack->startTime);
-        EXPECT_EQ(jobBack->nodes, 8);
-        EXPECT_EQ(jobBack->state, "PENDING");
+        EXPECT_TRUE(store.jobs.upsert(created.id, 0, job).empty());
+        const auto owned = store.jobs.bySlurmId(slurmId);
+        ASSERT_TRUE(owned);
+        EXPECT_EQ(owned->chainId, created.id);
+        EXPECT_EQ(owned->job.submitTime, job.submitTime);
+        EXPECT_FALSE(owned->job.startTime);
+        EXPECT_EQ(owned->job.state, "PENDING");
     }
     EXPECT_EQ(connection.exec(countChains).int64(0, 0), static_cast<std::int64_t>(std::size(injections)));
-    EXPECT_FALSE(chains.findByName("' OR '1'='1"));
+    EXPECT_FALSE(store.chains.find(1000, "' OR '1'='1"));
+    EXPECT_EQ(store.chains.list(1000, std::nullopt).size(), std::size(injections));
+    EXPECT_EQ(store.chains.list(1000, std::nullopt, 0, 2).size(), 2u);
+    EXPECT_TRUE(store.chains.list(1001, std::nullopt).empty());
 
-    auto chain = chains.findByName(injections[0]);
-    ASSERT_TRUE(chain);
-    EXPECT_TRUE(chains.setState(chain->id, "finished"));
-    EXPECT_EQ(chains.get(chain->id)->state, "finished");
-    EXPECT_THROW(chains.setState(chain->id, "bogus"), DbError); // CHECK constraint
-    Chain duplicate;
-    duplicate.name = injections[0];
-    try {
-        chains.insert(duplicate);
-        FAIL() << "chain names are unique";
-    } catch (const DbError& error) {
-        EXPECT_EQ(error.sqlState(), "23505");
-    }
+    // The state machine's compare-and-set: a stale view changes nothing.
+    const ChainRow chain = *store.chains.find(1000, injections[0]);
+    EXPECT_TRUE(store.chains.transition(chain, ChainEvent::Pause, "paused by alice"));
+    EXPECT_FALSE(store.chains.transition(chain, ChainEvent::Pause, "again")); // read before the pause
+    const ChainRow paused = *store.chains.find(chain.id);
+    EXPECT_EQ(paused.state, ChainState::Paused);
+    EXPECT_EQ(paused.reason, "paused by alice");
+    EXPECT_FALSE(store.chains.transition(paused, ChainEvent::SuccessorStarted)); // not allowed there
 
-    // A successor job, then Slurm's report of the start and end.
-    Job successor;
-    successor.chainId = chain->id;
-    successor.slurmJobId = 5000;
-    successor.restartCount = 1;
-    jobs.insert(successor);
-    successor.submitTime = 1'700'000'100;
+    // A successor job, then Slurm's report of its start and end.
+    ClusterJob successor = clusterJob(5000, "PENDING");
+    EXPECT_TRUE(store.jobs.upsert(chain.id, 1, successor).empty());
+    successor.state = "TIMEOUT";
     successor.startTime = 1'700'000'200;
     successor.endTime = 1'700'172'800;
-    successor.state = "TIMEOUT";
-    EXPECT_TRUE(jobs.update(successor));
-    auto all = jobs.forChain(chain->id);
+    successor.exitCode = 0;
+    EXPECT_TRUE(store.jobs.upsert(chain.id, 1, successor).empty());
+    const auto all = store.jobs.ofChain(chain.id);
     ASSERT_EQ(all.size(), 2u);
     EXPECT_EQ(all[1].slurmJobId, 5000);
     EXPECT_EQ(all[1].endTime, 1'700'172'800);
     EXPECT_EQ(all[1].state, "TIMEOUT");
-    EXPECT_EQ(jobs.findBySlurmId(5000)->restartCount, 1);
-    Job unknown;
-    unknown.slurmJobId = 424242;
-    EXPECT_FALSE(jobs.update(unknown));
+    EXPECT_EQ(all[1].exitCode, 0);
+    // A second live job of the same seq is refused, and only it.
+    const auto rejected = store.jobs.upsert(chain.id, 1, clusterJob(5001, "RUNNING"));
+    ASSERT_EQ(rejected.size(), 1u);
+    EXPECT_EQ(rejected[0].slurmJobId, 5001);
+    EXPECT_FALSE(store.jobs.bySlurmId(5001));
 }
 
-TEST(RoundTrip, CheckpointsAndTuning)
+TEST(RoundTrip, SubmissionsAndPredictions)
 {
     Connection connection = migrated(freshDatabase());
+    Store store(connection);
+    const ChainRow chain = *store.chains.find(addChain(connection, "resnet"));
+    const std::string key = "baton:" + std::to_string(chain.id) + ":1:'; DROP TABLE submissions; --";
+    const auto recorded = store.submissions.recordIntents({ IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } });
+    ASSERT_EQ(recorded.size(), 1u);
+    EXPECT_EQ(recorded.at(chain.id).key, key);
+    EXPECT_EQ(recorded.at(chain.id).spec, Json::object());
+    EXPECT_EQ(store.chains.find(chain.id)->state, ChainState::SuccessorPending);
+    // The chain is no longer where the request expected it: nothing is written.
+    EXPECT_TRUE(store.submissions.recordIntents({ IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } }).empty());
+    EXPECT_FALSE(store.submissions.recordIntent(chain.id, 1, key, "policy")); // one intent per seq
+
+    store.submissions.recordSubmitted({ SubmittedJob { key, chain.id, 78, 1234.5 } });
+    const auto submitted = store.submissions.find(chain.id, 1);
+    ASSERT_TRUE(submitted);
+    EXPECT_EQ(submitted->state, "submitted");
+    EXPECT_EQ(submitted->slurmJobId, 78);
+    EXPECT_GT(submitted->createdAt, 1'600'000'000);
+    EXPECT_EQ(store.submissions.resolvePrediction(78, 1500.25), 1234.5);
+    EXPECT_FALSE(store.submissions.resolvePrediction(78, 1600.0)); // resolved once
+
+    store.submissions.markState(chain.id, 1, "failed", "sbatch: error: '; --");
+    EXPECT_EQ(store.submissions.find(chain.id, 1)->error, "sbatch: error: '; --");
+}
+
+TEST(RoundTrip, CheckpointsAndHandovers)
+{
+    Connection connection = migrated(freshDatabase());
+    Store store(connection);
     const auto chainId = addChain(connection, "resnet");
+    Json summary { { "name", "ckpt-000000001200" }, { "iteration", 1200 }, { "total_bytes", 123456789 },
+        { "created_unix", 1'700'000'000 }, { "note", "'; DROP TABLE checkpoints; --" } };
+    EXPECT_EQ(store.checkpoints.record(chainId, 77, summary, "/chains/resnet").iteration, 1200);
+    store.checkpoints.record(chainId, 77, summary, "/chains/resnet"); // reported twice: stored once
+    auto newest = store.checkpoints.latest(chainId);
+    ASSERT_TRUE(newest);
+    EXPECT_EQ(newest->path, "/chains/resnet/ckpt-000000001200");
+    EXPECT_EQ(newest->slurmJobId, 77);
+    EXPECT_EQ(newest->createdAt, 1'700'000'000);
+    EXPECT_FALSE(store.checkpoints.trainingDone(chainId));
+    summary["name"] = "ckpt-000000002400";
+    summary["iteration"] = 2400;
+    summary["training_done"] = true;
+    EXPECT_TRUE(store.checkpoints.record(chainId, 78, summary, "/chains/resnet").trainingDone);
+    EXPECT_EQ(store.checkpoints.latest(chainId)->iteration, 2400);
+    EXPECT_TRUE(store.checkpoints.trainingDone(chainId));
+    summary["iteration"] = -1;
+    EXPECT_THROW(store.checkpoints.record(chainId, 78, summary, "/chains/resnet"), std::invalid_argument);
 
-    CheckpointRepository checkpoints(connection);
-    Checkpoint checkpoint;
-    checkpoint.chainId = chainId;
-    checkpoint.slurmJobId = 77;
-    checkpoint.iteration = 1200;
-    checkpoint.epoch = 3;
-    checkpoint.path = "/chains/resnet/ckpt-000000001200";
-    checkpoint.totalBytes = 123456789;
-    checkpoint.snapshotSeconds = 0.25;
-    checkpoint.persistSeconds = 1.5;
-    checkpoint.createdAt = 1'700'000'000;
-    checkpoint.manifest = { { "format_version", 1 }, { "iteration", 1200 },
-        { "regions", nlohmann::json::array() }, { "note", "'; DROP TABLE checkpoints; --" } };
-    const auto id = checkpoints.insert(checkpoint);
-    EXPECT_EQ(checkpoints.insert(checkpoint), id); // reported twice, stored once
-    auto back = checkpoints.get(id);
-    ASSERT_TRUE(back);
-    EXPECT_EQ(back->iteration, 1200);
-    EXPECT_EQ(back->path, checkpoint.path);
-    EXPECT_EQ(back->totalBytes, 123456789);
-    EXPECT_EQ(back->snapshotSeconds, 0.25);
-    EXPECT_EQ(back->createdAt, 1'700'000'000);
-    EXPECT_EQ(back->manifest, checkpoint.manifest);
-    checkpoint.iteration = 2400;
-    checkpoint.snapshotSeconds.reset();
-    const auto second = checkpoints.insert(checkpoint);
-    EXPECT_NE(second, id);
-    EXPECT_EQ(checkpoints.latest(chainId)->iteration, 2400);
-    EXPECT_FALSE(checkpoints.latest(chainId)->snapshotSeconds);
-
-    TuningRepository tuning(connection);
-    EXPECT_FALSE(tuning.get(chainId));
-    Tuning state { chainId, "gpu-snapshot", 50, 0.2, 0.05, 2.0, 3.5 };
-    tuning.upsert(state);
-    auto tuned = tuning.get(chainId);
-    ASSERT_TRUE(tuned);
-    EXPECT_EQ(tuned->profile, "gpu-snapshot");
-    EXPECT_EQ(tuned->intervalK, 50);
-    EXPECT_EQ(tuned->overheadPercent, 3.5);
-    state.intervalK = 80;
-    state.iterationSeconds.reset();
-    tuning.upsert(state);
-    EXPECT_EQ(tuning.get(chainId)->intervalK, 80);
-    EXPECT_FALSE(tuning.get(chainId)->iterationSeconds);
+    store.handovers.start(chainId, 0, 77, 78, 1'700'000'000);
+    auto signal = store.handovers.signal(chainId, 0);
+    EXPECT_EQ(signal.signalledAt, 1'700'000'000);
+    EXPECT_FALSE(signal.sentAt);
+    store.handovers.recordSignal(chainId, 0, 1'700'000'005);
+    signal = store.handovers.signal(chainId, 0);
+    EXPECT_EQ(signal.sentAt, 1'700'000'005);
+    EXPECT_EQ(signal.attempts, 1);
+    EXPECT_EQ(store.handovers.complete(chainId, 0, 1'700'000'030), 30.0);
+    EXPECT_FALSE(store.handovers.complete(chainId, 0, 1'700'000'040)); // completed once
 }
 
 TEST(RoundTrip, EventsAreDeduplicated)
 {
     Connection connection = migrated(freshDatabase());
-    EventRepository events(connection);
-    Event event;
-    event.idempotencyKey = "job-77-start-'1";
-    event.kind = "job_start";
-    event.chainName = "'; DROP TABLE events; --";
-    event.slurmJobId = 77;
-    event.payload = { { "version", 1 }, { "kind", "job_start" }, { "deadline", 1'700'172'800 } };
-    EXPECT_TRUE(events.insert(event));
-    EXPECT_FALSE(events.insert(event)); // delivered twice
-    event.payload["deadline"] = 0;
-    EXPECT_FALSE(events.insert(event)); // same key, different body: the first one stays
-    auto back = events.findByKey("job-77-start-'1");
-    ASSERT_TRUE(back);
-    EXPECT_EQ(back->chainName, "'; DROP TABLE events; --");
-    EXPECT_EQ(back->payload["deadline"], 1'700'172'800);
-    EXPECT_FALSE(events.findByKey("missing"));
+    EventStore events(connection);
+    Json payload { { "version", 1 }, { "kind", "job_start" }, { "deadline", 1'700'172'800 } };
+    const std::string chain = "'; DROP TABLE events; --";
+    EXPECT_TRUE(events.insert("job-77-start-'1", "job_start", chain, 77, payload, 1000));
+    EXPECT_FALSE(events.insert("job-77-start-'1", "job_start", chain, 77, payload, 1000)); // delivered twice
+    payload["deadline"] = 0;
+    EXPECT_FALSE(events.insert("job-77-start-'1", "job_start", chain, 77, payload, 1000)); // the first stays
+    auto pending = events.unprocessed(10);
+    ASSERT_EQ(pending.size(), 1u);
+    EXPECT_EQ(pending[0].chainName, chain);
+    EXPECT_EQ(pending[0].payload["deadline"], 1'700'172'800);
+    events.markProcessed({ pending[0].id });
+    EXPECT_TRUE(events.unprocessed(10).empty());
+
+    CredentialStore credentials(connection);
+    EXPECT_TRUE(credentials.firstUse("MUNGE:'; --"));
+    EXPECT_FALSE(credentials.firstUse("MUNGE:'; --"));
 }
 
-TEST(RoundTrip, DecisionsModelsPredictions)
+TEST(RoundTrip, DecisionsAndModels)
 {
     Connection connection = migrated(freshDatabase());
     const auto chainId = addChain(connection, "bert");
+    DecisionStore decisions(connection);
+    decisions.recordMany("predict", { DecisionInput { chainId, "wait", { { "remaining_s", 3600 } }, "" },
+                                        DecisionInput { chainId, "pause", { { "job_id", 78 } }, "job cancelled" } });
+    EXPECT_TRUE(decisions.pausedForJob(chainId, 78));
+    EXPECT_FALSE(decisions.pausedForJob(chainId, 79));
+    EXPECT_THROW(decisions.record(chainId, "predict", "explode", Json::object(), ""), DbError);
+    const Json shown = ChainViews(connection).detail(*ChainStore(connection).find(chainId));
+    ASSERT_EQ(shown["decisions"].size(), 2u);
+    EXPECT_EQ(shown["decisions"][0]["action"], "pause"); // the newest first
+    EXPECT_EQ(shown["decisions"][0]["outcome"], "job cancelled");
 
-    DecisionRepository decisions(connection);
-    Decision decision { 0, chainId, 1'700'000'000, "predict", "wait",
-        { { "remaining_s", 3600 }, { "q90_wait_s", 1200 } }, std::nullopt };
-    const auto decisionId = decisions.insert(decision);
-    decision.decidedAt += 60;
-    decision.action = "submit";
-    decision.outcome = "submitted job 78";
-    decisions.insert(decision);
-    auto first = decisions.get(decisionId);
-    ASSERT_TRUE(first);
-    EXPECT_EQ(first->inputs["q90_wait_s"], 1200);
-    EXPECT_FALSE(first->outcome);
-    auto all = decisions.forChain(chainId);
-    ASSERT_EQ(all.size(), 2u);
-    EXPECT_EQ(all[1].action, "submit");
-    EXPECT_EQ(all[1].outcome, "submitted job 78");
-    decision.action = "explode";
-    EXPECT_THROW(decisions.insert(decision), DbError);
-
-    ModelRepository models(connection);
+    ModelTable models(connection);
     Model model { 0, "wait-q90", 1, "xgboost", "/var/lib/baton/models/wait-q90-1.json", 0,
         { { "max_depth", 6 }, { "quantile", 0.9 } }, { { "mae_s", 812.5 }, { "pinball", 0.12 } } };
-    const auto modelId = models.insert(model);
+    EXPECT_GT(models.insert(model), 0);
     model.version = 2;
     model.metrics["mae_s"] = 700.0;
     models.insert(model);
-    auto v1 = models.get(modelId);
-    ASSERT_TRUE(v1);
-    EXPECT_EQ(v1->metrics["mae_s"], 812.5);
-    EXPECT_EQ(v1->params["quantile"], 0.9);
-    EXPECT_GT(v1->trainedAt, 1'600'000'000);
-    EXPECT_EQ(models.latest("wait-q90")->version, 2);
+    const auto latest = models.latest("wait-q90");
+    ASSERT_TRUE(latest);
+    EXPECT_EQ(latest->version, 2);
+    EXPECT_EQ(latest->metrics["mae_s"], 700.0);
+    EXPECT_GT(latest->trainedAt, 1'600'000'000);
     EXPECT_FALSE(models.latest("nope"));
-
-    PredictionRepository predictions(connection);
-    Prediction prediction { 0, chainId, 78, modelId, 1'700'000'060, 0.9, 1234.5, std::nullopt };
-    const auto predictionId = predictions.insert(prediction);
-    EXPECT_FALSE(predictions.get(predictionId)->actualWaitSeconds);
-    EXPECT_TRUE(predictions.setActual(predictionId, 1500.25));
-    auto back = predictions.get(predictionId);
-    EXPECT_EQ(back->predictedWaitSeconds, 1234.5);
-    EXPECT_EQ(back->actualWaitSeconds, 1500.25);
-    EXPECT_EQ(back->quantile, 0.9);
-    EXPECT_EQ(back->modelId, modelId);
-    EXPECT_EQ(back->predictedAt, 1'700'000'060);
 }
 
 TEST(Transactions, RollBackUnlessCommitted)
 {
     Connection connection = migrated(freshDatabase());
-    ChainRepository chains(connection);
+    ChainStore chains(connection);
     {
         Transaction transaction(connection);
-        Chain chain;
-        chain.name = "rolled-back";
-        chains.insert(chain);
+        addChain(connection, "rolled-back");
         EXPECT_TRUE(connection.inTransaction());
     }
     EXPECT_FALSE(connection.inTransaction());
-    EXPECT_FALSE(chains.findByName("rolled-back"));
+    EXPECT_FALSE(chains.find(1000, "rolled-back"));
     {
         Transaction transaction(connection);
-        Chain chain;
-        chain.name = "kept";
-        chains.insert(chain);
+        addChain(connection, "kept");
         transaction.commit();
     }
-    EXPECT_TRUE(chains.findByName("kept"));
+    EXPECT_TRUE(chains.find(1000, "kept"));
     // An error inside a transaction: everything in it is gone, and the session is usable again.
     try {
         Transaction transaction(connection);
-        Chain chain;
-        chain.name = "lost";
-        chains.insert(chain);
-        chains.insert(chain); // unique violation
+        const std::int64_t id = addChain(connection, "lost");
+        DecisionStore(connection).record(id, "test", "explode", Json::object(), ""); // CHECK constraint
         transaction.commit();
     } catch (const DbError&) { }
-    EXPECT_FALSE(chains.findByName("lost"));
-    EXPECT_TRUE(chains.findByName("kept"));
+    EXPECT_FALSE(chains.find(1000, "lost"));
+    EXPECT_TRUE(chains.find(1000, "kept"));
+}
+
+// Durability is the transaction's: it holds inside it and ends with it, whatever the session's default.
+TEST(Transactions, DurabilityIsATransactionOption)
+{
+    Connection connection = migrated(freshDatabase());
+    const Statement setting { "test_synchronous_commit", "SELECT current_setting('synchronous_commit')" };
+    connection.execScript("SET synchronous_commit TO off");
+    {
+        Transaction transaction(connection, Durability::Durable);
+        EXPECT_EQ(connection.exec(setting).text(0, 0), "on");
+        transaction.commit();
+    }
+    EXPECT_EQ(connection.exec(setting).text(0, 0), "off");
+    connection.execScript("SET synchronous_commit TO on");
+    {
+        Transaction transaction(connection, Durability::Relaxed);
+        EXPECT_EQ(connection.exec(setting).text(0, 0), "off");
+    }
+    {
+        Transaction transaction(connection);
+        EXPECT_EQ(connection.exec(setting).text(0, 0), "on");
+    }
 }
 
 TEST(Timeouts, StatementTimeoutOnTheServer)

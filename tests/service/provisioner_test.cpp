@@ -1,6 +1,8 @@
 // The chain state machine against a real PostgreSQL and a scripted cluster (a fake of Slurm, in
 // addition to the real-Slurm tests in batond_test): crash windows around sbatch, the retry budget, the
 // end of training, handover bookkeeping.
+#include "chain_views.hpp"
+#include "live_chains.hpp"
 #include "live_policy.hpp"
 #include "provisioner.hpp"
 #include "services.hpp"
@@ -149,10 +151,10 @@ protected:
         first.timeLimitSeconds = 3600;
         cluster_.jobs.push_back(first);
         const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name() + suffix;
-        const ChainRow chain = store_.createChain(65534, "nobody", name, "/chains/" + name,
+        const ChainRow chain = store_.chains.create(65534, "nobody", name, "/chains/" + name,
             Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
                 { "workdir", "/tmp" } });
-        store_.upsertJob(chain.id, 0, first);
+        store_.jobs.upsert(chain.id, 0, first);
         return chain;
     }
     void tick(
@@ -161,7 +163,7 @@ protected:
         Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
         provisioner.tick();
     }
-    ChainState stateOf(const ChainRow& chain) { return store_.chain(chain.id)->state; }
+    ChainState stateOf(const ChainRow& chain) { return store_.chains.find(chain.id)->state; }
     // Puts a chain in a state for a test's set-up, whether or not the state machine leads there.
     bool forceState(std::int64_t chainId, ChainState from, ChainState to)
     {
@@ -205,11 +207,11 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     cluster_.now += 7;
     cluster_.end(1, "COMPLETED");
     tick();
-    const ChainRow after = *store_.chain(chain.id);
+    const ChainRow after = *store_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(after.generation, 0);
-    const Json detail = store_.detail(after);
+    const Json detail = ChainViews(connection_).detail(after);
     ASSERT_EQ(detail["handovers"].size(), 1u);
     EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
     EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
@@ -222,21 +224,21 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     const ChainRow chain = chainWithRunningJob(1);
     const auto report = [&](const std::string& kind, const std::string& step, const Json& requeue) {
         static int count = 0;
-        store_.insertEvent("key-" + std::to_string(++count), kind, chain.name, 1,
+        store_.events.insert("key-" + std::to_string(++count), kind, chain.name, 1,
             Json { { "step", step }, { "requeue_count", requeue } }, 0);
     };
     report("step_start", "batch", 0);
-    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
+    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
     report("step_start", "0", 0);
     report("task_exit", "0", 0);
-    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
+    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
     report("step_start", "1", "not a number"); // a hint: read as the first run
-    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
+    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
     report("step_start", "batch", 1);
-    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
+    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
     report("step_start", "0", 1);
-    EXPECT_EQ(store_.checkpointSignalScope(1), SignalScope::Steps);
-    EXPECT_EQ(store_.checkpointSignalScope(2), SignalScope::Full) << "another job";
+    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps);
+    EXPECT_EQ(store_.events.checkpointSignalScope(2), SignalScope::Full) << "another job";
 
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.now += 10;
@@ -245,7 +247,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
-    EXPECT_EQ(store_.detail(*store_.chain(chain.id))["decisions"][0]["outcome"], // the newest first
+    EXPECT_EQ(ChainViews(connection_).detail(*store_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
         "predecessor signalled TERM (steps)");
 }
 
@@ -256,16 +258,16 @@ TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
     const ChainRow first = chainWithRunningJob(1);
     const std::string key = Submitter::submissionKey(first, 1);
     ASSERT_EQ(
-        store_.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
+        store_.submissions.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
         1u);
-    store_.recordSubmitted({});
-    EXPECT_EQ(store_.submission(first.id, 1)->state, "intent");
-    store_.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
-    const auto submitted = store_.submission(first.id, 1);
+    store_.submissions.recordSubmitted({});
+    EXPECT_EQ(store_.submissions.find(first.id, 1)->state, "intent");
+    store_.submissions.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
+    const auto submitted = store_.submissions.find(first.id, 1);
     EXPECT_EQ(submitted->state, "submitted");
     EXPECT_EQ(submitted->slurmJobId, 77);
-    EXPECT_EQ(store_.resolvePrediction(77, 100.0), 120.0);
-    EXPECT_EQ(store_.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
+    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), 120.0);
+    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
 }
 
 TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
@@ -275,7 +277,7 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     cluster_.failAfterSubmit = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    const auto pending = store_.submission(chain.id, 1);
+    const auto pending = store_.submissions.find(chain.id, 1);
     ASSERT_TRUE(pending);
     EXPECT_NE(pending->state, "submitted");
 
@@ -283,8 +285,8 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     cluster_.now += 1;
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submission(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
 }
 
 TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
@@ -292,7 +294,7 @@ TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
     const ChainRow chain = chainWithRunningJob(3);
     // batond died between writing the intent and running sbatch.
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    ASSERT_TRUE(store_.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
+    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
     tick();
     EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
     cluster_.now += 3600;
@@ -313,7 +315,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
         cluster_.now += 30; // a tick period after the end
         tick();
         ASSERT_EQ(cluster_.submissions.size(), static_cast<std::size_t>(attempt + 1));
-        EXPECT_EQ(store_.submission(chain.id, attempt + 1)->reason, "retry");
+        EXPECT_EQ(store_.submissions.find(chain.id, attempt + 1)->reason, "retry");
         failing = cluster_.jobs.back().id;
         cluster_.start(failing);
         tick();
@@ -323,7 +325,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
     cluster_.now += 30;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Failed);
-    EXPECT_NE(store_.chain(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
+    EXPECT_NE(store_.chains.find(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
         std::string::npos);
     EXPECT_EQ(cluster_.submissions.size(), 2u);
 }
@@ -338,8 +340,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submission(chain.id, 1)->reason, "node_failure");
-    EXPECT_EQ(store_.chain(chain.id)->retries, 0);
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->reason, "node_failure");
+    EXPECT_EQ(store_.chains.find(chain.id)->retries, 0);
     EXPECT_EQ(cluster_.submissions[0].args.back(), "--baton-handover-wait=0");
 
     const std::int64_t second = cluster_.jobs.back().id;
@@ -349,8 +351,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submission(chain.id, 2)->reason, "retry");
-    EXPECT_EQ(store_.chain(chain.id)->retries, 1);
+    EXPECT_EQ(store_.submissions.find(chain.id, 2)->reason, "retry");
+    EXPECT_EQ(store_.chains.find(chain.id)->retries, 1);
     EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
 }
 
@@ -382,7 +384,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedBySlurmIsCancelledOnceItsSuccessorRu
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 7 });
     EXPECT_TRUE(cluster_.signals.empty()) << "a queued job is not signalled";
     tick();
-    const ChainRow after = *store_.chain(chain.id);
+    const ChainRow after = *store_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(cluster_.submissions.size(), 1u);
@@ -403,7 +405,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedDuringTheHandoverIsCancelled)
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 8 });
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chain(chain.id)->seq, 1);
+    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
 }
 
 TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
@@ -411,7 +413,7 @@ TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
     const ChainRow chain = chainWithRunningJob(5);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    store_.recordCheckpoint(chain.id, 5,
+    store_.checkpoints.record(chain.id, 5,
         Json { { "name", "ckpt-000000000900" }, { "iteration", 900 }, { "created_unix", cluster_.now },
             { "total_bytes", 10 }, { "final", true }, { "training_done", true } },
         "/chains/x");
@@ -486,7 +488,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     cluster_.end(jobId, "TIMEOUT");
     provisioner.tick();
     EXPECT_NE(rowVersion(), before);
-    EXPECT_EQ(store_.jobs(chain.id).front().state, "TIMEOUT");
+    EXPECT_EQ(store_.jobs.ofChain(chain.id).front().state, "TIMEOUT");
 }
 
 // The lead floor submits a successor at most half a job's limit early, so that a job with a short limit
@@ -524,27 +526,27 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     ClusterJob second = cluster_.jobs.front();
     second.id = 12;
     cluster_.jobs.push_back(second);
-    const ChainRow other = store_.createChain(65534, "nobody", "other", "/chains/other",
+    const ChainRow other = store_.chains.create(65534, "nobody", "other", "/chains/other",
         Json { { "script", "#!/bin/bash\ntrain\n" }, { "workdir", "/tmp" } });
-    store_.upsertJob(other.id, 0, second);
+    store_.jobs.upsert(other.id, 0, second);
     tick(std::make_shared<AlwaysSubmit>()); // successors submitted for both
     ASSERT_EQ(cluster_.submissions.size(), 2u) << "the spec is read for the submission";
     EXPECT_EQ(cluster_.submissions.back().scriptText, "#!/bin/bash\ntrain\n");
-    store_.recordCheckpoint(other.id, std::nullopt,
+    store_.checkpoints.record(other.id, std::nullopt,
         Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
     LiveChainCache cache;
-    const auto live = store_.liveChainsForTick(cache);
+    const auto live = readLiveChains(connection_, cache);
     ASSERT_EQ(live.size(), 2u);
     for (const LiveChain& view : live) {
-        const ChainRow row = *store_.chain(view.chain.id);
+        const ChainRow row = *store_.chains.find(view.chain.id);
         EXPECT_EQ(view.chain.state, row.state);
         EXPECT_TRUE(view.chain.spec.is_null()) << "specs are read when a job is submitted";
-        EXPECT_EQ(view.trainingDone, store_.trainingDone(row.id));
+        EXPECT_EQ(view.trainingDone, store_.checkpoints.trainingDone(row.id));
         ASSERT_TRUE(view.next.has_value());
-        EXPECT_EQ(view.next->key, store_.submission(row.id, row.seq + 1)->key);
-        EXPECT_EQ(view.current.has_value(), store_.submission(row.id, row.seq).has_value());
+        EXPECT_EQ(view.next->key, store_.submissions.find(row.id, row.seq + 1)->key);
+        EXPECT_EQ(view.current.has_value(), store_.submissions.find(row.id, row.seq).has_value());
         std::size_t expectedJobs = 0;
-        for (const JobRow& job : store_.jobs(row.id))
+        for (const JobRow& job : store_.jobs.ofChain(row.id))
             expectedJobs += job.seq == row.seq || job.seq == row.seq + 1;
         EXPECT_EQ(view.jobs.size(), expectedJobs);
     }
@@ -563,15 +565,15 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     LiveChainCache cache;
     const auto read = [&](std::size_t expectReadAgain) {
         SCOPED_TRACE("expecting " + std::to_string(expectReadAgain) + " chains read again");
-        const std::vector<LiveChain> kept = store_.liveChainsForTick(cache);
+        const std::vector<LiveChain> kept = readLiveChains(connection_, cache);
         EXPECT_EQ(cache.readAgain, expectReadAgain);
         LiveChainCache empty;
-        const std::vector<LiveChain> fresh = store_.liveChainsForTick(empty);
+        const std::vector<LiveChain> fresh = readLiveChains(connection_, empty);
         EXPECT_EQ(empty.readAgain, fresh.size());
         EXPECT_EQ(cache.chains.size(), fresh.size()) << "ended chains are dropped";
         EXPECT_EQ(kept.size(), fresh.size());
         for (std::size_t i = 0; i < std::min(kept.size(), fresh.size()); ++i) {
-            EXPECT_EQ(kept[i].chain.toJson(), fresh[i].chain.toJson());
+            EXPECT_EQ(chainView(kept[i].chain), chainView(fresh[i].chain));
             EXPECT_EQ(kept[i].trainingDone, fresh[i].trainingDone);
             EXPECT_EQ(kept[i].next.has_value(), fresh[i].next.has_value());
             EXPECT_EQ(kept[i].current.has_value(), fresh[i].current.has_value());
@@ -591,17 +593,17 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(2);
     read(0);
 
-    store_.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
+    store_.submissions.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
     EXPECT_TRUE(of(read(1), a)->next.has_value());
     connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
     EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
-    store_.recordCheckpoint(b.id, std::nullopt,
+    store_.checkpoints.record(b.id, std::nullopt,
         Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
     EXPECT_TRUE(of(read(1), b)->trainingDone);
     connection_.execScript("DELETE FROM submissions WHERE chain_id = " + std::to_string(a.id) + " AND seq = 1");
     EXPECT_FALSE(of(read(1), a)->next.has_value());
     // A new seq alone (the chain's own row) makes other rows the current and next job's.
-    ASSERT_TRUE(store_.advance(*store_.chain(a.id), ChainEvent::JobAdopted));
+    ASSERT_TRUE(store_.chains.advance(*store_.chains.find(a.id), ChainEvent::JobAdopted));
     EXPECT_EQ(of(read(1), a)->jobs.size(), 0u) << "no job 1 or 2 yet";
     // The chain's own row is read every time: a change to it alone reads no other rows.
     ASSERT_TRUE(forceState(a.id, ChainState::Running, ChainState::Paused));
@@ -630,9 +632,9 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     successor.state = "PENDING";
     successor.startTime = 0;
     started.startTime = cluster_.now - 5;
-    store_.upsertJobs(std::vector<Store::JobWrite> {
+    store_.jobs.upsert(std::vector<JobStore::Write> {
         { chain.id, 1, successor }, { chain.id, 0, ended }, { chain.id, 5, started } });
-    const std::vector<JobRow> jobs = store_.jobs(chain.id);
+    const std::vector<JobRow> jobs = store_.jobs.ofChain(chain.id);
     ASSERT_EQ(jobs.size(), 2u);
     EXPECT_EQ(jobs[0].seq, 0);
     EXPECT_EQ(jobs[0].state, "COMPLETED");
@@ -643,7 +645,7 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     EXPECT_EQ(jobs[1].state, "RUNNING") << "the last write's facts";
     EXPECT_EQ(jobs[1].startTime, cluster_.now - 5);
     EXPECT_FALSE(jobs[1].endTime.has_value());
-    store_.upsertJobs({}); // nothing to write: no statement
+    store_.jobs.upsert({}); // nothing to write: no statement
 }
 
 // One provisioner through a chain's whole handover, as batond keeps it from tick to tick: what it kept
@@ -666,7 +668,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     cluster_.end(51, "COMPLETED");
     provisioner.tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chain(chain.id)->seq, 1);
+    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
     provisioner.tick(); // the next successor for job 1
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
@@ -682,7 +684,7 @@ TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
     Provisioner provisioner(config_, store_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
-        store_.recordCheckpoint(chain.id, std::nullopt,
+        store_.checkpoints.record(chain.id, std::nullopt,
             Json { { "name", baton::contract::checkpointDirName(static_cast<std::uint64_t>(iteration)) },
                 { "iteration", iteration },
                 { "created_unix", cluster_.now - ago } },
@@ -713,7 +715,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
 {
     const ChainRow first = chainWithRunningJob(21, "-a");
     const ChainRow second = chainWithRunningJob(22, "-b");
-    const ChainRow history = store_.createChain(65534, "nobody", "history", "/chains/history", Json());
+    const ChainRow history = store_.chains.create(65534, "nobody", "history", "/chains/history", Json());
     ASSERT_TRUE(forceState(history.id, ChainState::Running, ChainState::Finished));
     Provisioner provisioner(config_, store_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
@@ -734,7 +736,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     EXPECT_EQ(gauge(ChainState::Failed), 0);
 
     // A chain that began and ended between two ticks is seen by its id, and the recount takes in all.
-    const ChainRow unseen = store_.createChain(65534, "nobody", "unseen", "/chains/unseen", Json());
+    const ChainRow unseen = store_.chains.create(65534, "nobody", "unseen", "/chains/unseen", Json());
     ASSERT_TRUE(forceState(unseen.id, ChainState::Running, ChainState::Finished));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Finished), 1);
@@ -879,7 +881,7 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     const ChainRow poisoned = chainWithRunningJob(31, "-a");
     const ChainRow other = chainWithRunningJob(32, "-b");
     const auto report = [&](const std::string& key, const Json& checkpoint) {
-        ASSERT_TRUE(store_.insertEvent(key, "task_exit", poisoned.name, 31,
+        ASSERT_TRUE(store_.events.insert(key, "task_exit", poisoned.name, 31,
             Json { { "chain_dir", "/chains/x" }, { "checkpoint", checkpoint } }, 0));
     };
     report("huge-time", Json { { "name", "ckpt-000000000010" }, { "iteration", 10 }, { "created_unix", 1e300 } });
@@ -889,11 +891,11 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending) << "the other chain was stepped";
     EXPECT_EQ(metrics_.chainErrors("event").Value(), 3);
-    EXPECT_TRUE(store_.unprocessedEvents(10).empty()) << "set aside, never tried again";
+    EXPECT_TRUE(store_.events.unprocessed(10).empty()) << "set aside, never tried again";
     const auto errors = connection_.exec(baton::db::Statement { "test_event_errors",
         "SELECT count(*) FROM events WHERE error LIKE '%out of range%'" });
     EXPECT_EQ(errors.int64(0, 0), 3);
-    EXPECT_FALSE(store_.latestCheckpoint(poisoned.id).has_value());
+    EXPECT_FALSE(store_.checkpoints.latest(poisoned.id).has_value());
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
 }
 
@@ -908,13 +910,13 @@ TEST_F(ProvisionerTest, AJobRowThatClashesIsRefusedAloneNotTheBatch)
     ClusterJob moved = cluster_.jobs.back();
     moved.state = "COMPLETED";
     moved.endTime = cluster_.now;
-    const std::vector<Store::JobWrite> batch { { a.id, 0, clash }, { b.id, 0, moved } };
-    const auto rejected = store_.upsertJobs(batch);
+    const std::vector<JobStore::Write> batch { { a.id, 0, clash }, { b.id, 0, moved } };
+    const auto rejected = store_.jobs.upsert(batch);
     ASSERT_EQ(rejected.size(), 1u);
     EXPECT_EQ(rejected[0].slurmJobId, 35);
     EXPECT_EQ(rejected[0].chainId, a.id);
-    EXPECT_EQ(store_.jobBySlurmId(34)->state, "COMPLETED");
-    EXPECT_FALSE(store_.jobBySlurmId(35).has_value());
+    EXPECT_EQ(store_.jobs.bySlurmId(34)->job.state, "COMPLETED");
+    EXPECT_FALSE(store_.jobs.bySlurmId(35).has_value());
 }
 
 // A chain that runs again continues after every seq it ever used: its next job never clashes with the
@@ -924,18 +926,18 @@ TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
     const ChainRow chain = chainWithRunningJob(36);
     tick(std::make_shared<AlwaysSubmit>()); // successor: seq 1
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Cancel, "test"));
-    const auto seq = store_.restart(*store_.chain(chain.id), ChainEvent::Resubmit, "test");
+    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    const auto seq = store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test");
     ASSERT_EQ(seq, 2);
-    const ChainRow restarted = *store_.chain(chain.id);
+    const ChainRow restarted = *store_.chains.find(chain.id);
     EXPECT_EQ(restarted.state, ChainState::Running);
     EXPECT_EQ(restarted.seq, 2);
-    ASSERT_TRUE(store_.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
+    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
     EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submission(chain.id, 2)->state, "submitted");
+    EXPECT_EQ(store_.submissions.find(chain.id, 2)->state, "submitted");
     // A second restart of a chain read before the first is fenced out.
-    EXPECT_FALSE(store_.restart(*store_.chain(chain.id), ChainEvent::Resubmit, "test"))
+    EXPECT_FALSE(store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test"))
         << "a running chain does not restart";
 }
 
@@ -951,7 +953,7 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     tick(std::make_shared<baton::sim::ReactivePolicy>());
     EXPECT_TRUE(cluster_.signals.empty()) << "the running predecessor was told to hand over";
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.submission(chain.id, 1)->state, "cancelled");
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "cancelled");
     // The policy submits seq 1 again; its job gets a row of its own beside the withdrawn one.
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
@@ -963,8 +965,8 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     cluster_.start(cluster_.jobs.back().id);
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
-    EXPECT_EQ(store_.jobBySlurmId(cluster_.jobs.back().id)->seq, 1);
-    EXPECT_TRUE(store_.jobBySlurmId(queued)->withdrawn);
+    EXPECT_EQ(store_.jobs.bySlurmId(cluster_.jobs.back().id)->job.seq, 1);
+    EXPECT_TRUE(store_.jobs.bySlurmId(queued)->job.withdrawn);
 }
 
 // Pause withdraws the queued successor; resume does not take that cancelled job for a started one, nor
@@ -973,11 +975,11 @@ TEST_F(ProvisionerTest, PauseThenResumeGoesOnWithoutAHandoverOrASecondPause)
 {
     const ChainRow chain = chainWithRunningJob(38);
     tick(std::make_shared<AlwaysSubmit>());
-    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Pause, "test"));
+    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Pause, "test"));
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.cancelled.size(), 1u);
-    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Resume, "test"));
+    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<baton::sim::ReactivePolicy>());
@@ -1000,9 +1002,9 @@ TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
     cluster_.end(39, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    const ChainRow paused = *store_.chain(chain.id);
-    ASSERT_TRUE(store_.transition(paused, ChainEvent::Resume, "test"));
-    store_.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
+    const ChainRow paused = *store_.chains.find(chain.id);
+    ASSERT_TRUE(store_.chains.transition(paused, ChainEvent::Resume, "test"));
+    store_.chains.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
     cluster_.now += 10;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1018,8 +1020,8 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     cluster_.end(46, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Resume, "test"));
-    store_.setResubmitRequested(chain.id, true);
+    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    store_.chains.setResubmitRequested(chain.id, true);
     cluster_.now += 10;
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1029,7 +1031,7 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick();
-        EXPECT_NE(stateOf(chain), ChainState::Paused) << store_.chain(chain.id)->reason.value_or("");
+        EXPECT_NE(stateOf(chain), ChainState::Paused) << store_.chains.find(chain.id)->reason.value_or("");
     }
     EXPECT_EQ(cluster_.submissions.size(), 2u) << "a replacement of the withdrawn job";
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1041,9 +1043,9 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
 {
     const ChainRow chain = chainWithRunningJob(40);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow pending = *store_.chain(chain.id);
+    const ChainRow pending = *store_.chains.find(chain.id);
     const std::string key = Submitter::submissionKey(pending, 1);
-    ASSERT_TRUE(store_.recordIntent(chain.id, 1, key, "policy"));
+    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, key, "policy"));
     ClusterJob impostor;
     impostor.id = 41;
     impostor.userId = 1000; // not the owner
@@ -1055,7 +1057,7 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
     cluster_.find(40)->startTime = cluster_.now - 60;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u) << "the chain submitted its own job";
-    EXPECT_NE(store_.submission(chain.id, 1)->slurmJobId, 41);
+    EXPECT_NE(store_.submissions.find(chain.id, 1)->slurmJobId, 41);
     EXPECT_TRUE(cluster_.signals.empty());
     EXPECT_NE(key.find(pending.token), std::string::npos);
     EXPECT_GE(pending.token.size(), 32u) << "unguessable";
@@ -1073,7 +1075,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     EXPECT_TRUE(cluster_.signals.empty());
-    EXPECT_FALSE(store_.handoverSignal(chain.id, 0).sentAt);
+    EXPECT_FALSE(store_.handovers.signal(chain.id, 0).sentAt);
     cluster_.now += 10;
     tick(); // fails again
     EXPECT_TRUE(cluster_.signals.empty());
@@ -1081,7 +1083,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0].jobId, 42);
-    EXPECT_EQ(store_.handoverSignal(chain.id, 0).sentAt, cluster_.now);
+    EXPECT_EQ(store_.handovers.signal(chain.id, 0).sentAt, cluster_.now);
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.signals.size(), 1u) << "delivered once: not sent again";
@@ -1096,14 +1098,14 @@ TEST_F(ProvisionerTest, AnSbatchThatTimedOutAfterAcceptingIsNotSubmittedTwice)
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.timeoutAfterAccept = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submission(chain.id, 1)->state, "failed");
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "failed");
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<AlwaysSubmit>());
     }
     EXPECT_EQ(cluster_.submissions.size(), 1u) << "a second job for one key";
-    EXPECT_EQ(store_.submission(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submission(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
 }
 
@@ -1114,8 +1116,8 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     const ChainRow chain = chainWithRunningJob(44);
     tick(std::make_shared<AlwaysSubmit>());
     const std::int64_t successor = cluster_.jobs.back().id;
-    ASSERT_TRUE(store_.transition(*store_.chain(chain.id), ChainEvent::Cancel, "test"));
-    store_.setWithdrawJobs(chain.id, true);
+    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    store_.chains.setWithdrawJobs(chain.id, true);
     cluster_.uncancellable = { 44 }; // the first scancel of the running job fails
     cluster_.now += 10;
     EXPECT_NO_THROW(tick());
@@ -1124,10 +1126,10 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.cancelled, (std::vector<std::int64_t> { successor, 44 }));
-    EXPECT_EQ(store_.chainsToWithdraw().size(), 1u) << "until squeue shows them ended";
+    EXPECT_EQ(store_.chains.toWithdraw().size(), 1u) << "until squeue shows them ended";
     cluster_.now += 10;
     tick();
-    EXPECT_TRUE(store_.chainsToWithdraw().empty());
+    EXPECT_TRUE(store_.chains.toWithdraw().empty());
     EXPECT_EQ(cluster_.cancelled.size(), 2u);
 }
 
@@ -1138,8 +1140,8 @@ TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
     const ChainRow stuck = chainWithRunningJob(45, "-a");
     const ChainRow other = chainWithRunningJob(46, "-b");
     ASSERT_TRUE(forceState(stuck.id, ChainState::Running, ChainState::Handover));
-    store_.startHandover(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
-    store_.recordHandoverSignal(stuck.id, 0, cluster_.now - 100000);
+    store_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
+    store_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
     cluster_.uncancellable = { 45 };
     Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
     for (int i = 0; i < Provisioner::quarantineAfterFailures; ++i) {
@@ -1148,14 +1150,14 @@ TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
         EXPECT_NO_THROW(provisioner.tick());
     }
     EXPECT_EQ(stateOf(stuck), ChainState::Quarantined);
-    EXPECT_NE(store_.chain(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
+    EXPECT_NE(store_.chains.find(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
     EXPECT_EQ(metrics_.chainErrors("slurm").Value(), Provisioner::quarantineAfterFailures);
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
     EXPECT_EQ(metrics_.chains(ChainState::Quarantined).Value(), 1);
     const auto cancels = cluster_.cancelled.size();
     provisioner.tick();
     EXPECT_EQ(cluster_.cancelled.size(), cancels) << "nothing is done for a quarantined chain";
-    EXPECT_TRUE(store_.transition(*store_.chain(stuck.id), ChainEvent::Resume, "test"));
+    EXPECT_TRUE(store_.chains.transition(*store_.chains.find(stuck.id), ChainEvent::Resume, "test"));
 }
 
 // Every write is fenced on the state and seq its writer read: a tick's stale view cannot overwrite a
@@ -1164,13 +1166,13 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
 {
     const ChainRow chain = chainWithRunningJob(48);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow stale = *store_.chain(chain.id);
-    ASSERT_TRUE(store_.transition(stale, ChainEvent::Pause, "by the owner"));
-    EXPECT_FALSE(store_.advance(stale, ChainEvent::PredecessorEnded));
-    EXPECT_FALSE(store_.transition(stale, ChainEvent::SuccessorStarted));
+    const ChainRow stale = *store_.chains.find(chain.id);
+    ASSERT_TRUE(store_.chains.transition(stale, ChainEvent::Pause, "by the owner"));
+    EXPECT_FALSE(store_.chains.advance(stale, ChainEvent::PredecessorEnded));
+    EXPECT_FALSE(store_.chains.transition(stale, ChainEvent::SuccessorStarted));
     EXPECT_EQ(stateOf(chain), ChainState::Paused);
-    EXPECT_EQ(store_.chain(chain.id)->seq, 0);
-    EXPECT_FALSE(store_.transition(*store_.chain(chain.id), ChainEvent::SuccessorStarted))
+    EXPECT_EQ(store_.chains.find(chain.id)->seq, 0);
+    EXPECT_FALSE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::SuccessorStarted))
         << "the table does not allow it from paused";
 }
 
@@ -1180,7 +1182,7 @@ TEST_F(ProvisionerTest, ACredentialIsAcceptedOnceAcrossInstances)
 {
     baton::db::Connection otherInstance(conninfo_);
     Store other(otherInstance);
-    EXPECT_TRUE(store_.firstUseOfCredential("MUNGE:AwQDAAA-one"));
-    EXPECT_FALSE(other.firstUseOfCredential("MUNGE:AwQDAAA-one"));
-    EXPECT_TRUE(other.firstUseOfCredential("MUNGE:AwQDAAA-two"));
+    EXPECT_TRUE(CredentialStore(connection_).firstUse("MUNGE:AwQDAAA-one"));
+    EXPECT_FALSE(other.credentials.firstUse("MUNGE:AwQDAAA-one"));
+    EXPECT_TRUE(other.credentials.firstUse("MUNGE:AwQDAAA-two"));
 }

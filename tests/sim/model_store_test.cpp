@@ -4,7 +4,7 @@
 
 #include "migrations.hpp"
 #include "process.hpp"
-#include "repositories.hpp"
+#include "model_table.hpp"
 #include "services.hpp"
 
 #include <gtest/gtest.h>
@@ -73,7 +73,7 @@ TEST(ModelStore, RoundTripThroughTheModelsTable)
     EXPECT_EQ(a.version, 1);
     EXPECT_EQ(b.version, 2);
 
-    baton::db::ModelRepository models(connection);
+    baton::db::ModelTable models(connection);
     const auto row = models.get(a.id);
     ASSERT_TRUE(row);
     EXPECT_EQ(row->kind, waitPredictorKind);
@@ -103,7 +103,7 @@ TEST(ModelStore, ClearErrorsForMissingOrForeignModels)
     baton::db::Model other;
     other.name = "'; DROP TABLE models; --";
     other.kind = "something-else";
-    baton::db::ModelRepository(connection).insert(other);
+    baton::db::ModelTable(connection).insert(other);
     try {
         loadStoredModel(connection, other.name);
         FAIL() << "a model of another kind must not load";
@@ -138,7 +138,7 @@ TEST(ModelStore, BatonctlSimStoresAndReusesAModel)
     EXPECT_NE(ran.output.find("checkpoint-aware"), std::string::npos) << ran.output;
 
     auto connection = baton::db::Connection(conninfo);
-    const auto row = baton::db::ModelRepository(connection).latest("synthetic");
+    const auto row = baton::db::ModelTable(connection).latest("synthetic");
     ASSERT_TRUE(row);
     EXPECT_TRUE(row->metrics.at("evaluation").contains("predict"));
     // The stored evaluation carries each policy's chain efficiency too.

@@ -1,0 +1,439 @@
+#include "provisioner.hpp"
+
+#include "log.hpp"
+#include "plugin_event.hpp"
+#include "spool.hpp"
+
+#include <errors.hpp>
+#include <transaction.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace baton::service {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Slurm states in which a job ended without the chain having made progress on purpose.
+bool failedState(const std::string& state)
+{
+    return state == "FAILED" || state == "NODE_FAIL" || state == "OUT_OF_MEMORY" || state == "BOOT_FAIL"
+        || state == "DEADLINE";
+}
+
+// Ends that slurmctld gives a job whose node failed under it or never booted: not the chain's doing.
+bool nodeFailure(const std::string& state) { return state == "NODE_FAIL" || state == "BOOT_FAIL"; }
+
+} // namespace
+
+std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const ClusterQueue& queue,
+    const std::vector<JobRow>& jobs, const std::optional<SubmissionRow>& submission)
+{
+    std::optional<std::int64_t> jobId;
+    if (submission && submission->slurmJobId)
+        jobId = submission->slurmJobId;
+    if (submission && submission->state == "intent") {
+        if (const ClusterJob* found = queue.findByComment(submission->key, chain.ownerUid)) {
+            // sbatch succeeded but batond stopped before it wrote the job id down.
+            store_.submissions.markSubmitted(submission->key, found->id);
+            jobId = found->id;
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": found submission " + submission->key
+                + " as job " + std::to_string(found->id));
+        } else if (now_ - submission->createdAt >= config_.submitGrace.count() || submission->reason == "restart") {
+            // An intent the API recorded for the tick (a restart: no sbatch of it in flight) goes at once.
+            jobId = submitter_.submitRecorded(chain, seq);
+            if (!jobId)
+                return std::nullopt;
+        } else {
+            return std::nullopt; // a submission may be in flight
+        }
+    }
+    // The row of this job, else the seq's row that still holds it (a withdrawn one gave the seq back).
+    auto row = std::find_if(jobs.begin(), jobs.end(),
+        [&](const JobRow& job) { return job.seq == seq && jobId && job.slurmJobId == *jobId; });
+    if (row == jobs.end())
+        row = std::find_if(
+            jobs.begin(), jobs.end(), [seq](const JobRow& job) { return job.seq == seq && !job.withdrawn; });
+    if (!jobId && row != jobs.end())
+        jobId = row->slurmJobId;
+    if (!jobId)
+        return std::nullopt;
+    if (const ClusterJob* found = queue.find(*jobId)) {
+        recordJob(chain, seq, *found, jobs);
+        return *found;
+    }
+    if (row == jobs.end() || row->slurmJobId != *jobId)
+        return std::nullopt;
+    // Gone from squeue (older than MinJobAge): what the database last saw, ended now if it was live.
+    ClusterJob job;
+    job.id = row->slurmJobId;
+    job.userId = chain.ownerUid;
+    job.state = row->state;
+    job.submitTime = row->submitTime.value_or(0);
+    job.startTime = row->startTime.value_or(0);
+    job.endTime = row->endTime.value_or(0);
+    job.timeLimitSeconds = row->timeLimitSeconds.value_or(0);
+    job.exitCode = row->exitCode;
+    if (!job.ended()) {
+        job.state = "UNKNOWN";
+        job.endTime = std::max(now_, job.startTime);
+        jobWrites_.push_back(JobStore::Write { chain.id, seq, job });
+    }
+    return job;
+}
+
+// Most ticks change nothing about most jobs: a row is written only when slurmctld's facts changed, and
+// with the other chains' after their steps.
+void Provisioner::recordJob(
+    const ChainRow& chain, int seq, const ClusterJob& job, const std::vector<JobRow>& jobs)
+{
+    const auto known
+        = [](std::int64_t value) { return value > 0 ? std::optional<std::int64_t>(value) : std::nullopt; };
+    const auto row = std::find_if(
+        jobs.begin(), jobs.end(), [&](const JobRow& r) { return r.seq == seq && r.slurmJobId == job.id; });
+    if (row != jobs.end() && row->state == job.state && row->submitTime == known(job.submitTime)
+        && row->startTime == known(job.startTime) && row->endTime == known(job.endTime)
+        && row->timeLimitSeconds == known(job.timeLimitSeconds) && row->exitCode == job.exitCode
+        && row->withdrawn == job.withdrawn())
+        return;
+    jobWrites_.push_back(JobStore::Write { chain.id, seq, job });
+}
+
+// Checkpoint hints the plugin spooled while batond was unreachable; the step's view of the chain takes in
+// what they add (training done, a newer checkpoint), so that nothing is read back.
+void Provisioner::collectSpoolHints(LiveChain& live)
+{
+    const ChainRow& chain = live.chain;
+    if (!chain.chainDir)
+        return;
+    try {
+        for (const std::string& line : collectSpool(*chain.chainDir, chain.ownerUid)) {
+            try {
+                const auto event = PluginEvent::spooled(line, config_.maxJsonDepth);
+                if (!event)
+                    continue;
+                const auto recorded = store_.checkpoints.record(chain.id, event->jobId, *event->checkpoint, *chain.chainDir);
+                live.trainingDone = live.trainingDone || recorded.trainingDone;
+                if (recorded.iteration > live.newestCheckpointIteration.value_or(-1)) {
+                    live.newestCheckpointIteration = recorded.iteration;
+                    live.newestCheckpointJob = event->jobId;
+                }
+            } catch (const std::invalid_argument&) {
+                // a damaged line of the owner's own file: skipped
+            } catch (const db::DbError& error) {
+                if (!db::isChainDataError(error))
+                    throw;
+                // a line whose values the database refused: skipped, like a damaged one
+            }
+        }
+    } catch (const std::runtime_error& error) {
+        if (dynamic_cast<const db::DbError*>(&error))
+            throw;
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+    }
+}
+
+void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, const ClusterQueue& queue)
+{
+    const ChainRow& chain = live.chain;
+    collectSpoolHints(live);
+    if (live.trainingDone) {
+        if (store_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
+            store_.decisions.record(
+                chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
+            logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
+        }
+        return;
+    }
+    if (current.state == "CANCELLED" && !chain.resubmitRequested && !store_.decisions.pausedForJob(chain.id, current.id)) {
+        // Someone cancelled the job by hand: stop the chain until its owner says otherwise (a resume or
+        // resubmit of it asks for the next job, and is not stopped again by the same cancelled job, also
+        // when the job it asked for is withdrawn in turn: the chain then submits another).
+        if (store_.chains.transition(chain, ChainEvent::JobCancelledOutside,
+                "job " + std::to_string(current.id) + " was cancelled outside baton"))
+            store_.decisions.record(
+                chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
+        return;
+    }
+    std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
+    // Progress: the job committed a checkpoint; a job that did resets the retry count.
+    const bool progressed = live.newestCheckpointJob == current.id;
+    if (progressed && chain.retries > 0)
+        store_.chains.setRetries(chain.id, 0);
+    // The plugin reports a job's last checkpoint as its tasks exit, just before the job ends, but batond
+    // may see the end in squeue before it has processed that report: a job without a recorded checkpoint
+    // is judged one tick period after its end, not before.
+    const auto tickSeconds = std::chrono::ceil<std::chrono::seconds>(config_.tick).count();
+    if (!progressed && !chain.resubmitRequested && current.endTime > 0 && now_ - current.endTime < tickSeconds)
+        return;
+    // A node that failed under the job is no fault of the chain's: its successor (on another node:
+    // slurmctld gives none to a node that is down) does not spend the retry budget. A job that was
+    // itself such a successor and failed its node again without a checkpoint does: a job that brings
+    // its node down each time is stopped.
+    const bool afterNodeFailure = live.current && live.current->reason == "node_failure";
+    if (!progressed && nodeFailure(current.state) && !chain.resubmitRequested && !afterNodeFailure) {
+        reason = "node_failure";
+    } else if (!progressed) {
+        // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its
+        // end (a script that exits at once "completes" too): those spend the retry budget, so that a
+        // broken chain stops with a reason instead of submitting forever.
+        if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
+            const std::string why = "job " + std::to_string(current.id) + " ended (" + current.state
+                + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
+            if (store_.chains.transition(chain, ChainEvent::RetryBudgetSpent, why)) {
+                store_.decisions.record(
+                    chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
+                logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
+            }
+            return;
+        }
+        store_.chains.setRetries(chain.id, chain.retries + 1);
+        if (failedState(current.state) && !chain.resubmitRequested)
+            reason = "retry";
+    }
+    startSubmission(chain, reason,
+        Json { { "predecessor_job_id", current.id }, { "predecessor_state", current.state } }, queue);
+}
+
+// A successor that is not to run (its chain was paused, or the training finished) is cancelled and its
+// submission marked so; false while that cannot be done yet: an intent without a job may still be in
+// sbatch (it waits for the grace), and a paused chain's successor that already runs holds the training.
+bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
+    const ClusterQueue& queue, const std::string& why, bool evenIfStarted)
+{
+    if (!next || (next->state != "intent" && next->state != "submitted"))
+        return true;
+    const ClusterJob* job = next->slurmJobId ? queue.find(*next->slurmJobId) : queue.findByComment(next->key, chain.ownerUid);
+    if (job && job->started() && !evenIfStarted)
+        return false; // it runs: the training is its now
+    if (!job && next->state == "intent" && now_ - next->createdAt < config_.submitGrace.count())
+        return false;
+    if (job && !job->ended()) {
+        cluster_.cancel(job->id, chain.ownerUid);
+    }
+    store_.submissions.markState(chain.id, chain.seq + 1, "cancelled", why);
+    return true;
+}
+
+// Signals the predecessor of a handover to checkpoint and exit; recorded only once scancel delivered it,
+// so that a failed scancel, or a batond stopped between the handover's commit and the signal, is sent
+// again by the next tick.
+void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current)
+{
+    const SignalScope scope = store_.events.checkpointSignalScope(current.id);
+    try {
+        cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
+    } catch (const SlurmError& error) {
+        metrics_.chainErrors("slurm").Increment();
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": the handover signal to job "
+            + std::to_string(current.id) + " failed (" + error.what() + "); sent again next tick");
+        return;
+    }
+    store_.handovers.recordSignal(chain.id, chain.seq, now_);
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current.id)
+        + " asked to checkpoint and exit (" + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
+        + ")");
+}
+
+void Provisioner::withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why)
+{
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(job.id)
+        + " was requeued by Slurm while " + why + "; cancelling it");
+    metrics_.handovers("requeued").Increment();
+    cluster_.cancel(job.id, chain.ownerUid);
+}
+
+void Provisioner::step(LiveChain live, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting)
+{
+    const ChainRow& chain = live.chain;
+    if (chain.state == ChainState::Quarantined)
+        return; // nothing is done for it until its owner or an operator resumes, resubmits or cancels it
+    const auto current = refreshJob(chain, chain.seq, queue, live.jobs, live.current);
+    if (chain.state == ChainState::Paused) {
+        // Paused means no job after the current one: a successor not yet running is withdrawn.
+        withdrawSuccessor(chain, live.next, queue, "chain paused", false);
+        return;
+    }
+    // Only a submission still meant to run has a successor: a cancelled or failed one's job is history.
+    const bool nextLive = live.next && (live.next->state == "intent" || live.next->state == "submitted");
+    const auto successor
+        = nextLive ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
+    switch (chain.state) {
+    case ChainState::Running:
+        stepRunning(live, current, successor, queue, awaiting);
+        return;
+    case ChainState::SuccessorPending:
+        stepSuccessorPending(live, current, successor, queue);
+        return;
+    case ChainState::Handover:
+        stepHandover(live, current, successor);
+        return;
+    case ChainState::Paused:
+    case ChainState::Quarantined: // handled above
+    case ChainState::Finished:
+    case ChainState::Failed:
+    case ChainState::Cancelled:
+        return;
+    }
+}
+
+void Provisioner::stepRunning(LiveChain& live, const std::optional<ClusterJob>& current,
+    const std::optional<ClusterJob>& successor, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting)
+{
+    const ChainRow& chain = live.chain;
+    if (!current) {
+        if (live.current && live.current->state == "failed"
+            && store_.chains.transition(chain, ChainEvent::RetryBudgetSpent,
+                "sbatch refused job " + std::to_string(chain.seq) + ": " + live.current->error))
+            logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: sbatch refused its job: "
+                + live.current->error);
+        return; // else the first submission is still being recorded
+    }
+    if (successor && !successor->withdrawn()) { // a successor exists (e.g. the chain was resumed)
+        store_.chains.transition(chain, ChainEvent::SuccessorFound);
+        return;
+    }
+    if (current->ended()) {
+        onCurrentEnded(live, *current, queue);
+        return;
+    }
+    if (live.trainingDone)
+        return; // the training is complete: this job only exits, nothing follows it
+    if (chain.resubmitRequested) {
+        startSubmission(chain, "resubmit", Json { { "requested", true } }, queue);
+        return;
+    }
+    if (!current->running() || current->timeLimitSeconds <= 0)
+        return;
+    awaiting.push_back(AwaitingDecision { chain, *current });
+}
+
+void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<ClusterJob>& current,
+    const std::optional<ClusterJob>& successor, const ClusterQueue& queue)
+{
+    const ChainRow& chain = live.chain;
+    const std::string label = chain.ownerName + "/" + chain.name;
+    if (current && current->ended())
+        collectSpoolHints(live);
+    if (current && current->ended() && live.trainingDone) {
+        if (!withdrawSuccessor(chain, live.next, queue, "training finished", true))
+            return; // an intent that may still be in sbatch: judged next tick
+        if (store_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
+            store_.decisions.record(chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+            logInfo("chain " + label + " finished; its pending successor was cancelled");
+        }
+        return;
+    }
+    if (!successor) {
+        // sbatch failed (or the submission went away): back to running, which submits anew.
+        const auto& next = live.next;
+        const bool nextLive = next && (next->state == "intent" || next->state == "submitted");
+        if (!nextLive && store_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
+            logInfo("chain " + label + ": its successor's submission "
+                + (next ? next->state + (next->error.empty() ? "" : " (" + next->error + ")") : std::string("is missing"))
+                + "; it is submitted again");
+        return;
+    }
+    if (successor->withdrawn()) {
+        // Ended without running (cancelled while queued, or refused): it never held the training,
+        // so the predecessor goes on; back to running, which submits anew when the policy says so.
+        store_.submissions.markState(chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
+        if (store_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
+            store_.decisions.record(chain.id, config_.policy, "withdrawn",
+                Json { { "successor_job_id", successor->id }, { "successor_state", successor->state } },
+                "successor ended without running");
+        return;
+    }
+    if (!successor->started())
+        return; // still queued
+    const auto waited = static_cast<double>(successor->startTime - successor->submitTime);
+    if (const auto predicted = store_.submissions.resolvePrediction(successor->id, waited))
+        metrics_.predictionError().Observe(std::abs(*predicted - waited));
+    if (current && current->pending()) {
+        // Slurm requeued the predecessor (its node failed, or an operator asked): the successor,
+        // which restores the newest checkpoint, carries the chain on; the queued copy of the
+        // predecessor would train a second time beside it. Ended next tick, it is then passed.
+        withdrawRequeued(chain, *current, "its successor " + std::to_string(successor->id) + " runs");
+        return;
+    }
+    if (current && !current->ended()) {
+        startHandover(chain, *current, *successor);
+        return;
+    }
+    // The predecessor had ended already: the chain waited for its successor.
+    if (current && current->endTime > 0)
+        metrics_.interruption().Observe(
+            static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
+    store_.chains.advance(chain, ChainEvent::PredecessorEnded);
+}
+
+// The successor runs while its predecessor does: fence the handover (durably: it is acted on), then signal.
+void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor)
+{
+    const char* reached = store_.events.checkpointSignalScope(current.id) == SignalScope::Steps ? "steps" : "full";
+    {
+        db::Transaction transaction(store_.connection(), db::Durability::Durable);
+        if (!store_.chains.transition(chain, ChainEvent::SuccessorStarted))
+            return;
+        store_.chains.setGeneration(chain.id, chain.seq);
+        store_.handovers.start(chain.id, chain.seq, current.id, successor.id, now_);
+        store_.decisions.record(chain.id, config_.policy, "handover",
+            Json { { "predecessor_job_id", current.id }, { "successor_job_id", successor.id },
+                { "signal_scope", reached } },
+            std::string("predecessor signalled TERM (") + reached + ")");
+        transaction.commit();
+    }
+    metrics_.handovers("started").Increment();
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(successor.id)
+        + " started while job " + std::to_string(current.id) + " runs: handover");
+    signalHandover(chain, current);
+}
+
+void Provisioner::stepHandover(
+    const LiveChain& live, const std::optional<ClusterJob>& current, const std::optional<ClusterJob>& successor)
+{
+    const ChainRow& chain = live.chain;
+    if (!current)
+        return;
+    if (current->ended()) {
+        const std::int64_t end = current->endTime > 0 ? current->endTime : now_;
+        {
+            db::Transaction transaction(store_.connection());
+            const auto seconds = store_.handovers.complete(chain.id, chain.seq, end);
+            if (!store_.chains.advance(chain, ChainEvent::PredecessorEnded))
+                return;
+            transaction.commit();
+            if (seconds)
+                metrics_.handoverDuration().Observe(*seconds);
+        }
+        metrics_.handovers("completed").Increment();
+        if (successor && successor->startTime > 0)
+            metrics_.overlap().Observe(static_cast<double>(std::max<std::int64_t>(0, end - successor->startTime)));
+        // The handover checkpoint was the last one: nothing left for the successor to do. It resumes, sees
+        // the done checkpoint and exits; the chain finishes with it.
+        if (live.trainingDone && current->state == "COMPLETED")
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": training finished during a handover");
+        return;
+    }
+    if (current->pending()) { // requeued during the handover: see stepSuccessorPending
+        withdrawRequeued(chain, *current, "the handover to its successor is under way");
+        return;
+    }
+    const HandoverStore::Signal signal = store_.handovers.signal(chain.id, chain.seq);
+    if (!signal.sentAt) {
+        signalHandover(chain, *current);
+        return;
+    }
+    if (signal.signalledAt && now_ - *signal.signalledAt > config_.handoverTimeout.count()) {
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current->id)
+            + " did not exit within " + std::to_string(config_.handoverTimeout.count())
+            + " s of the handover signal; cancelling it");
+        metrics_.handovers("timed_out").Increment();
+        cluster_.cancel(current->id, chain.ownerUid);
+    }
+}
+
+} // namespace baton::service

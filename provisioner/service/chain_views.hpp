@@ -1,0 +1,38 @@
+// The read model of the HTTP API: the JSON documents that show chains to their owners and operators,
+// built from the table stores' rows (and, for the detail's histories, from reads of its own). The
+// table stores return rows; only this file knows the documents' shape.
+#pragma once
+
+#include "chain_store.hpp"
+
+#include <connection.hpp>
+
+#include <nlohmann/json.hpp>
+
+namespace baton::service {
+
+// A chain's own row as the API shows it.
+nlohmann::json chainView(const ChainRow& chain);
+
+class ChainViews {
+public:
+    explicit ChainViews(db::Connection& connection)
+        : connection_(connection)
+    { }
+
+    // An entry of GET /v1/chains: the chain, its current and pending job and its newest checkpoint.
+    nlohmann::json summary(const ChainRow& chain);
+    // The detail document of GET /v1/chains/{owner}/{name}: jobs with their interruptions, the newest
+    // checkpoints, decisions and handovers, and how the next job is submitted.
+    nlohmann::json detail(const ChainRow& chain);
+
+private:
+    nlohmann::json jobs(const ChainRow& chain);
+    nlohmann::json checkpoints(const ChainRow& chain);
+    nlohmann::json decisions(const ChainRow& chain);
+    nlohmann::json handovers(const ChainRow& chain);
+
+    db::Connection& connection_;
+};
+
+} // namespace baton::service

@@ -1,0 +1,148 @@
+#include "provisioner.hpp"
+
+#include "log.hpp"
+
+#include <errors.hpp>
+#include <transaction.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace baton::service {
+
+using Json = nlohmann::json;
+
+// The compare-and-set and the intent go in one transaction, before sbatch runs.
+bool Provisioner::startSubmission(
+    const ChainRow& chain, const std::string& reason, const Json& inputs, const ClusterQueue& queue)
+{
+    std::vector<SubmissionStart> one { SubmissionStart { &chain, reason, inputs } };
+    return startSubmissions(one, queue) == 1;
+}
+
+// The intents of all the chains that submit in this tick are written in one statement and made durable
+// together with the tick's decision rows (one flush to disk, however many chains reached their lead at
+// once), before any sbatch runs.
+std::size_t Provisioner::startSubmissions(
+    std::span<const SubmissionStart> starts, const ClusterQueue& queue, std::vector<DecisionInput> decisions)
+{
+    if (starts.empty()) {
+        store_.decisions.recordMany(config_.policy, decisions);
+        return 0;
+    }
+    std::unordered_map<std::int64_t, SubmissionStore::RecordedIntent> specs; // of the chains whose intent was written
+    {
+        std::vector<IntentRequest> requests;
+        for (const SubmissionStart& start : starts) {
+            if (!isAllowed(start.chain->state, ChainEvent::SubmitSuccessor))
+                continue;
+            const int seq = start.chain->seq + 1;
+            requests.push_back(IntentRequest {
+                start.chain->id, start.chain->state, seq, Submitter::submissionKey(*start.chain, seq), start.reason });
+        }
+        db::Transaction transaction(store_.connection(), db::Durability::Durable);
+        specs = store_.submissions.recordIntents(requests);
+        for (const SubmissionStart& start : starts)
+            if (specs.contains(start.chain->id))
+                decisions.push_back(DecisionInput { start.chain->id, "submit", start.inputs, start.reason });
+        store_.decisions.recordMany(config_.policy, decisions);
+        transaction.commit();
+    }
+    std::vector<SubmittedJob> submitted;
+    for (const SubmissionStart& start : starts) {
+        const ChainRow& chain = *start.chain;
+        const auto spec = specs.find(chain.id);
+        if (spec == specs.end())
+            continue;
+        const int seq = chain.seq + 1;
+        const std::string& key = spec->second.key;
+        const auto predicted = start.inputs.find("predicted_wait_s");
+        const std::optional<double> predictedWait = predicted != start.inputs.end() && predicted->is_number()
+            ? std::optional(predicted->get<double>())
+            : std::nullopt;
+        // An earlier sbatch of this key may have been accepted after its answer was lost (a timeout):
+        // slurmctld's queue says so, and then that job is the one.
+        if (const ClusterJob* found = queue.findByComment(key, chain.ownerUid); found && !found->withdrawn()) {
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": " + key + " is already job "
+                + std::to_string(found->id) + "; not submitted again");
+            submitted.push_back(SubmittedJob { key, chain.id, found->id, predictedWait });
+            continue;
+        }
+        try {
+            if (const auto jobId = submitter_.submitIntent(chain, seq, key, start.reason, spec->second.spec))
+                submitted.push_back(SubmittedJob { key, chain.id, *jobId, predictedWait });
+        } catch (const db::DbError& error) {
+            if (!db::isChainDataError(error))
+                throw;
+            // The intent stays: the next tick reconciles it against the queue or submits it again.
+            chainFailed(chain, "data", error.what(), false);
+        } catch (const LeadershipLost&) {
+            throw;
+        } catch (const std::exception& error) {
+            chainFailed(chain, "internal", error.what(), false);
+        }
+    }
+    store_.submissions.recordSubmitted(submitted);
+    return specs.size();
+}
+
+void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQueue& queue)
+{
+    std::vector<ClusterJob> current;
+    current.reserve(awaiting.size());
+    for (const AwaitingDecision& a : awaiting)
+        current.push_back(a.current);
+    const std::vector<sim::DecisionPoint> points = awaiting.empty()
+        ? std::vector<sim::DecisionPoint>()
+        : decisionPoint_(queue, std::span<const ClusterJob>(current), now_);
+    std::vector<DecisionInput> waits;
+    std::vector<SubmissionStart> submissions;
+    std::unordered_map<std::int64_t, std::int64_t> waitSlots; // of the chains still waiting
+    for (std::size_t i = 0; i < awaiting.size(); ++i) {
+        const ChainRow& chain = awaiting[i].chain;
+        const sim::DecisionPoint& point = points.at(i);
+        try {
+            // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle
+            // take time, and a successor submitted at the last second always leaves a gap. It takes at
+            // most half of a job's limit: on a free cluster the successor starts at once and the job
+            // hands over, so a lead near the limit would end each job of a short-limit chain before it
+            // has trained, and its successor's the same way.
+            const std::int64_t limit = awaiting[i].current.timeLimitSeconds;
+            const std::int64_t lead = limit > 0
+                ? std::min<std::int64_t>(config_.submitLead.count(), limit / 2)
+                : config_.submitLead.count();
+            const bool submit
+                = policy_->submitNow(point) || (config_.policy != "reactive" && point.remaining <= lead);
+            // What the decision row says the policy saw; built only for the rows that are written.
+            const auto inputs = [&] {
+                Json seen { { "remaining_s", point.remaining },
+                    { "recent_mean_wait_s", point.recentMeanWait }, { "queue_pending", point.features[2] },
+                    { "queue_ahead", point.features[4] }, { "free_nodes", point.features[8] } };
+                // What the policy expects the successor to wait: the model's, or avg's recent mean.
+                if (std::isfinite(point.meanLogWait))
+                    seen["predicted_wait_s"] = std::expm1(point.meanLogWait);
+                else if (config_.policy != "reactive")
+                    seen["predicted_wait_s"] = point.recentMeanWait;
+                return seen;
+            };
+            if (submit) {
+                submissions.push_back(SubmissionStart { &chain, "policy", inputs() });
+                continue;
+            }
+            const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;
+            waitSlots.emplace(chain.id, slot);
+            if (const auto last = waitSlot_.find(chain.id); last != waitSlot_.end() && last->second == slot)
+                continue;
+            waits.push_back(DecisionInput { chain.id, "wait", inputs(), "" });
+        } catch (const db::DbError&) {
+            throw;
+        } catch (const std::exception& error) {
+            logError("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+        }
+    }
+    waitSlot_ = std::move(waitSlots);
+    startSubmissions(submissions, queue, std::move(waits));
+}
+
+} // namespace baton::service
