@@ -9,7 +9,7 @@
 // is greedy and asked on every tick of the window: it submits at the first whose probability reaches 1/2.
 #pragma once
 
-#include "protocol.hpp"
+#include "policy.hpp"
 
 #include <array>
 #include <cstdint>
@@ -19,6 +19,17 @@
 #include <vector>
 
 namespace baton::sim {
+
+// Training material for a learned submission policy, recorded by the simulator's protocol
+// (collectEpisodes, ../sim/protocol.hpp): for every probe, the decision points every
+// `decisionEvery` seconds within the last `window` seconds of the predecessor's run, and the
+// interruption had the successor been submitted at each of them (one fork each), the last entry being
+// a submission at the predecessor's end. With it a policy's reward for any action sequence is a lookup.
+struct ProbeEpisode {
+    int nodes = 0;
+    std::vector<DecisionPoint> points;
+    std::vector<std::optional<std::int64_t>> interruptions; // points.size() + 1 entries
+};
 
 struct GradientOptions {
     unsigned seed = 0; // weights' initialisation and the sampled episodes: same seed, same policy

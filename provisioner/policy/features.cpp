@@ -1,5 +1,7 @@
 #include "features.hpp"
 
+#include "features_of.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -7,6 +9,8 @@
 #include <vector>
 
 namespace baton::sim {
+
+using featureDetail::hour;
 
 const std::array<const char*, featureCount> featureNames = {
     "nodes",
@@ -25,107 +29,6 @@ const std::array<const char*, featureCount> featureNames = {
     "hour_of_day",
     "day_of_week",
 };
-
-namespace {
-
-constexpr double hour = 3600.0;
-
-// When a job of `nodes` would start if the running jobs end at their limits and the jobs ahead
-// start strictly in priority order (no backfill): an upper-bound style estimate a model can correct.
-// A template over the queue so that the simulator's own calls stay direct (the protocol makes millions).
-template<class Queue>
-std::int64_t fcfsStartEstimate(const Queue& sim, const std::vector<const Job*>& ahead, int nodes)
-{
-    using Release = std::pair<std::int64_t, int>;
-    std::priority_queue<Release, std::vector<Release>, std::greater<>> releases;
-    for (const auto& r : sim.running())
-        releases.emplace(r.limitEnd, r.nodes);
-    std::int64_t cursor = sim.now();
-    int free = sim.freeNodes();
-    auto place = [&](int need, std::int64_t limit) {
-        while (free < need && !releases.empty()) {
-            cursor = std::max(cursor, releases.top().first);
-            free += releases.top().second;
-            releases.pop();
-        }
-        free -= need;
-        releases.emplace(cursor + limit, need);
-        return cursor;
-    };
-    for (const Job* j : ahead)
-        place(j->nodes, j->limit);
-    return place(nodes, 0);
-}
-
-template<class Queue> Features featuresOf(const Queue& sim, const JobShape& shape)
-{
-    const std::int64_t now = sim.now();
-    Job probe;
-    probe.submit = now;
-    probe.nodes = shape.nodes;
-    probe.limit = shape.limit;
-    const double ownPriority = sim.priorityOf(probe, now);
-
-    std::vector<std::pair<double, const Job*>> ahead;
-    double pendingNodeHours = 0, aheadNodeHours = 0, aheadNodes = 0;
-    for (const auto& p : sim.pending()) {
-        const double nodeHours = p.job.nodes * static_cast<double>(p.job.limit) / hour;
-        pendingNodeHours += nodeHours;
-        const double prio = sim.priorityOf(p.job, now);
-        if (prio >= ownPriority) {
-            ahead.emplace_back(prio, &p.job);
-            aheadNodeHours += nodeHours;
-            aheadNodes += p.job.nodes;
-        }
-    }
-    std::sort(ahead.begin(), ahead.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<const Job*> aheadJobs;
-    aheadJobs.reserve(ahead.size());
-    for (const auto& a : ahead)
-        aheadJobs.push_back(a.second);
-
-    double runningNodeHours = 0;
-    std::vector<std::pair<std::int64_t, int>> ends;
-    for (const auto& r : sim.running()) {
-        runningNodeHours += r.nodes * static_cast<double>(r.limitEnd - now) / hour;
-        ends.emplace_back(r.limitEnd, r.nodes);
-    }
-    std::sort(ends.begin(), ends.end());
-    std::int64_t nodesFreeAt = now;
-    int avail = sim.freeNodes();
-    for (const auto& [t, n] : ends) {
-        if (avail >= shape.nodes)
-            break;
-        avail += n;
-        nodesFreeAt = t;
-    }
-
-    const std::int64_t secondsOfWeek = (now + 3 * 86400) % (7 * 86400); // the epoch was a Thursday
-    Features f {};
-    f[0] = static_cast<float>(shape.nodes);
-    f[1] = static_cast<float>(shape.limit / hour);
-    f[2] = static_cast<float>(sim.pending().size());
-    f[3] = static_cast<float>(pendingNodeHours);
-    f[4] = static_cast<float>(ahead.size());
-    f[5] = static_cast<float>(aheadNodeHours);
-    f[6] = static_cast<float>(aheadNodes);
-    f[7] = static_cast<float>(sim.running().size());
-    f[8] = static_cast<float>(sim.freeNodes());
-    f[9] = static_cast<float>(runningNodeHours);
-    f[10] = static_cast<float>((nodesFreeAt - now) / hour);
-    f[11] = static_cast<float>((fcfsStartEstimate(sim, aheadJobs, shape.nodes) - now) / hour);
-    f[12] = static_cast<float>(sim.recentMeanWait() / hour);
-    f[13] = static_cast<float>((secondsOfWeek % 86400) / hour);
-    f[14] = static_cast<float>(secondsOfWeek / 86400);
-    return f;
-}
-
-} // namespace
-
-Features queueFeatures(const Simulator& sim, const JobShape& shape)
-{
-    return featuresOf(sim, shape);
-}
 
 Features queueFeatures(const QueueView& queue, const JobShape& shape)
 {
