@@ -35,54 +35,126 @@ Features queueFeatures(const QueueView& queue, const JobShape& shape)
     return featuresOf(queue, shape);
 }
 
-std::vector<Features> queueFeatures(const QueueView& queue, std::span<const JobShape> shapes)
-{
-    const std::int64_t now = queue.now();
-    const auto pending = queue.pending();
-    const auto running = queue.running();
-    const int freeNow = queue.freeNodes();
+namespace {
 
-    // Pending jobs by priority, highest first: the jobs ahead of any probe are a prefix of this order.
+// Pending jobs by priority, highest first: the jobs ahead of any probe are a prefix of this order.
+struct RankedPending {
     struct Ranked {
         double priority;
         std::uint32_t index;
     };
-    std::vector<Ranked> ranked(pending.size());
+    std::vector<Ranked> ranked;
     double pendingNodeHours = 0;
-    for (std::uint32_t i = 0; i < pending.size(); ++i) {
-        const Job& j = pending[i].job;
-        pendingNodeHours += j.nodes * static_cast<double>(j.limit) / hour;
-        ranked[i] = { queue.priorityOf(j, now), i };
-    }
-    std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
-        return a.priority != b.priority ? a.priority > b.priority : a.index < b.index;
-    });
-    std::vector<double> aheadHours(ranked.size() + 1, 0.0), aheadNodes(ranked.size() + 1, 0.0);
-    for (std::size_t r = 0; r < ranked.size(); ++r) {
-        const Job& j = pending[ranked[r].index].job;
-        aheadHours[r + 1] = aheadHours[r] + j.nodes * static_cast<double>(j.limit) / hour;
-        aheadNodes[r + 1] = aheadNodes[r] + j.nodes;
+    std::vector<double> aheadHours, aheadNodes; // sums over the first k ranked jobs, at [k]
+
+    RankedPending(const QueueView& queue, std::span<const PendingJob> pending, std::int64_t now)
+        : ranked(pending.size())
+    {
+        for (std::uint32_t i = 0; i < pending.size(); ++i) {
+            const Job& j = pending[i].job;
+            pendingNodeHours += j.nodes * static_cast<double>(j.limit) / hour;
+            ranked[i] = { queue.priorityOf(j, now), i };
+        }
+        std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) {
+            return a.priority != b.priority ? a.priority > b.priority : a.index < b.index;
+        });
+        aheadHours.assign(ranked.size() + 1, 0.0);
+        aheadNodes.assign(ranked.size() + 1, 0.0);
+        for (std::size_t r = 0; r < ranked.size(); ++r) {
+            const Job& j = pending[ranked[r].index].job;
+            aheadHours[r + 1] = aheadHours[r] + j.nodes * static_cast<double>(j.limit) / hour;
+            aheadNodes[r + 1] = aheadNodes[r] + j.nodes;
+        }
     }
 
-    double runningNodeHours = 0;
-    std::vector<std::pair<std::int64_t, int>> ends;
-    ends.reserve(running.size());
-    for (const auto& r : running) {
-        runningNodeHours += r.nodes * static_cast<double>(r.limitEnd - now) / hour;
-        ends.emplace_back(r.limitEnd, r.nodes);
+    // How many pending jobs are ahead of a job of this priority.
+    std::size_t aheadOf(double own) const
+    {
+        return static_cast<std::size_t>(std::partition_point(ranked.begin(), ranked.end(),
+                                            [&](const Ranked& r) { return r.priority >= own; })
+            - ranked.begin());
     }
-    std::sort(ends.begin(), ends.end());
-    std::vector<std::int64_t> availAfter(ends.size()); // free nodes once ends[0..k] have ended
-    for (std::size_t k = 0; k < ends.size(); ++k)
-        availAfter[k] = (k == 0 ? freeNow : availAfter[k - 1]) + ends[k].second;
-    auto nodesFreeAt = [&](int nodes) {
+};
+
+// The running jobs' ends at their limits: when `nodes` nodes are free without any pending job starting.
+struct RunningEnds {
+    double runningNodeHours = 0;
+    std::vector<std::pair<std::int64_t, int>> ends; // sorted
+    std::vector<std::int64_t> availAfter; // free nodes once ends[0..k] have ended
+    std::int64_t now;
+    int freeNow;
+
+    RunningEnds(std::span<const RunningJob> running, std::int64_t now, int freeNow)
+        : now(now)
+        , freeNow(freeNow)
+    {
+        ends.reserve(running.size());
+        for (const auto& r : running) {
+            runningNodeHours += r.nodes * static_cast<double>(r.limitEnd - now) / hour;
+            ends.emplace_back(r.limitEnd, r.nodes);
+        }
+        std::sort(ends.begin(), ends.end());
+        availAfter.resize(ends.size());
+        for (std::size_t k = 0; k < ends.size(); ++k)
+            availAfter[k] = (k == 0 ? freeNow : availAfter[k - 1]) + ends[k].second;
+    }
+
+    std::int64_t nodesFreeAt(int nodes) const
+    {
         if (freeNow >= nodes || ends.empty())
             return now;
         const auto it
             = std::lower_bound(availAfter.begin(), availAfter.end(), static_cast<std::int64_t>(nodes));
         return it == availAfter.end() ? ends.back().first
                                       : ends[static_cast<std::size_t>(it - availAfter.begin())].first;
-    };
+    }
+};
+
+// Each shape's FCFS start estimate (featureDetail::fcfsStartEstimate): the jobs ahead are placed once,
+// in order of growing prefix; each probe starts from a copy of the state at its own prefix.
+std::vector<std::int64_t> fcfsStarts(const QueueView& queue, const RankedPending& order,
+    std::span<const std::size_t> aheadCount, std::span<const JobShape> shapes)
+{
+    const auto pending = queue.pending();
+    std::vector<std::size_t> byAhead(shapes.size());
+    for (std::size_t s = 0; s < shapes.size(); ++s)
+        byAhead[s] = s;
+    std::sort(byAhead.begin(), byAhead.end(), [&](std::size_t a, std::size_t b) {
+        return aheadCount[a] != aheadCount[b] ? aheadCount[a] < aheadCount[b]
+                                              : shapes[a].nodes < shapes[b].nodes;
+    });
+    featureDetail::FcfsPlacement placement(queue);
+    std::size_t placed = 0;
+    std::vector<std::int64_t> fcfsStart(shapes.size());
+    std::size_t lastAhead = SIZE_MAX;
+    int lastNodes = -1;
+    std::int64_t lastStart = queue.now();
+    for (const std::size_t s : byAhead) {
+        const int nodes = shapes[s].nodes;
+        if (aheadCount[s] == lastAhead && nodes == lastNodes) {
+            fcfsStart[s] = lastStart;
+            continue;
+        }
+        for (; placed < aheadCount[s]; ++placed) {
+            const Job& j = pending[order.ranked[placed].index].job;
+            placement.place(j.nodes, j.limit);
+        }
+        fcfsStart[s] = lastStart = placement.startOf(nodes);
+        lastAhead = aheadCount[s];
+        lastNodes = nodes;
+    }
+    return fcfsStart;
+}
+
+} // namespace
+
+std::vector<Features> queueFeatures(const QueueView& queue, std::span<const JobShape> shapes)
+{
+    const std::int64_t now = queue.now();
+    const auto pending = queue.pending();
+    const auto running = queue.running();
+    const RankedPending order(queue, pending, now);
+    const RunningEnds ends(running, now, queue.freeNodes());
 
     // Each shape's own priority and so how many jobs are ahead of it.
     std::vector<std::size_t> aheadCount(shapes.size());
@@ -91,62 +163,9 @@ std::vector<Features> queueFeatures(const QueueView& queue, std::span<const JobS
         probe.submit = now;
         probe.nodes = shapes[s].nodes;
         probe.limit = shapes[s].limit;
-        const double own = queue.priorityOf(probe, now);
-        aheadCount[s] = static_cast<std::size_t>(std::partition_point(ranked.begin(), ranked.end(),
-                                                     [&](const Ranked& r) { return r.priority >= own; })
-            - ranked.begin());
+        aheadCount[s] = order.aheadOf(queue.priorityOf(probe, now));
     }
-
-    // FCFS placement of the jobs ahead, once, in order of growing prefix; each probe starts from a copy
-    // of the state at its own prefix.
-    std::vector<std::size_t> byAhead(shapes.size());
-    for (std::size_t s = 0; s < shapes.size(); ++s)
-        byAhead[s] = s;
-    std::sort(byAhead.begin(), byAhead.end(), [&](std::size_t a, std::size_t b) {
-        return aheadCount[a] != aheadCount[b] ? aheadCount[a] < aheadCount[b]
-                                              : shapes[a].nodes < shapes[b].nodes;
-    });
-    using Release = std::pair<std::int64_t, int>;
-    std::priority_queue<Release, std::vector<Release>, std::greater<>> releases;
-    for (const auto& r : running)
-        releases.emplace(r.limitEnd, r.nodes);
-    std::int64_t cursor = now;
-    int free = freeNow;
-    std::size_t placed = 0;
-    std::vector<std::int64_t> fcfsStart(shapes.size());
-    std::size_t lastAhead = SIZE_MAX;
-    int lastNodes = -1;
-    std::int64_t lastStart = now;
-    for (const std::size_t s : byAhead) {
-        const int nodes = shapes[s].nodes;
-        if (aheadCount[s] == lastAhead && nodes == lastNodes) {
-            fcfsStart[s] = lastStart;
-            continue;
-        }
-        for (; placed < aheadCount[s]; ++placed) {
-            const Job& j = pending[ranked[placed].index].job;
-            while (free < j.nodes && !releases.empty()) {
-                cursor = std::max(cursor, releases.top().first);
-                free += releases.top().second;
-                releases.pop();
-            }
-            free -= j.nodes;
-            releases.emplace(cursor + j.limit, j.nodes);
-        }
-        std::int64_t probeCursor = cursor;
-        if (free < nodes) {
-            auto copy = releases;
-            int probeFree = free;
-            while (probeFree < nodes && !copy.empty()) {
-                probeCursor = std::max(probeCursor, copy.top().first);
-                probeFree += copy.top().second;
-                copy.pop();
-            }
-        }
-        fcfsStart[s] = lastStart = probeCursor;
-        lastAhead = aheadCount[s];
-        lastNodes = nodes;
-    }
+    const auto fcfsStart = fcfsStarts(queue, order, aheadCount, shapes);
 
     const std::int64_t secondsOfWeek = (now + 3 * 86400) % (7 * 86400); // the epoch was a Thursday
     const double recentWait = queue.recentMeanWait();
@@ -158,14 +177,14 @@ std::vector<Features> queueFeatures(const QueueView& queue, std::span<const JobS
         f[0] = static_cast<float>(shape.nodes);
         f[1] = static_cast<float>(shape.limit / hour);
         f[2] = static_cast<float>(pending.size());
-        f[3] = static_cast<float>(pendingNodeHours);
+        f[3] = static_cast<float>(order.pendingNodeHours);
         f[4] = static_cast<float>(k);
-        f[5] = static_cast<float>(aheadHours[k]);
-        f[6] = static_cast<float>(aheadNodes[k]);
+        f[5] = static_cast<float>(order.aheadHours[k]);
+        f[6] = static_cast<float>(order.aheadNodes[k]);
         f[7] = static_cast<float>(running.size());
-        f[8] = static_cast<float>(freeNow);
-        f[9] = static_cast<float>(runningNodeHours);
-        f[10] = static_cast<float>((nodesFreeAt(shape.nodes) - now) / hour);
+        f[8] = static_cast<float>(ends.freeNow);
+        f[9] = static_cast<float>(ends.runningNodeHours);
+        f[10] = static_cast<float>((ends.nodesFreeAt(shape.nodes) - now) / hour);
         f[11] = static_cast<float>((fcfsStart[s] - now) / hour);
         f[12] = static_cast<float>(recentWait / hour);
         f[13] = static_cast<float>((secondsOfWeek % 86400) / hour);

@@ -17,31 +17,57 @@ namespace featureDetail {
 
 inline constexpr double hour = 3600.0;
 
-// When a job of `nodes` would start if the running jobs end at their limits and the jobs ahead
-// start strictly in priority order (no backfill): an upper-bound style estimate a model can correct.
-// A template over the queue so that the simulator's own calls stay direct (the protocol makes millions).
+// The running jobs' nodes released at their limits, and pending jobs placed behind them strictly in
+// priority order (no backfill), each at the earliest time enough nodes are free.
+class FcfsPlacement {
+public:
+    template<class Queue>
+    explicit FcfsPlacement(const Queue& queue)
+        : cursor_(queue.now())
+        , free_(queue.freeNodes())
+    {
+        for (const auto& r : queue.running())
+            releases_.emplace(r.limitEnd, r.nodes);
+    }
+
+    // Places a job of `nodes` for `limit` seconds; returns its start.
+    std::int64_t place(int nodes, std::int64_t limit)
+    {
+        while (free_ < nodes && !releases_.empty()) {
+            cursor_ = std::max(cursor_, releases_.top().first);
+            free_ += releases_.top().second;
+            releases_.pop();
+        }
+        free_ -= nodes;
+        releases_.emplace(cursor_ + limit, nodes);
+        return cursor_;
+    }
+
+    // When a job of `nodes` would start behind the jobs placed so far (nothing is placed).
+    std::int64_t startOf(int nodes) const
+    {
+        if (free_ >= nodes)
+            return cursor_;
+        FcfsPlacement probe = *this;
+        return probe.place(nodes, 0);
+    }
+
+private:
+    using Release = std::pair<std::int64_t, int>;
+    std::priority_queue<Release, std::vector<Release>, std::greater<>> releases_;
+    std::int64_t cursor_;
+    int free_;
+};
+
+// When a job of `nodes` would start after the jobs ahead, placed FCFS: an upper-bound style estimate a
+// model can correct.
 template<class Queue>
 std::int64_t fcfsStartEstimate(const Queue& sim, const std::vector<const Job*>& ahead, int nodes)
 {
-    using Release = std::pair<std::int64_t, int>;
-    std::priority_queue<Release, std::vector<Release>, std::greater<>> releases;
-    for (const auto& r : sim.running())
-        releases.emplace(r.limitEnd, r.nodes);
-    std::int64_t cursor = sim.now();
-    int free = sim.freeNodes();
-    auto place = [&](int need, std::int64_t limit) {
-        while (free < need && !releases.empty()) {
-            cursor = std::max(cursor, releases.top().first);
-            free += releases.top().second;
-            releases.pop();
-        }
-        free -= need;
-        releases.emplace(cursor + limit, need);
-        return cursor;
-    };
+    FcfsPlacement placement(sim);
     for (const Job* j : ahead)
-        place(j->nodes, j->limit);
-    return place(nodes, 0);
+        placement.place(j->nodes, j->limit);
+    return placement.place(nodes, 0);
 }
 
 } // namespace featureDetail

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,6 +73,15 @@ public:
 
 private:
     using Input = std::array<double, inputCount>;
+    // Training, in order: the options and episodes checked (the number of decisions), the inputs
+    // standardised, the weights drawn, then per episode its expected reward and gradient added.
+    static std::size_t checkedDecisions(
+        std::span<const ProbeEpisode> episodes, const GradientOptions& options);
+    std::vector<std::vector<Input>> standardise(
+        std::span<const ProbeEpisode> episodes, std::size_t decisions);
+    void initialise(std::mt19937_64& rng, double decisionsPerEpisode);
+    double addGradient(const ProbeEpisode& e, std::span<const Input> xs, std::mt19937_64& rng,
+        std::vector<double>& grad, std::vector<double>& hidden) const;
     static Input rawInput(const DecisionPoint& point);
     Input input(const DecisionPoint& point) const; // standardised
     double logit(const Input& x, std::vector<double>* hidden = nullptr) const;
