@@ -26,6 +26,8 @@ std::span<const CommandGroup> commandGroups();
 int versionCommand(std::span<const std::string> args);
 int dbCommand(std::span<const std::string> args);
 int traceCommand(std::span<const std::string> args);
+// The queue simulator and the policies it evaluates (sim_command.cpp and the sim_*.cpp beside it).
+int simCommand(std::span<const std::string> args);
 // Chain commands, talking to batond (chain_commands.cpp).
 int submitCommand(std::span<const std::string> args);
 int chainsCommand(std::span<const std::string> args);

@@ -1,7 +1,5 @@
 #include "command.hpp"
 
-#include "sim_command.hpp"
-
 #include <cstdlib>
 
 namespace baton::ctl {
@@ -21,7 +19,7 @@ std::span<const CommandGroup> commandGroups()
         { "version", "print the version", versionCommand },
         { "db", "database schema: migrate, status", dbCommand },
         { "trace", "job traces: import, list, stats", traceCommand },
-        { "sim", "queue simulator and provisioning policies: fit, run, compare", sim::runSimCommand },
+        { "sim", "queue simulator and provisioning policies: fit, run, compare", simCommand },
     };
     return groups;
 }

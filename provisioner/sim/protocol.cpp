@@ -2,6 +2,8 @@
 
 #include "validation.hpp"
 
+#include <features_of.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,7 +30,7 @@ DecisionPoint decisionPointAt(
     p.now = t;
     p.remaining = end - t;
     if (withFeatures)
-        p.features = queueFeatures(sim, shape);
+        p.features = featuresOf(sim, shape);
     p.recentMeanWait = sim.recentMeanWait();
     return p;
 }

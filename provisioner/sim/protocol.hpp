@@ -9,8 +9,10 @@
 // until the successor starts or a horizon passes (pass 2).
 #pragma once
 
-#include "policy.hpp"
 #include "simulator.hpp"
+
+#include <gradient_policy.hpp>
+#include <policy.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -200,16 +202,8 @@ ChainMetrics summarizeChains(std::span<const ChainOutcome> chains);
 
 namespace baton::sim {
 
-// Training material for a learned submission policy: for every probe, the decision points every
-// `decisionEvery` seconds within the last `window` seconds of the predecessor's run, and the
-// interruption had the successor been submitted at each of them (one fork each), the last entry being
-// a submission at the predecessor's end. With it a policy's reward for any action sequence is a lookup.
-struct ProbeEpisode {
-    int nodes = 0;
-    std::vector<DecisionPoint> points;
-    std::vector<std::optional<std::int64_t>> interruptions; // points.size() + 1 entries
-};
-
+// Training material for a learned submission policy (ProbeEpisode, gradient_policy.hpp): every probe's
+// decision points in the last `window` seconds of the predecessor's run, every `decisionEvery` seconds.
 std::vector<ProbeEpisode> collectEpisodes(std::shared_ptr<const std::vector<Job>> trace,
     const SchedulerConfig& scheduler, const ProtocolConfig& config, std::int64_t decisionEvery,
     std::int64_t window);

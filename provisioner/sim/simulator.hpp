@@ -4,8 +4,9 @@
 // evaluation protocol snapshots the base replay and runs one counterfactual per probe from there.
 #pragma once
 
-#include "job.hpp"
 #include "scheduler_config.hpp"
+
+#include <queue_view.hpp>
 
 #include <array>
 #include <cstdint>
@@ -16,20 +17,17 @@
 
 namespace baton::sim {
 
-struct PendingJob {
-    Job job;
-    std::int64_t traceIndex = -1; // -1 for jobs inserted with submit()
+// Jobs prepareTrace() dropped, by reason.
+struct Dropped {
+    std::size_t neverFit = 0; // larger than the simulated cluster: they could never start
+    std::size_t invalid = 0; // no size or no limit
+    std::size_t total() const { return neverFit + invalid; }
 };
 
-struct RunningJob {
-    std::int64_t id = 0;
-    std::int64_t start = 0;
-    std::int64_t end = 0; // when it really ends
-    std::int64_t limitEnd = 0; // start + limit: what the scheduler plans with
-    std::int32_t nodes = 0;
-    std::int32_t user = -1;
-    std::int64_t traceIndex = -1;
-};
+// Sorts by submit time (then id), the order the simulator needs, and drops jobs that can never run,
+// so that none blocks the queue's head forever. Returns the number of jobs dropped; `dropped`, when
+// given, gets them by reason.
+std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes, Dropped* dropped = nullptr);
 
 class Simulator {
 public:

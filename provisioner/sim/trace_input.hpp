@@ -3,8 +3,7 @@
 // read from the trace; partitions are kept apart, since each is its own pool of nodes.
 #pragma once
 
-#include "job.hpp"
-
+#include <job.hpp>
 #include <trace_job.hpp>
 
 #include <cstddef>

@@ -1,8 +1,10 @@
 // How well a replay reproduces the recorded schedule: wait-time errors and correlation.
 #pragma once
 
-#include "job.hpp"
 #include "scheduler_config.hpp"
+
+#include <job.hpp>
+#include <statistics.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -32,8 +34,5 @@ struct JobWait {
 // `waits`, when given, receives every compared job's waits in trace order.
 FitReport validateReplay(std::shared_ptr<const std::vector<Job>> trace, const SchedulerConfig& config,
     std::int64_t from, std::vector<JobWait>* waits = nullptr);
-
-double quantile(std::vector<double> values, double q);
-double pearson(const std::vector<double>& x, const std::vector<double>& y);
 
 } // namespace baton::sim

@@ -2,6 +2,7 @@
 #include "gradient_policy.hpp"
 
 #include "job_factory.hpp"
+#include "protocol.hpp"
 
 #include <gtest/gtest.h>
 

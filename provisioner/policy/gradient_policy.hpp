@@ -9,16 +9,28 @@
 // is greedy and asked on every tick of the window: it submits at the first whose probability reaches 1/2.
 #pragma once
 
-#include "protocol.hpp"
+#include "policy.hpp"
 
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace baton::sim {
+
+// Training material for a learned submission policy, recorded by the simulator's protocol
+// (collectEpisodes, ../sim/protocol.hpp): for every probe, the decision points every
+// `decisionEvery` seconds within the last `window` seconds of the predecessor's run, and the
+// interruption had the successor been submitted at each of them (one fork each), the last entry being
+// a submission at the predecessor's end. With it a policy's reward for any action sequence is a lookup.
+struct ProbeEpisode {
+    int nodes = 0;
+    std::vector<DecisionPoint> points;
+    std::vector<std::optional<std::int64_t>> interruptions; // points.size() + 1 entries
+};
 
 struct GradientOptions {
     unsigned seed = 0; // weights' initialisation and the sampled episodes: same seed, same policy
@@ -61,6 +73,15 @@ public:
 
 private:
     using Input = std::array<double, inputCount>;
+    // Training, in order: the options and episodes checked (the number of decisions), the inputs
+    // standardised, the weights drawn, then per episode its expected reward and gradient added.
+    static std::size_t checkedDecisions(
+        std::span<const ProbeEpisode> episodes, const GradientOptions& options);
+    std::vector<std::vector<Input>> standardise(
+        std::span<const ProbeEpisode> episodes, std::size_t decisions);
+    void initialise(std::mt19937_64& rng, double decisionsPerEpisode);
+    double addGradient(const ProbeEpisode& e, std::span<const Input> xs, std::mt19937_64& rng,
+        std::vector<double>& grad, std::vector<double>& hidden) const;
     static Input rawInput(const DecisionPoint& point);
     Input input(const DecisionPoint& point) const; // standardised
     double logit(const Input& x, std::vector<double>* hidden = nullptr) const;

@@ -1,10 +1,10 @@
-// A live Slurm queue seen through the simulator's QueueView, so that a live provisioner computes its
-// features with the very code (sim/features.cpp) its predictors were trained with.
+// A live Slurm queue seen through QueueView, so that a live provisioner computes its features with the
+// very code (features.cpp) its predictors were trained with in the simulator.
 #pragma once
 
-#include "squeue_json.hpp"
+#include "queue_view.hpp"
 
-#include <features.hpp>
+#include <squeue_json.hpp>
 
 #include <cstdint>
 #include <functional>

@@ -126,8 +126,8 @@ double GradientPolicy::expectedReward(std::span<const ProbeEpisode> episodes) co
     return sum / static_cast<double>(episodes.size());
 }
 
-GradientPolicy GradientPolicy::train(
-    std::span<const ProbeEpisode> episodes, const GradientOptions& options, GradientTraining* report)
+std::size_t GradientPolicy::checkedDecisions(
+    std::span<const ProbeEpisode> episodes, const GradientOptions& options)
 {
     if (options.hidden <= 0 || options.epochs < 0 || options.batch <= 0 || !(options.learningRate > 0)
         || options.decisionEvery <= 0 || options.window < options.decisionEvery)
@@ -141,11 +141,12 @@ GradientPolicy GradientPolicy::train(
     }
     if (decisions == 0)
         throw std::invalid_argument("policy gradient: no decision points to train on");
-    const auto t0 = std::chrono::steady_clock::now();
-    GradientPolicy policy;
-    policy.options_ = options;
+    return decisions;
+}
 
-    // Standardise the inputs over every decision point of the training episodes.
+std::vector<std::vector<GradientPolicy::Input>> GradientPolicy::standardise(
+    std::span<const ProbeEpisode> episodes, std::size_t decisions)
+{
     std::vector<std::vector<Input>> raw(episodes.size());
     Input sum {}, sumSq {};
     for (std::size_t k = 0; k < episodes.size(); ++k)
@@ -158,46 +159,105 @@ GradientPolicy GradientPolicy::train(
         }
     const auto n = static_cast<double>(decisions);
     for (std::size_t i = 0; i < inputCount; ++i) {
-        policy.mean_[i] = sum[i] / n;
-        const double var = std::max(0.0, sumSq[i] / n - policy.mean_[i] * policy.mean_[i]);
-        policy.scale_[i] = var > 1e-12 ? 1.0 / std::sqrt(var) : 0.0; // a constant input carries nothing
+        mean_[i] = sum[i] / n;
+        const double var = std::max(0.0, sumSq[i] / n - mean_[i] * mean_[i]);
+        scale_[i] = var > 1e-12 ? 1.0 / std::sqrt(var) : 0.0; // a constant input carries nothing
     }
     std::vector<std::vector<Input>> x(episodes.size());
     for (std::size_t k = 0; k < episodes.size(); ++k)
         for (const auto& r : raw[k]) {
             Input v;
             for (std::size_t i = 0; i < inputCount; ++i)
-                v[i] = (r[i] - policy.mean_[i]) * policy.scale_[i];
+                v[i] = (r[i] - mean_[i]) * scale_[i];
             x[k].push_back(v);
         }
+    return x;
+}
 
-    const auto h = static_cast<std::size_t>(options.hidden);
+void GradientPolicy::initialise(std::mt19937_64& rng, double decisionsPerEpisode)
+{
+    const auto h = static_cast<std::size_t>(options_.hidden);
     const std::size_t count = h * inputCount + h + h + 1;
-    std::mt19937_64 rng(options.seed);
-    policy.params_.resize(count);
+    params_.resize(count);
     const double a1 = 1.0 / std::sqrt(static_cast<double>(inputCount)),
                  a2 = 1.0 / std::sqrt(static_cast<double>(h));
     for (std::size_t i = 0; i < h * inputCount; ++i)
-        policy.params_[i] = a1 * (2 * uniform(rng) - 1);
+        params_[i] = a1 * (2 * uniform(rng) - 1);
     for (std::size_t i = h * inputCount + h; i < count - 1; ++i)
-        policy.params_[i] = a2 * (2 * uniform(rng) - 1);
+        params_[i] = a2 * (2 * uniform(rng) - 1);
     // Start by submitting at a uniform hazard that leaves about one episode in three to the
     // predecessor's end: every decision is tried early in training.
-    const double perEpisode = n / static_cast<double>(episodes.size());
-    policy.params_[count - 1] = std::log(1.0 / std::max(perEpisode, 2.0));
+    params_[count - 1] = std::log(1.0 / std::max(decisionsPerEpisode, 2.0));
+}
+
+double GradientPolicy::addGradient(const ProbeEpisode& e, std::span<const Input> xs, std::mt19937_64& rng,
+    std::vector<double>& grad, std::vector<double>& hidden) const
+{
+    const auto h = static_cast<std::size_t>(options_.hidden);
+    const std::size_t decisionsHere = xs.size();
+    std::vector<double> p(decisionsHere);
+    // The exact expected reward under the current policy: the baseline that centres the sampled return
+    // (it does not depend on the sampled action, so the estimate stays unbiased).
+    double notYet = 1, expected = 0;
+    for (std::size_t j = 0; j < decisionsHere; ++j) {
+        p[j] = sigmoid(logit(xs[j]));
+        expected += notYet * p[j] * reward(e.interruptions[j]);
+        notYet *= 1 - p[j];
+    }
+    expected += notYet * reward(e.interruptions.back());
+    std::size_t action = decisionsHere;
+    for (std::size_t j = 0; j < decisionsHere; ++j)
+        if (uniform(rng) < p[j]) {
+            action = j;
+            break;
+        }
+    const double advantage = reward(e.interruptions[action]) - expected;
+    // d log P(trajectory) / d logit_j: -p_j for each decision to wait, 1 - p_j for the submit.
+    const std::size_t last = std::min(action + 1, decisionsHere);
+    for (std::size_t j = 0; j < last; ++j) {
+        const double dz = advantage * (j == action ? 1 - p[j] : -p[j]);
+        logit(xs[j], &hidden);
+        double* gw1 = grad.data();
+        double* gb1 = gw1 + h * inputCount;
+        double* gw2 = gb1 + h;
+        const double* w2 = params_.data() + h * inputCount + h;
+        gw2[h] += dz;
+        for (std::size_t u = 0; u < h; ++u) {
+            gw2[u] += dz * hidden[u];
+            const double da = dz * w2[u] * (1 - hidden[u] * hidden[u]);
+            gb1[u] += da;
+            for (std::size_t i = 0; i < inputCount; ++i)
+                gw1[u * inputCount + i] += da * xs[j][i];
+        }
+    }
+    return expected;
+}
+
+GradientPolicy GradientPolicy::train(
+    std::span<const ProbeEpisode> episodes, const GradientOptions& options, GradientTraining* report)
+{
+    const std::size_t decisions = checkedDecisions(episodes, options);
+    const auto t0 = std::chrono::steady_clock::now();
+    GradientPolicy policy;
+    policy.options_ = options;
+    // Standardise the inputs over every decision point of the training episodes.
+    const auto x = policy.standardise(episodes, decisions);
+    std::mt19937_64 rng(options.seed);
+    policy.initialise(rng, static_cast<double>(decisions) / static_cast<double>(episodes.size()));
+    const std::size_t count = policy.params_.size();
 
     GradientTraining r;
     r.episodes = episodes.size();
     r.greedyRewardBefore = policy.greedyReward(episodes);
 
     // Adam, ascending the expected reward.
-    std::vector<double> m(count, 0), v(count, 0), grad(count, 0), hidden(h);
+    std::vector<double> m(count, 0), v(count, 0), grad(count, 0),
+        hidden(static_cast<std::size_t>(options.hidden));
     constexpr double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     long step = 0;
     std::vector<std::size_t> order(episodes.size());
     for (std::size_t k = 0; k < order.size(); ++k)
         order[k] = k;
-    std::vector<double> p;
     for (int epoch = 0; epoch < options.epochs; ++epoch) {
         for (std::size_t k = order.size(); k > 1; --k) // Fisher-Yates with the seeded generator
             std::swap(order[k - 1], order[static_cast<std::size_t>(uniform(rng) * static_cast<double>(k))]);
@@ -205,47 +265,8 @@ GradientPolicy GradientPolicy::train(
         for (std::size_t b = 0; b < order.size(); b += static_cast<std::size_t>(options.batch)) {
             std::fill(grad.begin(), grad.end(), 0.0);
             const std::size_t end = std::min(order.size(), b + static_cast<std::size_t>(options.batch));
-            for (std::size_t idx = b; idx < end; ++idx) {
-                const auto& e = episodes[order[idx]];
-                const auto& xs = x[order[idx]];
-                const std::size_t decisionsHere = xs.size();
-                p.resize(decisionsHere);
-                // The exact expected reward under the current policy: the baseline that centres the
-                // sampled return (it does not depend on the sampled action, so the estimate stays unbiased).
-                double notYet = 1, expected = 0;
-                for (std::size_t j = 0; j < decisionsHere; ++j) {
-                    p[j] = sigmoid(policy.logit(xs[j]));
-                    expected += notYet * p[j] * policy.reward(e.interruptions[j]);
-                    notYet *= 1 - p[j];
-                }
-                expected += notYet * policy.reward(e.interruptions.back());
-                epochExpected += expected;
-                std::size_t action = decisionsHere;
-                for (std::size_t j = 0; j < decisionsHere; ++j)
-                    if (uniform(rng) < p[j]) {
-                        action = j;
-                        break;
-                    }
-                const double advantage = policy.reward(e.interruptions[action]) - expected;
-                // d log P(trajectory) / d logit_j: -p_j for each decision to wait, 1 - p_j for the submit.
-                const std::size_t last = std::min(action + 1, decisionsHere);
-                for (std::size_t j = 0; j < last; ++j) {
-                    const double dz = advantage * (j == action ? 1 - p[j] : -p[j]);
-                    policy.logit(xs[j], &hidden);
-                    double* gw1 = grad.data();
-                    double* gb1 = gw1 + h * inputCount;
-                    double* gw2 = gb1 + h;
-                    const double* w2 = policy.params_.data() + h * inputCount + h;
-                    gw2[h] += dz;
-                    for (std::size_t u = 0; u < h; ++u) {
-                        gw2[u] += dz * hidden[u];
-                        const double da = dz * w2[u] * (1 - hidden[u] * hidden[u]);
-                        gb1[u] += da;
-                        for (std::size_t i = 0; i < inputCount; ++i)
-                            gw1[u * inputCount + i] += da * xs[j][i];
-                    }
-                }
-            }
+            for (std::size_t idx = b; idx < end; ++idx)
+                epochExpected += policy.addGradient(episodes[order[idx]], x[order[idx]], rng, grad, hidden);
             ++step;
             const double scale = 1.0 / static_cast<double>(end - b);
             const double c1 = 1 - std::pow(beta1, static_cast<double>(step));

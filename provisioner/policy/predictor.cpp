@@ -1,6 +1,6 @@
 #include "predictor.hpp"
 
-#include "validation.hpp"
+#include "statistics.hpp"
 
 #include <xgboost/c_api.h>
 

@@ -4,7 +4,7 @@
 
 #include "process.hpp"
 
-#include <features.hpp>
+#include <features_of.hpp>
 #include <simulator.hpp>
 
 #include <gtest/gtest.h>
@@ -106,7 +106,7 @@ void expectSameAsSimulator(const Simulator& sim, const LiveQueue& live)
     ASSERT_EQ(live.freeNodes(), sim.freeNodes());
     ASSERT_GT(sim.pending().size(), 3u) << "the state should have a queue";
     for (const auto& shape : shapes) {
-        const Features expected = queueFeatures(sim, shape);
+        const Features expected = baton::sim::featuresOf(sim, shape);
         const Features got = queueFeatures(static_cast<const baton::sim::QueueView&>(live), shape);
         for (std::size_t k = 0; k < baton::sim::featureCount; ++k)
             EXPECT_EQ(got[k], expected[k])

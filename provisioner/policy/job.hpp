@@ -1,9 +1,8 @@
-// The simulator's own input: one batch job, independent of any trace file format.
+// One batch job as a queue holds it, independent of any trace file format: the simulator's input, and
+// what the features read of a simulated or a live queue.
 #pragma once
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 namespace baton::sim {
 
@@ -22,17 +21,5 @@ struct Job {
     double recordedPriority = 0; // an extra priority input (e.g. the trace's priority), normalised to [0, 1]
     std::int64_t recordedStart = -1; // when the real scheduler started it; -1 when unknown
 };
-
-// Jobs prepareTrace() dropped, by reason.
-struct Dropped {
-    std::size_t neverFit = 0; // larger than the simulated cluster: they could never start
-    std::size_t invalid = 0; // no size or no limit
-    std::size_t total() const { return neverFit + invalid; }
-};
-
-// Sorts by submit time (then id), the order the simulator needs, and drops jobs that can never run,
-// so that none blocks the queue's head forever. Returns the number of jobs dropped; `dropped`, when
-// given, gets them by reason.
-std::size_t prepareTrace(std::vector<Job>& jobs, int clusterNodes, Dropped* dropped = nullptr);
 
 } // namespace baton::sim
