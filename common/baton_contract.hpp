@@ -110,8 +110,8 @@ inline std::optional<std::uint64_t> parseCheckpointDirName(std::string_view name
     return value;
 }
 
-// Chain names, one rule for the plugin (--baton=NAME, BATON_CHAIN) and batond (POST /v1/chains, the
-// events): 1..kChainNameMax characters of letters, digits, '.', '_' and '-', not starting with '.' or
+// Chain names, one rule for the plugin (--baton=NAME, BATON_CHAIN), batond (POST /v1/chains, the
+// events) and batonctl (submit --chain): 1..kChainNameMax characters of letters, digits, '.', '_' and '-', not starting with '.' or
 // '-' (so that a name is never ".", "..", a hidden file or an option).
 inline constexpr std::size_t kChainNameMax = 128;
 constexpr bool isChainNameCharacter(char c)
@@ -127,6 +127,12 @@ constexpr bool validChainName(std::string_view name)
         if (!isChainNameCharacter(c))
             return false;
     return true;
+}
+// The rule in words, for error messages: "must be " + chainNameRule().
+inline std::string chainNameRule()
+{
+    return "1 to " + std::to_string(kChainNameMax)
+        + " characters of letters, digits, '.', '_' and '-', not starting with '.' or '-'";
 }
 
 // A checkpoint as reported in an event (read by the plugin from a user-written manifest, stored by

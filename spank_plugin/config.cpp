@@ -3,7 +3,8 @@
 #include "http_client.hpp"
 #include "values.hpp"
 
-#include <pwd.h>
+#include <users.hpp>
+
 #include <set>
 #include <stdexcept>
 #include <unistd.h>
@@ -104,19 +105,8 @@ PluginConfig parseConfig(const std::vector<std::string>& args)
 
 UserInfo lookupUser(uid_t uid)
 {
-    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
-    std::vector<char> buffer(size > 0 ? static_cast<std::size_t>(size) : 16384);
-    passwd entry {};
-    passwd* found = nullptr;
-    int rc = 0;
-    while ((rc = getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE
-        && buffer.size() < (1u << 20)) {
-        buffer.resize(buffer.size() * 2);
-    }
-    if (rc != 0 || found == nullptr) {
-        throw std::runtime_error("no password database entry for uid " + std::to_string(uid));
-    }
-    return UserInfo { entry.pw_name, entry.pw_uid, entry.pw_gid, entry.pw_dir ? entry.pw_dir : "" };
+    const os::UserEntry user = os::userOf(uid);
+    return UserInfo { user.name, user.uid, user.gid, user.home };
 }
 
 std::string expandUserPattern(std::string_view pattern, const UserInfo& user, const std::string* node)

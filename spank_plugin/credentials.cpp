@@ -142,18 +142,4 @@ void ThreadRootCredentials::restore() noexcept
     }
 }
 
-std::vector<gid_t> groupsOfUser(const char* name, gid_t gid)
-{
-    int count = 32;
-    std::vector<gid_t> groups(static_cast<std::size_t>(count));
-    while (::getgrouplist(name, gid, groups.data(), &count) < 0) {
-        if (count <= static_cast<int>(groups.size())) {
-            count = static_cast<int>(groups.size()) * 2;
-        }
-        groups.resize(static_cast<std::size_t>(count));
-    }
-    groups.resize(static_cast<std::size_t>(count));
-    return groups;
-}
-
 } // namespace baton::spank

@@ -51,7 +51,4 @@ private:
     std::vector<gid_t> savedGroups_;
 };
 
-// The user's supplementary groups from the group database (getgrouplist), including `gid`.
-std::vector<gid_t> groupsOfUser(const char* name, gid_t gid);
-
 } // namespace baton::spank

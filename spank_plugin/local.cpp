@@ -2,7 +2,8 @@
 #include "contexts.hpp"
 #include "options.hpp"
 
-#include <pwd.h>
+#include <users.hpp>
+
 #include <unistd.h>
 
 namespace baton::spank {
@@ -18,7 +19,7 @@ int localUserInit(spank_t sp)
     }
     // Slurm 24.11's srun reports a uid that no user has here (its placeholder 99) before the step
     // exists; srun runs as the job's user there (srun --uid is gone since 23.11), so that is the uid.
-    if (::getpwuid(uid) == nullptr) {
+    if (!os::findUser(uid)) {
         uid = ::getuid();
     }
     return checkOptionsAtSubmission(uid);

@@ -97,9 +97,7 @@ bool isValidChainName(std::string_view name)
 void validateChainName(std::string_view name)
 {
     if (!isValidChainName(name)) {
-        throw std::invalid_argument("chain name must be 1 to " + std::to_string(contract::kChainNameMax)
-            + " characters of letters, digits, '.', '_' and '-', not starting with '.' or '-', got "
-            + quoted(name));
+        throw std::invalid_argument("chain name must be " + contract::chainNameRule() + ", got " + quoted(name));
     }
 }
 

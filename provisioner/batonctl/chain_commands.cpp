@@ -7,7 +7,9 @@
 
 #include "api_client.hpp"
 
+#include <baton_contract.hpp>
 #include <nlohmann/json.hpp>
+#include <users.hpp>
 
 #include <cstdio>
 #include <ctime>
@@ -15,7 +17,6 @@
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
-#include <pwd.h>
 #include <sstream>
 #include <unistd.h>
 
@@ -156,8 +157,8 @@ ChainRef parseChainRef(const ParsedCommand& command, const std::string& text)
             throw command.usageError("expected [OWNER/]NAME, got '" + text + "'");
     } else {
         ref.name = text;
-        const passwd* user = getpwuid(getuid());
-        ref.owner = user ? user->pw_name : std::to_string(getuid());
+        const auto user = os::findUser(getuid());
+        ref.owner = user ? user->name : std::to_string(getuid());
     }
     if (ref.name.empty())
         throw command.usageError("the chain name is empty");
@@ -288,6 +289,8 @@ int runSubmit(const ParsedCommand& command)
     const std::string name = command.text("chain");
     if (name.empty())
         throw command.usageError("--chain NAME is required");
+    if (!contract::validChainName(name))
+        throw command.usageError("--chain: the chain name must be " + contract::chainNameRule());
     std::string workdir = command.text("workdir");
     const auto absolute = std::filesystem::absolute(workdir.empty() ? "." : workdir).lexically_normal();
     workdir = absolute.string();

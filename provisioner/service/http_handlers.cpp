@@ -34,8 +34,7 @@ NewChain newChainOf(const Json& body)
         throw std::invalid_argument("expected an object with name, script, sbatch_args, workdir");
     const std::string name = body.value("name", std::string());
     if (!contract::validChainName(name))
-        throw std::invalid_argument("'name' must be 1-" + std::to_string(contract::kChainNameMax)
-            + " characters of letters, digits, '.', '_' and '-', not starting with '.' or '-'");
+        throw std::invalid_argument("'name' must be " + contract::chainNameRule());
     const std::string script = body.value("script", std::string());
     if (script.empty() || script.rfind("#!", 0) != 0)
         throw std::invalid_argument("'script' must be a batch script's text, starting with #!");

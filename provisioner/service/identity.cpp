@@ -1,9 +1,10 @@
 #include "identity.hpp"
 
+#include <users.hpp>
+
 #include <algorithm>
-#include <grp.h>
-#include <pwd.h>
 #include <stdexcept>
+#include <system_error>
 
 namespace baton::service {
 
@@ -11,12 +12,9 @@ IdentityResolver::IdentityResolver(
     const std::string& operatorsGroup, const std::vector<std::string>& slurmUsers)
 {
     if (!operatorsGroup.empty()) {
-        group entry {};
-        group* found = nullptr;
-        char buffer[16384];
-        if (getgrnam_r(operatorsGroup.c_str(), &entry, buffer, sizeof buffer, &found) != 0 || !found)
+        operatorsGid_ = os::findGroup(operatorsGroup);
+        if (!operatorsGid_)
             throw std::runtime_error("operators_group: no group named '" + operatorsGroup + "'");
-        operatorsGid_ = found->gr_gid;
     }
     for (const auto& user : slurmUsers) {
         const auto uid = uidOf(user);
@@ -32,22 +30,21 @@ std::optional<std::int64_t> IdentityResolver::uidOf(const std::string& nameOrUid
         && std::all_of(nameOrUid.begin(), nameOrUid.end(), [](char c) { return c >= '0' && c <= '9'; })
         && nameOrUid.size() < 11)
         return std::stoll(nameOrUid);
-    passwd entry {};
-    passwd* found = nullptr;
-    char buffer[16384];
-    if (getpwnam_r(nameOrUid.c_str(), &entry, buffer, sizeof buffer, &found) != 0 || !found)
-        return std::nullopt;
-    return found->pw_uid;
+    if (const auto user = os::findUser(nameOrUid))
+        return user->uid;
+    return std::nullopt;
 }
 
 std::string IdentityResolver::nameOf(std::int64_t uid)
 {
-    passwd entry {};
-    passwd* found = nullptr;
-    char buffer[16384];
-    if (getpwuid_r(static_cast<uid_t>(uid), &entry, buffer, sizeof buffer, &found) != 0 || !found)
+    // A name for logs and the API: a database that cannot be read leaves the number.
+    try {
+        if (const auto user = os::findUser(static_cast<uid_t>(uid)))
+            return user->name;
+    } catch (const std::system_error&) {
         return std::to_string(uid);
-    return found->pw_name;
+    }
+    return std::to_string(uid);
 }
 
 Caller IdentityResolver::resolve(const munge::Identity& identity) const
@@ -61,19 +58,15 @@ Caller IdentityResolver::resolve(const munge::Identity& identity) const
     // root can cancel any job with scancel anyway: it is an operator here too.
     caller.isOperator = identity.uid == 0;
     if (operatorsGid_ && !caller.isOperator) {
-        // Membership as the group database has it, primary group included.
-        passwd entry {};
-        passwd* found = nullptr;
-        char buffer[16384];
-        if (getpwuid_r(identity.uid, &entry, buffer, sizeof buffer, &found) == 0 && found) {
-            int count = 64;
-            std::vector<gid_t> groups(static_cast<std::size_t>(count));
-            if (getgrouplist(found->pw_name, found->pw_gid, groups.data(), &count) < 0) {
-                groups.resize(static_cast<std::size_t>(count));
-                getgrouplist(found->pw_name, found->pw_gid, groups.data(), &count);
+        // Membership as the group database has it, primary group included; a database that cannot be
+        // read grants nothing.
+        try {
+            if (const auto user = os::findUser(identity.uid)) {
+                const auto groups = os::groupsOf(user->name, user->gid);
+                caller.isOperator = std::find(groups.begin(), groups.end(), *operatorsGid_) != groups.end();
             }
-            groups.resize(static_cast<std::size_t>(std::max(count, 0)));
-            caller.isOperator = std::find(groups.begin(), groups.end(), *operatorsGid_) != groups.end();
+        } catch (const std::runtime_error&) {
+            caller.isOperator = false;
         }
     }
     return caller;

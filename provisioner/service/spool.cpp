@@ -1,13 +1,12 @@
 #include "spool.hpp"
 
 #include <command.hpp>
-#include <slurm_client.hpp>
+#include <run_as.hpp>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sstream>
 #include <stdexcept>
@@ -23,16 +22,12 @@ namespace {
 constexpr std::chrono::milliseconds killWait { 1'000 };
 
 // In the child, as the owner: rename the spool aside (so the plugin starts a new one), read it, remove it.
-// batond has threads: between fork and exec only async-signal-safe calls, so the groups were resolved
-// before fork (initgroups would read the group database here, with locks another thread may hold).
+// batond has threads: between fork and exit only async-signal-safe calls, so the owner's groups were
+// resolved before fork.
 [[noreturn]] void readAsOwner(
-    const std::string& chainDir, const slurm::Credentials& owner, std::size_t maxBytes, int out)
+    const std::string& chainDir, const os::Credentials& owner, std::size_t maxBytes, int out)
 {
-    if (setgroups(owner.groups.size(), owner.groups.data()) != 0 || setgid(owner.gid) != 0
-        || setuid(owner.uid) != 0 || getuid() != owner.uid || geteuid() != owner.uid || getgid() != owner.gid)
-        _exit(3);
-    // A service user's CAP_SETUID/CAP_SETGID/CAP_KILL survive setuid: nothing of batond's rights stays here.
-    if (!slurm::clearCapabilities())
+    if (os::becomeOwner(owner))
         _exit(3);
     const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)
@@ -76,9 +71,9 @@ std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t 
     if (chainDir.empty() || chainDir.front() != '/')
         return {};
     slurm::reapAbandonedChildren();
-    slurm::Credentials owner;
+    os::Credentials owner;
     try {
-        owner = slurm::SlurmClient::credentialsOf(static_cast<uid_t>(ownerUid));
+        owner = os::credentialsOf(static_cast<uid_t>(ownerUid));
     } catch (const std::exception& error) {
         throw std::runtime_error(std::string("spool: ") + error.what());
     }

@@ -1,12 +1,9 @@
 #include "command.hpp"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <linux/capability.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,15 +21,6 @@
 #include <thread>
 
 namespace baton::slurm {
-
-bool clearCapabilities() noexcept
-{
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
-        return false;
-    __user_cap_header_struct header { _LINUX_CAPABILITY_VERSION_3, 0 };
-    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] {};
-    return syscall(SYS_capset, &header, none) == 0;
-}
 
 namespace {
 
@@ -54,21 +42,15 @@ std::atomic<std::uint64_t> abandonedTotal { 0 };
 }
 
 // What the child failed at before exec; sent to the parent over a close-on-exec pipe.
-enum class Stage : int { stdio, setgroups, setgid, setuid, verify, chdir, exec };
+enum class Stage : int { stdio, owner, chdir, exec };
 
-const char* stageName(Stage s)
+const char* stageName(Stage s, os::DropStep step)
 {
     switch (s) {
     case Stage::stdio:
         return "cannot set up standard streams for";
-    case Stage::setgroups:
-        return "setgroups failed for";
-    case Stage::setgid:
-        return "setgid failed for";
-    case Stage::setuid:
-        return "setuid failed for";
-    case Stage::verify:
-        return "credentials did not take effect for";
+    case Stage::owner:
+        return os::dropStepText(step);
     case Stage::chdir:
         return "cannot enter the working directory of";
     case Stage::exec:
@@ -79,6 +61,7 @@ const char* stageName(Stage s)
 
 struct ChildFailure {
     Stage stage;
+    os::DropStep step; // for Stage::owner
     int error;
 };
 
@@ -113,9 +96,9 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
 }
 
 // In the child, between fork and exec: async-signal-safe calls only (the parent may have threads).
-[[noreturn]] void childFail(int reportFd, Stage stage)
+[[noreturn]] void childFail(int reportFd, Stage stage, os::DropStep step = os::DropStep::verify)
 {
-    const ChildFailure failure { stage, errno };
+    const ChildFailure failure { stage, step, errno };
     [[maybe_unused]] auto n = write(reportFd, &failure, sizeof failure);
     _exit(127);
 }
@@ -144,34 +127,13 @@ void makePipe(Fd& readEnd, Fd& writeEnd)
     }
 
     if (spec.credentials) {
-        const Credentials& c = *spec.credentials;
-        // Groups first, then the gid, then the uid: after setuid we could no longer change the others.
-        if (setgroups(c.groups.size(), c.groups.data()) != 0)
-            childFail(reportFd, Stage::setgroups);
-        if (setgid(c.gid) != 0)
-            childFail(reportFd, Stage::setgid);
-        if (setuid(c.uid) != 0)
-            childFail(reportFd, Stage::setuid);
-        // From root, setuid cleared every capability. A non-root service user that holds CAP_SETUID,
-        // CAP_SETGID and CAP_KILL (systemd's AmbientCapabilities) keeps them across setuid, and ambient
-        // ones even across exec: clear them all, or the program could become root again.
-        if (!clearCapabilities())
-            childFail(reportFd, Stage::verify);
-        // setuid may succeed partially (saved ids) on odd systems: check what we really are now, and
-        // that root could not be regained.
-        if (getuid() != c.uid || geteuid() != c.uid || getgid() != c.gid || getegid() != c.gid) {
-            errno = EPERM;
-            childFail(reportFd, Stage::verify);
-        }
-        if (c.uid != 0 && setuid(0) == 0) {
-            errno = EPERM;
-            childFail(reportFd, Stage::verify);
-        }
+        if (const auto failed = os::becomeOwner(*spec.credentials))
+            childFail(reportFd, Stage::owner, *failed);
+    } else if (!os::clearCapabilities()) {
+        // A Slurm client run as the service user must not inherit batond's ambient capabilities either.
+        // (Root regains its own at exec anyway.)
+        childFail(reportFd, Stage::owner, os::DropStep::verify);
     }
-    // Without other credentials too: a Slurm client run as the service user must not inherit batond's
-    // ambient capabilities. (Root regains its own at exec anyway.)
-    if (!spec.credentials && !clearCapabilities())
-        childFail(reportFd, Stage::verify);
     // After the credential change, so that the owner's permissions apply to the directory.
     if (spec.workdir && chdir(spec.workdir->c_str()) != 0)
         childFail(reportFd, Stage::chdir);
@@ -402,7 +364,7 @@ CommandResult runCommand(const CommandSpec& spec)
         // It exits right after reporting, unless someone stopped it in between.
         pending.settled = true;
         awaitChild(pid, Clock::now() + killWait, killWait, true);
-        throwErrno(std::string(stageName(failure.stage)) + " " + formatArgv(spec.argv), failure.error);
+        throwErrno(std::string(stageName(failure.stage, failure.step)) + " " + formatArgv(spec.argv), failure.error);
     }
     reportRead.reset();
 

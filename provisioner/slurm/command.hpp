@@ -4,6 +4,8 @@
 // reaper and the caller gets a timeout.
 #pragma once
 
+#include <run_as.hpp>
+
 #include <sys/types.h>
 
 #include <chrono>
@@ -16,16 +18,8 @@
 
 namespace baton::slurm {
 
-// Who the child runs as. Setting them needs root (CAP_SETUID/CAP_SETGID).
-struct Credentials {
-    uid_t uid = 0;
-    gid_t gid = 0;
-    std::vector<gid_t> groups; // supplementary groups; empty = none
-};
-
-// Clears every capability of the calling process (effective, permitted, inheritable, ambient); for a
-// child that has dropped to a user's uid. Only raw system calls: safe after fork. False on failure.
-bool clearCapabilities() noexcept;
+// Who the child runs as (os::becomeOwner takes them in the child).
+using Credentials = os::Credentials;
 
 struct CommandSpec {
     // argv[0] is the program's path; it is not looked up in PATH (the child's PATH is not ours).

@@ -2,13 +2,11 @@
 
 #include "sbatch_args.hpp"
 
+#include <users.hpp>
+
 #include <cerrno>
 #include <cstring>
 #include <sys/mman.h>
-#include <unistd.h>
-
-#include <grp.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,29 +18,6 @@
 namespace baton::slurm {
 
 namespace {
-
-struct Passwd {
-    uid_t uid = 0;
-    gid_t gid = 0;
-    std::string name, home, shell;
-};
-
-Passwd lookupUser(uid_t uid)
-{
-    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
-    std::vector<char> buffer(static_cast<std::size_t>(size > 0 ? size : 16384));
-    passwd entry {};
-    passwd* found = nullptr;
-    int rc;
-    while ((rc = getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found)) == ERANGE)
-        buffer.resize(buffer.size() * 2);
-    if (rc != 0)
-        throw std::system_error(rc, std::generic_category(), "getpwuid_r(" + std::to_string(uid) + ")");
-    if (!found)
-        throw std::runtime_error("no user with uid " + std::to_string(uid));
-    return { entry.pw_uid, entry.pw_gid, entry.pw_name, entry.pw_dir ? entry.pw_dir : "/",
-        entry.pw_shell && *entry.pw_shell ? entry.pw_shell : "/bin/sh" };
-}
 
 std::string trim(std::string s)
 {
@@ -88,24 +63,6 @@ SlurmClient::SlurmClient(SlurmOptions options)
     }
 }
 
-Credentials SlurmClient::credentialsOf(uid_t uid)
-{
-    const Passwd user = lookupUser(uid);
-    Credentials c;
-    c.uid = user.uid;
-    c.gid = user.gid;
-    int count = 32;
-    std::vector<gid_t> groups(static_cast<std::size_t>(count));
-    while (getgrouplist(user.name.c_str(), user.gid, groups.data(), &count) < 0) {
-        if (count <= static_cast<int>(groups.size()))
-            count = static_cast<int>(groups.size()) * 2;
-        groups.resize(static_cast<std::size_t>(count));
-    }
-    groups.resize(static_cast<std::size_t>(count));
-    c.groups = std::move(groups);
-    return c;
-}
-
 CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milliseconds timeout,
     std::size_t maxBytes, const std::optional<uid_t>& asUser,
     const std::optional<std::filesystem::path>& workdir, int stdinFd) const
@@ -119,12 +76,12 @@ CommandResult SlurmClient::run(std::vector<std::string> argv, std::chrono::milli
     spec.stdinFd = stdinFd;
     spec.env.push_back("PATH=" + options_.childPath);
     if (asUser) {
-        const Passwd user = lookupUser(*asUser);
-        spec.credentials = credentialsOf(*asUser);
-        spec.env.push_back("HOME=" + user.home);
+        const os::UserEntry user = os::userOf(*asUser);
+        spec.credentials = os::Credentials { user.uid, user.gid, os::groupsOf(user.name, user.gid) };
+        spec.env.push_back("HOME=" + (user.home.empty() ? "/" : user.home));
         spec.env.push_back("USER=" + user.name);
         spec.env.push_back("LOGNAME=" + user.name);
-        spec.env.push_back("SHELL=" + user.shell);
+        spec.env.push_back("SHELL=" + (user.shell.empty() ? "/bin/sh" : user.shell));
     }
     if (options_.slurmConf)
         spec.env.push_back("SLURM_CONF=" + *options_.slurmConf);

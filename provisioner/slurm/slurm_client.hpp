@@ -82,10 +82,6 @@ public:
 
     const SlurmOptions& options() const { return options_; }
 
-    // The owner's uid, primary gid and supplementary groups from the user database.
-    // Throws std::runtime_error for an unknown uid.
-    static Credentials credentialsOf(uid_t uid);
-
 private:
     CommandResult run(std::vector<std::string> argv, std::chrono::milliseconds timeout, std::size_t maxBytes,
         const std::optional<uid_t>& asUser = std::nullopt,

@@ -1,5 +1,8 @@
 #include "fields.hpp"
 
+#include <utf8.hpp>
+
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -170,42 +173,9 @@ std::optional<std::int64_t> parseSlurmDuration(std::string_view text)
 
 bool isValidUtf8(std::string_view text)
 {
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const auto c = static_cast<unsigned char>(text[i]);
-        std::size_t extra;
-        std::uint32_t code;
-        if (c < 0x80) {
-            if (c < 0x20 && c != '\t')
-                return false; // control characters have no place in names
-            ++i;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            extra = 1;
-            code = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            extra = 2;
-            code = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            extra = 3;
-            code = c & 0x07;
-        } else {
-            return false;
-        }
-        if (i + extra >= text.size())
-            return false; // the sequence is cut off
-        for (std::size_t k = 1; k <= extra; ++k) {
-            const auto next = static_cast<unsigned char>(text[i + k]);
-            if ((next & 0xC0) != 0x80)
-                return false;
-            code = (code << 6) | (next & 0x3F);
-        }
-        static constexpr std::uint32_t minimum[] = { 0, 0x80, 0x800, 0x10000 };
-        if (code < minimum[extra] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF))
-            return false;
-        i += extra + 1;
-    }
-    return true;
+    // Control characters have no place in names; a tab does.
+    return std::none_of(text.begin(), text.end(), [](unsigned char c) { return c < 0x20 && c != '\t'; })
+        && text::validUtf8(text);
 }
 
 bool splitCsv(std::string_view row, std::vector<std::string_view>& out, std::string& scratch)

@@ -34,6 +34,7 @@ bool isUnsetTime(std::string_view text);
 std::optional<std::int64_t> parseSlurmDuration(std::string_view text);
 // Days since 1970-01-01 of a civil date (proleptic Gregorian).
 std::int64_t daysFromCivil(std::int64_t year, unsigned month, unsigned day);
+// Strict UTF-8 (text::validUtf8) without control characters other than a tab: a valid name or field.
 bool isValidUtf8(std::string_view text);
 // One CSV row (RFC 4180): fields split on commas; a field in double quotes may hold commas, line breaks
 // and "" for a quote. Fields without quotes are views into `row`; unquoted copies of quoted ones go

@@ -115,7 +115,10 @@ python3 - "$src/provisioner/service/metrics.cpp" "$deploy/prometheus/baton.rules
     "$deploy/prometheus/baton.rules.test.yml" "$deploy/grafana/baton-dashboard.json" <<'PY'
 import re, sys
 source = open(sys.argv[1]).read()
-families = re.findall(r'Build(Gauge|Counter|Histogram)\(\)\s*\.Name\("(baton_[a-z_]+)"\)', source)
+# A table of FamilyText names, each registered with its kind: family(prometheus::BuildGauge(), chainsText, ...).
+names = dict(re.findall(r'constexpr FamilyText (\w+) \{ "(baton_[a-z_]+)"', source))
+kinds = re.findall(r'family\(prometheus::Build(Gauge|Counter|Histogram)\(\), (\w+),', source)
+families = [(kind, names[text]) for kind, text in kinds if text in names]
 if len(families) < 10:
     sys.exit(f"found only {len(families)} metric families in {sys.argv[1]}: the pattern is out of date")
 exported = set()

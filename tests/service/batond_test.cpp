@@ -3,6 +3,7 @@
 // handovers while the active batond is SIGKILLed again and again (two instances: the standby takes
 // over); requests that are not signed by the right user, replayed, malformed, oversized or too deep are
 // refused and change nothing; /metrics passes promtool.
+#include "batond_client.hpp"
 #include "services.hpp"
 
 #include <connection.hpp>
@@ -31,8 +32,13 @@
 
 namespace {
 
+using Batond = baton::test::BatondProcess;
+using baton::test::credentialAs;
+using baton::test::freePort;
+using baton::test::HttpReply;
 using baton::test::PostgresServer;
 using baton::test::run;
+using baton::test::send;
 using baton::test::SlurmCluster;
 using baton::test::TempDir;
 using Json = nlohmann::json;
@@ -41,21 +47,6 @@ using namespace std::chrono_literals;
 
 constexpr uid_t nobody = 65534;
 
-// A port that is free now: bound once by the kernel's choice, then released.
-int freePort()
-{
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-    close(fd);
-    return ntohs(address.sin_port);
-}
-
-// A credential made by a child running as `uid`, so that munged vouches for that user.
 // batond closes the connection of a body over its limit before reading it: the client's write must then
 // fail with EPIPE instead of killing the test.
 [[maybe_unused]] const bool sigpipeIgnored = [] {
@@ -63,114 +54,12 @@ int freePort()
     return true;
 }();
 
-std::string credentialAs(uid_t uid, const std::string& payload)
-{
-    int fds[2];
-    EXPECT_EQ(pipe(fds), 0);
-    const pid_t child = fork();
-    if (child == 0) {
-        close(fds[0]);
-        if (uid != 0 && (setgid(uid) != 0 || setuid(uid) != 0))
-            _exit(1);
-        try {
-            const std::string credential = baton::munge::encode(payload);
-            if (write(fds[1], credential.data(), credential.size())
-                != static_cast<ssize_t>(credential.size()))
-                _exit(2);
-        } catch (...) {
-            _exit(3);
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    std::string credential;
-    char buffer[4096];
-    for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;)
-        credential.append(buffer, static_cast<std::size_t>(got));
-    close(fds[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "munge encode as uid " << uid;
-    return credential;
-}
-
-struct Reply {
-    int status = 0;
-    std::string body;
-    Json json() const { return Json::parse(body, nullptr, false); }
-};
-
-Reply send(int port, const std::string& method, const std::string& target, const std::string& body,
-    std::optional<std::string> authorization)
-{
-    httplib::Client client("127.0.0.1", port);
-    client.set_connection_timeout(5);
-    client.set_read_timeout(30);
-    httplib::Headers headers;
-    if (authorization)
-        headers.emplace("Authorization", *authorization);
-    const auto result = method == "GET" ? client.Get(target.c_str(), headers)
-                                        : client.Post(target.c_str(), headers, body, "application/json");
-    if (!result)
-        return Reply { 0, httplib::to_string(result.error()) };
-    return Reply { result->status, result->body };
-}
-
-Reply signedRequest(
+HttpReply signedRequest(
     int port, const std::string& method, const std::string& target, const std::string& body, uid_t uid)
 {
     return send(port, method, target, body,
         "MUNGE " + credentialAs(uid, baton::munge::requestPayload(method, target, body)));
 }
-
-// One batond process; its log goes to a file that the test prints when it fails.
-class Batond {
-public:
-    Batond(std::vector<std::string> args, fs::path log)
-        : args_(std::move(args))
-        , log_(std::move(log))
-    {
-        start();
-    }
-    ~Batond() { stop(SIGKILL); }
-
-    void start()
-    {
-        pid_ = fork();
-        if (pid_ == 0) {
-            const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            std::vector<char*> argv;
-            argv.push_back(const_cast<char*>(BATOND_PATH));
-            for (auto& arg : args_)
-                argv.push_back(arg.data());
-            argv.push_back(nullptr);
-            execv(BATOND_PATH, argv.data());
-            _exit(127);
-        }
-    }
-    void stop(int signal)
-    {
-        if (pid_ <= 0)
-            return;
-        kill(pid_, signal);
-        int status = 0;
-        waitpid(pid_, &status, 0);
-        pid_ = 0;
-    }
-    bool running() const { return pid_ > 0; }
-    std::string log() const
-    {
-        std::ifstream in(log_);
-        return std::string(std::istreambuf_iterator<char>(in), {});
-    }
-
-private:
-    std::vector<std::string> args_;
-    fs::path log_;
-    pid_t pid_ = 0;
-};
 
 bool waitFor(const std::function<bool()>& condition, std::chrono::seconds limit)
 {
@@ -239,7 +128,7 @@ protected:
     static int ports_[2];
 
     // Submits a chain of 1-minute jobs as `nobody` that trains for `iterations` x 50 ms.
-    static Reply submitChain(int port, const std::string& name, int iterations)
+    static HttpReply submitChain(int port, const std::string& name, int iterations)
     {
         const fs::path work = base_->path() / "work";
         const std::string script = "#!/bin/bash\nexec " + std::string(CKPT_CHAIN_JOB_PATH)
@@ -306,7 +195,7 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     const std::string once
         = "MUNGE " + credentialAs(0, baton::munge::requestPayload("POST", "/v1/events", body));
     EXPECT_EQ(send(port, "POST", "/v1/events", body, once).status, 202);
-    const Reply replayed = send(port, "POST", "/v1/events", body, once);
+    const HttpReply replayed = send(port, "POST", "/v1/events", body, once);
     EXPECT_EQ(replayed.status, 401);
     EXPECT_NE(replayed.body.find("Replayed"), std::string::npos) << replayed.body;
     // A duplicate with a fresh credential is accepted once, stored once.
@@ -333,7 +222,7 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
         { "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k6\",\"job_id\":-4,\"chain\":\"c\"}", 400 },
     };
     for (const auto& [text, status] : bad) {
-        const Reply reply = signedRequest(port, "POST", "/v1/events", text, 0);
+        const HttpReply reply = signedRequest(port, "POST", "/v1/events", text, 0);
         EXPECT_EQ(reply.status, status) << text.substr(0, 80) << " -> " << reply.body << batond.log();
         if (status == 400) {
             EXPECT_TRUE(reply.json().contains("error")) << reply.body;
@@ -345,7 +234,7 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
         const std::string oversized = "{\"version\":2,\"kind\":\"k\",\"idempotency_key\":\"k7\",\"job_id\":1,"
                                       "\"chain\":\"c\",\"pad\":\""
             + std::string(100 * 1024, 'x') + "\"}";
-        const Reply reply = signedRequest(port, "POST", "/v1/events", oversized, 0);
+        const HttpReply reply = signedRequest(port, "POST", "/v1/events", oversized, 0);
         EXPECT_TRUE(reply.status == 400 || reply.status == 413 || reply.status == 0)
             << reply.status << " " << reply.body;
     }
@@ -373,14 +262,14 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_EQ(paused.exitCode, 3) << paused.output;
     EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND state = 'running'"), 1);
     // Its owner can.
-    const Reply own = signedRequest(port, "GET", "/v1/chains/root/private", "", 0);
+    const HttpReply own = signedRequest(port, "GET", "/v1/chains/root/private", "", 0);
     EXPECT_EQ(own.status, 200) << own.body;
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 200);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 409);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/cancel", "", 0).status, 200);
 
     // /metrics is valid Prometheus text.
-    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    const HttpReply metrics = send(port, "GET", "/metrics", "", std::nullopt);
     ASSERT_EQ(metrics.status, 200);
     const fs::path file = base_->path() / "metrics.txt";
     std::ofstream(file) << metrics.body;
@@ -420,7 +309,7 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
         60s));
 
     // Submitted again by name: seq 1 (its job 0 holds seq 0), and its row is written like any other.
-    const Reply again = submitChain(port, "twice", 100000);
+    const HttpReply again = submitChain(port, "twice", 100000);
     ASSERT_EQ(again.status, 201) << again.body << batond.log();
     EXPECT_EQ(again.json()["chain"]["seq"], 1) << again.body;
     EXPECT_TRUE(waitFor(
@@ -440,11 +329,11 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
     // Members of another type than the contract's: 400 with the reason, not a server error.
     for (const char* body : { R"({"name": 5, "script": "#!/bin/sh", "workdir": "/tmp"})",
              R"({"name": "typed", "script": ["#!/bin/sh"], "workdir": "/tmp"})" }) {
-        const Reply typed = signedRequest(port, "POST", "/v1/chains", body, nobody);
+        const HttpReply typed = signedRequest(port, "POST", "/v1/chains", body, nobody);
         EXPECT_EQ(typed.status, 400) << body << " -> " << typed.body;
         EXPECT_TRUE(typed.json().contains("error")) << typed.body;
     }
-    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    const HttpReply metrics = send(port, "GET", "/metrics", "", std::nullopt);
     EXPECT_NE(metrics.body.find("baton_chain_errors_total{reason=\"job_row\"} 0"), std::string::npos)
         << metrics.body;
     expectNoDuplicateSubmission();
@@ -460,7 +349,7 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
         waitFor([&] { return send(ports_[0], "GET", "/readyz", "", std::nullopt).status == 200; }, 60s))
         << first.log();
 
-    const Reply created = submitChain(ports_[0], "e2e", 2000);
+    const HttpReply created = submitChain(ports_[0], "e2e", 2000);
     ASSERT_EQ(created.status, 201) << created.body << first.log();
     EXPECT_EQ(created.json()["chain"]["owner_uid"], nobody);
 
@@ -482,7 +371,7 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
             std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
         victim->start();
     }
-    const Reply detail = signedRequest(ports_[1], "GET", "/v1/chains/nobody/e2e", "", nobody);
+    const HttpReply detail = signedRequest(ports_[1], "GET", "/v1/chains/nobody/e2e", "", nobody);
     ASSERT_TRUE(finished()) << detail.body << "\n--- first\n"
                             << first.log() << "\n--- second\n"
                             << second.log();
@@ -548,7 +437,7 @@ TEST_F(BatondService, ChainSurvivesDatabaseRestartAndSlurmctldOutage)
     Batond batond(batondArgs(port, "outage"), base_->path() / "outage.log");
     const auto readyz = [&] { return send(port, "GET", "/readyz", "", std::nullopt); };
     ASSERT_TRUE(waitFor([&] { return readyz().status == 200; }, 60s)) << batond.log();
-    const Reply created = submitChain(port, "outage", 1600);
+    const HttpReply created = submitChain(port, "outage", 1600);
     ASSERT_EQ(created.status, 201) << created.body << batond.log();
     std::this_thread::sleep_for(10s);
 
@@ -658,7 +547,7 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
         return c["training_done"] == true;
     })) << doc.dump();
     // Every plugin event was signed as root: none refused.
-    const Reply metrics = send(port, "GET", "/metrics", "", std::nullopt);
+    const HttpReply metrics = send(port, "GET", "/metrics", "", std::nullopt);
     const std::string rejected = "baton_events_total{outcome=\"rejected\"} ";
     if (const auto at = metrics.body.find(rejected); at != std::string::npos) {
         EXPECT_EQ(metrics.body.substr(at + rejected.size(), 2), "0\n") << metrics.body;

@@ -33,6 +33,7 @@
 //                              the progress bound, so that a run takes about 9 minutes)
 //   BATON_CHAOS_CHAINS=N       chains at the start (default 12, at least 12)
 //   BATON_CHAOS_PROGRESS_S=S   the progress bound (default 180)
+#include "batond_client.hpp"
 #include "chaos_model.hpp"
 #include "services.hpp"
 
@@ -65,8 +66,12 @@
 
 namespace {
 
+using baton::test::credentialAs;
+using baton::test::freePort;
+using baton::test::HttpReply;
 using baton::test::PostgresServer;
 using baton::test::run;
+using baton::test::send;
 using baton::test::SlurmCluster;
 using baton::test::TempDir;
 using Json = nlohmann::json;
@@ -95,134 +100,17 @@ long envNumber(const char* name, long fallback)
     return std::stol(text);
 }
 
-int freePort()
-{
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    close(fd);
-    return ntohs(address.sin_port);
-}
-
-// A credential made by a child running as `uid`, so that munged vouches for that user.
-std::string credentialAs(uid_t uid, const std::string& payload)
-{
-    int fds[2];
-    if (pipe(fds) != 0)
-        return {};
-    const pid_t child = fork();
-    if (child == 0) {
-        close(fds[0]);
-        if (uid != 0 && (setgid(uid) != 0 || setuid(uid) != 0))
-            _exit(1);
-        try {
-            const std::string credential = baton::munge::encode(payload);
-            if (write(fds[1], credential.data(), credential.size())
-                != static_cast<ssize_t>(credential.size()))
-                _exit(2);
-        } catch (...) {
-            _exit(3);
-        }
-        _exit(0);
-    }
-    close(fds[1]);
-    std::string credential;
-    char buffer[4096];
-    for (ssize_t got; (got = read(fds[0], buffer, sizeof buffer)) > 0;)
-        credential.append(buffer, static_cast<std::size_t>(got));
-    close(fds[0]);
-    int status = 0;
-    waitpid(child, &status, 0);
-    return credential;
-}
-
-struct HttpReply {
-    int status = 0;
-    std::string body;
-};
-
-HttpReply send(int port, const std::string& method, const std::string& target, const std::string& body,
-    std::optional<std::string> authorization, int readTimeout = 30)
-{
-    httplib::Client client("127.0.0.1", port);
-    client.set_connection_timeout(5);
-    client.set_read_timeout(readTimeout);
-    httplib::Headers headers;
-    if (authorization)
-        headers.emplace("Authorization", *authorization);
-    const auto result = method == "GET" ? client.Get(target.c_str(), headers)
-                                        : client.Post(target.c_str(), headers, body, "application/json");
-    if (!result)
-        return HttpReply { 0, httplib::to_string(result.error()) };
-    return HttpReply { result->status, result->body };
-}
-
-// One batond process; its log goes to a file (appended across restarts).
-class Batond {
+// A batond process that can say whether it is the active instance.
+class Batond : public baton::test::BatondProcess {
 public:
-    Batond(std::vector<std::string> args, fs::path log, int port)
-        : args_(std::move(args))
-        , log_(std::move(log))
-        , port_(port)
-    {
-        start();
-    }
-    ~Batond() { stop(SIGKILL); }
-
-    void start()
-    {
-        const std::lock_guard lock(mutex_);
-        if (pid_ > 0)
-            return;
-        pid_ = fork();
-        if (pid_ == 0) {
-            const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-            dup2(fd, STDOUT_FILENO);
-            dup2(fd, STDERR_FILENO);
-            std::vector<char*> argv;
-            argv.push_back(const_cast<char*>(BATOND_PATH));
-            for (auto& arg : args_)
-                argv.push_back(arg.data());
-            argv.push_back(nullptr);
-            execv(BATOND_PATH, argv.data());
-            _exit(127);
-        }
-    }
-    void stop(int signal)
-    {
-        const std::lock_guard lock(mutex_);
-        if (pid_ <= 0)
-            return;
-        kill(pid_, signal);
-        int status = 0;
-        waitpid(pid_, &status, 0);
-        pid_ = 0;
-    }
-    bool running() const
-    {
-        const std::lock_guard lock(mutex_);
-        return pid_ > 0;
-    }
-    int port() const { return port_; }
-    const fs::path& logPath() const { return log_; }
+    using BatondProcess::BatondProcess;
     bool leading() const
     {
         if (!running())
             return false;
-        const HttpReply metrics = send(port_, "GET", "/metrics", "", std::nullopt, 5);
+        const HttpReply metrics = send(port(), "GET", "/metrics", "", std::nullopt, 5);
         return metrics.status == 200 && metrics.body.find("\nbaton_leader 1") != std::string::npos;
     }
-
-private:
-    std::vector<std::string> args_;
-    fs::path log_;
-    int port_;
-    mutable std::mutex mutex_;
-    pid_t pid_ = 0;
 };
 
 struct User {
