@@ -31,6 +31,7 @@
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "io.hpp"
+#include "thread_pool.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;
@@ -121,7 +122,7 @@ std::vector<BandwidthRow> bandwidth(const fs::path& root, std::size_t size, int 
     options.keep = 1;
     options.stagingBytes = size;
     Checkpointer ckpt(options);
-    unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+    const unsigned threads = defaultCopyThreads(); // the checkpointer's own, for a like-for-like memcpy
 
     std::vector<std::byte> state(size);
     for (std::size_t i = 0; i < size; i += 8)
@@ -484,8 +485,8 @@ int main(int argc, char** argv)
     fs::path root = dir / ("baton-ckpt-bench-" + std::to_string(::getpid()));
     fs::create_directories(root);
     try {
-        std::printf("baton checkpointer benchmark: files in %s, %d runs, %u cores\n", root.c_str(), runs,
-            std::thread::hardware_concurrency());
+        std::printf("baton checkpointer benchmark: files in %s, %d runs, %u usable cores, %u copy threads\n",
+            root.c_str(), runs, usableCpuCount(), defaultCopyThreads());
         printBandwidth(sizeMib, runs, bandwidth(root, sizeMib << 20, runs));
         for (auto mib : loopMib)
             if (mib > 0)

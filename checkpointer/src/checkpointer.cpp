@@ -112,7 +112,7 @@ Checkpointer::Impl::Impl(Options opts)
     , coordinator(options.coordinator)
     , distributed(coordinator && coordinator->size() > 1)
     , backend(makeDeviceBackend())
-    , pool(options.copyThreads != 0 ? options.copyThreads : std::clamp(std::thread::hardware_concurrency(), 1u, 4u))
+    , pool(options.copyThreads != 0 ? options.copyThreads : defaultCopyThreads())
 { }
 
 void Checkpointer::Impl::log(const std::string& message) const

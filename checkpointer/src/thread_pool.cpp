@@ -1,6 +1,24 @@
 #include "thread_pool.hpp"
 
+#include <sched.h>
+
+#include <algorithm>
+
 namespace baton::ckpt {
+
+unsigned usableCpuCount()
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return static_cast<unsigned>(CPU_COUNT(&set));
+    return std::max(std::thread::hardware_concurrency(), 1u);
+}
+
+unsigned defaultCopyThreads()
+{
+    return std::clamp(usableCpuCount(), 1u, 4u);
+}
 
 ThreadPool::ThreadPool(unsigned threads)
 {

@@ -10,6 +10,13 @@
 
 namespace baton::ckpt {
 
+// The CPUs this process may run on: its affinity mask, which Slurm's task plugins narrow to the job's
+// cores, not the machine's count that std::thread::hardware_concurrency() gives.
+unsigned usableCpuCount();
+
+// Copy threads when the options leave it open: as many as the usable CPUs, 1 to 4.
+unsigned defaultCopyThreads();
+
 class ThreadPool {
 public:
     explicit ThreadPool(unsigned threads);

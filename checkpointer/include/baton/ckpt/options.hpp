@@ -23,7 +23,8 @@ struct Options {
     int keep = 2;
     // Staging pool allocated up front; it grows (between checkpoints) when the registered state is larger.
     std::size_t stagingBytes = 0;
-    // Threads copying host regions into the staging pool and back on restore; 0 = min(4, cores).
+    // Threads copying host regions into the staging pool and back on restore; 0 = min(4, the CPUs this
+    // process may run on: its affinity mask, which a Slurm job's cores bound).
     unsigned copyThreads = 0;
     // Write and read data with O_DIRECT where the file system supports it.
     bool directIo = true;
