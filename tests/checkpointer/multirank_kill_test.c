@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -64,6 +65,26 @@ static int matches(
             _exit(2);                                                                                        \
         }                                                                                                    \
     } while (0)
+
+/* The newest committed checkpoint's iteration in the chain (-1: none). A committed checkpoint is a
+ * directory named ckpt-<digits>; one being written has a leading dot. */
+static long long newest_committed(void)
+{
+    long long newest = -1;
+    DIR* dir = opendir(chain);
+    if (dir == NULL)
+        return newest;
+    for (struct dirent* e; (e = readdir(dir)) != NULL;) {
+        char* end = NULL;
+        if (strncmp(e->d_name, "ckpt-", 5) != 0)
+            continue;
+        long long iteration = strtoll(e->d_name + 5, &end, 10);
+        if (end != e->d_name + 5 && *end == '\0' && iteration > newest)
+            newest = iteration;
+    }
+    closedir(dir);
+    return newest;
+}
 
 /* One rank of one launch: restore, report, then train `run` iterations, checkpointing every one. */
 static void rank_main(int round, int rank, uint64_t run)
@@ -221,6 +242,11 @@ int main(void)
                 previous = restored[0];
         }
         if (!last_round) {
+            /* The kill comes at a random moment after this launch committed its first checkpoint: a
+             * launch killed before any commit (a loaded machine) has nothing to lose. */
+            const long long before = got[0] == 1 ? (long long)restored[0] : -1;
+            for (double commit_limit = now() + 60; newest_committed() <= before && now() < commit_limit;)
+                usleep(2000);
             usleep(50000 + (useconds_t)(rand() % 400000));
             int victim = rand() % RANKS;
             kill(pids[victim], SIGKILL);
