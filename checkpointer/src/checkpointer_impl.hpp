@@ -121,11 +121,14 @@ struct Checkpointer::Impl {
     const std::filesystem::path& commitDir() const { return drainer ? localLevel : options.chainDir; }
     void startTwoLevel();
 
-    // The phase (caller holds the mutex).
+    // The phase (caller holds the mutex). Nothing waits for a snapshot to begin, so entering HostCopy
+    // wakes no one: a request makes no thread runnable but the copy threads, which share the training
+    // thread's cores.
     void enter(Phase next)
     {
         phase = next;
-        changed.notify_all();
+        if (next != Phase::HostCopy)
+            changed.notify_all();
     }
     bool inFlight() const { return phase != Phase::Idle && phase != Phase::Closed; }
     void waitSnapshotLocked(std::unique_lock<std::mutex>& lock)

@@ -35,7 +35,8 @@ void Checkpointer::Impl::persistLoop()
         InFlightCheckpoint checkpoint;
         {
             std::unique_lock lock(mutex);
-            changed.wait(lock, [this] { return phase == Phase::Closed || queued.has_value(); });
+            // Taken over once the host copies are done (they wake this thread), not at the request.
+            changed.wait(lock, [this] { return phase == Phase::Closed || (queued && phase != Phase::HostCopy); });
             if (!queued)
                 return;
             checkpoint = std::move(*queued);

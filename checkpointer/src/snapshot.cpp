@@ -278,8 +278,10 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
     stats.bytes = checkpoint.totalBytes;
     stats.final = flags.final;
     stats.trainingDone = flags.trainingDone;
+    std::vector<std::function<void()>> copies;
+    copies.reserve(tasks.size());
     for (auto& task : tasks) {
-        pool.post([this, task = std::move(task), afterHostCopies] {
+        copies.emplace_back([this, task = std::move(task), afterHostCopies] {
             copyPieces(task);
             std::lock_guard lock(mutex);
             if (--hostCopiesLeft == 0) {
@@ -291,7 +293,8 @@ void Checkpointer::Impl::startLocked(std::uint64_t iteration, CheckpointFlags fl
         });
     }
     queued = std::move(checkpoint);
-    enter(tasks.empty() ? afterHostCopies : Phase::HostCopy);
+    enter(copies.empty() ? afterHostCopies : Phase::HostCopy);
+    pool.postAll(std::move(copies));
 }
 
 } // namespace baton::ckpt

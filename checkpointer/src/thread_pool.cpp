@@ -46,6 +46,20 @@ void ThreadPool::post(std::function<void()> task)
     ready_.notify_one();
 }
 
+void ThreadPool::postAll(std::vector<std::function<void()>> tasks)
+{
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& task : tasks)
+            queue_.push_back(std::move(task));
+    }
+    if (tasks.size() >= workers_.size())
+        ready_.notify_all();
+    else
+        for (std::size_t i = 0; i < tasks.size(); ++i)
+            ready_.notify_one();
+}
+
 void ThreadPool::runAll(std::vector<std::function<void()>> tasks)
 {
     std::mutex doneMutex;

@@ -26,6 +26,9 @@ public:
 
     unsigned size() const { return static_cast<unsigned>(workers_.size()); }
     void post(std::function<void()> task);
+    // Queues all of `tasks` under one lock and then wakes the workers: the caller (a training thread
+    // requesting a checkpoint) never waits for a worker that has just woken up and holds the queue.
+    void postAll(std::vector<std::function<void()>> tasks);
     // Runs tasks and returns once all of them have finished.
     void runAll(std::vector<std::function<void()>> tasks);
 
