@@ -94,4 +94,13 @@ private:
     const char* closedMessage_;
 };
 
+// baton._native.Checkpointer: keeps every registered object alive for as long as the checkpointer uses
+// its memory.
+class PyCheckpointer : public RegionOwner<ckpt::Checkpointer> {
+public:
+    explicit PyCheckpointer(ckpt::Options options)
+        : RegionOwner(std::make_unique<ckpt::Checkpointer>(std::move(options)), "the checkpointer is closed")
+    { }
+};
+
 } // namespace baton::python
