@@ -259,9 +259,8 @@ class Checkpointer:
         self._session.collect()
         last = self._native.last_checkpoint()
         if self._training_done:
-            saved = last.committed and last.iteration == self.iteration and last.training_done
-            if final_checkpoint and not saved:
-                ok = self._checkpoint_now(final=True)
+            if final_checkpoint:
+                ok = self._session.finish()  # unless the newest checkpoint already says training_done
         else:
             # After a final checkpoint, later iterations are left to the next job: a synchronous
             # checkpoint now could miss the deadline that the final one was planned for.
@@ -270,7 +269,7 @@ class Checkpointer:
                 ok = self._checkpoint_now(final=True)
         self._unhook()
         self._session.policy.disable_signals()
-        # The final checkpoint is written above (or deliberately not): the session must not add one.
+        # The closing checkpoint is settled above: the session must not add one when it goes away.
         self._session.mark_training_done(False)
         self._closed = True
         return ok
@@ -346,6 +345,8 @@ class Checkpointer:
             raise _native.ConfigError(str(error)) from None
         this = weakref.ref(self)  # the session must not keep this adapter alive
         session.before_checkpoint(lambda iteration: this()._stage(iteration))
+        # close() writes the closing checkpoint; an adapter dropped unclosed leaves none, as before.
+        weakref.finalize(self, session.mark_training_done, False)
         if self.interval is None and self._decisions is not None:
             session.agree_decision(functools.partial(_agree, self._decisions))
         return session
