@@ -71,9 +71,7 @@ void agreeDecision(PySession& self, std::function<std::pair<bool, bool>(bool, bo
     });
 }
 
-} // namespace
-
-void bindSession(py::module_& module)
+void bindOptions(py::module_& module)
 {
     py::class_<SessionOptions>(module, "SessionOptions")
         .def(py::init<>())
@@ -88,12 +86,42 @@ void bindSession(py::module_& module)
             "Checkpoint every this many iterations instead of asking the policy (0: the policy decides).")
         .def_readwrite("wait_for_in_flight", &SessionOptions::waitForInFlight,
             "A checkpoint due while one is in flight waits for it instead of being dropped.");
+}
 
+// What a caller that stages its own state and agrees with other ranks adds to the loop (baton.torch).
+void bindHooks(py::class_<PySession>& session)
+{
     using Self = PySession;
-    py::class_<Self>(module, "Session",
+    session
+        .def(
+            "collect", [](Self& self, bool wait) { self.impl().collect(wait); }, "wait"_a = false,
+            py::call_guard<py::gil_scoped_release>(),
+            "Reports a checkpoint that step() started and that has ended (with `wait`: waits for it) to the "
+            "policy.")
+        .def(
+            "before_checkpoint",
+            [](Self& self, std::function<void(std::uint64_t)> hook) {
+                self.impl().beforeCheckpoint(std::move(hook));
+            },
+            "hook"_a, "hook(iteration) runs right before each checkpoint starts, to stage blobs and fields.")
+        .def("agree_decision", &agreeDecision, "hook"_a,
+            "hook(checkpoint, final) -> (checkpoint, final) turns each step's decision into the one all "
+            "ranks take; it runs at every step().")
+        .def_property_readonly(
+            "policy", [](Self& self) -> ckpt::Policy& { return self.impl().policy(); },
+            py::return_value_policy::reference_internal);
+}
+
+} // namespace
+
+void bindSession(py::module_& module)
+{
+    bindOptions(module);
+    using Self = PySession;
+    py::class_<Self> session(module, "Session",
         "The checkpointer driven by its policy: call before_update() before and step(i) after "
-        "each weight update; stop when should_exit.")
-        .def(py::init<SessionOptions>(), "options"_a)
+        "each weight update; stop when should_exit.");
+    session.def(py::init<SessionOptions>(), "options"_a)
         .def(py::init<py::object, SessionOptions>(), "checkpointer"_a, "options"_a,
             "Drives an existing Checkpointer; options.checkpointer is unused.")
         .def("register_region", &Self::registerRegion, "name"_a, "memory"_a)
@@ -131,20 +159,6 @@ void bindSession(py::module_& module)
             "The end of iteration `iteration`: may start a checkpoint (and wait for a final one). "
             "`update_seconds`: the weight update's duration, when the caller timed it.")
         .def(
-            "collect", [](Self& self, bool wait) { self.impl().collect(wait); }, "wait"_a = false,
-            py::call_guard<py::gil_scoped_release>(),
-            "Reports a checkpoint that step() started and that has ended (with `wait`: waits for it) to the "
-            "policy.")
-        .def(
-            "before_checkpoint",
-            [](Self& self, std::function<void(std::uint64_t)> hook) {
-                self.impl().beforeCheckpoint(std::move(hook));
-            },
-            "hook"_a, "hook(iteration) runs right before each checkpoint starts, to stage blobs and fields.")
-        .def("agree_decision", &agreeDecision, "hook"_a,
-            "hook(checkpoint, final) -> (checkpoint, final) turns each step's decision into the one all "
-            "ranks take; it runs at every step().")
-        .def(
             "finish", [](Self& self) { return self.impl().finish(); },
             py::call_guard<py::gil_scoped_release>(),
             "Waits for an in-flight checkpoint; after mark_training_done() commits a final checkpoint with "
@@ -153,9 +167,6 @@ void bindSession(py::module_& module)
             "mark_training_done", [](Self& self, bool done) { self.impl().markTrainingDone(done); },
             "done"_a = true,
             "The training is complete: finish() writes a final checkpoint with training_done.")
-        .def_property_readonly(
-            "policy", [](Self& self) -> ckpt::Policy& { return self.impl().policy(); },
-            py::return_value_policy::reference_internal)
         .def_property_readonly("should_exit", [](Self& self) { return self.impl().shouldExit(); })
         .def_property_readonly("interval", [](Self& self) { return self.impl().interval(); })
         .def_property_readonly(
@@ -170,6 +181,7 @@ void bindSession(py::module_& module)
         .def_property_readonly(
             "last_error", [](Self& self) { return self.impl().checkpointer().lastError(); })
         .def("close", &Self::close);
+    bindHooks(session);
 }
 
 } // namespace baton::python
