@@ -65,6 +65,14 @@ def _agree(group: Any, checkpoint: bool, final: bool) -> tuple:
     return bool(flags[0]), bool(flags[1])
 
 
+def _leave_unfinished(session: "_native.Session") -> None:
+    """An adapter that goes away unclosed leaves no closing checkpoint: its session must not add one."""
+    try:
+        session.mark_training_done(False)
+    except _native.Error:  # closed already, with its checkpointer
+        pass
+
+
 # --- the checkpointer ---------------------------------------------------------------------------------
 
 
@@ -346,7 +354,7 @@ class Checkpointer:
         this = weakref.ref(self)  # the session must not keep this adapter alive
         session.before_checkpoint(lambda iteration: this()._stage(iteration))
         # close() writes the closing checkpoint; an adapter dropped unclosed leaves none, as before.
-        weakref.finalize(self, session.mark_training_done, False)
+        weakref.finalize(self, _leave_unfinished, session)
         if self.interval is None and self._decisions is not None:
             session.agree_decision(functools.partial(_agree, self._decisions))
         return session

@@ -36,7 +36,13 @@ public:
             std::make_unique<Session>(checkpointer.cast<PyCheckpointer&>().impl(), std::move(options)),
             "the session is closed")
         , checkpointer_(std::move(checkpointer))
-    { }
+    {
+        // Closed under the session, the checkpointer takes no closing checkpoint of the session's.
+        checkpointer_.cast<PyCheckpointer&>().setDriver([this] {
+            impl().markTrainingDone(false);
+            close();
+        });
+    }
 
     // Closes first: the sampler must outlive the session, which is held by the base.
     ~PySession() { close(); }
@@ -50,6 +56,8 @@ public:
     // Waits for an in-flight checkpoint, reports it to the policy and lets go of the registered memory.
     void close()
     {
+        if (!checkpointer_.is_none())
+            checkpointer_.cast<PyCheckpointer&>().setDriver(nullptr);
         RegionOwner::close();
         sampler_ = py::none();
     }
