@@ -48,6 +48,8 @@ Session::Session(SessionOptions options)
     , owned_(std::make_unique<Checkpointer>(options.checkpointer))
     , checkpointer_(owned_.get())
     , policy_(checked(options.policy))
+    , fixedInterval_(options.fixedInterval)
+    , waitForInFlight_(options.waitForInFlight)
 {
     policy_.onLog([this](const std::string& message) { log(message); });
     lastBoundary_ = SteadyClock::now();
@@ -59,6 +61,8 @@ Session::Session(Checkpointer& checkpointer, SessionOptions options)
     : log_(checkpointer.options().log)
     , checkpointer_(&checkpointer)
     , policy_(checked(options.policy))
+    , fixedInterval_(options.fixedInterval)
+    , waitForInFlight_(options.waitForInFlight)
 {
     policy_.onLog([this](const std::string& message) { log(message); });
     lastBoundary_ = SteadyClock::now();
@@ -136,6 +140,8 @@ void Session::publishState()
         checkpointer_->setManifestField("sampler", nlohmann::json(sampler_->state()));
         checkpointer_->setEpoch(sampler_->epoch());
     }
+    if (fixedInterval_ > 0)
+        return; // no policy, no tuning
     // Before this job has its own k, carry the previous job's tuning on rather than a placeholder.
     if (!policy_.profiling())
         checkpointer_->setManifestField("tuning", nlohmann::json(policy_.tuning()));
@@ -153,44 +159,79 @@ void Session::collect(bool wait)
         return;
     started_ = false;
     SessionCheckpoint done { checkpointer_->lastCheckpoint(), reason_, final_ };
-    if (done.stats.committed)
+    if (fixedInterval_ > 0) {
+        // The policy does not drive a fixed interval: it hears of no checkpoint.
+    } else if (done.stats.committed) {
         policy_.checkpointCommitted({ done.stats.snapshotSeconds, done.stats.persistSeconds, done.stats.bytes,
             checkpointer_->drainStatus().lastDrainSeconds });
-    else
+    } else {
         policy_.checkpointFailed(done.stats.error.empty() ? checkpointer_->lastError() : done.stats.error);
+    }
     if (onCheckpoint_)
         onCheckpoint_(done);
 }
 
 Decision Session::step(std::uint64_t iteration)
 {
+    const double updateSeconds = updateStart_ ? seconds(SteadyClock::now() - *updateStart_) : -1;
+    return step(iteration, updateSeconds);
+}
+
+Decision Session::step(std::uint64_t iteration, double updateSeconds)
+{
     const auto now = SteadyClock::now();
     const double iterationSeconds = lastBoundary_ ? seconds(now - *lastBoundary_) : -1;
-    const double updateSeconds = updateStart_ ? seconds(now - *updateStart_) : -1;
     lastBoundary_ = now;
     updateStart_.reset();
 
     lastIteration_ = iteration;
     checkpointer_->afterUpdate(iteration);
     collect(false);
-    if (iterationSeconds < 0)
-        return {};
-    const Decision decision = policy_.onIteration(iterationSeconds, updateSeconds);
+    Decision decision = decide(iteration, iterationSeconds, updateSeconds);
+    if (agreeDecision_)
+        decision = agreeDecision_(decision);
     if (!decision.checkpoint)
         return decision;
+    return start(iteration, decision);
+}
+
+Decision Session::decide(std::uint64_t iteration, double iterationSeconds, double updateSeconds)
+{
+    if (fixedInterval_ > 0)
+        return iteration % fixedInterval_ == 0 ? Decision { true, false, CheckpointReason::Interval }
+                                               : Decision {};
+    if (iterationSeconds < 0)
+        return {};
+    return policy_.onIteration(iterationSeconds, updateSeconds);
+}
+
+Decision Session::start(std::uint64_t iteration, const Decision& decision)
+{
+    if (waitForInFlight_ && checkpointer_->inFlight()) {
+        collect(true);
+        checkpointer_->wait();
+    }
     publishState();
-    checkpointer_->setDeviceSnapshot(
-        policy_.snapshotTarget() == SnapshotTarget::Device && checkpointer_->deviceAvailable());
+    // A checkpoint that will be refused (one is in flight) must not replace the state it is writing.
+    if (beforeCheckpoint_ && !checkpointer_->inFlight())
+        beforeCheckpoint_(iteration);
+    if (fixedInterval_ == 0)
+        checkpointer_->setDeviceSnapshot(
+            policy_.snapshotTarget() == SnapshotTarget::Device && checkpointer_->deviceAvailable());
     if (!checkpointer_->requestCheckpoint(iteration, { decision.final, decision.final && trainingDone_ })) {
-        policy_.checkpointFailed(checkpointer_->lastError().empty() ? "a checkpoint is already in flight"
-                                                                    : checkpointer_->lastError());
+        if (fixedInterval_ == 0)
+            policy_.checkpointFailed(checkpointer_->lastError().empty() ? "a checkpoint is already in flight"
+                                                                        : checkpointer_->lastError());
         return {};
     }
     started_ = true;
     reason_ = decision.reason;
     final_ = decision.final;
-    if (decision.final)
+    if (decision.final) {
         collect(true);
+        // Every rank exits after a final checkpoint they agreed on, also one its own policy did not ask for.
+        agreedExit_ = agreedExit_ || checkpointer_->lastCheckpoint().committed;
+    }
     return decision;
 }
 
@@ -204,6 +245,8 @@ bool Session::finish()
     if (last.committed && last.iteration == iteration && last.final && last.trainingDone)
         return true; // finish() called again, or step()'s final checkpoint already carried the flag
     publishState();
+    if (beforeCheckpoint_)
+        beforeCheckpoint_(iteration);
     if (!checkpointer_->requestCheckpoint(iteration, { true, true })) {
         log("the final checkpoint of finished training could not start: " + checkpointer_->lastError());
         return false;

@@ -38,6 +38,7 @@ import json
 import os
 import time
 import types
+import weakref
 from itertools import chain
 from typing import Any, Dict, List, Optional
 
@@ -55,6 +56,21 @@ __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 _STATE_BLOB = "baton.torch/state"
 _LAYOUT_FIELD = "torch_layout"
 _STATE_VERSION = 1
+
+
+def _agree(group: Any, checkpoint: bool, final: bool) -> tuple:
+    """The decision all ranks take: one rank's signal or deadline must not leave the others training."""
+    flags = torch.tensor([int(checkpoint), int(final)], dtype=torch.int32)
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=group)
+    return bool(flags[0]), bool(flags[1])
+
+
+def _leave_unfinished(session: "_native.Session") -> None:
+    """An adapter that goes away unclosed leaves no closing checkpoint: its session must not add one."""
+    try:
+        session.mark_training_done(False)
+    except _native.Error:  # closed already, with its checkpointer
+        pass
 
 
 # --- the checkpointer ---------------------------------------------------------------------------------
@@ -124,20 +140,15 @@ class Checkpointer:
         # Data-parallel ranks hold the same parameters and optimizer state: registered replicated.
         self._group = None
         self._decisions = None
-        self._exit_agreed = False
         self._replicated = False
         if distributed and _distributed_world() > 1:
             self._group, self._decisions, options.coordinator = _torch_coordinator()
             self._replicated = True
         self._native = _native.Checkpointer(options)
-        self._signals = signals
-        self._policy_options = policy_options
-        self._policy: Optional["_native.Policy"] = None
-        self._outstanding: Optional[int] = None  # iteration of a started checkpoint not yet reported
-        self._last_boundary = time.perf_counter()
         self._update_seconds = -1.0
-        if interval is None:
-            self._start_policy(None)
+        self._stage_began: Optional[float] = None
+        # The native session decides when to checkpoint; this adapter stages the state it asks for.
+        self._session = self._start_session(signals, policy_options)
         self._pending = False
         self._regions_after_first_step = False
         self._closed = False
@@ -164,7 +175,7 @@ class Checkpointer:
 
     @property
     def policy(self) -> Optional["_native.Policy"]:
-        return self._policy
+        return self._session.policy if self.interval is None else None
 
     @property
     def should_exit(self) -> bool:
@@ -174,8 +185,8 @@ class Checkpointer:
         Asking ends the current iteration (its checkpoint may start now): ask after everything the
         iteration does, as a loop condition does."""
         self._boundary()
-        self._report_outcome()
-        return self._policy is not None and (self._policy.should_exit or self._exit_agreed)
+        self._session.collect()
+        return self._session.should_exit
 
     def restore(self) -> bool:
         """Restores the newest verified checkpoint of the chain; False when there is none (fresh start).
@@ -186,7 +197,7 @@ class Checkpointer:
         for _ in range(3):
             self._prepare_optimizer_state(layout)
             self._sync_regions()
-            result = self._native.restore()
+            result = self._session.restore()  # also hands the restored tuning to the policy
             # Only the first native restore waits for a handover; later ones report 0.
             self.handover_wait_seconds = max(self.handover_wait_seconds, result.handover_wait_seconds)
             if not result.restored:
@@ -206,18 +217,15 @@ class Checkpointer:
         self._apply_state(_loads(result.blobs[_STATE_BLOB]), result.iteration)
         self.restored_from = result.dir
         self.previous_tuning = result.manifest.get("tuning") or None
-        if self._policy is not None:
-            self._start_policy(self.previous_tuning)
-        self._last_boundary = time.perf_counter()
         return True
 
     def request_checkpoint(self, exit_after: bool = False) -> None:
         """Checkpoint at the next iteration boundary without waiting here (for a handover to a
         successor job); `exit_after` makes it a final checkpoint, after which should_exit is true.
         Needs the policy (interval=None)."""
-        if self._policy is None:
+        if self.interval is not None:
             raise ValueError("request_checkpoint needs the policy (interval=None); use checkpoint_now()")
-        self._policy.request_checkpoint(exit_after)
+        self._session.request_checkpoint(exit_after)
 
     def checkpoint_now(self) -> bool:
         """Checkpoints the current iteration and waits for it to commit; returns whether it did."""
@@ -229,6 +237,7 @@ class Checkpointer:
         chain instead of submitting another job. close() writes it even when the newest checkpoint
         already holds the current iteration."""
         self._training_done = True
+        self._session.mark_training_done()
 
     @property
     def training_done(self) -> bool:
@@ -237,7 +246,7 @@ class Checkpointer:
     def _checkpoint_now(self, final: bool) -> bool:
         self._boundary()
         self._native.wait()  # an in-flight checkpoint must end before the state blob is replaced
-        self._report_outcome()
+        self._session.collect()
         self._prepare_checkpoint(self.iteration)
         return self._native.checkpoint_now(self.iteration, final=final,
                                            training_done=final and self._training_done)
@@ -255,12 +264,11 @@ class Checkpointer:
             return True
         self._boundary()
         ok = self._native.wait()
-        self._report_outcome()
+        self._session.collect()
         last = self._native.last_checkpoint()
         if self._training_done:
-            saved = last.committed and last.iteration == self.iteration and last.training_done
-            if final_checkpoint and not saved:
-                ok = self._checkpoint_now(final=True)
+            if final_checkpoint:
+                ok = self._session.finish()  # unless the newest checkpoint already says training_done
         else:
             # After a final checkpoint, later iterations are left to the next job: a synchronous
             # checkpoint now could miss the deadline that the final one was planned for.
@@ -268,8 +276,9 @@ class Checkpointer:
             if final_checkpoint and self.iteration > 0 and not saved:
                 ok = self._checkpoint_now(final=True)
         self._unhook()
-        if self._policy is not None:
-            self._policy.disable_signals()
+        self._session.policy.disable_signals()
+        # The closing checkpoint is settled above: the session must not add one when it goes away.
+        self._session.mark_training_done(False)
         self._closed = True
         return ok
 
@@ -308,90 +317,47 @@ class Checkpointer:
         if not self._pending:
             return
         self._pending = False
-        iteration = self.iteration
-        now = time.perf_counter()
         if not self._regions_after_first_step:
             # The optimizer's state exists once it has stepped: registered now, it is in the staging pool
             # that after_update() has allocated in the background before the first checkpoint needs it.
             self._regions_after_first_step = True
             self._sync_regions()
-        self._native.after_update(iteration)
-        self._report_outcome()
-        if self._policy is None:
-            if iteration % self.interval == 0:
-                if self._native.in_flight and self._decisions is None:
-                    self._native.request_checkpoint(iteration)  # refused and counted as dropped
-                else:
-                    # With several ranks a request waits for the one in flight: every rank must take
-                    # part in the same checkpoints, whichever has finished the previous one.
-                    self._start_checkpoint(iteration)
-        else:
-            decision = self._policy.on_iteration(now - self._last_boundary, self._update_seconds)
-            checkpoint, final = decision.checkpoint, decision.final
-            if self._decisions is not None:
-                # Agreed by all ranks: one rank's signal or deadline must not leave the others training.
-                flags = torch.tensor([int(checkpoint), int(final)], dtype=torch.int32)
-                torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=self._decisions)
-                checkpoint, final = bool(flags[0]), bool(flags[1])
-            if checkpoint:
-                if self._native.in_flight:
-                    # Only a signal or the deadline asks while one is in flight: it must not be dropped.
-                    self._native.wait()
-                    self._report_outcome()
-                self._start_checkpoint(iteration, final=final)
-                if final:
-                    # Nothing after it will be kept: wait, so that should_exit is true at once.
-                    committed = self._native.wait()
-                    self._report_outcome()
-                    if self._decisions is not None and committed:
-                        self._exit_agreed = True
-        self._last_boundary = now
+        self._stage_began = None
+        decision = self._session.step(self.iteration, self._update_seconds)
+        if self._stage_began is not None and not decision.final:
+            # Staging and handing over; a final checkpoint is waited for, so only its staging counts.
+            self.last_start_seconds = time.perf_counter() - self._stage_began
 
-    def _start_checkpoint(self, iteration: int, final: bool = False) -> None:
-        begin = time.perf_counter()
+    def _stage(self, iteration: int) -> None:
+        """The session's hook right before a checkpoint starts: the state outside the regions."""
+        self._stage_began = time.perf_counter()
         self._prepare_checkpoint(iteration)
-        if self._policy is not None and self._device_regions:
-            self._native.set_device_snapshot(self._policy.snapshot_target == "device")
-        started = self._native.request_checkpoint(iteration, final=final,
-                                                  training_done=final and self._training_done)
-        self.last_start_seconds = time.perf_counter() - begin
-        if started:
-            self._outstanding = iteration
-        elif self._policy is not None:
-            self._policy.checkpoint_failed(self._native.last_error or "a checkpoint was still in flight")
+        self.last_start_seconds = time.perf_counter() - self._stage_began
 
-    def _report_outcome(self) -> None:
-        """Tells the policy how the started checkpoint ended, once it has."""
-        if self._outstanding is None or self._native.in_flight:
-            return
-        self._outstanding = None
-        stats = self._native.last_checkpoint()
-        if self._policy is None:
-            return
-        if stats.committed:
-            self._policy.checkpoint_committed(stats.snapshot_seconds, stats.persist_seconds, stats.bytes)
-        else:
-            self._policy.checkpoint_failed(stats.error or "the checkpoint did not commit")
-
-    def _start_policy(self, previous_tuning: Optional[Dict[str, Any]]) -> None:
-        if self._policy is not None:
-            self._policy.disable_signals()  # one set of handlers per process
-        try:
-            options = _native.PolicyOptions.from_environment(self._policy_options or _native.PolicyOptions())
-        except ValueError as error:  # a malformed BATON_OVERHEAD, BATON_DEADLINE, ...
-            raise _native.ConfigError(str(error)) from None
-        if previous_tuning:
+    def _start_session(self, signals: bool, policy_options: Optional["_native.PolicyOptions"]) -> "_native.Session":
+        settings = _native.SessionOptions()
+        if self.interval is None:
             try:
-                options.previous = previous_tuning
-            except ValueError as error:  # a chain written by another version: profile afresh
-                print(f"baton: ignoring the previous job's tuning ({error})", flush=True)
+                settings.policy = _native.PolicyOptions.from_environment(policy_options or _native.PolicyOptions())
+            except ValueError as error:  # a malformed BATON_OVERHEAD, BATON_DEADLINE, ...
+                raise _native.ConfigError(str(error)) from None
+            settings.handle_signals = signals
+        else:
+            settings.fixed_interval = self.interval
+        # With several ranks every rank must take part in the same checkpoints, whichever has finished the
+        # previous one; the policy's signal or deadline checkpoint must not be dropped either.
+        settings.wait_for_in_flight = self.interval is None or self._decisions is not None
         try:
-            self._policy = _native.Policy(options)
+            session = _native.Session(self._native, settings)
         except ValueError as error:
             raise _native.ConfigError(str(error)) from None
-        self._policy.log_to_stderr()
-        if self._signals:
-            self._policy.enable_signals()
+        this = weakref.ref(self)  # the session must not keep this adapter alive
+        session.before_checkpoint(lambda iteration: this()._stage(iteration))
+        # close() writes the closing checkpoint; an adapter dropped unclosed leaves none, as before.
+        weakref.finalize(self, _leave_unfinished, session)
+        if self.interval is None and self._decisions is not None:
+            session.agree_decision(functools.partial(_agree, self._decisions))
+        return session
 
     # -- what goes into a checkpoint --
 
@@ -400,8 +366,8 @@ class Checkpointer:
         self._sync_regions(parameters)
         self._save_buffers(buffers)
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
-        if self._policy is not None:
-            self._native.set_manifest_field("tuning", self._policy.tuning)
+        if self.policy is not None:
+            self._native.set_manifest_field("tuning", self.policy.tuning)
         if self.sampler is not None:
             self._native.set_epoch(self.sampler.epoch)
             self._native.set_manifest_field("sampler", self.sampler.state_dict())
@@ -499,11 +465,11 @@ class Checkpointer:
         if not changed:
             return
         self._device_regions = sorted({key[2] for key in self._regions.values() if key[2] != "cpu"})
-        if self._policy is not None:
-            self._policy.set_checkpoint_bytes(sum(key[1] for key in self._regions.values()))
+        if self.policy is not None:
+            self.policy.set_checkpoint_bytes(sum(key[1] for key in self._regions.values()))
             if self._device_regions:
                 device = torch.device(self._device_regions[0])
-                self._policy.set_device_memory(torch.cuda.max_memory_allocated(device),
+                self.policy.set_device_memory(torch.cuda.max_memory_allocated(device),
                                                torch.cuda.get_device_properties(device).total_memory)
         layout = {name: {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)}
                   for name, t in tensors.items() if name.startswith("optimizer/")}

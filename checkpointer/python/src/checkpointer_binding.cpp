@@ -23,14 +23,6 @@ namespace {
 
 using ckpt::Checkpointer;
 
-// Keeps every registered object alive for as long as the checkpointer uses its memory.
-class PyCheckpointer : public RegionOwner<Checkpointer> {
-public:
-    explicit PyCheckpointer(ckpt::Options options)
-        : RegionOwner(std::make_unique<Checkpointer>(std::move(options)), "the checkpointer is closed")
-    { }
-};
-
 // A coordinator whose all-gather is a Python callable (baton.torch passes one over a gloo group). It is
 // called from the checkpointer's persist thread as well: the GIL is taken for each call, and a Python
 // exception becomes a CoordinationError (the checkpoint fails, training goes on).

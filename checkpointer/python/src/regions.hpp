@@ -2,6 +2,7 @@
 // as regions and turning a restore's result into Python values.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -92,6 +93,29 @@ private:
     std::map<std::string, pybind11::object> objects_;
     std::unique_ptr<Native> impl_;
     const char* closedMessage_;
+};
+
+// baton._native.Checkpointer: keeps every registered object alive for as long as the checkpointer uses
+// its memory.
+class PyCheckpointer : public RegionOwner<ckpt::Checkpointer> {
+public:
+    explicit PyCheckpointer(ckpt::Options options)
+        : RegionOwner(std::make_unique<ckpt::Checkpointer>(std::move(options)), "the checkpointer is closed")
+    { }
+
+    // A session that drives this checkpointer must not outlive it: closing the checkpointer closes the
+    // session first (`closeDriver`), unless the session has let go (nullptr).
+    void setDriver(std::function<void()> closeDriver) { closeDriver_ = std::move(closeDriver); }
+
+    void close()
+    {
+        if (auto closeDriver = std::exchange(closeDriver_, nullptr))
+            closeDriver();
+        RegionOwner::close();
+    }
+
+private:
+    std::function<void()> closeDriver_;
 };
 
 } // namespace baton::python

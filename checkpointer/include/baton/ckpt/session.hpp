@@ -33,6 +33,11 @@ struct SessionOptions {
     Options checkpointer;
     PolicyOptions policy;
     bool handleSignals = false; // opt-in SIGUSR1/SIGTERM handlers (signals.hpp)
+    // Checkpoint every `fixedInterval` iterations instead of asking the policy (0: the policy decides).
+    std::uint64_t fixedInterval = 0;
+    // A checkpoint due while the previous one is still in flight waits for it instead of being dropped
+    // (several ranks must all take the same checkpoints).
+    bool waitForInFlight = false;
 
     // BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, BATON_HANDOVER_WAIT
     // (Options::fromEnvironment; the handover wait is checkpointer.handoverWaitSeconds), BATON_OVERHEAD,
@@ -66,6 +71,12 @@ public:
     {
         onCheckpoint_ = std::move(callback);
     }
+    // Called with the iteration right before each checkpoint starts, to stage what lives outside the
+    // registered regions (blobs, manifest fields).
+    void beforeCheckpoint(std::function<void(std::uint64_t)> hook) { beforeCheckpoint_ = std::move(hook); }
+    // Turns every step's decision into the one all ranks take (a collective, called at each step() on
+    // every rank): one rank's signal or deadline must not leave the others training.
+    void agreeDecision(std::function<Decision(const Decision&)> hook) { agreeDecision_ = std::move(hook); }
 
     // Restores the newest verified checkpoint, the sampler position and the previous job's tuning
     // (the policy then keeps its k unless this job's iteration time differs by more than 20 %). With a
@@ -82,6 +93,11 @@ public:
     // checkpoint when it says so. A final checkpoint (deadline, SIGTERM) is waited for, so that
     // shouldExit() is true as soon as it has committed.
     Decision step(std::uint64_t iteration);
+    // Same, with the weight update's duration timed by the caller (negative: unknown).
+    Decision step(std::uint64_t iteration, double updateSeconds);
+    // Reports a checkpoint that step() started and that has ended (with `wait`, once it has) to the
+    // policy and the onCheckpoint callback.
+    void collect(bool wait);
     // Waits for an in-flight checkpoint and reports it to the policy. After markTrainingDone() it then
     // commits a final checkpoint of the last iteration with `training_done` (even when the newest
     // checkpoint already holds that iteration, so that the flag exists); returns whether that commit
@@ -89,15 +105,17 @@ public:
     bool finish();
     // The application has trained everything: the final checkpoint (the next one step() makes final, or
     // finish()'s) carries `training_done`, which tells the provisioner to end the chain.
-    void markTrainingDone() { trainingDone_ = true; }
+    void markTrainingDone(bool done = true) { trainingDone_ = done; }
     bool trainingDone() const { return trainingDone_; }
 
-    bool shouldExit() const { return policy_.shouldExit(); }
+    // Also true once a final checkpoint that the ranks agreed on has committed.
+    bool shouldExit() const { return policy_.shouldExit() || agreedExit_; }
     std::uint64_t interval() const { return policy_.interval(); }
     double measuredOverheadPercent() const { return policy_.measuredOverheadPercent(); }
 
 private:
-    void collect(bool wait);
+    Decision decide(std::uint64_t iteration, double iterationSeconds, double updateSeconds);
+    Decision start(std::uint64_t iteration, const Decision& decision);
     void publishState();
     void log(const std::string& message) const;
 
@@ -108,6 +126,11 @@ private:
     ResumableSampler* sampler_ = nullptr;
     std::optional<TuningState> previousTuning_;
     std::function<void(const SessionCheckpoint&)> onCheckpoint_;
+    std::function<void(std::uint64_t)> beforeCheckpoint_;
+    std::function<Decision(const Decision&)> agreeDecision_;
+    std::uint64_t fixedInterval_ = 0;
+    bool waitForInFlight_ = false;
+    bool agreedExit_ = false;
     using SteadyClock = std::chrono::steady_clock;
     std::optional<SteadyClock::time_point> lastBoundary_;
     std::optional<SteadyClock::time_point> updateStart_;
