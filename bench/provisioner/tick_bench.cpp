@@ -23,6 +23,7 @@
 #include <vector>
 
 using namespace baton::slurm;
+using baton::sim::Feature;
 using baton::sim::JobShape;
 
 namespace {
@@ -83,7 +84,7 @@ void benchmark(const std::string& release)
         tickMs.push_back(msSince(t0));
         pending = live.pending().size();
         running = live.running().size();
-        checksum += features.back()[11];
+        checksum += at(features.back(), Feature::HoursUntilStartFcfs);
     }
 
     // Baselines: a DOM parse of the same document, and the features one chain at a time.
@@ -99,7 +100,8 @@ void benchmark(const std::string& release)
         for (int r = 0; r < 3; ++r) {
             const auto t0 = std::chrono::steady_clock::now();
             for (const auto& s : shapes)
-                checksum += queueFeatures(static_cast<const baton::sim::QueueView&>(live), s)[11];
+                checksum += at(queueFeatures(static_cast<const baton::sim::QueueView&>(live), s),
+                    Feature::HoursUntilStartFcfs);
             oneByOneMs.push_back(msSince(t0));
         }
     }

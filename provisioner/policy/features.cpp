@@ -174,21 +174,22 @@ std::vector<Features> queueFeatures(const QueueView& queue, std::span<const JobS
         const JobShape& shape = shapes[s];
         const std::size_t k = aheadCount[s];
         Features& f = out[s];
-        f[0] = static_cast<float>(shape.nodes);
-        f[1] = static_cast<float>(shape.limit / hour);
-        f[2] = static_cast<float>(pending.size());
-        f[3] = static_cast<float>(order.pendingNodeHours);
-        f[4] = static_cast<float>(k);
-        f[5] = static_cast<float>(order.aheadHours[k]);
-        f[6] = static_cast<float>(order.aheadNodes[k]);
-        f[7] = static_cast<float>(running.size());
-        f[8] = static_cast<float>(ends.freeNow);
-        f[9] = static_cast<float>(ends.runningNodeHours);
-        f[10] = static_cast<float>((ends.nodesFreeAt(shape.nodes) - now) / hour);
-        f[11] = static_cast<float>((fcfsStart[s] - now) / hour);
-        f[12] = static_cast<float>(recentWait / hour);
-        f[13] = static_cast<float>((secondsOfWeek % 86400) / hour);
-        f[14] = static_cast<float>(secondsOfWeek / 86400);
+        at(f, Feature::Nodes) = static_cast<float>(shape.nodes);
+        at(f, Feature::LimitHours) = static_cast<float>(shape.limit / hour);
+        at(f, Feature::PendingJobs) = static_cast<float>(pending.size());
+        at(f, Feature::PendingNodeHours) = static_cast<float>(order.pendingNodeHours);
+        at(f, Feature::AheadJobs) = static_cast<float>(k);
+        at(f, Feature::AheadNodeHours) = static_cast<float>(order.aheadHours[k]);
+        at(f, Feature::AheadNodes) = static_cast<float>(order.aheadNodes[k]);
+        at(f, Feature::RunningJobs) = static_cast<float>(running.size());
+        at(f, Feature::FreeNodes) = static_cast<float>(ends.freeNow);
+        at(f, Feature::RunningNodeHoursLeft) = static_cast<float>(ends.runningNodeHours);
+        at(f, Feature::HoursUntilNodesFree)
+            = static_cast<float>((ends.nodesFreeAt(shape.nodes) - now) / hour);
+        at(f, Feature::HoursUntilStartFcfs) = static_cast<float>((fcfsStart[s] - now) / hour);
+        at(f, Feature::RecentMeanWaitHours) = static_cast<float>(recentWait / hour);
+        at(f, Feature::HourOfDay) = static_cast<float>((secondsOfWeek % 86400) / hour);
+        at(f, Feature::DayOfWeek) = static_cast<float>(secondsOfWeek / 86400);
     }
     return out;
 }

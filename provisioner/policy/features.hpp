@@ -16,6 +16,37 @@ using Features = std::array<float, featureCount>;
 // Names in the order of Features, stored with trained models.
 extern const std::array<const char*, featureCount> featureNames;
 
+// The positions in Features, in the order of featureNames (trained models store vectors by position).
+enum class Feature : std::size_t {
+    Nodes,
+    LimitHours,
+    PendingJobs,
+    PendingNodeHours,
+    AheadJobs,
+    AheadNodeHours,
+    AheadNodes,
+    RunningJobs,
+    FreeNodes,
+    RunningNodeHoursLeft,
+    HoursUntilNodesFree,
+    HoursUntilStartFcfs,
+    RecentMeanWaitHours,
+    HourOfDay,
+    DayOfWeek,
+};
+static_assert(static_cast<std::size_t>(Feature::DayOfWeek) + 1 == featureCount);
+
+// A feature by name: `at(features, Feature::AheadJobs)`.
+constexpr float& at(Features& features, Feature which)
+{
+    return features[static_cast<std::size_t>(which)];
+}
+
+constexpr float at(const Features& features, Feature which)
+{
+    return features[static_cast<std::size_t>(which)];
+}
+
 struct JobShape {
     int nodes = 1;
     std::int64_t limit = 48 * 3600;

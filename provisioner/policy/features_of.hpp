@@ -119,21 +119,22 @@ template<class Queue> Features featuresOf(const Queue& sim, const JobShape& shap
 
     const std::int64_t secondsOfWeek = (now + 3 * 86400) % (7 * 86400); // the epoch was a Thursday
     Features f {};
-    f[0] = static_cast<float>(shape.nodes);
-    f[1] = static_cast<float>(shape.limit / hour);
-    f[2] = static_cast<float>(sim.pending().size());
-    f[3] = static_cast<float>(pendingNodeHours);
-    f[4] = static_cast<float>(ahead.size());
-    f[5] = static_cast<float>(aheadNodeHours);
-    f[6] = static_cast<float>(aheadNodes);
-    f[7] = static_cast<float>(sim.running().size());
-    f[8] = static_cast<float>(sim.freeNodes());
-    f[9] = static_cast<float>(runningNodeHours);
-    f[10] = static_cast<float>((nodesFreeAt - now) / hour);
-    f[11] = static_cast<float>((fcfsStartEstimate(sim, aheadJobs, shape.nodes) - now) / hour);
-    f[12] = static_cast<float>(sim.recentMeanWait() / hour);
-    f[13] = static_cast<float>((secondsOfWeek % 86400) / hour);
-    f[14] = static_cast<float>(secondsOfWeek / 86400);
+    at(f, Feature::Nodes) = static_cast<float>(shape.nodes);
+    at(f, Feature::LimitHours) = static_cast<float>(shape.limit / hour);
+    at(f, Feature::PendingJobs) = static_cast<float>(sim.pending().size());
+    at(f, Feature::PendingNodeHours) = static_cast<float>(pendingNodeHours);
+    at(f, Feature::AheadJobs) = static_cast<float>(ahead.size());
+    at(f, Feature::AheadNodeHours) = static_cast<float>(aheadNodeHours);
+    at(f, Feature::AheadNodes) = static_cast<float>(aheadNodes);
+    at(f, Feature::RunningJobs) = static_cast<float>(sim.running().size());
+    at(f, Feature::FreeNodes) = static_cast<float>(sim.freeNodes());
+    at(f, Feature::RunningNodeHoursLeft) = static_cast<float>(runningNodeHours);
+    at(f, Feature::HoursUntilNodesFree) = static_cast<float>((nodesFreeAt - now) / hour);
+    at(f, Feature::HoursUntilStartFcfs)
+        = static_cast<float>((fcfsStartEstimate(sim, aheadJobs, shape.nodes) - now) / hour);
+    at(f, Feature::RecentMeanWaitHours) = static_cast<float>(sim.recentMeanWait() / hour);
+    at(f, Feature::HourOfDay) = static_cast<float>((secondsOfWeek % 86400) / hour);
+    at(f, Feature::DayOfWeek) = static_cast<float>(secondsOfWeek / 86400);
     return f;
 }
 

@@ -155,7 +155,7 @@ std::size_t ShapeRulesPolicy::firstSubmit(std::span<const DecisionPoint> points)
     if (points.empty())
         return 0;
     // The ticks of one call are one successor's: one size.
-    return ruleFor(points.front().features[0]).firstSubmit(points);
+    return ruleFor(at(points.front().features, Feature::Nodes)).firstSubmit(points);
 }
 
 std::string describeRules(const std::vector<ShapeRulesPolicy::ForShape>& rules)

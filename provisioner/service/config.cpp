@@ -60,19 +60,34 @@ std::string parsePolicy(const std::string& text, const std::string& key)
 
 using Setter = std::function<void(ServiceConfig&, const Json&, const std::string&)>;
 
+// Setters for the common kinds of key: a string, a whole number in a range, seconds in a range.
+Setter text(std::string ServiceConfig::*field)
+{
+    return [field](ServiceConfig& c, const Json& v, const std::string& k) { c.*field = expectString(v, k); };
+}
+
+Setter whole(int ServiceConfig::*field, std::int64_t min, std::int64_t max)
+{
+    return [=](ServiceConfig& c, const Json& v, const std::string& k) {
+        c.*field = static_cast<int>(expectInteger(v, k, min, max));
+    };
+}
+
+Setter seconds(std::chrono::seconds ServiceConfig::*field, std::int64_t min, std::int64_t max)
+{
+    return [=](ServiceConfig& c, const Json& v, const std::string& k) {
+        c.*field = std::chrono::seconds(expectInteger(v, k, min, max));
+    };
+}
+
 // Every key of the file, with its validation. Flags map onto the same table.
 const std::map<std::string, Setter>& keyTable()
 {
     static const std::map<std::string, Setter> table {
-        { "listen_address",
-            [](auto& c, const Json& v, const auto& k) { c.listenAddress = expectString(v, k); } },
-        { "listen_port",
-            [](auto& c, const Json& v, const auto& k) {
-                c.listenPort = static_cast<int>(expectInteger(v, k, 0, 65535));
-            } },
-        { "database", [](auto& c, const Json& v, const auto& k) { c.database = expectString(v, k); } },
-        { "instance_name",
-            [](auto& c, const Json& v, const auto& k) { c.instanceName = expectString(v, k); } },
+        { "listen_address", text(&ServiceConfig::listenAddress) },
+        { "listen_port", whole(&ServiceConfig::listenPort, 0, 65535) },
+        { "database", text(&ServiceConfig::database) },
+        { "instance_name", text(&ServiceConfig::instanceName) },
         { "tick_seconds",
             [](auto& c, const Json& v, const auto& k) {
                 c.tick = std::chrono::milliseconds(
@@ -80,11 +95,10 @@ const std::map<std::string, Setter>& keyTable()
             } },
         { "policy",
             [](auto& c, const Json& v, const auto& k) { c.policy = parsePolicy(expectString(v, k), k); } },
-        { "model", [](auto& c, const Json& v, const auto& k) { c.modelName = expectString(v, k); } },
+        { "model", text(&ServiceConfig::modelName) },
         { "quantile",
             [](auto& c, const Json& v, const auto& k) { c.quantile = expectNumber(v, k, 0.01, 0.99); } },
-        { "operators_group",
-            [](auto& c, const Json& v, const auto& k) { c.operatorsGroup = expectString(v, k); } },
+        { "operators_group", text(&ServiceConfig::operatorsGroup) },
         { "slurm_users",
             [](auto& c, const Json& v, const auto& k) {
                 if (!v.is_array())
@@ -93,53 +107,25 @@ const std::map<std::string, Setter>& keyTable()
                 for (const auto& name : v)
                     c.slurmUsers.push_back(expectString(name, k));
             } },
-        { "submit_lead_seconds",
-            [](auto& c, const Json& v, const auto& k) {
-                c.submitLead = std::chrono::seconds(expectInteger(v, k, 0, 86400));
-            } },
-        { "retry_budget",
-            [](auto& c, const Json& v, const auto& k) {
-                c.retryBudget = static_cast<int>(expectInteger(v, k, 0, 100));
-            } },
-        { "handover_timeout_seconds",
-            [](auto& c, const Json& v, const auto& k) {
-                c.handoverTimeout = std::chrono::seconds(expectInteger(v, k, 10, 86400));
-            } },
-        { "slurm_timeout_seconds",
-            [](auto& c, const Json& v, const auto& k) {
-                c.slurmTimeout = std::chrono::seconds(expectInteger(v, k, 1, 600));
-            } },
-        { "submit_grace_seconds",
-            [](auto& c, const Json& v, const auto& k) {
-                c.submitGrace = std::chrono::seconds(expectInteger(v, k, 5, 3600));
-            } },
-        { "max_live_chains_per_user",
-            [](auto& c, const Json& v, const auto& k) {
-                c.maxLiveChainsPerUser = static_cast<int>(expectInteger(v, k, 0, 1000000));
-            } },
-        { "retention_days",
-            [](auto& c, const Json& v, const auto& k) {
-                c.retentionDays = static_cast<int>(expectInteger(v, k, 0, 36500));
-            } },
+        { "submit_lead_seconds", seconds(&ServiceConfig::submitLead, 0, 86400) },
+        { "retry_budget", whole(&ServiceConfig::retryBudget, 0, 100) },
+        { "handover_timeout_seconds", seconds(&ServiceConfig::handoverTimeout, 10, 86400) },
+        { "slurm_timeout_seconds", seconds(&ServiceConfig::slurmTimeout, 1, 600) },
+        { "submit_grace_seconds", seconds(&ServiceConfig::submitGrace, 5, 3600) },
+        { "max_live_chains_per_user", whole(&ServiceConfig::maxLiveChainsPerUser, 0, 1000000) },
+        { "retention_days", whole(&ServiceConfig::retentionDays, 0, 36500) },
         { "max_body_bytes",
             [](auto& c, const Json& v, const auto& k) {
                 c.maxBodyBytes = static_cast<std::size_t>(expectInteger(v, k, 1024, 16 << 20));
             } },
-        { "max_json_depth",
-            [](auto& c, const Json& v, const auto& k) {
-                c.maxJsonDepth = static_cast<int>(expectInteger(v, k, 2, 64));
-            } },
-        { "http_threads",
-            [](auto& c, const Json& v, const auto& k) {
-                c.httpThreads = static_cast<int>(expectInteger(v, k, 1, 256));
-            } },
-        { "metrics_token",
-            [](auto& c, const Json& v, const auto& k) { c.metricsToken = expectString(v, k); } },
-        { "munge_socket", [](auto& c, const Json& v, const auto& k) { c.mungeSocket = expectString(v, k); } },
-        { "sbatch", [](auto& c, const Json& v, const auto& k) { c.sbatch = expectString(v, k); } },
-        { "squeue", [](auto& c, const Json& v, const auto& k) { c.squeue = expectString(v, k); } },
-        { "scancel", [](auto& c, const Json& v, const auto& k) { c.scancel = expectString(v, k); } },
-        { "scontrol", [](auto& c, const Json& v, const auto& k) { c.scontrol = expectString(v, k); } },
+        { "max_json_depth", whole(&ServiceConfig::maxJsonDepth, 2, 64) },
+        { "http_threads", whole(&ServiceConfig::httpThreads, 1, 256) },
+        { "metrics_token", text(&ServiceConfig::metricsToken) },
+        { "munge_socket", text(&ServiceConfig::mungeSocket) },
+        { "sbatch", text(&ServiceConfig::sbatch) },
+        { "squeue", text(&ServiceConfig::squeue) },
+        { "scancel", text(&ServiceConfig::scancel) },
+        { "scontrol", text(&ServiceConfig::scontrol) },
         { "cluster_nodes",
             [](auto& c, const Json& v, const auto& k) {
                 c.clusterNodes = static_cast<int>(expectInteger(v, k, 1, 1 << 20));

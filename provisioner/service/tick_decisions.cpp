@@ -116,9 +116,11 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
                 = policy_->submitNow(point) || (config_.policy != "reactive" && point.remaining <= lead);
             // What the decision row says the policy saw; built only for the rows that are written.
             const auto inputs = [&] {
-                Json seen { { "remaining_s", point.remaining },
-                    { "recent_mean_wait_s", point.recentMeanWait }, { "queue_pending", point.features[2] },
-                    { "queue_ahead", point.features[4] }, { "free_nodes", point.features[8] } };
+                using sim::Feature;
+                Json seen { { "remaining_s", point.remaining }, { "recent_mean_wait_s", point.recentMeanWait },
+                    { "queue_pending", at(point.features, Feature::PendingJobs) },
+                    { "queue_ahead", at(point.features, Feature::AheadJobs) },
+                    { "free_nodes", at(point.features, Feature::FreeNodes) } };
                 // What the policy expects the successor to wait: the model's, or avg's recent mean.
                 if (std::isfinite(point.meanLogWait))
                     seen["predicted_wait_s"] = std::expm1(point.meanLogWait);

@@ -287,6 +287,198 @@ std::optional<std::filesystem::path> findProgram(const std::string& name, const 
     return std::nullopt;
 }
 
+namespace {
+
+std::chrono::milliseconds since(Clock::time_point started)
+{
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started);
+}
+
+// Whatever leaves runCommand before the child was collected (an exception) kills it and hands it to
+// the reaper: never a zombie, never a wait.
+struct PendingChild {
+    pid_t pid;
+    bool settled = false;
+    ~PendingChild()
+    {
+        if (settled)
+            return;
+        signalChild(pid, SIGKILL, true);
+        try {
+            abandonChild(pid);
+        } catch (...) { }
+    }
+};
+
+// Waits for the child's report from before exec, which the pipe's close-on-exec ends empty. Until
+// exec the child may hang too (a working directory on a dead file server): the timeout covers that
+// wait as well. Returns the result of a child that timed out before exec, nothing once it has
+// exec'ed; throws what the child reported it failed at.
+std::optional<CommandResult> awaitExec(
+    const CommandSpec& spec, PendingChild& pending, const Fd& reportRead, Clock::time_point started)
+{
+    ChildFailure failure {};
+    ssize_t got = -1;
+    for (;;) {
+        const auto left
+            = std::chrono::duration_cast<std::chrono::milliseconds>(started + spec.timeout - Clock::now());
+        pollfd pfd { reportRead.get(), POLLIN, 0 };
+        const int ready = poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready == 0) {
+            pending.settled = true;
+            const auto status = awaitChild(pending.pid, Clock::now(), killWait, true);
+            CommandResult late;
+            late.timedOut = true;
+            late.abandoned = !status;
+            if (status)
+                takeStatus(late, *status);
+            late.elapsed = since(started);
+            return late;
+        }
+        do
+            got = read(reportRead.get(), &failure, sizeof failure);
+        while (got < 0 && errno == EINTR);
+        break;
+    }
+    if (got == static_cast<ssize_t>(sizeof failure)) {
+        // It exits right after reporting, unless someone stopped it in between.
+        pending.settled = true;
+        awaitChild(pending.pid, Clock::now() + killWait, killWait, true);
+        throwErrno(std::string(stageName(failure.stage, failure.step)) + " " + formatArgv(spec.argv), failure.error);
+    }
+    return std::nullopt;
+}
+
+// Whether the child has exited, seen but not collected (WNOWAIT): until it is, its pid, which is also
+// its process group's id, cannot be given to another process, so killing leftovers of the group
+// cannot hit a stranger.
+bool hasExited(pid_t pid)
+{
+    siginfo_t info {};
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0)
+        return info.si_pid == pid;
+    if (errno != EINTR)
+        throwErrno("waitid");
+    return false;
+}
+
+// One of the child's output pipes and the text read from it.
+struct Stream {
+    Fd* fd;
+    std::string* text;
+    bool* truncated;
+};
+
+// Reads what arrives on the open streams within `wait`, keeping up to maxBytes of each; a stream at
+// its end is closed.
+void readStreams(std::array<Stream, 2>& streams, std::size_t maxBytes, std::chrono::milliseconds wait)
+{
+    std::array<pollfd, 2> fds {};
+    nfds_t n = 0;
+    std::array<Stream*, 2> polled {};
+    for (auto& s : streams)
+        if (s.fd->get() >= 0) {
+            fds[n] = { s.fd->get(), POLLIN, 0 };
+            polled[n++] = &s;
+        }
+    if (n == 0) {
+        // Pipes closed but the child has not exited yet: wait for it in short steps.
+        usleep(static_cast<useconds_t>(std::min<long>(wait.count(), 5) * 1000));
+        return;
+    }
+    const int ready = poll(fds.data(), n, static_cast<int>(wait.count()));
+    if (ready < 0) {
+        if (errno == EINTR)
+            return;
+        throwErrno("poll");
+    }
+    std::array<char, 16384> buffer;
+    for (nfds_t i = 0; i < n; ++i) {
+        if (fds[i].revents == 0)
+            continue;
+        Stream& s = *polled[i];
+        const ssize_t r = read(s.fd->get(), buffer.data(), buffer.size());
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            s.fd->reset();
+            continue;
+        }
+        const std::size_t room = maxBytes - std::min(maxBytes, s.text->size());
+        const std::size_t keep = std::min(room, static_cast<std::size_t>(r));
+        s.text->append(buffer.data(), keep);
+        if (keep < static_cast<std::size_t>(r))
+            *s.truncated = true;
+    }
+}
+
+// Reads the exec'ed child's output until it has exited and its streams are closed, ending it (and
+// what it started) at the timeout: SIGTERM, SIGKILL after the grace, then a last short wait.
+CommandResult collectChild(
+    const CommandSpec& spec, PendingChild& pending, Fd& outRead, Fd& errRead, Clock::time_point started)
+{
+    const pid_t pid = pending.pid;
+    CommandResult result;
+    std::array<Stream, 2> streams { Stream { &outRead, &result.out, &result.outTruncated },
+        Stream { &errRead, &result.err, &result.errTruncated } };
+    auto killAt = started + spec.timeout; // first SIGTERM, then SIGKILL after the grace
+    int killStage = 0;
+    bool exited = false;
+
+    for (;;) {
+        if (!exited && hasExited(pid)) {
+            exited = true;
+            // Whatever it left behind gets a grace to finish writing, not the whole timeout.
+            killAt = std::min(killAt, Clock::now() + spec.killGrace);
+        }
+        const bool streamsOpen = outRead.get() >= 0 || errRead.get() >= 0;
+        if (exited && (!streamsOpen || killStage > 0))
+            break;
+
+        const auto now = Clock::now();
+        if (now >= killAt) {
+            if (exited) {
+                signalChild(pid, SIGKILL, true); // leftovers of a program that itself finished in time
+                break;
+            }
+            result.timedOut = true;
+            // A signal the kernel refuses will not be delivered later either: give up at once.
+            const bool signalled = killStage == 0 ? signalChild(pid, SIGTERM, true)
+                : killStage == 1                  ? signalChild(pid, SIGKILL, true)
+                                                  : false;
+            if (!signalled) {
+                pending.settled = true;
+                abandonChild(pid);
+                result.abandoned = true;
+                result.elapsed = since(started);
+                return result;
+            }
+            killAt = now + (killStage == 0 ? spec.killGrace : killWait);
+            ++killStage;
+            continue;
+        }
+
+        // Wake up at least every 50 ms to notice the child's exit while a grandchild holds the pipes.
+        auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(killAt - now)
+            + std::chrono::milliseconds(1);
+        wait = std::min(wait, std::chrono::milliseconds(exited ? 50 : 20));
+        readStreams(streams, spec.maxOutputBytes, wait);
+    }
+    // It has exited (seen above): this collects it at once.
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            throwErrno("waitpid");
+    pending.settled = true;
+    result.elapsed = since(started);
+    takeStatus(result, status);
+    return result;
+}
+
+} // namespace
+
 CommandResult runCommand(const CommandSpec& spec)
 {
     if (spec.argv.empty() || spec.argv.front().empty())
@@ -315,166 +507,11 @@ CommandResult runCommand(const CommandSpec& spec)
     errWrite.reset();
     reportWrite.reset();
 
-    // Whatever leaves this function before the child was collected (an exception) kills it and hands
-    // it to the reaper: never a zombie, never a wait.
-    struct Pending {
-        pid_t pid;
-        bool settled = false;
-        ~Pending()
-        {
-            if (settled)
-                return;
-            signalChild(pid, SIGKILL, true);
-            try {
-                abandonChild(pid);
-            } catch (...) { }
-        }
-    } pending { pid };
-    const auto elapsed
-        = [&] { return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started); };
-
-    // Until exec the child may hang too (a working directory on a dead file server): the timeout
-    // covers that wait as well.
-    ChildFailure failure {};
-    ssize_t got = -1;
-    for (;;) {
-        const auto left
-            = std::chrono::duration_cast<std::chrono::milliseconds>(started + spec.timeout - Clock::now());
-        pollfd pfd { reportRead.get(), POLLIN, 0 };
-        const int ready = poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-        if (ready < 0 && errno == EINTR)
-            continue;
-        if (ready == 0) {
-            pending.settled = true;
-            const auto status = awaitChild(pid, Clock::now(), killWait, true);
-            CommandResult late;
-            late.timedOut = true;
-            late.abandoned = !status;
-            if (status)
-                takeStatus(late, *status);
-            late.elapsed = elapsed();
-            return late;
-        }
-        do
-            got = read(reportRead.get(), &failure, sizeof failure);
-        while (got < 0 && errno == EINTR);
-        break;
-    }
-    if (got == static_cast<ssize_t>(sizeof failure)) {
-        // It exits right after reporting, unless someone stopped it in between.
-        pending.settled = true;
-        awaitChild(pid, Clock::now() + killWait, killWait, true);
-        throwErrno(std::string(stageName(failure.stage, failure.step)) + " " + formatArgv(spec.argv), failure.error);
-    }
+    PendingChild pending { pid };
+    if (auto late = awaitExec(spec, pending, reportRead, started))
+        return *late;
     reportRead.reset();
-
-    CommandResult result;
-    struct Stream {
-        Fd* fd;
-        std::string* text;
-        bool* truncated;
-    };
-    std::array<Stream, 2> streams { Stream { &outRead, &result.out, &result.outTruncated },
-        Stream { &errRead, &result.err, &result.errTruncated } };
-    auto killAt = started + spec.timeout; // first SIGTERM, then SIGKILL after the grace
-    int killStage = 0;
-    bool exited = false;
-    std::array<char, 16384> buffer;
-
-    for (;;) {
-        if (!exited) {
-            // Seen, not collected (WNOWAIT): until it is, its pid, which is also its process group's id,
-            // cannot be given to another process, so killing leftovers of the group below cannot hit a
-            // stranger.
-            siginfo_t info {};
-            if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
-                if (info.si_pid == pid) {
-                    exited = true;
-                    // Whatever it left behind gets a grace to finish writing, not the whole timeout.
-                    killAt = std::min(killAt, Clock::now() + spec.killGrace);
-                }
-            } else if (errno != EINTR) {
-                throwErrno("waitid");
-            }
-        }
-        const bool streamsOpen = outRead.get() >= 0 || errRead.get() >= 0;
-        if (exited && (!streamsOpen || killStage > 0))
-            break;
-
-        const auto now = Clock::now();
-        if (now >= killAt) {
-            if (exited) {
-                signalChild(pid, SIGKILL, true); // leftovers of a program that itself finished in time
-                break;
-            }
-            result.timedOut = true;
-            // SIGTERM, SIGKILL after the grace, then a last short wait. A signal the kernel refuses will
-            // not be delivered later either: give up at once.
-            const bool signalled = killStage == 0 ? signalChild(pid, SIGTERM, true)
-                : killStage == 1                  ? signalChild(pid, SIGKILL, true)
-                                                  : false;
-            if (!signalled) {
-                pending.settled = true;
-                abandonChild(pid);
-                result.abandoned = true;
-                result.elapsed = elapsed();
-                return result;
-            }
-            killAt = now + (killStage == 0 ? spec.killGrace : killWait);
-            ++killStage;
-            continue;
-        }
-
-        // Wake up at least every 50 ms to notice the child's exit while a grandchild holds the pipes.
-        auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(killAt - now)
-            + std::chrono::milliseconds(1);
-        wait = std::min(wait, std::chrono::milliseconds(exited ? 50 : 20));
-        std::array<pollfd, 2> fds {};
-        nfds_t n = 0;
-        std::array<Stream*, 2> polled {};
-        for (auto& s : streams)
-            if (s.fd->get() >= 0) {
-                fds[n] = { s.fd->get(), POLLIN, 0 };
-                polled[n++] = &s;
-            }
-        if (n == 0) {
-            // Pipes closed but the child has not exited yet: wait for it in short steps.
-            usleep(static_cast<useconds_t>(std::min<long>(wait.count(), 5) * 1000));
-            continue;
-        }
-        const int ready = poll(fds.data(), n, static_cast<int>(wait.count()));
-        if (ready < 0) {
-            if (errno == EINTR)
-                continue;
-            throwErrno("poll");
-        }
-        for (nfds_t i = 0; i < n; ++i) {
-            if (fds[i].revents == 0)
-                continue;
-            Stream& s = *polled[i];
-            const ssize_t r = read(s.fd->get(), buffer.data(), buffer.size());
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                s.fd->reset();
-                continue;
-            }
-            const std::size_t room = spec.maxOutputBytes - std::min(spec.maxOutputBytes, s.text->size());
-            const std::size_t keep = std::min(room, static_cast<std::size_t>(r));
-            s.text->append(buffer.data(), keep);
-            if (keep < static_cast<std::size_t>(r))
-                *s.truncated = true;
-        }
-    }
-    // It has exited (seen above): this collects it at once.
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            throwErrno("waitpid");
-    pending.settled = true;
-    result.elapsed = elapsed();
-    takeStatus(result, status);
-    return result;
+    return collectChild(spec, pending, outRead, errRead, started);
 }
 
 } // namespace baton::slurm

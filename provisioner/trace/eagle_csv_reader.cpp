@@ -64,6 +64,52 @@ std::optional<std::int64_t> parseJobId(std::string_view text)
     return id;
 }
 
+// What the job asked for: its time limit, nodes, processors and GPUs. Returns nullptr, or why the
+// row is rejected.
+const char* readRequest(Column column, std::string_view field, TraceJob& job)
+{
+    switch (column) {
+    case Column::WallclockReq: {
+        if (trim(field).empty())
+            break; // no limit recorded
+        auto limit = parseDecimalSeconds(field);
+        if (!limit)
+            return "bad time limit";
+        job.timeLimit = *limit;
+        break;
+    }
+    case Column::NodesReq: {
+        auto nodes = parseWholeCount(field);
+        if (!nodes || *nodes < 1 || *nodes > 1'000'000)
+            return "bad node count";
+        job.nodes = static_cast<std::int32_t>(*nodes);
+        break;
+    }
+    case Column::ProcessorsReq: {
+        if (trim(field).empty())
+            break;
+        auto cpus = parseWholeCount(field);
+        if (!cpus || *cpus > 100'000'000)
+            return "bad cpu count";
+        job.cpus = static_cast<std::int32_t>(*cpus);
+        job.requestedProcs = job.cpus;
+        break;
+    }
+    case Column::GpusReq: {
+        if (trim(field).empty())
+            break;
+        auto gpus = parseWholeCount(field);
+        if (!gpus || *gpus > 1'000'000)
+            return "bad gpu count";
+        job.gpus = static_cast<std::int32_t>(*gpus);
+        break;
+    }
+    default:
+        break;
+    }
+    return nullptr;
+}
+
 } // namespace
 
 bool looksLikeEagleHeader(std::string_view line)
@@ -174,41 +220,13 @@ const char* EagleCsvReader::rowToJob(TraceJob& job)
         case Column::State:
             job.state = trim(field).substr(0, trim(field).find(' ')); // "CANCELLED by 123"
             break;
-        case Column::WallclockReq: {
-            if (trim(field).empty())
-                break; // no limit recorded
-            auto limit = parseDecimalSeconds(field);
-            if (!limit)
-                return "bad time limit";
-            job.timeLimit = *limit;
+        case Column::WallclockReq:
+        case Column::NodesReq:
+        case Column::ProcessorsReq:
+        case Column::GpusReq:
+            if (const char* error = readRequest(columns_[i], field, job))
+                return error;
             break;
-        }
-        case Column::NodesReq: {
-            auto nodes = parseWholeCount(field);
-            if (!nodes || *nodes < 1 || *nodes > 1'000'000)
-                return "bad node count";
-            job.nodes = static_cast<std::int32_t>(*nodes);
-            break;
-        }
-        case Column::ProcessorsReq: {
-            if (trim(field).empty())
-                break;
-            auto cpus = parseWholeCount(field);
-            if (!cpus || *cpus > 100'000'000)
-                return "bad cpu count";
-            job.cpus = static_cast<std::int32_t>(*cpus);
-            job.requestedProcs = job.cpus;
-            break;
-        }
-        case Column::GpusReq: {
-            if (trim(field).empty())
-                break;
-            auto gpus = parseWholeCount(field);
-            if (!gpus || *gpus > 1'000'000)
-                return "bad gpu count";
-            job.gpus = static_cast<std::int32_t>(*gpus);
-            break;
-        }
         case Column::SubmitTime: {
             auto submit = parseTimestamp(field);
             if (!submit)

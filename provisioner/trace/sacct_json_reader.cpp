@@ -118,6 +118,87 @@ bool tresCounts(const json& list, std::optional<std::int64_t>& cpus, std::int64_
     return true;
 }
 
+// The "time" member: submission, start, end and limit. Returns nullptr, or why the job is rejected.
+const char* readTimes(
+    const json& object, TraceJob& job, std::int64_t& start, std::optional<std::int64_t>& end)
+{
+    const json empty = json::object();
+    auto timeIt = object.find("time");
+    const json& time = timeIt != object.end() && timeIt->is_object() ? *timeIt : empty;
+    auto submit = numberAt(time, "submission");
+    if (submit.bad || !submit.value || *submit.value <= 0)
+        return "bad submit time";
+    job.submit = *submit.value;
+    auto started = numberAt(time, "start");
+    if (started.bad)
+        return "bad start time";
+    if (!started.value || *started.value <= 0)
+        return "never started";
+    start = *started.value;
+    auto ended = numberAt(time, "end");
+    if (ended.bad)
+        return "bad end time";
+    end = ended.value && *ended.value > 0 ? ended.value : std::nullopt; // none while it still runs
+    auto limit = numberAt(time, "limit");
+    if (limit.bad)
+        return "bad time limit";
+    if (limit.value && *limit.value >= 0) {
+        auto seconds = checkedMultiply(*limit.value, 60); // minutes
+        if (!seconds)
+            return "bad time limit";
+        job.timeLimit = *seconds;
+    }
+    return nullptr;
+}
+
+// The allocated node count, else the required one.
+const char* readNodes(const json& object, TraceJob& job)
+{
+    auto nodes = numberAt(object, "allocation_nodes");
+    if (!nodes.value || *nodes.value < 1) {
+        auto requiredIt = object.find("required");
+        if (requiredIt != object.end())
+            nodes = numberAt(*requiredIt, "nodes");
+    }
+    if (nodes.bad || !nodes.value || *nodes.value < 1 || *nodes.value > 1'000'000)
+        return "bad node count";
+    job.nodes = static_cast<std::int32_t>(*nodes.value);
+    return nullptr;
+}
+
+// The required CPUs, then the allocated TRES, else the requested ones (a job that never ran has no
+// allocation).
+const char* readProcessors(const json& object, TraceJob& job)
+{
+    if (auto requiredIt = object.find("required"); requiredIt != object.end()) {
+        auto cpus = numberAt(*requiredIt, "CPUs");
+        auto cpus32 = cpus.value ? toInt32(*cpus.value) : std::nullopt;
+        if (cpus.bad || (cpus.value && !cpus32))
+            return "bad cpu count";
+        if (cpus32) {
+            job.requestedProcs = *cpus32;
+            job.cpus = *cpus32;
+        }
+    }
+    auto tresIt = object.find("tres");
+    if (tresIt == object.end() || !tresIt->is_object())
+        return nullptr;
+    for (const char* which : { "allocated", "requested" }) {
+        auto listIt = tresIt->find(which);
+        if (listIt == tresIt->end() || !listIt->is_array() || listIt->empty())
+            continue;
+        std::optional<std::int64_t> cpus;
+        std::int64_t gpus = 0;
+        if (!tresCounts(*listIt, cpus, gpus))
+            return "bad TRES list";
+        if (cpus && *cpus > 0)
+            job.cpus = static_cast<std::int32_t>(*cpus);
+        job.gpus = static_cast<std::int32_t>(gpus);
+        break;
+    }
+    return nullptr;
+}
+
 const char* toJob(const json& object, TraceJob& job)
 {
     if (!object.is_object())
@@ -133,41 +214,12 @@ const char* toJob(const json& object, TraceJob& job)
         job.user = it->get<std::string>();
     else if (auto uid = numberAt(object, "user_id"); uid.value)
         job.user = std::to_string(*uid.value);
-    const json empty = json::object();
-    auto timeIt = object.find("time");
-    const json& time = timeIt != object.end() && timeIt->is_object() ? *timeIt : empty;
-    auto submit = numberAt(time, "submission");
-    if (submit.bad || !submit.value || *submit.value <= 0)
-        return "bad submit time";
-    job.submit = *submit.value;
-    auto start = numberAt(time, "start");
-    if (start.bad)
-        return "bad start time";
-    if (!start.value || *start.value <= 0)
-        return "never started";
-    auto end = numberAt(time, "end");
-    if (end.bad)
-        return "bad end time";
-    if (end.value && *end.value <= 0)
-        end.value.reset(); // still running
-    auto limit = numberAt(time, "limit");
-    if (limit.bad)
-        return "bad time limit";
-    if (limit.value && *limit.value >= 0) {
-        auto seconds = checkedMultiply(*limit.value, 60); // minutes
-        if (!seconds)
-            return "bad time limit";
-        job.timeLimit = *seconds;
-    }
-    auto nodes = numberAt(object, "allocation_nodes");
-    if (!nodes.value || *nodes.value < 1) {
-        auto requiredIt = object.find("required");
-        if (requiredIt != object.end())
-            nodes = numberAt(*requiredIt, "nodes");
-    }
-    if (nodes.bad || !nodes.value || *nodes.value < 1 || *nodes.value > 1'000'000)
-        return "bad node count";
-    job.nodes = static_cast<std::int32_t>(*nodes.value);
+    std::int64_t start = 0;
+    std::optional<std::int64_t> end;
+    if (const char* error = readTimes(object, job, start, end))
+        return error;
+    if (const char* error = readNodes(object, job))
+        return error;
     auto priority = numberAt(object, "priority");
     if (priority.bad)
         return "bad priority";
@@ -184,37 +236,13 @@ const char* toJob(const json& object, TraceJob& job)
     if (auto stateIt = object.find("state"); stateIt != object.end())
         job.state
             = stateIt->is_object() ? firstString(stateIt->value("current", json())) : firstString(*stateIt);
-    if (auto requiredIt = object.find("required"); requiredIt != object.end()) {
-        auto cpus = numberAt(*requiredIt, "CPUs");
-        auto cpus32 = cpus.value ? toInt32(*cpus.value) : std::nullopt;
-        if (cpus.bad || (cpus.value && !cpus32))
-            return "bad cpu count";
-        if (cpus32) {
-            job.requestedProcs = *cpus32;
-            job.cpus = *cpus32;
-        }
-    }
-    // Allocated TRES, else the requested ones (a job that never ran has no allocation).
-    if (auto tresIt = object.find("tres"); tresIt != object.end() && tresIt->is_object()) {
-        for (const char* which : { "allocated", "requested" }) {
-            auto listIt = tresIt->find(which);
-            if (listIt == tresIt->end() || !listIt->is_array() || listIt->empty())
-                continue;
-            std::optional<std::int64_t> cpus;
-            std::int64_t gpus = 0;
-            if (!tresCounts(*listIt, cpus, gpus))
-                return "bad TRES list";
-            if (cpus && *cpus > 0)
-                job.cpus = static_cast<std::int32_t>(*cpus);
-            job.gpus = static_cast<std::int32_t>(gpus);
-            break;
-        }
-    }
+    if (const char* error = readProcessors(object, job))
+        return error;
     if (auto it = object.find("partition"); it != object.end() && it->is_string())
         job.partition = it->get<std::string>();
     if (!isValidUtf8(job.name) || !isValidUtf8(job.user) || !isValidUtf8(job.partition))
         return "invalid characters in name";
-    return job.setRunTimes(*start.value, end.value);
+    return job.setRunTimes(start, end);
 }
 
 } // namespace

@@ -130,156 +130,202 @@ SacctLayout::SacctLayout(const std::vector<std::string_view>& names)
         throw TraceError("the sacct header has no NNodes column");
 }
 
-const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, TraceJob& job) const
-{
-    if (fields.size() != columns_.size())
-        return "wrong field count";
-    job = TraceJob {};
+namespace {
+
+// What a row says beyond a single field: the last choices are made once all fields are read.
+struct RowState {
     bool haveRawId = false;
     std::string_view startText, endText;
     // Processors and GPUs, best source first: AllocCPUS, then the allocated TRES, then the requested.
     std::optional<std::int64_t> allocCpus;
     std::optional<TresCounts> allocTres, reqTres;
-    for (std::size_t i = 0; i < fields.size(); ++i) {
-        const std::string_view field = trim(fields[i]);
-        switch (columns_[i]) {
-        case Column::Ignored:
-        case Column::Elapsed:
-            break;
-        case Column::JobIdRaw:
-        case Column::JobId: {
-            if (columns_[i] == Column::JobId && haveRawId)
-                break;
-            if (field.find('.') != std::string_view::npos)
-                return "job step";
-            auto id = parseInteger(field);
-            if (!id || *id < 0)
-                return "bad job id";
-            job.jobId = *id;
-            haveRawId = columns_[i] == Column::JobIdRaw;
-            break;
-        }
-        case Column::JobName:
-            if (!isValidUtf8(field))
-                return "invalid characters in name";
-            job.name = field;
-            break;
-        case Column::Uid:
-        case Column::User:
-            if (!isValidUtf8(field))
-                return "invalid characters in user";
-            if (job.user.empty() || columns_[i] == Column::Uid)
-                job.user = field;
-            break;
-        case Column::Submit: {
-            auto submit = parseTimestamp(field);
-            if (!submit)
-                return "bad submit time";
-            job.submit = *submit;
-            break;
-        }
-        case Column::Start:
-            startText = field;
-            break;
-        case Column::End:
-            endText = field;
-            break;
-        case Column::Priority: {
-            auto priority = parseInteger(field);
-            if (!priority)
-                return "bad priority";
-            job.priority = *priority;
-            break;
-        }
-        case Column::TimelimitRaw:
-        case Column::Timelimit: {
-            if (field == "UNLIMITED" || field == "Partition_Limit" || field.empty())
-                break;
-            std::optional<std::int64_t> limit;
-            if (columns_[i] == Column::Timelimit)
-                limit = parseSlurmDuration(field);
-            else if (auto minutes = parseInteger(field))
-                limit = checkedMultiply(*minutes, 60); // checked: a huge TimelimitRaw must not wrap
+};
 
-            if (!limit || *limit < 0)
-                return "bad time limit";
-            job.timeLimit = *limit;
+// Each reader below takes the columns of one kind and leaves the others alone; it returns nullptr, or
+// why the row is rejected.
+
+// Who the job is: its id, name, owner, partition and final state.
+const char* readIdentity(Column column, std::string_view field, TraceJob& job, RowState& row)
+{
+    switch (column) {
+    case Column::JobIdRaw:
+    case Column::JobId: {
+        if (column == Column::JobId && row.haveRawId)
             break;
-        }
-        case Column::ExitCode: {
-            auto code64 = parseInteger(field.substr(0, field.find(':')));
-            auto code = code64 ? toInt32(*code64) : std::nullopt;
-            if (!code)
-                return "bad exit code";
-            job.exitCode = *code;
-            break;
-        }
-        case Column::State:
-            job.state = field.substr(0, field.find(' ')); // "CANCELLED by 123"
-            break;
-        case Column::NNodes:
-        case Column::AllocNodes:
-        case Column::ReqNodes: {
-            auto nodes = parseInteger(field);
-            if (!nodes || *nodes < 1 || *nodes > 1'000'000)
-                return "bad node count";
-            if (job.nodes == 0 || columns_[i] != Column::ReqNodes)
-                job.nodes = static_cast<std::int32_t>(*nodes);
-            break;
-        }
-        case Column::ReqCpus: {
-            auto cpus64 = parseInteger(field);
-            auto cpus = cpus64 ? toInt32(*cpus64) : std::nullopt;
-            if (!cpus || *cpus < 0)
-                return "bad cpu count";
-            job.requestedProcs = *cpus;
-            break;
-        }
-        case Column::AllocCpus: {
-            auto cpus = parseInteger(field);
-            if (!cpus || *cpus < 0 || *cpus > 100'000'000)
-                return "bad cpu count";
-            allocCpus = *cpus;
-            break;
-        }
-        case Column::AllocTres:
-        case Column::ReqTres: {
-            if (field.empty())
-                break; // a job that never ran has no allocated TRES
-            TresCounts counts;
-            if (!parseTres(field, counts))
-                return "bad TRES list";
-            (columns_[i] == Column::AllocTres ? allocTres : reqTres) = counts;
-            break;
-        }
-        case Column::Partition:
-            if (!isValidUtf8(field))
-                return "invalid characters in partition";
-            job.partition = field;
-            break;
-        }
+        if (field.find('.') != std::string_view::npos)
+            return "job step";
+        auto id = parseInteger(field);
+        if (!id || *id < 0)
+            return "bad job id";
+        job.jobId = *id;
+        row.haveRawId = column == Column::JobIdRaw;
+        break;
     }
-    if (allocCpus && *allocCpus > 0)
-        job.cpus = static_cast<std::int32_t>(*allocCpus);
-    else if (allocTres && allocTres->cpus)
-        job.cpus = static_cast<std::int32_t>(*allocTres->cpus);
-    else if (reqTres && reqTres->cpus)
-        job.cpus = static_cast<std::int32_t>(*reqTres->cpus);
+    case Column::JobName:
+        if (!isValidUtf8(field))
+            return "invalid characters in name";
+        job.name = field;
+        break;
+    case Column::Uid:
+    case Column::User:
+        if (!isValidUtf8(field))
+            return "invalid characters in user";
+        if (job.user.empty() || column == Column::Uid)
+            job.user = field;
+        break;
+    case Column::Partition:
+        if (!isValidUtf8(field))
+            return "invalid characters in partition";
+        job.partition = field;
+        break;
+    case Column::State:
+        job.state = field.substr(0, field.find(' ')); // "CANCELLED by 123"
+        break;
+    default:
+        break;
+    }
+    return nullptr;
+}
+
+// When it ran and how it ended: times, priority, time limit, exit code.
+const char* readTimes(Column column, std::string_view field, TraceJob& job, RowState& row)
+{
+    switch (column) {
+    case Column::Submit: {
+        auto submit = parseTimestamp(field);
+        if (!submit)
+            return "bad submit time";
+        job.submit = *submit;
+        break;
+    }
+    case Column::Start:
+        row.startText = field;
+        break;
+    case Column::End:
+        row.endText = field;
+        break;
+    case Column::Priority: {
+        auto priority = parseInteger(field);
+        if (!priority)
+            return "bad priority";
+        job.priority = *priority;
+        break;
+    }
+    case Column::TimelimitRaw:
+    case Column::Timelimit: {
+        if (field == "UNLIMITED" || field == "Partition_Limit" || field.empty())
+            break;
+        std::optional<std::int64_t> limit;
+        if (column == Column::Timelimit)
+            limit = parseSlurmDuration(field);
+        else if (auto minutes = parseInteger(field))
+            limit = checkedMultiply(*minutes, 60); // checked: a huge TimelimitRaw must not wrap
+
+        if (!limit || *limit < 0)
+            return "bad time limit";
+        job.timeLimit = *limit;
+        break;
+    }
+    case Column::ExitCode: {
+        auto code64 = parseInteger(field.substr(0, field.find(':')));
+        auto code = code64 ? toInt32(*code64) : std::nullopt;
+        if (!code)
+            return "bad exit code";
+        job.exitCode = *code;
+        break;
+    }
+    default:
+        break;
+    }
+    return nullptr;
+}
+
+// What it held: nodes, processors, TRES.
+const char* readResources(Column column, std::string_view field, TraceJob& job, RowState& row)
+{
+    switch (column) {
+    case Column::NNodes:
+    case Column::AllocNodes:
+    case Column::ReqNodes: {
+        auto nodes = parseInteger(field);
+        if (!nodes || *nodes < 1 || *nodes > 1'000'000)
+            return "bad node count";
+        if (job.nodes == 0 || column != Column::ReqNodes)
+            job.nodes = static_cast<std::int32_t>(*nodes);
+        break;
+    }
+    case Column::ReqCpus: {
+        auto cpus64 = parseInteger(field);
+        auto cpus = cpus64 ? toInt32(*cpus64) : std::nullopt;
+        if (!cpus || *cpus < 0)
+            return "bad cpu count";
+        job.requestedProcs = *cpus;
+        break;
+    }
+    case Column::AllocCpus: {
+        auto cpus = parseInteger(field);
+        if (!cpus || *cpus < 0 || *cpus > 100'000'000)
+            return "bad cpu count";
+        row.allocCpus = *cpus;
+        break;
+    }
+    case Column::AllocTres:
+    case Column::ReqTres: {
+        if (field.empty())
+            break; // a job that never ran has no allocated TRES
+        TresCounts counts;
+        if (!parseTres(field, counts))
+            return "bad TRES list";
+        (column == Column::AllocTres ? row.allocTres : row.reqTres) = counts;
+        break;
+    }
+    default:
+        break;
+    }
+    return nullptr;
+}
+
+// Processors and GPUs from the best source the row has; then the run times.
+const char* finishRow(TraceJob& job, const RowState& row)
+{
+    if (row.allocCpus && *row.allocCpus > 0)
+        job.cpus = static_cast<std::int32_t>(*row.allocCpus);
+    else if (row.allocTres && row.allocTres->cpus)
+        job.cpus = static_cast<std::int32_t>(*row.allocTres->cpus);
+    else if (row.reqTres && row.reqTres->cpus)
+        job.cpus = static_cast<std::int32_t>(*row.reqTres->cpus);
     else if (job.requestedProcs > 0)
         job.cpus = job.requestedProcs;
-    if (allocTres)
-        job.gpus = static_cast<std::int32_t>(allocTres->gpus);
-    else if (reqTres)
-        job.gpus = static_cast<std::int32_t>(reqTres->gpus);
-    if (isUnsetTime(startText))
+    if (row.allocTres)
+        job.gpus = static_cast<std::int32_t>(row.allocTres->gpus);
+    else if (row.reqTres)
+        job.gpus = static_cast<std::int32_t>(row.reqTres->gpus);
+    if (isUnsetTime(row.startText))
         return "never started";
-    auto start = parseTimestamp(startText);
+    auto start = parseTimestamp(row.startText);
     if (!start)
         return "bad start time";
     std::optional<std::int64_t> end;
-    if (!isUnsetTime(endText) && !(end = parseTimestamp(endText)))
+    if (!isUnsetTime(row.endText) && !(end = parseTimestamp(row.endText)))
         return "bad end time";
     return job.setRunTimes(*start, end);
+}
+
+} // namespace
+
+const char* SacctLayout::toJob(const std::vector<std::string_view>& fields, TraceJob& job) const
+{
+    if (fields.size() != columns_.size())
+        return "wrong field count";
+    job = TraceJob {};
+    RowState row;
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+        const std::string_view field = trim(fields[i]);
+        for (auto read : { readIdentity, readTimes, readResources })
+            if (const char* error = read(columns_[i], field, job, row))
+                return error;
+    }
+    return finishRow(job, row);
 }
 
 } // namespace baton::trace

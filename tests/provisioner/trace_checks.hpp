@@ -4,8 +4,15 @@
 #include "fields.hpp"
 #include "trace_reader.hpp"
 
+#include "process.hpp"
+
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 namespace baton::test {
 
@@ -20,6 +27,33 @@ inline std::uint64_t rejectedFor(const trace::TraceSummary& summary, const std::
 {
     auto it = summary.rejected.find(reason);
     return it == summary.rejected.end() ? 0 : it->second.count;
+}
+
+struct ReadTrace {
+    std::vector<trace::TraceJob> jobs;
+    trace::TraceSummary summary;
+};
+
+// Reads a whole trace and checks which reader took it.
+inline ReadTrace readAs(
+    const std::filesystem::path& path, trace::TraceFormat expected, trace::TraceFormat hint = trace::TraceFormat::Auto)
+{
+    ReadTrace trace;
+    trace.jobs = trace::readAll(path, hint, &trace.summary);
+    EXPECT_EQ(trace.summary.format, expected) << path;
+    return trace;
+}
+
+// Writes `text` to a file in `dir` and reads it as `format`.
+inline ReadTrace readText(
+    const TempDir& dir, const char* name, const std::string& text, trace::TraceFormat format)
+{
+    const auto path = dir.path() / name;
+    {
+        std::ofstream out(path, std::ios::binary);
+        out << text;
+    }
+    return readAs(path, format, format);
 }
 
 } // namespace baton::test

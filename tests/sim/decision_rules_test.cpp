@@ -21,9 +21,11 @@ std::shared_ptr<const WaitPredictor> trainedPredictor()
     std::vector<WaitSample> samples;
     for (int i = 0; i < 2000; ++i) {
         WaitSample s;
-        s.x[0] = static_cast<float>(1 + rng() % 8);
-        s.x[5] = ahead(rng);
-        s.waitSeconds = std::expm1(std::log1p(30.0 * s.x[5] * s.x[0]) + noise(rng));
+        const float nodes = static_cast<float>(1 + rng() % 8);
+        const float aheadHours = ahead(rng);
+        at(s.x, Feature::Nodes) = nodes;
+        at(s.x, Feature::AheadNodeHours) = aheadHours;
+        s.waitSeconds = std::expm1(std::log1p(30.0 * aheadHours * nodes) + noise(rng));
         samples.push_back(s);
     }
     TrainOptions options;
@@ -39,8 +41,8 @@ std::vector<DecisionPoint> lastMinutes(
     const WaitPredictor& predictor, int nodes, int ticks, float ahead = 100)
 {
     Features x {};
-    x[0] = static_cast<float>(nodes);
-    x[5] = ahead;
+    at(x, Feature::Nodes) = static_cast<float>(nodes);
+    at(x, Feature::AheadNodeHours) = ahead;
     const double meanLog = predictor.predictLog(std::vector<Features> { x }).front();
     std::vector<DecisionPoint> points(static_cast<std::size_t>(ticks));
     for (int i = 0; i < ticks; ++i) {

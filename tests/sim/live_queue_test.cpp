@@ -16,6 +16,7 @@
 #include <sstream>
 
 using namespace baton::slurm;
+using baton::sim::Feature;
 using baton::sim::Features;
 using baton::sim::JobShape;
 using baton::sim::SchedulerConfig;
@@ -177,7 +178,7 @@ TEST(LiveQueue, ReadsTheRecordedQueue)
     EXPECT_DOUBLE_EQ(live.recentMeanWait(), 131.0 / 6);
     // A fresh job ranks behind both pending tasks.
     const auto f = queueFeatures(static_cast<const baton::sim::QueueView&>(live), JobShape { 1, 600 });
-    EXPECT_EQ(f[4], 2.0f);
+    EXPECT_EQ(at(f, Feature::AheadJobs), 2.0f);
 }
 
 TEST(LiveQueue, NeedsTheClusterSize)

@@ -43,9 +43,11 @@ std::vector<WaitSample> samples(unsigned seed)
     std::vector<WaitSample> out;
     for (int i = 0; i < 600; ++i) {
         WaitSample s;
-        s.x[0] = static_cast<float>(1 + rng() % 4);
-        s.x[5] = ahead(rng);
-        s.waitSeconds = 30.0 * s.x[5] * s.x[0] + static_cast<double>(rng() % 100);
+        const float nodes = static_cast<float>(1 + rng() % 4);
+        const float aheadHours = ahead(rng);
+        at(s.x, Feature::Nodes) = nodes;
+        at(s.x, Feature::AheadNodeHours) = aheadHours;
+        s.waitSeconds = 30.0 * aheadHours * nodes + static_cast<double>(rng() % 100);
         out.push_back(s);
     }
     return out;

@@ -22,10 +22,12 @@ std::vector<WaitSample> syntheticSamples(std::size_t n, unsigned seed)
     std::vector<WaitSample> samples;
     for (std::size_t i = 0; i < n; ++i) {
         WaitSample s;
-        s.x[0] = static_cast<float>(1 + rng() % 8);
-        s.x[5] = ahead(rng);
-        s.x[13] = static_cast<float>(rng() % 24);
-        s.waitSeconds = std::expm1(std::log1p(60.0 * s.x[5] * s.x[0]) + noise(rng));
+        const float nodes = static_cast<float>(1 + rng() % 8);
+        const float aheadHours = ahead(rng);
+        at(s.x, Feature::Nodes) = nodes;
+        at(s.x, Feature::AheadNodeHours) = aheadHours;
+        at(s.x, Feature::HourOfDay) = static_cast<float>(rng() % 24);
+        s.waitSeconds = std::expm1(std::log1p(60.0 * aheadHours * nodes) + noise(rng));
         samples.push_back(s);
     }
     return samples;
@@ -52,10 +54,10 @@ TEST(Predictor, LearnsAndCalibratesQuantiles)
     EXPECT_NEAR(p.metrics().heldOutCoverage90, 0.9, 0.05); // calibrated on these rows
 
     Features small {}, large {};
-    small[0] = 1;
-    small[5] = 10;
-    large[0] = 8;
-    large[5] = 190;
+    at(small, Feature::Nodes) = 1;
+    at(small, Feature::AheadNodeHours) = 10;
+    at(large, Feature::Nodes) = 8;
+    at(large, Feature::AheadNodeHours) = 190;
     const std::vector<Features> rows { small, large };
     const auto mu = p.predictLog(rows);
     EXPECT_LT(p.quantileSeconds(mu[0], 0.5), p.quantileSeconds(mu[1], 0.5));

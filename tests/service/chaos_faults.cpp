@@ -1,0 +1,378 @@
+// The faults the chaos test injects, and the requests and files they are made of.
+#include "chaos_fixture.hpp"
+
+namespace baton::chaos::fixture {
+
+std::optional<chaos::DbChain> ChaosTest::chainRow(const ChainSpec& spec) const
+{
+    const std::lock_guard lock(mutex_);
+    for (const chaos::DbChain& chain : lastChains_)
+        if (chain.name == spec.name && chain.ownerUid == static_cast<std::int64_t>(users_[spec.user].uid))
+            return chain;
+    return std::nullopt;
+}
+
+std::vector<chaos::SlurmJob> ChaosTest::chainJobs(const chaos::DbChain& chain, const std::string& state) const
+{
+    const std::lock_guard lock(mutex_);
+    std::vector<chaos::SlurmJob> result;
+    for (const auto& [chainId, jobs] : chaos::jobsByChain(lastChains_, lastJobs_, slurmJobs_))
+        if (chainId == chain.id)
+            for (const auto& job : jobs)
+                if (job.job->state == state)
+                    result.push_back(*job.job);
+    std::sort(result.begin(), result.end(), [](const auto& a, const auto& b) { return a.id > b.id; });
+    return result;
+}
+
+const ChainSpec& ChaosTest::liveTarget(int index) const
+{
+    for (std::size_t k = 0; k < specs_.size(); ++k) {
+        const ChainSpec& candidate = specs_[(static_cast<std::size_t>(index) + k) % specs_.size()];
+        if (const auto chain = chainRow(candidate); chain && chaos::isLiveState(chain->state))
+            return candidate;
+    }
+    return specs_[static_cast<std::size_t>(index) % specs_.size()];
+}
+
+std::string ChaosTest::key(const ChainSpec& spec) const
+{
+    return spec.name + "@" + std::to_string(users_[spec.user].uid);
+}
+
+void ChaosTest::setPauseExpected(const ChainSpec& spec, bool expected)
+{
+    const std::lock_guard lock(mutex_);
+    pauseExpected_[key(spec)] = expected;
+}
+
+void ChaosTest::act(const ChainSpec& spec, const std::string& action, bool asOperator, bool cli)
+{
+    const User& owner = users_[spec.user];
+    const std::string what = std::string(asOperator ? "operator" : owner.name) + " " + action + " "
+        + owner.name + "/" + spec.name;
+    bool accepted = false;
+    if (cli || asOperator) {
+        const auto result = ctl(asOperator ? "root" : owner.name, { action, owner.name + "/" + spec.name }, what);
+        accepted = result.exitCode == 0;
+        note(what + ": batonctl exit " + std::to_string(result.exitCode) + " "
+            + result.output.substr(0, 160));
+    } else {
+        const auto reply = http(owner.uid, "POST", "/v1/chains/" + owner.name + "/" + spec.name + "/" + action,
+            "", what);
+        accepted = reply.status == 200;
+        note(what + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 160));
+    }
+    if (!accepted)
+        return;
+    if (action == "pause")
+        setPauseExpected(spec, true);
+    else if (action == "resume" || action == "resubmit")
+        setPauseExpected(spec, false);
+}
+
+std::string ChaosTest::actionOf(int variant, const ChainSpec& spec) const
+{
+    static const char* fixed[] = { "resubmit", "resubmit", "pause", "cancel" };
+    if (variant % 8 >= 4)
+        return fixed[variant % 4];
+    const auto chain = chainRow(spec);
+    if (!chain || chaos::isLiveState(chain->state))
+        return "pause";
+    return chain->state == "paused" ? "resume" : "resubmit";
+}
+
+void ChaosTest::plantManifest(const ChainSpec& spec, int variant)
+{
+    const User& owner = users_[spec.user];
+    const fs::path dir = chainDir(owner.name, spec.name);
+    if (!fs::exists(dir)) {
+        note("hostile manifest: " + dir.string() + " does not exist yet; skipped");
+        return;
+    }
+    // A copy of the newest real manifest with one number out of range, in a directory named above
+    // every real checkpoint: the plugin reports it as the newest; the checkpointer skips it (its
+    // iteration does not match the name, or its region files are missing).
+    Json manifest;
+    const std::int64_t newest = diskIteration(dir);
+    if (newest >= 0) {
+        std::ifstream in(dir / baton::contract::checkpointDirName(static_cast<std::uint64_t>(newest)) / "manifest.json");
+        manifest = Json::parse(in, nullptr, false);
+    }
+    if (!manifest.is_object())
+        manifest = Json { { "format_version", 1 }, { "iteration", 1 }, { "created_unix", 1.7e9 },
+            { "total_bytes", 1 }, { "regions", Json::array() } };
+    manifest["final"] = false; // never mistaken for a handover checkpoint or the end of training
+    manifest["training_done"] = false;
+    const int field = variant % 3;
+    if (field == 0)
+        manifest["iteration"] = std::numeric_limits<std::int64_t>::max();
+    else if (field == 1)
+        manifest["created_unix"] = 1e300;
+    else
+        manifest["total_bytes"] = -5;
+    const std::uint64_t iteration = plantedIterationFloor + 999 - static_cast<std::uint64_t>(plantedCount_++);
+    const fs::path planted = dir / baton::contract::checkpointDirName(iteration);
+    fs::create_directories(planted);
+    std::ofstream(planted / "manifest.json") << manifest.dump();
+    for (const fs::path& p : { planted, planted / "manifest.json" })
+        if (::chown(p.c_str(), owner.uid, owner.uid) != 0)
+            note("chown " + p.string() + " failed");
+    {
+        const std::lock_guard lock(mutex_);
+        hostileChains_.insert(key(spec));
+    }
+    note("hostile manifest in " + planted.string() + ": "
+        + (field == 0 ? "iteration=INT64_MAX" : field == 1 ? "created_unix=1e300" : "total_bytes=-5"));
+}
+
+void ChaosTest::plantRegistry(const ChainSpec& spec)
+{
+    const User& owner = users_[spec.user];
+    const fs::path dir = chainDir(owner.name, spec.name);
+    if (!fs::exists(dir)) {
+        note("hostile registry: " + dir.string() + " does not exist yet; skipped");
+        return;
+    }
+    const fs::path registry = dir / ".baton-jobs";
+    {
+        std::ofstream out(registry, std::ios::app);
+        for (int i = 0; i < 20000; ++i)
+            out << "not-a-job-" << i << "\n";
+    }
+    // Then a 64 MiB hole without a newline: read whole, it is one huge line.
+    if (::truncate(registry.c_str(), 64 << 20) != 0)
+        note("truncate failed");
+    if (::chown(registry.c_str(), owner.uid, owner.uid) != 0)
+        note("chown failed");
+    {
+        const std::lock_guard lock(mutex_);
+        hostileChains_.insert(key(spec));
+    }
+    note("hostile registry " + registry.string() + " (20000 garbage lines, 64 MiB)");
+}
+
+void ChaosTest::hostileSbatchArgs(const chaos::Fault& fault)
+{
+    static const char* forbidden[] = { "--wait", "--test-only", "--uid=0", "--comment=baton:1:1", "--parsable",
+        "--help" };
+    const std::string arg = forbidden[fault.variant % 6];
+    const int user = fault.other % userCount;
+    ChainSpec spec { "hostile-args-" + std::to_string(hostileArgsCount_++), user, 3000 };
+    const auto reply = http(users_[user].uid, "POST", "/v1/chains", chainRequest(spec, { arg }).dump(),
+        users_[user].name + " submit chain with " + arg, true);
+    note("chain created with " + arg + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 200));
+    const std::lock_guard lock(mutex_);
+    if (reply.status >= 200 && reply.status < 300)
+        hostileChains_.insert(key(spec));
+    else if (reply.status != 0)
+        refusedCreations_.push_back(chaos::RefusedCreation { static_cast<std::int64_t>(users_[user].uid),
+            spec.name, now(), "POST /v1/chains with " + arg });
+}
+
+void ChaosTest::forgedComment(const ChainSpec& spec, int other)
+{
+    const auto chain = chainRow(spec);
+    if (!chain) {
+        note("forged comment: chain " + spec.name + " not registered yet; skipped");
+        return;
+    }
+    std::int64_t nextId = 0;
+    {
+        const std::lock_guard lock(mutex_);
+        for (const auto& c : lastChains_)
+            nextId = std::max(nextId, c.id + 1);
+    }
+    const User& attacker = users_[(spec.user + 1 + other % (userCount - 1)) % userCount];
+    for (const std::string& key : { "baton:" + std::to_string(chain->id) + ":" + std::to_string(chain->seq + 1),
+             "baton:" + std::to_string(nextId) + ":0" }) {
+        const auto submitted = run({ "runuser", "-u", attacker.name, "--", "sbatch", "--parsable", "--time=2",
+                                       "--output=/dev/null", "--chdir=/tmp", "--comment=" + key,
+                                       "--wrap=sleep 110" },
+            60s);
+        note("forged --comment=" + key + " by " + attacker.name + ": job " + submitted.output.substr(0, 40));
+    }
+}
+
+void ChaosTest::plainSbatchChain(const chaos::Fault& fault)
+{
+    const User& user = users_[fault.other % userCount];
+    const std::string name = "plain-" + std::to_string(plainCount_++);
+    const fs::path work = base_->path() / "work";
+    const fs::path script = work / (name + ".sh");
+    std::ofstream(script) << jobScript(2400);
+    ::chmod(script.c_str(), 0755);
+    const auto submitted = run({ "runuser", "-u", user.name, "--", "sbatch", "--parsable", "--baton=" + name,
+                                   "--time=2", "--ntasks=1", "--output=" + (work / "plain-%j.out").string(),
+                                   "--chdir=" + work.string(), script.string() },
+        60s);
+    note("plain sbatch --baton=" + name + " as " + user.name + ": " + submitted.output.substr(0, 100));
+    const std::int64_t id = number(submitted.output.substr(0, submitted.output.find_first_of(";\n")));
+    if (id > 0) {
+        const std::lock_guard lock(mutex_);
+        plainJobs_[id] = { user.uid, name };
+    }
+}
+
+Batond* ChaosTest::leader()
+{
+    for (int attempt = 0; attempt < 20; ++attempt) {
+        for (auto& instance : batonds_)
+            if (instance->leading())
+                return instance.get();
+        std::this_thread::sleep_for(500ms);
+    }
+    return nullptr;
+}
+
+void ChaosTest::beginOutage(const std::string& what)
+{
+    const std::lock_guard lock(mutex_);
+    outages_.push_back(chaos::Outage { now(), 1e18, what });
+}
+
+void ChaosTest::endOutage()
+{
+    const std::lock_guard lock(mutex_);
+    outages_.back().end = now();
+}
+
+pid_t ChaosTest::slurmctldPid() const
+{
+    std::ifstream in(slurm_->dir() / "slurmctld.pid");
+    pid_t pid = 0;
+    in >> pid;
+    return pid;
+}
+
+void ChaosTest::inject(const chaos::Fault& fault)
+{
+    ChainSpec& spec = specs_[static_cast<std::size_t>(fault.chain) % specs_.size()];
+    const User& owner = users_[spec.user];
+    const std::string pg = (baton::test::sourceRoot() / "deploy/local/pg.sh").string();
+    switch (fault.kind) {
+    case chaos::FaultKind::UserScancelCurrent:
+    case chaos::FaultKind::UserScancelQueued: {
+        // The target chain's job in that state, else the next chain's (in index order) that has one.
+        const bool current = fault.kind == chaos::FaultKind::UserScancelCurrent;
+        for (std::size_t k = 0; k < specs_.size(); ++k) {
+            ChainSpec& candidate = specs_[(static_cast<std::size_t>(fault.chain) + k) % specs_.size()];
+            const auto chain = chainRow(candidate);
+            const auto jobs
+                = chain ? chainJobs(*chain, current ? "RUNNING" : "PENDING") : std::vector<chaos::SlurmJob> {};
+            if (jobs.empty())
+                continue;
+            const User& user = users_[candidate.user];
+            // The current job is the oldest running one (a successor in handover runs too).
+            const chaos::SlurmJob& victim = current ? jobs.back() : jobs.front();
+            if (current)
+                setPauseExpected(candidate, true); // batond's documented answer to a cancelled running job
+            const auto result = run({ "runuser", "-u", user.name, "--", "scancel", std::to_string(victim.id) }, 60s);
+            note(user.name + " scancel " + (current ? "running" : "queued") + " job " + std::to_string(victim.id)
+                + " of " + candidate.name + ": exit " + std::to_string(result.exitCode));
+            return;
+        }
+        note(std::string("scancel: no chain has a ") + (current ? "running" : "queued") + " job");
+        return;
+    }
+    case chaos::FaultKind::OwnerAction:
+        act(spec, actionOf(fault.variant, spec), false, (fault.variant / 8) % 2 == 1);
+        return;
+    case chaos::FaultKind::OperatorAction:
+        act(spec, actionOf(fault.variant, spec), true, true);
+        return;
+    case chaos::FaultKind::RacingActions: {
+        const std::string a = actionOf(fault.variant, spec);
+        const std::string b = actionOf(fault.variant / 8 + 3, spec);
+        note("race: " + owner.name + " " + a + " against operator " + b + " on " + spec.name);
+        std::thread first([&] { act(spec, a, false, (fault.variant / 2) % 2 == 1); });
+        std::thread second([&] { act(spec, b, true, true); });
+        first.join();
+        second.join();
+        // Which one won is the database's to say: a pause may be expected whenever one asked for it.
+        if (a == "pause" || b == "pause")
+            setPauseExpected(spec, true);
+        return;
+    }
+    case chaos::FaultKind::ResubmitEndedName: {
+        const auto reply = http(owner.uid, "POST", "/v1/chains", chainRequest(spec).dump(),
+            owner.name + " submit again " + spec.name);
+        note(owner.name + " submits " + spec.name + " again: HTTP " + std::to_string(reply.status) + " "
+            + reply.body.substr(0, 160));
+        if (reply.status == 201)
+            setPauseExpected(spec, false);
+        return;
+    }
+    case chaos::FaultKind::HostileManifest:
+        plantManifest(liveTarget(fault.chain), fault.variant);
+        return;
+    case chaos::FaultKind::HostileRegistry:
+        plantRegistry(liveTarget(fault.chain));
+        return;
+    case chaos::FaultKind::HostileSbatchArgs:
+        hostileSbatchArgs(fault);
+        return;
+    case chaos::FaultKind::ForgedComment:
+        forgedComment(spec, fault.other);
+        return;
+    case chaos::FaultKind::PlainSbatchChain:
+        plainSbatchChain(fault);
+        return;
+    case chaos::FaultKind::BatondKill:
+    case chaos::FaultKind::LeaderFailover: {
+        Batond* victim = leader();
+        if (!victim) {
+            note("no batond is leading");
+            victim = batonds_[0].get();
+        }
+        victim->stop(SIGKILL);
+        note("SIGKILL batond on port " + std::to_string(victim->port()) + ", back in "
+            + std::to_string(fault.durationSeconds) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
+        victim->start();
+        return;
+    }
+    case chaos::FaultKind::PostgresRestart: {
+        beginOutage("postgres");
+        const auto stopped = run({ "bash", pg, "stop", pg_->dir().string() }, 90s);
+        note("PostgreSQL stopped (exit " + std::to_string(stopped.exitCode) + ") for "
+            + std::to_string(fault.durationSeconds) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
+        const auto started = run({ "bash", pg, "start", pg_->dir().string() }, 90s);
+        endOutage();
+        note("PostgreSQL started: exit " + std::to_string(started.exitCode));
+        return;
+    }
+    case chaos::FaultKind::SlurmctldStop: {
+        beginOutage("slurmctld");
+        const pid_t pid = slurmctldPid();
+        if (pid > 0)
+            kill(pid, SIGTERM);
+        for (int i = 0; i < 100 && pid > 0 && kill(pid, 0) == 0; ++i)
+            std::this_thread::sleep_for(100ms);
+        note("slurmctld stopped for " + std::to_string(fault.durationSeconds) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
+        const auto started = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(), "start",
+                                     slurm_->dir().string(), plugstack_ },
+            120s);
+        endOutage();
+        note("slurmctld started: exit " + std::to_string(started.exitCode));
+        return;
+    }
+    case chaos::FaultKind::SlurmctldFreeze: {
+        beginOutage("slurmctld frozen");
+        const pid_t pid = slurmctldPid();
+        if (pid > 0)
+            kill(pid, SIGSTOP);
+        note("slurmctld frozen for " + std::to_string(fault.durationSeconds) + " s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
+        if (pid > 0)
+            kill(pid, SIGCONT);
+        endOutage();
+        note("slurmctld thawed");
+        return;
+    }
+    }
+}
+
+} // namespace baton::chaos::fixture

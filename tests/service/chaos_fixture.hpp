@@ -1,0 +1,234 @@
+// The chaos test's fixture (chaos_test.cpp): a private PostgreSQL and Slurm, two batond instances,
+// several users' chains, the requests that act on them, the observer that checks the invariants
+// (chaos_observe.cpp) and the faults it injects (chaos_faults.cpp).
+#pragma once
+
+#include "batond_client.hpp"
+#include "chaos_model.hpp"
+#include "services.hpp"
+
+#include <baton_contract.hpp>
+#include <connection.hpp>
+#include <migrations.hpp>
+#include <munge_credential.hpp>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <arpa/inet.h>
+#include <atomic>
+#include <csignal>
+#include <fcntl.h>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <netinet/in.h>
+#include <pwd.h>
+#include <regex>
+#include <set>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+namespace baton::chaos::fixture {
+
+using baton::test::credentialAs;
+using baton::test::freePort;
+using baton::test::HttpReply;
+using baton::test::PostgresServer;
+using baton::test::run;
+using baton::test::send;
+using baton::test::SlurmCluster;
+using baton::test::TempDir;
+using Json = nlohmann::json;
+namespace fs = std::filesystem;
+namespace chaos = baton::chaos;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+inline constexpr int minimumChains = 12;
+inline constexpr int userCount = 3;
+inline constexpr std::int64_t handoverTimeoutSeconds = 60;
+// A handover: the predecessor is signalled when its successor starts, and cancelled after the
+// handover timeout; Slurm's KillWait and a few ticks on top.
+inline constexpr std::int64_t handoverBoundSeconds = handoverTimeoutSeconds + 30;
+inline constexpr std::int64_t cancelBoundSeconds = 45;
+inline constexpr double outageGraceSeconds = 30;
+inline constexpr std::int64_t plainRegisterBoundSeconds = 60;
+// Manifests the test plants are named above every real iteration the run reaches.
+inline constexpr std::uint64_t plantedIterationFloor = 999'999'999'000ULL;
+
+// A batond process that can say whether it is the active instance.
+class Batond : public baton::test::BatondProcess {
+public:
+    using BatondProcess::BatondProcess;
+    bool leading() const
+    {
+        if (!running())
+            return false;
+        const HttpReply metrics = send(port(), "GET", "/metrics", "", std::nullopt, 5);
+        return metrics.status == 200 && metrics.body.find("\nbaton_leader 1") != std::string::npos;
+    }
+};
+
+struct User {
+    std::string name;
+    uid_t uid = 0;
+};
+
+inline std::int64_t number(const std::string& text)
+{
+    if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+        return 0;
+    return std::stoll(text);
+}
+
+struct ChainSpec {
+    std::string name;
+    int user = 0;
+    int iterations = 0;
+    // Jobs that wait this long in the queue after their submission (sbatch --begin), as on a busy
+    // cluster: their successors are queued for a while, so that they can be cancelled or withdrawn there.
+    int queuedSeconds = 0;
+};
+
+class ChaosTest : public testing::Test {
+protected:
+    static constexpr std::uint64_t defaultSeed = 42;
+    void SetUp() override;
+    void TearDown() override;
+
+    // Twelve chains and their handovers need more CPUs than a CI machine has: the node is declared
+    // with 64 CPUs (slurmd takes the configuration's word), and ended jobs stay in squeue for a day so
+    // that every check reads slurmctld's own record of them.
+    void widenCluster();
+    std::vector<std::string> batondArgs(int port, const std::string& name) const;
+    double now() const;
+    static std::int64_t epochNow();
+
+    // ------------------------------------------------------------------------------------------------
+    // Requests, recorded with their answers
+
+    // An instance that answers (one just restarted may not listen yet): requests are the test's, not a
+    // test of a client against a server that is starting.
+    int apiPort() const;
+    HttpReply http(uid_t uid, const std::string& method, const std::string& target, const std::string& body,
+        const std::string& what, bool mustRefuse = false);
+
+    // batonctl as `user` (root: the operator).
+    baton::test::ProcessResult ctl(const std::string& user, std::vector<std::string> args, const std::string& what);
+    void record(chaos::Reply reply);
+    void note(const std::string& text);
+    std::string jobScript(int iterations) const;
+    Json chainRequest(const ChainSpec& spec, const std::vector<std::string>& extraArgs = {}) const;
+
+    // ------------------------------------------------------------------------------------------------
+    // Observation and checks
+
+    struct Snapshot {
+        bool dbOk = false;
+        std::vector<chaos::DbChain> chains;
+        std::vector<chaos::DbJob> jobs;
+        std::map<std::int64_t, std::int64_t> dbIteration; // newest recorded checkpoint per chain
+    };
+    bool readSlurm();
+    Snapshot readDatabase() const;
+    fs::path chainDir(const std::string& user, const std::string& name) const;
+    std::string userNameOf(std::int64_t uid) const;
+
+    // The newest real checkpoint in a chain directory (the test's planted ones excluded).
+    std::int64_t diskIteration(const fs::path& dir) const;
+    void readLogs();
+
+    // batond's tick failure counter, where the build has one (today's has none: its loop's log lines are
+    // read instead). baton_db_errors_total is not one: it also counts lost connections and the API's.
+    void readMetrics();
+    void addViolations(const std::vector<chaos::Violation>& found, double at);
+    void count(const std::string& invariant, std::size_t evaluations = 1);
+
+    // One round: read the facts, check every invariant on them.
+    void observeAndCheck();
+    void startObserver();
+    void stopObserverThread();
+
+    // ------------------------------------------------------------------------------------------------
+    // Faults
+
+    std::optional<chaos::DbChain> chainRow(const ChainSpec& spec) const;
+
+    // The chain's own jobs in the given Slurm state, newest first.
+    std::vector<chaos::SlurmJob> chainJobs(const chaos::DbChain& chain, const std::string& state) const;
+
+    // The target chain if it is live, else the next live one in index order (a hostile file in the
+    // directory of a chain that has ended is never read): else the target.
+    const ChainSpec& liveTarget(int index) const;
+    std::string key(const ChainSpec& spec) const;
+    void setPauseExpected(const ChainSpec& spec, bool expected);
+
+    // pause / resume / cancel / resubmit of one chain by its owner (HTTP or batonctl) or an operator.
+    void act(const ChainSpec& spec, const std::string& action, bool asOperator, bool cli);
+
+    // The action a variant stands for. Half of them are "the next thing a user would do" in the chain's
+    // present state (pause a live chain, resume a paused one, resubmit an ended one), so that pauses are
+    // followed by resumes and cancels by resubmits; the rest are fixed (and often refused: 409).
+    std::string actionOf(int variant, const ChainSpec& spec) const;
+    void plantManifest(const ChainSpec& spec, int variant);
+    void plantRegistry(const ChainSpec& spec);
+    void hostileSbatchArgs(const chaos::Fault& fault);
+
+    // Chain ids are sequential and visible: another user submits jobs carrying the key of the target
+    // chain's next seq and of the first job of the next chain to be created, and leaves them queued or
+    // running for two minutes, for batond to find when it reconciles an intent by its key.
+    void forgedComment(const ChainSpec& spec, int other);
+    void plainSbatchChain(const chaos::Fault& fault);
+    Batond* leader();
+    void beginOutage(const std::string& what);
+    void endOutage();
+    pid_t slurmctldPid() const;
+    void inject(const chaos::Fault& fault);
+    std::uint64_t seed_ = 0;
+    chaos::ScheduleOptions options_;
+    double progressBound_ = 180;
+    std::unique_ptr<TempDir> base_;
+    std::unique_ptr<PostgresServer> pg_;
+    std::string conninfo_;
+    std::unique_ptr<SlurmCluster> slurm_;
+    std::string plugstack_;
+    int ports_[2] = { 0, 0 };
+    std::vector<User> users_;
+    std::vector<ChainSpec> specs_;
+    std::vector<std::unique_ptr<Batond>> batonds_;
+    std::vector<std::size_t> logOffsets_;
+    Clock::time_point start_ = Clock::now();
+    mutable std::mutex mutex_; // guards everything below that two threads touch
+    std::mutex logMutex_;
+    std::mutex observeMutex_;
+    std::map<std::int64_t, chaos::SlurmJob> slurmJobs_;
+    std::vector<chaos::DbChain> lastChains_;
+    std::vector<chaos::DbJob> lastJobs_;
+    std::vector<chaos::Outage> outages_;
+    std::vector<chaos::TickFailure> tickFailures_;
+    std::vector<chaos::Reply> replies_;
+    std::vector<chaos::Violation> violations_;
+    std::set<std::string> seenViolations_;
+    std::map<std::string, std::size_t> checks_;
+    std::map<std::string, bool> pauseExpected_; // by name@uid
+    std::set<std::string> hostileChains_; // by name@uid
+    std::map<std::int64_t, std::pair<std::int64_t, std::string>> plainJobs_; // job -> (uid, chain name)
+    std::map<std::int64_t, std::int64_t> cancelledSince_;
+    std::map<std::string, double> metricValues_; // by instance and series
+    std::vector<chaos::RefusedCreation> refusedCreations_;
+    std::set<std::int64_t> pausedUnexpectedly_;
+    chaos::ProgressTracker progress_;
+    std::atomic<bool> stopObserver_ { false };
+    std::thread observer_;
+    int plantedCount_ = 0;
+    int hostileArgsCount_ = 0;
+    int plainCount_ = 0;
+};
+
+} // namespace baton::chaos::fixture
