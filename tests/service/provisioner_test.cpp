@@ -134,7 +134,7 @@ protected:
     ProvisionerTest()
         : conninfo_(freshDatabase())
         , connection_(conninfo_)
-        , store_(connection_)
+        , tables_(connection_)
     {
         config_.retryBudget = 2;
         config_.submitGrace = std::chrono::seconds(30);
@@ -151,19 +151,19 @@ protected:
         first.timeLimitSeconds = 3600;
         cluster_.jobs.push_back(first);
         const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name() + suffix;
-        const ChainRow chain = store_.chains.create(65534, "nobody", name, "/chains/" + name,
+        const ChainRow chain = tables_.chains.create(65534, "nobody", name, "/chains/" + name,
             Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
                 { "workdir", "/tmp" } });
-        store_.jobs.upsert(chain.id, 0, first);
+        tables_.jobs.upsert(chain.id, 0, first);
         return chain;
     }
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {
-        Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
+        Provisioner provisioner(config_, tables_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
         provisioner.tick();
     }
-    ChainState stateOf(const ChainRow& chain) { return store_.chains.find(chain.id)->state; }
+    ChainState stateOf(const ChainRow& chain) { return tables_.chains.find(chain.id)->state; }
     // Puts a chain in a state for a test's set-up, whether or not the state machine leads there.
     bool forceState(std::int64_t chainId, ChainState from, ChainState to)
     {
@@ -176,7 +176,7 @@ protected:
     ServiceConfig config_;
     const std::string conninfo_;
     baton::db::Connection connection_;
-    Store store_;
+    Tables tables_;
     ScriptedCluster cluster_;
     Metrics metrics_;
 };
@@ -207,7 +207,7 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     cluster_.now += 7;
     cluster_.end(1, "COMPLETED");
     tick();
-    const ChainRow after = *store_.chains.find(chain.id);
+    const ChainRow after = *tables_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(after.generation, 0);
@@ -224,21 +224,22 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     const ChainRow chain = chainWithRunningJob(1);
     const auto report = [&](const std::string& kind, const std::string& step, const Json& requeue) {
         static int count = 0;
-        store_.events.insert("key-" + std::to_string(++count), kind, chain.name, 1,
+        tables_.events.insert("key-" + std::to_string(++count), kind, chain.name, 1,
             Json { { "step", step }, { "requeue_count", requeue } }, 0);
     };
     report("step_start", "batch", 0);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
     report("step_start", "0", 0);
     report("task_exit", "0", 0);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
     report("step_start", "1", "not a number"); // a hint: read as the first run
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
     report("step_start", "batch", 1);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full)
+        << "requeued: the first run's steps ended";
     report("step_start", "0", 1);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps);
-    EXPECT_EQ(store_.events.checkpointSignalScope(2), SignalScope::Full) << "another job";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Steps);
+    EXPECT_EQ(tables_.events.checkpointSignalScope(2), SignalScope::Full) << "another job";
 
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.now += 10;
@@ -247,7 +248,8 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
-    EXPECT_EQ(ChainViews(connection_).detail(*store_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
+    EXPECT_EQ(ChainViews(connection_)
+                  .detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
         "predecessor signalled TERM (steps)");
 }
 
@@ -257,17 +259,18 @@ TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
 {
     const ChainRow first = chainWithRunningJob(1);
     const std::string key = Submitter::submissionKey(first, 1);
-    ASSERT_EQ(
-        store_.submissions.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
+    ASSERT_EQ(tables_.submissions
+                  .recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } })
+                  .size(),
         1u);
-    store_.submissions.recordSubmitted({});
-    EXPECT_EQ(store_.submissions.find(first.id, 1)->state, "intent");
-    store_.submissions.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
-    const auto submitted = store_.submissions.find(first.id, 1);
+    tables_.submissions.recordSubmitted({});
+    EXPECT_EQ(tables_.submissions.find(first.id, 1)->state, "intent");
+    tables_.submissions.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
+    const auto submitted = tables_.submissions.find(first.id, 1);
     EXPECT_EQ(submitted->state, "submitted");
     EXPECT_EQ(submitted->slurmJobId, 77);
-    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), 120.0);
-    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
+    EXPECT_EQ(tables_.submissions.resolvePrediction(77, 100.0), 120.0);
+    EXPECT_EQ(tables_.submissions.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
 }
 
 TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
@@ -277,7 +280,7 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     cluster_.failAfterSubmit = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    const auto pending = store_.submissions.find(chain.id, 1);
+    const auto pending = tables_.submissions.find(chain.id, 1);
     ASSERT_TRUE(pending);
     EXPECT_NE(pending->state, "submitted");
 
@@ -285,8 +288,8 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     cluster_.now += 1;
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
 }
 
 TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
@@ -294,7 +297,7 @@ TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
     const ChainRow chain = chainWithRunningJob(3);
     // batond died between writing the intent and running sbatch.
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
+    ASSERT_TRUE(tables_.submissions.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
     tick();
     EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
     cluster_.now += 3600;
@@ -315,7 +318,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
         cluster_.now += 30; // a tick period after the end
         tick();
         ASSERT_EQ(cluster_.submissions.size(), static_cast<std::size_t>(attempt + 1));
-        EXPECT_EQ(store_.submissions.find(chain.id, attempt + 1)->reason, "retry");
+        EXPECT_EQ(tables_.submissions.find(chain.id, attempt + 1)->reason, "retry");
         failing = cluster_.jobs.back().id;
         cluster_.start(failing);
         tick();
@@ -325,7 +328,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
     cluster_.now += 30;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Failed);
-    EXPECT_NE(store_.chains.find(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
+    EXPECT_NE(tables_.chains.find(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
         std::string::npos);
     EXPECT_EQ(cluster_.submissions.size(), 2u);
 }
@@ -340,8 +343,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->reason, "node_failure");
-    EXPECT_EQ(store_.chains.find(chain.id)->retries, 0);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->reason, "node_failure");
+    EXPECT_EQ(tables_.chains.find(chain.id)->retries, 0);
     EXPECT_EQ(cluster_.submissions[0].args.back(), "--baton-handover-wait=0");
 
     const std::int64_t second = cluster_.jobs.back().id;
@@ -351,8 +354,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 2)->reason, "retry");
-    EXPECT_EQ(store_.chains.find(chain.id)->retries, 1);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 2)->reason, "retry");
+    EXPECT_EQ(tables_.chains.find(chain.id)->retries, 1);
     EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
 }
 
@@ -384,7 +387,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedBySlurmIsCancelledOnceItsSuccessorRu
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 7 });
     EXPECT_TRUE(cluster_.signals.empty()) << "a queued job is not signalled";
     tick();
-    const ChainRow after = *store_.chains.find(chain.id);
+    const ChainRow after = *tables_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(cluster_.submissions.size(), 1u);
@@ -405,7 +408,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedDuringTheHandoverIsCancelled)
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 8 });
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 1);
 }
 
 TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
@@ -413,7 +416,7 @@ TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
     const ChainRow chain = chainWithRunningJob(5);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    store_.checkpoints.record(chain.id, 5,
+    tables_.checkpoints.record(chain.id, 5,
         Json { { "name", "ckpt-000000000900" }, { "iteration", 900 }, { "created_unix", cluster_.now },
             { "total_bytes", 10 }, { "final", true }, { "training_done", true } },
         "/chains/x");
@@ -471,7 +474,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
             .int64(0, 0);
     };
     Provisioner provisioner(
-        config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
     // Start at the beginning of the chain's interval.
     cluster_.now -= (cluster_.now + Provisioner::waitRecordPhase(chain.id)) % Provisioner::waitRecordSeconds;
     provisioner.tick();
@@ -488,7 +491,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     cluster_.end(jobId, "TIMEOUT");
     provisioner.tick();
     EXPECT_NE(rowVersion(), before);
-    EXPECT_EQ(store_.jobs.ofChain(chain.id).front().state, "TIMEOUT");
+    EXPECT_EQ(tables_.jobs.ofChain(chain.id).front().state, "TIMEOUT");
 }
 
 // The lead floor submits a successor at most half a job's limit early, so that a job with a short limit
@@ -526,27 +529,27 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     ClusterJob second = cluster_.jobs.front();
     second.id = 12;
     cluster_.jobs.push_back(second);
-    const ChainRow other = store_.chains.create(65534, "nobody", "other", "/chains/other",
+    const ChainRow other = tables_.chains.create(65534, "nobody", "other", "/chains/other",
         Json { { "script", "#!/bin/bash\ntrain\n" }, { "workdir", "/tmp" } });
-    store_.jobs.upsert(other.id, 0, second);
+    tables_.jobs.upsert(other.id, 0, second);
     tick(std::make_shared<AlwaysSubmit>()); // successors submitted for both
     ASSERT_EQ(cluster_.submissions.size(), 2u) << "the spec is read for the submission";
     EXPECT_EQ(cluster_.submissions.back().scriptText, "#!/bin/bash\ntrain\n");
-    store_.checkpoints.record(other.id, std::nullopt,
+    tables_.checkpoints.record(other.id, std::nullopt,
         Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
     LiveChainCache cache;
     const auto live = readLiveChains(connection_, cache);
     ASSERT_EQ(live.size(), 2u);
     for (const LiveChain& view : live) {
-        const ChainRow row = *store_.chains.find(view.chain.id);
+        const ChainRow row = *tables_.chains.find(view.chain.id);
         EXPECT_EQ(view.chain.state, row.state);
         EXPECT_TRUE(view.chain.spec.is_null()) << "specs are read when a job is submitted";
-        EXPECT_EQ(view.trainingDone, store_.checkpoints.trainingDone(row.id));
+        EXPECT_EQ(view.trainingDone, tables_.checkpoints.trainingDone(row.id));
         ASSERT_TRUE(view.next.has_value());
-        EXPECT_EQ(view.next->key, store_.submissions.find(row.id, row.seq + 1)->key);
-        EXPECT_EQ(view.current.has_value(), store_.submissions.find(row.id, row.seq).has_value());
+        EXPECT_EQ(view.next->key, tables_.submissions.find(row.id, row.seq + 1)->key);
+        EXPECT_EQ(view.current.has_value(), tables_.submissions.find(row.id, row.seq).has_value());
         std::size_t expectedJobs = 0;
-        for (const JobRow& job : store_.jobs.ofChain(row.id))
+        for (const JobRow& job : tables_.jobs.ofChain(row.id))
             expectedJobs += job.seq == row.seq || job.seq == row.seq + 1;
         EXPECT_EQ(view.jobs.size(), expectedJobs);
     }
@@ -593,17 +596,17 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(2);
     read(0);
 
-    store_.submissions.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
+    tables_.submissions.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
     EXPECT_TRUE(of(read(1), a)->next.has_value());
     connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
     EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
-    store_.checkpoints.record(b.id, std::nullopt,
+    tables_.checkpoints.record(b.id, std::nullopt,
         Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
     EXPECT_TRUE(of(read(1), b)->trainingDone);
     connection_.execScript("DELETE FROM submissions WHERE chain_id = " + std::to_string(a.id) + " AND seq = 1");
     EXPECT_FALSE(of(read(1), a)->next.has_value());
     // A new seq alone (the chain's own row) makes other rows the current and next job's.
-    ASSERT_TRUE(store_.chains.advance(*store_.chains.find(a.id), ChainEvent::JobAdopted));
+    ASSERT_TRUE(tables_.chains.advance(*tables_.chains.find(a.id), ChainEvent::JobAdopted));
     EXPECT_EQ(of(read(1), a)->jobs.size(), 0u) << "no job 1 or 2 yet";
     // The chain's own row is read every time: a change to it alone reads no other rows.
     ASSERT_TRUE(forceState(a.id, ChainState::Running, ChainState::Paused));
@@ -632,9 +635,9 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     successor.state = "PENDING";
     successor.startTime = 0;
     started.startTime = cluster_.now - 5;
-    store_.jobs.upsert(std::vector<JobStore::Write> {
+    tables_.jobs.upsert(std::vector<JobStore::Write> {
         { chain.id, 1, successor }, { chain.id, 0, ended }, { chain.id, 5, started } });
-    const std::vector<JobRow> jobs = store_.jobs.ofChain(chain.id);
+    const std::vector<JobRow> jobs = tables_.jobs.ofChain(chain.id);
     ASSERT_EQ(jobs.size(), 2u);
     EXPECT_EQ(jobs[0].seq, 0);
     EXPECT_EQ(jobs[0].state, "COMPLETED");
@@ -645,7 +648,7 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     EXPECT_EQ(jobs[1].state, "RUNNING") << "the last write's facts";
     EXPECT_EQ(jobs[1].startTime, cluster_.now - 5);
     EXPECT_FALSE(jobs[1].endTime.has_value());
-    store_.jobs.upsert({}); // nothing to write: no statement
+    tables_.jobs.upsert({}); // nothing to write: no statement
 }
 
 // One provisioner through a chain's whole handover, as batond keeps it from tick to tick: what it kept
@@ -654,7 +657,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
 {
     const ChainRow chain = chainWithRunningJob(51);
     Provisioner provisioner(
-        config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
     provisioner.tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -668,7 +671,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     cluster_.end(51, "COMPLETED");
     provisioner.tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 1);
     provisioner.tick(); // the next successor for job 1
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
@@ -681,13 +684,12 @@ TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
     const ChainRow a = chainWithRunningJob(61, "-a");
     const ChainRow b = chainWithRunningJob(62, "-b");
     chainWithRunningJob(63, "-c"); // no checkpoint: counts as age 0
-    Provisioner provisioner(config_, store_, cluster_, metrics_,
+    Provisioner provisioner(config_, tables_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
-        store_.checkpoints.record(chain.id, std::nullopt,
+        tables_.checkpoints.record(chain.id, std::nullopt,
             Json { { "name", baton::contract::checkpointDirName(static_cast<std::uint64_t>(iteration)) },
-                { "iteration", iteration },
-                { "created_unix", cluster_.now - ago } },
+                { "iteration", iteration }, { "created_unix", cluster_.now - ago } },
             "/c");
     };
     const auto age = [&] { return metrics_.checkpointAge(ChainState::Running).Value(); };
@@ -715,9 +717,9 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
 {
     const ChainRow first = chainWithRunningJob(21, "-a");
     const ChainRow second = chainWithRunningJob(22, "-b");
-    const ChainRow history = store_.chains.create(65534, "nobody", "history", "/chains/history", Json());
+    const ChainRow history = tables_.chains.create(65534, "nobody", "history", "/chains/history", Json());
     ASSERT_TRUE(forceState(history.id, ChainState::Running, ChainState::Finished));
-    Provisioner provisioner(config_, store_, cluster_, metrics_,
+    Provisioner provisioner(config_, tables_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto gauge = [&](ChainState state) { return metrics_.chains(state).Value(); };
     const auto nextTick = [&] {
@@ -736,7 +738,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     EXPECT_EQ(gauge(ChainState::Failed), 0);
 
     // A chain that began and ended between two ticks is seen by its id, and the recount takes in all.
-    const ChainRow unseen = store_.chains.create(65534, "nobody", "unseen", "/chains/unseen", Json());
+    const ChainRow unseen = tables_.chains.create(65534, "nobody", "unseen", "/chains/unseen", Json());
     ASSERT_TRUE(forceState(unseen.id, ChainState::Running, ChainState::Finished));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Finished), 1);
@@ -803,7 +805,7 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     // One service: a full batch is followed by another prune the next tick, a partial one only
     // pruneEveryTicks later.
     config_.retentionDays = 90;
-    Provisioner service(config_, store_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
+    Provisioner service(config_, tables_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
         timeOnlyDecisionPoints);
     const std::int64_t before = decisions();
     service.tick();
@@ -881,7 +883,7 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     const ChainRow poisoned = chainWithRunningJob(31, "-a");
     const ChainRow other = chainWithRunningJob(32, "-b");
     const auto report = [&](const std::string& key, const Json& checkpoint) {
-        ASSERT_TRUE(store_.events.insert(key, "task_exit", poisoned.name, 31,
+        ASSERT_TRUE(tables_.events.insert(key, "task_exit", poisoned.name, 31,
             Json { { "chain_dir", "/chains/x" }, { "checkpoint", checkpoint } }, 0));
     };
     report("huge-time", Json { { "name", "ckpt-000000000010" }, { "iteration", 10 }, { "created_unix", 1e300 } });
@@ -891,11 +893,11 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending) << "the other chain was stepped";
     EXPECT_EQ(metrics_.chainErrors("event").Value(), 3);
-    EXPECT_TRUE(store_.events.unprocessed(10).empty()) << "set aside, never tried again";
+    EXPECT_TRUE(tables_.events.unprocessed(10).empty()) << "set aside, never tried again";
     const auto errors = connection_.exec(baton::db::Statement { "test_event_errors",
         "SELECT count(*) FROM events WHERE error LIKE '%out of range%'" });
     EXPECT_EQ(errors.int64(0, 0), 3);
-    EXPECT_FALSE(store_.checkpoints.latest(poisoned.id).has_value());
+    EXPECT_FALSE(tables_.checkpoints.latest(poisoned.id).has_value());
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
 }
 
@@ -911,12 +913,12 @@ TEST_F(ProvisionerTest, AJobRowThatClashesIsRefusedAloneNotTheBatch)
     moved.state = "COMPLETED";
     moved.endTime = cluster_.now;
     const std::vector<JobStore::Write> batch { { a.id, 0, clash }, { b.id, 0, moved } };
-    const auto rejected = store_.jobs.upsert(batch);
+    const auto rejected = tables_.jobs.upsert(batch);
     ASSERT_EQ(rejected.size(), 1u);
     EXPECT_EQ(rejected[0].slurmJobId, 35);
     EXPECT_EQ(rejected[0].chainId, a.id);
-    EXPECT_EQ(store_.jobs.bySlurmId(34)->job.state, "COMPLETED");
-    EXPECT_FALSE(store_.jobs.bySlurmId(35).has_value());
+    EXPECT_EQ(tables_.jobs.bySlurmId(34)->job.state, "COMPLETED");
+    EXPECT_FALSE(tables_.jobs.bySlurmId(35).has_value());
 }
 
 // A chain that runs again continues after every seq it ever used: its next job never clashes with the
@@ -926,18 +928,19 @@ TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
     const ChainRow chain = chainWithRunningJob(36);
     tick(std::make_shared<AlwaysSubmit>()); // successor: seq 1
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
-    const auto seq = store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test");
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    const auto seq = tables_.chains.restart(*tables_.chains.find(chain.id), ChainEvent::Resubmit, "test");
     ASSERT_EQ(seq, 2);
-    const ChainRow restarted = *store_.chains.find(chain.id);
+    const ChainRow restarted = *tables_.chains.find(chain.id);
     EXPECT_EQ(restarted.state, ChainState::Running);
     EXPECT_EQ(restarted.seq, 2);
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
+    ASSERT_TRUE(
+        tables_.submissions.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
     EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 2)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 2)->state, "submitted");
     // A second restart of a chain read before the first is fenced out.
-    EXPECT_FALSE(store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test"))
+    EXPECT_FALSE(tables_.chains.restart(*tables_.chains.find(chain.id), ChainEvent::Resubmit, "test"))
         << "a running chain does not restart";
 }
 
@@ -953,7 +956,7 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     tick(std::make_shared<baton::sim::ReactivePolicy>());
     EXPECT_TRUE(cluster_.signals.empty()) << "the running predecessor was told to hand over";
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "cancelled");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "cancelled");
     // The policy submits seq 1 again; its job gets a row of its own beside the withdrawn one.
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
@@ -965,8 +968,8 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     cluster_.start(cluster_.jobs.back().id);
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
-    EXPECT_EQ(store_.jobs.bySlurmId(cluster_.jobs.back().id)->job.seq, 1);
-    EXPECT_TRUE(store_.jobs.bySlurmId(queued)->job.withdrawn);
+    EXPECT_EQ(tables_.jobs.bySlurmId(cluster_.jobs.back().id)->job.seq, 1);
+    EXPECT_TRUE(tables_.jobs.bySlurmId(queued)->job.withdrawn);
 }
 
 // Pause withdraws the queued successor; resume does not take that cancelled job for a started one, nor
@@ -975,11 +978,11 @@ TEST_F(ProvisionerTest, PauseThenResumeGoesOnWithoutAHandoverOrASecondPause)
 {
     const ChainRow chain = chainWithRunningJob(38);
     tick(std::make_shared<AlwaysSubmit>());
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Pause, "test"));
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Pause, "test"));
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.cancelled.size(), 1u);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<baton::sim::ReactivePolicy>());
@@ -1002,9 +1005,10 @@ TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
     cluster_.end(39, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    const ChainRow paused = *store_.chains.find(chain.id);
-    ASSERT_TRUE(store_.chains.transition(paused, ChainEvent::Resume, "test"));
-    store_.chains.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
+    const ChainRow paused = *tables_.chains.find(chain.id);
+    ASSERT_TRUE(tables_.chains.transition(paused, ChainEvent::Resume, "test"));
+    tables_.chains.setResubmitRequested(
+        chain.id, true); // what the API's resume does for an ended current job
     cluster_.now += 10;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1020,8 +1024,8 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     cluster_.end(46, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
-    store_.chains.setResubmitRequested(chain.id, true);
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    tables_.chains.setResubmitRequested(chain.id, true);
     cluster_.now += 10;
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1031,7 +1035,7 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick();
-        EXPECT_NE(stateOf(chain), ChainState::Paused) << store_.chains.find(chain.id)->reason.value_or("");
+        EXPECT_NE(stateOf(chain), ChainState::Paused) << tables_.chains.find(chain.id)->reason.value_or("");
     }
     EXPECT_EQ(cluster_.submissions.size(), 2u) << "a replacement of the withdrawn job";
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -1043,9 +1047,9 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
 {
     const ChainRow chain = chainWithRunningJob(40);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow pending = *store_.chains.find(chain.id);
+    const ChainRow pending = *tables_.chains.find(chain.id);
     const std::string key = Submitter::submissionKey(pending, 1);
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, key, "policy"));
+    ASSERT_TRUE(tables_.submissions.recordIntent(chain.id, 1, key, "policy"));
     ClusterJob impostor;
     impostor.id = 41;
     impostor.userId = 1000; // not the owner
@@ -1057,7 +1061,7 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
     cluster_.find(40)->startTime = cluster_.now - 60;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u) << "the chain submitted its own job";
-    EXPECT_NE(store_.submissions.find(chain.id, 1)->slurmJobId, 41);
+    EXPECT_NE(tables_.submissions.find(chain.id, 1)->slurmJobId, 41);
     EXPECT_TRUE(cluster_.signals.empty());
     EXPECT_NE(key.find(pending.token), std::string::npos);
     EXPECT_GE(pending.token.size(), 32u) << "unguessable";
@@ -1075,7 +1079,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     EXPECT_TRUE(cluster_.signals.empty());
-    EXPECT_FALSE(store_.handovers.signal(chain.id, 0).sentAt);
+    EXPECT_FALSE(tables_.handovers.signal(chain.id, 0).sentAt);
     cluster_.now += 10;
     tick(); // fails again
     EXPECT_TRUE(cluster_.signals.empty());
@@ -1083,7 +1087,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0].jobId, 42);
-    EXPECT_EQ(store_.handovers.signal(chain.id, 0).sentAt, cluster_.now);
+    EXPECT_EQ(tables_.handovers.signal(chain.id, 0).sentAt, cluster_.now);
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.signals.size(), 1u) << "delivered once: not sent again";
@@ -1098,14 +1102,14 @@ TEST_F(ProvisionerTest, AnSbatchThatTimedOutAfterAcceptingIsNotSubmittedTwice)
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.timeoutAfterAccept = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "failed");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "failed");
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<AlwaysSubmit>());
     }
     EXPECT_EQ(cluster_.submissions.size(), 1u) << "a second job for one key";
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
 }
 
@@ -1116,8 +1120,8 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     const ChainRow chain = chainWithRunningJob(44);
     tick(std::make_shared<AlwaysSubmit>());
     const std::int64_t successor = cluster_.jobs.back().id;
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
-    store_.chains.setWithdrawJobs(chain.id, true);
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    tables_.chains.setWithdrawJobs(chain.id, true);
     cluster_.uncancellable = { 44 }; // the first scancel of the running job fails
     cluster_.now += 10;
     EXPECT_NO_THROW(tick());
@@ -1126,10 +1130,10 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.cancelled, (std::vector<std::int64_t> { successor, 44 }));
-    EXPECT_EQ(store_.chains.toWithdraw().size(), 1u) << "until squeue shows them ended";
+    EXPECT_EQ(tables_.chains.toWithdraw().size(), 1u) << "until squeue shows them ended";
     cluster_.now += 10;
     tick();
-    EXPECT_TRUE(store_.chains.toWithdraw().empty());
+    EXPECT_TRUE(tables_.chains.toWithdraw().empty());
     EXPECT_EQ(cluster_.cancelled.size(), 2u);
 }
 
@@ -1140,24 +1144,25 @@ TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
     const ChainRow stuck = chainWithRunningJob(45, "-a");
     const ChainRow other = chainWithRunningJob(46, "-b");
     ASSERT_TRUE(forceState(stuck.id, ChainState::Running, ChainState::Handover));
-    store_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
-    store_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
+    tables_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
+    tables_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
     cluster_.uncancellable = { 45 };
-    Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+    Provisioner provisioner(
+        config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
     for (int i = 0; i < Provisioner::quarantineAfterFailures; ++i) {
         EXPECT_NE(stateOf(stuck), ChainState::Quarantined) << "after " << i << " failures";
         cluster_.now += 10;
         EXPECT_NO_THROW(provisioner.tick());
     }
     EXPECT_EQ(stateOf(stuck), ChainState::Quarantined);
-    EXPECT_NE(store_.chains.find(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
+    EXPECT_NE(tables_.chains.find(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
     EXPECT_EQ(metrics_.chainErrors("slurm").Value(), Provisioner::quarantineAfterFailures);
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
     EXPECT_EQ(metrics_.chains(ChainState::Quarantined).Value(), 1);
     const auto cancels = cluster_.cancelled.size();
     provisioner.tick();
     EXPECT_EQ(cluster_.cancelled.size(), cancels) << "nothing is done for a quarantined chain";
-    EXPECT_TRUE(store_.chains.transition(*store_.chains.find(stuck.id), ChainEvent::Resume, "test"));
+    EXPECT_TRUE(tables_.chains.transition(*tables_.chains.find(stuck.id), ChainEvent::Resume, "test"));
 }
 
 // Every write is fenced on the state and seq its writer read: a tick's stale view cannot overwrite a
@@ -1166,13 +1171,13 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
 {
     const ChainRow chain = chainWithRunningJob(48);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow stale = *store_.chains.find(chain.id);
-    ASSERT_TRUE(store_.chains.transition(stale, ChainEvent::Pause, "by the owner"));
-    EXPECT_FALSE(store_.chains.advance(stale, ChainEvent::PredecessorEnded));
-    EXPECT_FALSE(store_.chains.transition(stale, ChainEvent::SuccessorStarted));
+    const ChainRow stale = *tables_.chains.find(chain.id);
+    ASSERT_TRUE(tables_.chains.transition(stale, ChainEvent::Pause, "by the owner"));
+    EXPECT_FALSE(tables_.chains.advance(stale, ChainEvent::PredecessorEnded));
+    EXPECT_FALSE(tables_.chains.transition(stale, ChainEvent::SuccessorStarted));
     EXPECT_EQ(stateOf(chain), ChainState::Paused);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 0);
-    EXPECT_FALSE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::SuccessorStarted))
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 0);
+    EXPECT_FALSE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::SuccessorStarted))
         << "the table does not allow it from paused";
 }
 
@@ -1181,7 +1186,7 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
 TEST_F(ProvisionerTest, ACredentialIsAcceptedOnceAcrossInstances)
 {
     baton::db::Connection otherInstance(conninfo_);
-    Store other(otherInstance);
+    Tables other(otherInstance);
     EXPECT_TRUE(CredentialStore(connection_).firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_FALSE(other.credentials.firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_TRUE(other.credentials.firstUse("MUNGE:AwQDAAA-two"));
