@@ -455,7 +455,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     auto full = nlohmann::json::parse(manifest(100));
     full["final"] = true;
     full["training_done"] = true;
-    full["restart_count"] = 3;
+    full["seq"] = 3;
     full["job_id"] = 4711;
     full["tuning"] = { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "snapshot_seconds", "1e999" },
         { "persist_seconds", "2" }, { "overhead_percent", 4.5 }, { "stall_seconds", nullptr },
@@ -463,7 +463,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     const auto summary = summarizeManifest("ckpt-000000000100", full.dump());
     EXPECT_TRUE(summary.final);
     EXPECT_TRUE(summary.trainingDone);
-    EXPECT_EQ(summary.restartCount, 3);
+    EXPECT_EQ(summary.chainSeq, 3);
     EXPECT_EQ(summary.jobId, 4711);
     EXPECT_EQ(summary.tuning,
         (nlohmann::json { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "overhead_percent", 4.5 } }));
@@ -476,7 +476,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     const auto older = summarizeManifest("ckpt-000000000100", plain.dump());
     EXPECT_FALSE(older.final);
     EXPECT_FALSE(older.trainingDone);
-    EXPECT_FALSE(older.restartCount.has_value());
+    EXPECT_FALSE(older.chainSeq.has_value());
     EXPECT_FALSE(older.jobId.has_value());
     EXPECT_TRUE(older.tuning.is_null());
     EXPECT_EQ(filterTuning({ { "interval", INFINITY }, { "stall_seconds", NAN }, { "persist_seconds", 2 } }),
@@ -542,12 +542,12 @@ TEST(CheckpointScan, HostileNumbersMakeAManifestUnusable)
     EXPECT_EQ(summary.iteration, std::int64_t { 1 } << 53);
     EXPECT_EQ(summary.totalBytes, 0);
     EXPECT_DOUBLE_EQ(summary.createdUnix, 253402300799.0);
-    // restart_count and job_id are forwarded too: outside 0..2^53 they are dropped.
+    // seq and job_id are forwarded too: outside 0..2^53 they are dropped.
     auto ids = nlohmann::json::parse(manifest(200));
-    ids["restart_count"] = -3;
+    ids["seq"] = -3;
     ids["job_id"] = 18446744073709551615ull;
     const auto dropped = summarizeManifest(checkpointName(200), ids.dump());
-    EXPECT_FALSE(dropped.restartCount.has_value());
+    EXPECT_FALSE(dropped.chainSeq.has_value());
     EXPECT_FALSE(dropped.jobId.has_value());
 
     // In a chain: the hostile newest manifest is skipped with its reason, the previous one reported.
@@ -724,7 +724,7 @@ StepEvent sampleEvent()
     event.chain = "c";
     event.chainDir = "/s/c";
     event.node = "n1";
-    event.restartCount = 3;
+    event.chainSeq = 3;
     event.deadlineUnix = 1700003600;
     event.task = 0;
     event.waitStatus = 7 << 8; // exited with 7
@@ -751,13 +751,13 @@ TEST(Event, CarriesTheDocumentedFields)
     EXPECT_EQ(json["node"], "n1");
     EXPECT_EQ(json["exit_status"], 7);
     EXPECT_TRUE(json["signal"].is_null());
-    EXPECT_EQ(json["restart_count"], 3);
+    EXPECT_EQ(json["seq"], 3);
     EXPECT_EQ(json["deadline_unix"], 1700003600);
     EXPECT_EQ(json["checkpoint"]["iteration"], 200);
     EXPECT_EQ(json["checkpoint"]["total_bytes"], 2000);
     EXPECT_EQ(json["checkpoint"]["final"], false);
     EXPECT_EQ(json["checkpoint"]["training_done"], false);
-    EXPECT_TRUE(json["checkpoint"]["restart_count"].is_null());
+    EXPECT_TRUE(json["checkpoint"]["seq"].is_null());
     EXPECT_TRUE(json["checkpoint"]["job_id"].is_null());
     EXPECT_EQ(json["checkpoint"]["world_size"], 1);
     EXPECT_TRUE(json["checkpoint"]["region_layouts"].is_null());
@@ -799,7 +799,7 @@ TEST(Event, ForwardsOnlyKnownNumericTuning)
     StepEvent event = sampleEvent();
     event.checkpoint->final = true;
     event.checkpoint->trainingDone = true;
-    event.checkpoint->restartCount = 2;
+    event.checkpoint->chainSeq = 2;
     event.checkpoint->jobId = 41;
     event.checkpoint->tuning = { { "interval", 9 }, { "stall_seconds", INFINITY }, { "note", "x" },
         { "snapshot_seconds", { { "deep", 1 } } } };
@@ -807,7 +807,7 @@ TEST(Event, ForwardsOnlyKnownNumericTuning)
     EXPECT_EQ(json["tuning"], (nlohmann::json { { "interval", 9 } }));
     EXPECT_EQ(json["checkpoint"]["final"], true);
     EXPECT_EQ(json["checkpoint"]["training_done"], true);
-    EXPECT_EQ(json["checkpoint"]["restart_count"], 2);
+    EXPECT_EQ(json["checkpoint"]["seq"], 2);
     EXPECT_EQ(json["checkpoint"]["job_id"], 41);
 }
 
