@@ -306,7 +306,7 @@ int main()
             " FROM generate_series(1, $1::int) g",
             historyChains);
         addHistory("bench_history_jobs",
-            "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, state, submit_time, start_time, "
+            "INSERT INTO jobs (chain_id, slurm_job_id, seq, state, submit_time, start_time, "
             "end_time,"
             " time_limit_s) SELECT c.id, 100000000 + c.id * 10 + r, r, 'COMPLETED', now(), now(), now(), "
             "172800"

@@ -377,13 +377,13 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
 // The successor runs while its predecessor does: fence the handover (durably: it is acted on), then signal.
 void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor)
 {
-    const char* reached
+    const char* signalScope
         = tables_.events.checkpointSignalScope(current.id) == SignalScope::Steps ? "steps" : "full";
     {
         db::Transaction transaction(tables_.connection(), db::Durability::Durable);
         if (!tables_.chains.transition(chain, ChainEvent::SuccessorStarted))
             return;
-        tables_.chains.setGeneration(chain.id, chain.seq);
+        tables_.chains.setLastHandoverSeq(chain.id, chain.seq);
         tables_.handovers.start(chain.id, chain.seq, current.id, successor.id, now_);
         tables_.decisions.record(chain.id, config_.policy, "handover",
             Json { { "predecessor_job_id", current.id }, { "successor_job_id", successor.id },

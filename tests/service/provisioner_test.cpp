@@ -210,10 +210,12 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     const ChainRow after = *tables_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
-    EXPECT_EQ(after.generation, 0);
+    EXPECT_EQ(after.lastHandoverSeq, 0);
     const Json detail = ChainViews(connection_).detail(after);
     ASSERT_EQ(detail["handovers"].size(), 1u);
     EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
+    EXPECT_EQ(detail["handovers"][0]["predecessor_seq"], 0);
+    EXPECT_EQ(detail["chain"]["last_handover_seq"], 0);
     EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
 }
 
