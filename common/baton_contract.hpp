@@ -17,7 +17,12 @@ namespace baton::contract {
 inline constexpr const char* kChainVar = "BATON_CHAIN";
 inline constexpr const char* kChainDirVar = "BATON_CHAIN_DIR";
 inline constexpr const char* kJobIdVar = "BATON_JOB_ID";
-inline constexpr const char* kRestartCountVar = "BATON_RESTART_COUNT";
+// The job's position in its chain, its seq: 0 for the first job. Not Slurm's SLURM_RESTART_COUNT, which
+// counts how often Slurm requeued one job.
+inline constexpr const char* kChainSeqVar = "BATON_CHAIN_SEQ";
+// Deprecated alias of kChainSeqVar, exported with the same value for job scripts that read it; the
+// checkpointer reads it only where BATON_CHAIN_SEQ is unset.
+inline constexpr const char* kLegacyRestartCountVar = "BATON_RESTART_COUNT";
 inline constexpr const char* kDeadlineVar = "BATON_DEADLINE";
 inline constexpr const char* kDeadlineMarginVar = "BATON_DEADLINE_MARGIN";
 inline constexpr const char* kOverheadVar = "BATON_OVERHEAD";
@@ -30,6 +35,11 @@ inline constexpr const char* kLocalDirVar = "BATON_LOCAL_DIR";
 inline constexpr const char* kLocalKeepVar = "BATON_LOCAL_KEEP";
 inline constexpr const char* kDrainRateVar = "BATON_DRAIN_MBPS";
 inline constexpr double kDrainRateMax = 1e7;
+
+// The manifest's record of the writer's seq. Manifests written before the rename name it
+// `restart_count`: readers take kManifestSeqKey, else the legacy key.
+inline constexpr const char* kManifestSeqKey = "seq";
+inline constexpr const char* kLegacyManifestSeqKey = "restart_count";
 
 // BATON_OVERHEAD: checkpoint overhead target in percent, greater than kOverheadAbove and less than
 // kOverheadBelow (fractions allowed).

@@ -76,7 +76,7 @@ std::string readRegistry(int fd, const RegistryLimits& limits)
     const auto tooLarge = [&](std::uint64_t size) {
         return std::runtime_error(std::string("refusing '") + jobRegistryName + "': " + std::to_string(size)
             + " bytes, more than the " + std::to_string(limits.maxBytes)
-            + " a chain's job list can need; move it away to start the chain's restart count again");
+            + " a chain's job list can need; move it away to count the chain's jobs from 0 again");
     };
     struct stat info { };
     if (::fstat(fd, &info) != 0) {

@@ -1,4 +1,4 @@
-// Small files the plugin keeps in a chain directory: the job registry that yields the restart count,
+// Small files the plugin keeps in a chain directory: the job registry that yields the job's seq,
 // and the event spool. Both are opened without following symbolic links, locked with flock while in
 // use, and written with the caller's credentials (call them as the job user).
 #pragma once
@@ -24,9 +24,9 @@ struct RegistryLimits {
 };
 
 // Records `jobId` (decimal) in the registry if it is not there yet and returns how many distinct jobs
-// of the chain started before it (the restart count). Every step of a job gets the same answer.
-// Throws std::runtime_error, with a message naming the bound, for a registry over `limits` or with a
-// line that is not a job id (the restart count would be a guess; the step is refused with it).
+// of the chain started before it (its seq, the position in the chain). Every step of a job gets the
+// same answer. Throws std::runtime_error, with a message naming the bound, for a registry over
+// `limits` or with a line that is not a job id (the seq would be a guess; the step is refused with it).
 int registerJob(int chainDirFd, std::string_view jobId, std::chrono::milliseconds lockTimeout,
     const RegistryLimits& limits = {});
 

@@ -172,7 +172,10 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
     summary.totalBytes = reportedInteger(manifest, "total_bytes", contract::reportedBytesInRange);
     summary.final = flag(manifest, "final");
     summary.trainingDone = flag(manifest, "training_done");
-    summary.restartCount = optionalInteger(manifest, "restart_count");
+    // Manifests written before the rename name the seq `restart_count`.
+    summary.chainSeq = manifest.contains(contract::kManifestSeqKey)
+        ? optionalInteger(manifest, contract::kManifestSeqKey)
+        : optionalInteger(manifest, contract::kLegacyManifestSeqKey);
     summary.jobId = optionalInteger(manifest, "job_id");
     if (const auto tuning = manifest.find("tuning"); tuning != manifest.end()) {
         summary.tuning = filterTuning(*tuning);

@@ -20,7 +20,7 @@ struct CheckpointSummary {
     std::int64_t totalBytes = 0;
     bool final = false; // the checkpoint written before its job exited
     bool trainingDone = false; // the application declared training complete
-    std::optional<std::int64_t> restartCount; // the writer's BATON_RESTART_COUNT
+    std::optional<std::int64_t> chainSeq; // the writer's BATON_CHAIN_SEQ (`seq`, `restart_count` before)
     std::optional<std::int64_t> jobId; // the writer's BATON_JOB_ID
     nlohmann::json tuning; // the known finite numeric keys of the manifest's tuning object, or null
     // A multi-rank checkpoint (format version 2): the ranks that wrote it and how its regions are laid
@@ -50,7 +50,7 @@ std::optional<CheckpointSummary> newestCheckpoint(
 // throws std::runtime_error (or a JSON error) when it is not usable: among others when `iteration`,
 // `created_unix` or `total_bytes` is not a number in the contract's range (reportedIterationInRange,
 // reportedCreatedInRange, reportedBytesInRange of common/baton_contract.hpp; iteration and total_bytes
-// must be integers). restart_count and job_id out of 0..2^53 are dropped.
+// must be integers). seq (or, in an older manifest, restart_count) and job_id out of 0..2^53 are dropped.
 CheckpointSummary summarizeManifest(
     const std::string& name, const std::string& manifestText, int maxDepth = 32);
 

@@ -18,7 +18,7 @@ struct PluginConfig {
     double overheadPercent = 5;
     int marginSeconds = 60;
     int keep = 2;
-    // BATON_HANDOVER_WAIT for jobs with a restart count above 0: how long the checkpointer waits for its
+    // BATON_HANDOVER_WAIT for jobs with a seq above 0: how long the checkpointer waits for its
     // predecessor's final checkpoint; 0 disables.
     int handoverWaitSeconds = 120;
     std::chrono::milliseconds reportTimeout { 2000 };

@@ -87,7 +87,7 @@ nlohmann::json eventJson(const StepEvent& event)
         { "chain", event.chain },
         { "chain_dir", event.chainDir },
         { "node", event.node },
-        { "restart_count", event.restartCount },
+        { "seq", event.chainSeq },
         { "time_unix", event.timeUnix },
         { "deadline_unix", event.deadlineUnix ? nlohmann::json(*event.deadlineUnix) : nlohmann::json() },
     };
@@ -105,11 +105,10 @@ nlohmann::json eventJson(const StepEvent& event)
     }
     if (event.checkpoint) {
         const auto& c = *event.checkpoint;
-        json["checkpoint"]
-            = { { "name", c.name }, { "iteration", c.iteration }, { "created_unix", c.createdUnix },
-                  { "total_bytes", c.totalBytes }, { "final", c.final }, { "training_done", c.trainingDone },
-                  { "restart_count", orNull(c.restartCount) }, { "job_id", orNull(c.jobId) },
-                  { "world_size", c.worldSize }, { "region_layouts", c.regionLayouts } };
+        json["checkpoint"] = { { "name", c.name }, { "iteration", c.iteration },
+            { "created_unix", c.createdUnix }, { "total_bytes", c.totalBytes }, { "final", c.final },
+            { "training_done", c.trainingDone }, { "seq", orNull(c.chainSeq) }, { "job_id", orNull(c.jobId) },
+            { "world_size", c.worldSize }, { "region_layouts", c.regionLayouts } };
         // Filtered again: a summary built by hand must not forward arbitrary structures either.
         json["tuning"] = filterTuning(c.tuning);
     } else {

@@ -24,7 +24,7 @@ struct StepEvent {
     std::string chain;
     std::string chainDir;
     std::string node;
-    int restartCount = 0;
+    int chainSeq = 0; // the job's position in its chain (BATON_CHAIN_SEQ)
     std::optional<std::int64_t> deadlineUnix;
     std::optional<std::uint32_t> tasks; // Slurm's task count of the step (an srun step's world size)
     // task_exit, one per step and node: the task whose end it reports (the first on this node that

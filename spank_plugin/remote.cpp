@@ -50,7 +50,7 @@ struct StepState {
     // Two-level storage: the chain's node-local directory (BATON_LOCAL_DIR) and the root it lies in.
     std::string localDir;
     std::string localRoot;
-    int restartCount = 0;
+    int chainSeq = 0; // the job's position in its chain (BATON_CHAIN_SEQ)
     std::optional<std::int64_t> deadline;
     std::optional<HttpUrl> url;
     std::string node;
@@ -278,7 +278,7 @@ void report(const StepState& state, StepEvent event)
         event.chainDir = state.location.dir;
         event.node = state.node;
         event.tasks = state.tasks;
-        event.restartCount = state.restartCount;
+        event.chainSeq = state.chainSeq;
         event.deadlineUnix = state.deadline;
         event.timeUnix
             = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -344,7 +344,7 @@ void prepareStep(spank_t sp)
     {
         ThreadCredentials asUser(state.uid, state.gid, state.groups);
         const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
-        state.restartCount = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
+        state.chainSeq = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
         if (dir.created) {
             logVerbose("created chain directory " + dir.path);
         }
@@ -362,7 +362,8 @@ void prepareStep(spank_t sp)
     const bool set = setJobEnv(sp, contract::kChainVar, state.location.chain)
         && setJobEnv(sp, contract::kChainDirVar, state.location.dir)
         && setJobEnv(sp, contract::kJobIdVar, std::to_string(state.jobId))
-        && setJobEnv(sp, contract::kRestartCountVar, std::to_string(state.restartCount))
+        && setJobEnv(sp, contract::kChainSeqVar, std::to_string(state.chainSeq))
+        && setJobEnv(sp, contract::kLegacyRestartCountVar, std::to_string(state.chainSeq))
         && (!state.deadline || setJobEnv(sp, contract::kDeadlineVar, std::to_string(*state.deadline)))
         && setJobEnv(sp, contract::kDeadlineMarginVar,
             std::to_string(options.marginSeconds.value_or(config.marginSeconds)))
@@ -370,7 +371,7 @@ void prepareStep(spank_t sp)
             formatNumber(options.overheadPercent.value_or(config.overheadPercent)))
         && setJobEnv(sp, contract::kKeepVar, std::to_string(config.keep))
         // Only a successor can have a predecessor still writing its final checkpoint.
-        && (state.restartCount == 0 || handoverWait == 0
+        && (state.chainSeq == 0 || handoverWait == 0
             || setJobEnv(sp, contract::kHandoverWaitVar, std::to_string(handoverWait)))
         && (config.url.empty() || setJobEnv(sp, contract::kProvisionerUrlVar, config.url))
         && (state.localDir.empty()

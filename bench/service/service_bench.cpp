@@ -286,7 +286,7 @@ int main()
         // Rounds of 1,000 live chains, each with a running job of the queue: with ten submissions a tick
         // the chains of one round last about 95 ticks, so the steady ticks come from several rounds (each
         // on an empty database and a fresh provisioner) for a p99 that is not just their maximum.
-        Store store(connection);
+        Tables tables(connection);
         config.submitLead = std::chrono::seconds(leadSeconds);
         const auto count = [&](const char* name, const char* sql) {
             return connection.exec(baton::db::Statement { name, sql, true }).int64(0, 0);
@@ -306,7 +306,7 @@ int main()
             " FROM generate_series(1, $1::int) g",
             historyChains);
         addHistory("bench_history_jobs",
-            "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, state, submit_time, start_time, "
+            "INSERT INTO jobs (chain_id, slurm_job_id, seq, state, submit_time, start_time, "
             "end_time,"
             " time_limit_s) SELECT c.id, 100000000 + c.id * 10 + r, r, 'COMPLETED', now(), now(), now(), "
             "172800"
@@ -342,14 +342,14 @@ int main()
                 const ClusterQueue queue = cluster.queue();
                 for (int i = 0; i < chainCount; ++i) {
                     const ChainRow chain
-                        = store.chains.create(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
+                        = tables.chains.create(1000 + i % 50, "user", "chain-" + std::to_string(i), "/chains",
                             { { "script", "#!/bin/bash\n" }, { "workdir", "/tmp" } });
-                    store.jobs.upsert(chain.id, 0, *queue.find(1'000'000 + i));
+                    tables.jobs.upsert(chain.id, 0, *queue.find(1'000'000 + i));
                 }
             }
             // One provisioner for every tick of a round, as batond keeps it, on the live policy path (the
             // features of the parsed queue for every waiting chain); each tick 60 s after the last.
-            Provisioner provisioner(config, store, cluster, metrics, std::make_shared<LeadOnly>(),
+            Provisioner provisioner(config, tables, cluster, metrics, std::make_shared<LeadOnly>(),
                 liveDecisionPoints([] { return DocumentCluster::clusterNodes; }, nullptr));
             // The first round's first ticks work off the events posted above (1,000 a tick); every
             // round's first tick writes a "wait" row for each of its 1,000 chains. Then the steady ticks.

@@ -19,7 +19,7 @@ typedef struct baton_session baton_session;
 
 /* chain_dir NULL: every setting from BATON_* (BATON_CHAIN_DIR required; BATON_HANDOVER_WAIT too). Otherwise
  * chain_dir, with BATON_OVERHEAD, BATON_DEADLINE and BATON_DEADLINE_MARGIN still read from the environment
- * (and BATON_JOB_ID, BATON_RESTART_COUNT recorded in the manifests).
+ * (and BATON_JOB_ID, BATON_CHAIN_SEQ recorded in the manifests).
  * overhead_percent > 0 overrides BATON_OVERHEAD; handle_signals != 0 installs the SIGUSR1/SIGTERM
  * handlers. NULL on error. */
 baton_session* baton_session_create(const char* chain_dir, double overhead_percent, int handle_signals);

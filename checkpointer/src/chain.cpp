@@ -121,8 +121,8 @@ std::vector<fs::path> pruneChain(const fs::path& chainDir, int keep, const std::
 
 namespace {
 
-// The newest committed checkpoint that is final and at least of `minRestartCount`, if any.
-std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t minRestartCount)
+// The newest committed checkpoint that is final and at least of `minChainSeq`, if any.
+std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t minChainSeq)
 {
     std::vector<CheckpointInfo> list;
     try {
@@ -135,7 +135,7 @@ std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t min
             continue;
         try {
             Manifest manifest = parseManifest(io::readSmallFile(it->dir / kManifestName));
-            if (manifest.final && manifest.restartCount && *manifest.restartCount >= minRestartCount)
+            if (manifest.final && manifest.chainSeq && *manifest.chainSeq >= minChainSeq)
                 return it->dir;
         } catch (const Error&) {
             // Torn, removed by retention meanwhile or of a newer format: restore judges it later.
@@ -147,7 +147,7 @@ std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t min
 } // namespace
 
 HandoverWaitResult waitForHandover(
-    const fs::path& chainDir, std::uint64_t minRestartCount, double limitSeconds, double pollSeconds)
+    const fs::path& chainDir, std::uint64_t minChainSeq, double limitSeconds, double pollSeconds)
 {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
@@ -156,7 +156,7 @@ HandoverWaitResult waitForHandover(
     const auto poll = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(pollSeconds));
     HandoverWaitResult result;
     for (;;) {
-        if (auto found = findHandover(chainDir, minRestartCount)) {
+        if (auto found = findHandover(chainDir, minChainSeq)) {
             result.found = true;
             result.checkpoint = *found;
             break;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "baton_contract.hpp"
 #include "checkpointer_impl.hpp"
 #include "io.hpp"
 
@@ -18,9 +19,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The legacy seq key stays reserved: a reader would take it for the seq of an older manifest.
 const std::vector<std::string> kReservedFields = { "format_version", "iteration", "epoch", "created_unix",
     "total_bytes", "regions", "blobs", "timings", "files", "library_version", "manifest_checksum", "job_id",
-    "restart_count", "final", "training_done", "world_size" };
+    contract::kManifestSeqKey, contract::kLegacyManifestSeqKey, "final", "training_done", "world_size" };
 
 // Length in bytes of the UTF-8 sequence at text[at] (strict: no overlong forms, no surrogates, nothing
 // above U+10FFFF), or 0 if it is not one.

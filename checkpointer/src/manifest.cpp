@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "baton/ckpt/error.hpp"
+#include "baton_contract.hpp"
 #include "hash.hpp"
 
 namespace baton::ckpt {
@@ -108,7 +109,10 @@ bool flag(const nlohmann::json& document, const char* key)
 void readHandoverFields(const nlohmann::json& document, Manifest& manifest)
 {
     manifest.jobId = optionalWhole(document, "job_id");
-    manifest.restartCount = optionalWhole(document, "restart_count");
+    // Manifests written before the rename name the seq `restart_count`.
+    manifest.chainSeq = document.contains(contract::kManifestSeqKey)
+        ? optionalWhole(document, contract::kManifestSeqKey)
+        : optionalWhole(document, contract::kLegacyManifestSeqKey);
     manifest.final = flag(document, "final");
     manifest.trainingDone = flag(document, "training_done");
 }

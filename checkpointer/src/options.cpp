@@ -49,6 +49,20 @@ std::uint64_t parseWholeVariable(const char* name, const char* text)
     return *number;
 }
 
+struct Variable {
+    const char* name;
+    const char* value; // nullptr: unset
+};
+
+// BATON_CHAIN_SEQ, or where that is unset its deprecated alias BATON_RESTART_COUNT (set by plugins of
+// earlier releases).
+Variable chainSeqVariable()
+{
+    if (const char* seq = std::getenv(contract::kChainSeqVar); seq != nullptr)
+        return { contract::kChainSeqVar, seq };
+    return { contract::kLegacyRestartCountVar, std::getenv(contract::kLegacyRestartCountVar) };
+}
+
 double parseHandoverWait(const char* text)
 {
     std::string value(text);
@@ -85,8 +99,8 @@ void Options::identifyFromEnvironment()
 {
     if (!jobId)
         jobId = environmentNumber("BATON_JOB_ID");
-    if (!restartCount)
-        restartCount = environmentNumber("BATON_RESTART_COUNT");
+    if (const char* seq = chainSeqVariable().value; !chainSeq && seq != nullptr)
+        chainSeq = parseWhole(seq);
 }
 
 Options Options::fromEnvironment()
@@ -102,8 +116,8 @@ Options Options::fromEnvironment()
         options.keep = parseKeep(keep);
     if (const char* job = std::getenv("BATON_JOB_ID"); job != nullptr && *job != '\0')
         options.jobId = parseWholeVariable("BATON_JOB_ID", job);
-    if (const char* restarts = std::getenv("BATON_RESTART_COUNT"); restarts != nullptr && *restarts != '\0')
-        options.restartCount = parseWholeVariable("BATON_RESTART_COUNT", restarts);
+    if (const auto [name, seq] = chainSeqVariable(); seq != nullptr && *seq != '\0')
+        options.chainSeq = parseWholeVariable(name, seq);
     if (const char* wait = std::getenv("BATON_HANDOVER_WAIT"); wait != nullptr)
         options.handoverWaitSeconds = parseHandoverWait(wait);
     if (const char* local = std::getenv("BATON_LOCAL_DIR"); local != nullptr && *local != '\0') {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "baton_contract.hpp"
 #include "baton_version.h"
 #include "io.hpp"
 
@@ -166,7 +167,7 @@ nlohmann::json Checkpointer::Impl::manifestDocument(
         = nlohmann::json::array({ { { "name", kDataFileName }, { "size", checkpoint.totalBytes } } });
     document["library_version"] = BATON_VERSION;
     document["job_id"] = optionalNumber(options.jobId);
-    document["restart_count"] = optionalNumber(options.restartCount);
+    document[contract::kManifestSeqKey] = optionalNumber(options.chainSeq);
     document["final"] = checkpoint.flags.final;
     document["training_done"] = checkpoint.flags.trainingDone;
     document["timings"] = { { "snapshot_seconds", snapshotSeconds },

@@ -69,7 +69,7 @@ void describeRestored(RestoreResult& result, const Manifest& manifest, const fs:
     result.epoch = manifest.epoch;
     result.dir = dir;
     result.jobId = manifest.jobId;
-    result.restartCount = manifest.restartCount;
+    result.chainSeq = manifest.chainSeq;
     result.final = manifest.final;
     result.trainingDone = manifest.trainingDone;
 }
@@ -80,12 +80,12 @@ void describeRestored(RestoreResult& result, const Manifest& manifest, const fs:
 // newest checkpoint before that one commits would resume from stale state.
 void Checkpointer::Impl::waitForHandoverOnce(RestoreResult& result)
 {
-    if (std::exchange(handoverChecked, true) || options.handoverWaitSeconds <= 0 || !options.restartCount
-        || *options.restartCount == 0)
+    if (std::exchange(handoverChecked, true) || options.handoverWaitSeconds <= 0 || !options.chainSeq
+        || *options.chainSeq == 0)
         return;
-    const std::uint64_t previous = *options.restartCount - 1;
+    const std::uint64_t previous = *options.chainSeq - 1;
     log("handover: waiting up to " + std::to_string(static_cast<long long>(options.handoverWaitSeconds))
-        + " s for a final checkpoint of restart " + std::to_string(previous) + " or later");
+        + " s for a final checkpoint of seq " + std::to_string(previous) + " or later");
     const HandoverWaitResult wait = waitForHandover(options.chainDir, previous, options.handoverWaitSeconds);
     result.handoverWaitSeconds = wait.seconds;
     result.handoverTimedOut = !wait.found;
@@ -94,7 +94,7 @@ void Checkpointer::Impl::waitForHandoverOnce(RestoreResult& result)
     if (wait.found)
         log("handover: " + wait.checkpoint.filename().string() + " is final, found after " + waited + " s");
     else
-        log(std::string("handover: no final checkpoint of restart ") + std::to_string(previous) + " after "
+        log(std::string("handover: no final checkpoint of seq ") + std::to_string(previous) + " after "
             + waited + " s, restoring the newest verified checkpoint");
 }
 

@@ -31,7 +31,7 @@ const char* kUsage = R"(usage: baton-ckpt COMMAND [ARGS]
   verify PATH                  read every byte and check all checksums; PATH is a chain directory
                                (all committed checkpoints) or one checkpoint directory
   inspect PATH                 print the manifest of a checkpoint (of a chain: the newest committed);
-                               job_id, restart_count, final and training_done as a reader reads them
+                               job_id, seq, final and training_done as a reader reads them
   prune CHAIN_DIR [--keep N]   keep the newest N committed checkpoints (default: BATON_KEEP or 2)
   --version                    print the version
   --help                       print this help
@@ -79,7 +79,7 @@ Manifest loadManifest(const fs::path& checkpointDir)
     return parseManifest(io::readSmallFile(checkpointDir / kManifestName));
 }
 
-// "committed, final, training done (job 123, restart 2)"
+// "committed, final, training done (job 123, seq 2)"
 std::string committedStatus(const Manifest& manifest)
 {
     std::string status = "committed";
@@ -87,10 +87,10 @@ std::string committedStatus(const Manifest& manifest)
         status += ", final";
     if (manifest.trainingDone)
         status += ", training done";
-    if (manifest.jobId || manifest.restartCount) {
+    if (manifest.jobId || manifest.chainSeq) {
         status += " (job " + (manifest.jobId ? std::to_string(*manifest.jobId) : std::string("?"));
-        status += ", restart "
-            + (manifest.restartCount ? std::to_string(*manifest.restartCount) : std::string("?")) + ")";
+        status
+            += ", seq " + (manifest.chainSeq ? std::to_string(*manifest.chainSeq) : std::string("?")) + ")";
     }
     return status;
 }
@@ -174,10 +174,10 @@ int inspect(const fs::path& path)
     auto number = [](const std::optional<std::uint64_t>& value) {
         return value ? nlohmann::json(*value) : nlohmann::json(nullptr);
     };
-    for (auto [key, value] : { std::pair { "job_id", number(manifest.jobId) },
-             std::pair { "restart_count", number(manifest.restartCount) },
-             std::pair { "final", nlohmann::json(manifest.final) },
-             std::pair { "training_done", nlohmann::json(manifest.trainingDone) } }) {
+    for (auto [key, value] :
+        { std::pair { "job_id", number(manifest.jobId) }, std::pair { "seq", number(manifest.chainSeq) },
+            std::pair { "final", nlohmann::json(manifest.final) },
+            std::pair { "training_done", nlohmann::json(manifest.trainingDone) } }) {
         if (!document.contains(key))
             document[key] = value;
     }

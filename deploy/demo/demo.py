@@ -589,7 +589,7 @@ def demo(args, services, state):
         json.dump(progress.doc, f, indent=1)
     with open(f"{output}/manifests.json", "w") as f:
         # The contract's fields without the per-region lists (checksums, offsets): small enough to read.
-        fields = ("iteration", "epoch", "created_unix", "total_bytes", "job_id", "restart_count", "final",
+        fields = ("iteration", "epoch", "created_unix", "total_bytes", "job_id", "seq", "final",
                   "training_done", "timings", "tuning")
         json.dump([{k: m.get(k) for k in fields}
                    for m in sorted(progress.manifests.values(), key=lambda m: m["iteration"])], f, indent=1)

@@ -179,8 +179,8 @@ void printChainHeader(const json& chain, std::ostream& out)
 {
     out << "chain " << chainLabel(chain) << "\n";
     out << "  state " << formatValue(field(chain, { "state" })) << ", seq "
-        << formatValue(field(chain, { "seq" })) << ", generation "
-        << formatValue(field(chain, { "generation" })) << ", retries "
+        << formatValue(field(chain, { "seq" })) << ", last handover from seq "
+        << formatValue(field(chain, { "last_handover_seq" })) << ", retries "
         << formatValue(field(chain, { "retries" })) << "\n";
     out << "  current job " << formatValue(field(chain, { "current_job" })) << ", pending job "
         << formatValue(field(chain, { "pending_job" })) << "\n";
@@ -233,8 +233,8 @@ void printDetail(const json& document, std::ostream& out)
     Table jobs({ "seq", "job", "state", "submit", "start", "end", "interruption(s)" });
     const json* previous = nullptr;
     for (const auto& job : arrayOf(document, "jobs")) {
-        jobs.add({ formatValue(field(job, { "seq", "restart_count" })),
-            formatValue(field(job, { "job_id", "slurm_job_id" })), formatValue(field(job, { "state" })),
+        jobs.add({ formatValue(field(job, { "seq" })), formatValue(field(job, { "job_id", "slurm_job_id" })),
+            formatValue(field(job, { "state" })),
             formatTime(field(job, { "submit_unix", "submit_time", "submit" })),
             formatTime(field(job, { "start_unix", "start_time", "start" })),
             formatTime(field(job, { "end_unix", "end_time", "end" })), interruption(job, previous) });
@@ -253,12 +253,12 @@ void printDetail(const json& document, std::ostream& out)
     checkpoints.print(out);
 
     out << "\nhandovers\n";
-    Table handovers({ "time", "from job", "to job", "generation", "outcome" });
+    Table handovers({ "time", "from seq", "from job", "to job", "outcome" });
     for (const auto& handover : arrayOf(document, "handovers"))
         handovers.add({ formatTime(field(handover, { "time_unix", "created_unix", "at" })),
+            formatValue(field(handover, { "predecessor_seq" })),
             formatValue(field(handover, { "from_job", "predecessor_job" })),
             formatValue(field(handover, { "to_job", "successor_job" })),
-            formatValue(field(handover, { "generation" })),
             formatValue(field(handover, { "outcome", "state" })) });
     handovers.print(out);
 

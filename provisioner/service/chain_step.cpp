@@ -38,7 +38,7 @@ std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq
     if (submission && submission->state == "intent") {
         if (const ClusterJob* found = queue.findByComment(submission->key, chain.ownerUid)) {
             // sbatch succeeded but batond stopped before it wrote the job id down.
-            store_.submissions.markSubmitted(submission->key, found->id);
+            tables_.submissions.markSubmitted(submission->key, found->id);
             jobId = found->id;
             logInfo("chain " + chain.ownerName + "/" + chain.name + ": found submission " + submission->key
                 + " as job " + std::to_string(found->id));
@@ -115,7 +115,8 @@ void Provisioner::collectSpoolHints(LiveChain& live)
                 const auto event = PluginEvent::spooled(line, config_.maxJsonDepth);
                 if (!event)
                     continue;
-                const auto recorded = store_.checkpoints.record(chain.id, event->jobId, *event->checkpoint, *chain.chainDir);
+                const auto recorded
+                    = tables_.checkpoints.record(chain.id, event->jobId, *event->checkpoint, *chain.chainDir);
                 live.trainingDone = live.trainingDone || recorded.trainingDone;
                 if (recorded.iteration > live.newestCheckpointIteration.value_or(-1)) {
                     live.newestCheckpointIteration = recorded.iteration;
@@ -141,20 +142,21 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
     const ChainRow& chain = live.chain;
     collectSpoolHints(live);
     if (live.trainingDone) {
-        if (store_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
-            store_.decisions.record(
+        if (tables_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
+            tables_.decisions.record(
                 chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
             logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
         }
         return;
     }
-    if (current.state == "CANCELLED" && !chain.resubmitRequested && !store_.decisions.pausedForJob(chain.id, current.id)) {
+    if (current.state == "CANCELLED" && !chain.resubmitRequested
+        && !tables_.decisions.pausedForJob(chain.id, current.id)) {
         // Someone cancelled the job by hand: stop the chain until its owner says otherwise (a resume or
         // resubmit of it asks for the next job, and is not stopped again by the same cancelled job, also
         // when the job it asked for is withdrawn in turn: the chain then submits another).
-        if (store_.chains.transition(chain, ChainEvent::JobCancelledOutside,
+        if (tables_.chains.transition(chain, ChainEvent::JobCancelledOutside,
                 "job " + std::to_string(current.id) + " was cancelled outside baton"))
-            store_.decisions.record(
+            tables_.decisions.record(
                 chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
         return;
     }
@@ -162,7 +164,7 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
     // Progress: the job committed a checkpoint; a job that did resets the retry count.
     const bool progressed = live.newestCheckpointJob == current.id;
     if (progressed && chain.retries > 0)
-        store_.chains.setRetries(chain.id, 0);
+        tables_.chains.setRetries(chain.id, 0);
     // The plugin reports a job's last checkpoint as its tasks exit, just before the job ends, but batond
     // may see the end in squeue before it has processed that report: a job without a recorded checkpoint
     // is judged one tick period after its end, not before.
@@ -183,14 +185,14 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
         if (chain.retries >= config_.retryBudget && !chain.resubmitRequested) {
             const std::string why = "job " + std::to_string(current.id) + " ended (" + current.state
                 + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
-            if (store_.chains.transition(chain, ChainEvent::RetryBudgetSpent, why)) {
-                store_.decisions.record(
+            if (tables_.chains.transition(chain, ChainEvent::RetryBudgetSpent, why)) {
+                tables_.decisions.record(
                     chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
                 logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
             }
             return;
         }
-        store_.chains.setRetries(chain.id, chain.retries + 1);
+        tables_.chains.setRetries(chain.id, chain.retries + 1);
         if (failedState(current.state) && !chain.resubmitRequested)
             reason = "retry";
     }
@@ -214,7 +216,7 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
     if (job && !job->ended()) {
         cluster_.cancel(job->id, chain.ownerUid);
     }
-    store_.submissions.markState(chain.id, chain.seq + 1, "cancelled", why);
+    tables_.submissions.markState(chain.id, chain.seq + 1, "cancelled", why);
     return true;
 }
 
@@ -223,7 +225,7 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
 // again by the next tick.
 void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current)
 {
-    const SignalScope scope = store_.events.checkpointSignalScope(current.id);
+    const SignalScope scope = tables_.events.checkpointSignalScope(current.id);
     try {
         cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
     } catch (const SlurmError& error) {
@@ -232,7 +234,7 @@ void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& curren
             + std::to_string(current.id) + " failed (" + error.what() + "); sent again next tick");
         return;
     }
-    store_.handovers.recordSignal(chain.id, chain.seq, now_);
+    tables_.handovers.recordSignal(chain.id, chain.seq, now_);
     logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current.id)
         + " asked to checkpoint and exit (" + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
         + ")");
@@ -286,14 +288,14 @@ void Provisioner::stepRunning(LiveChain& live, const std::optional<ClusterJob>& 
     const ChainRow& chain = live.chain;
     if (!current) {
         if (live.current && live.current->state == "failed"
-            && store_.chains.transition(chain, ChainEvent::RetryBudgetSpent,
+            && tables_.chains.transition(chain, ChainEvent::RetryBudgetSpent,
                 "sbatch refused job " + std::to_string(chain.seq) + ": " + live.current->error))
             logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: sbatch refused its job: "
                 + live.current->error);
         return; // else the first submission is still being recorded
     }
     if (successor && !successor->withdrawn()) { // a successor exists (e.g. the chain was resumed)
-        store_.chains.transition(chain, ChainEvent::SuccessorFound);
+        tables_.chains.transition(chain, ChainEvent::SuccessorFound);
         return;
     }
     if (current->ended()) {
@@ -321,8 +323,9 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
     if (current && current->ended() && live.trainingDone) {
         if (!withdrawSuccessor(chain, live.next, queue, "training finished", true))
             return; // an intent that may still be in sbatch: judged next tick
-        if (store_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
-            store_.decisions.record(chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+        if (tables_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
+            tables_.decisions.record(
+                chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
             logInfo("chain " + label + " finished; its pending successor was cancelled");
         }
         return;
@@ -331,7 +334,7 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
         // sbatch failed (or the submission went away): back to running, which submits anew.
         const auto& next = live.next;
         const bool nextLive = next && (next->state == "intent" || next->state == "submitted");
-        if (!nextLive && store_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
+        if (!nextLive && tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
             logInfo("chain " + label + ": its successor's submission "
                 + (next ? next->state + (next->error.empty() ? "" : " (" + next->error + ")") : std::string("is missing"))
                 + "; it is submitted again");
@@ -340,9 +343,10 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
     if (successor->withdrawn()) {
         // Ended without running (cancelled while queued, or refused): it never held the training,
         // so the predecessor goes on; back to running, which submits anew when the policy says so.
-        store_.submissions.markState(chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
-        if (store_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
-            store_.decisions.record(chain.id, config_.policy, "withdrawn",
+        tables_.submissions.markState(
+            chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
+        if (tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
+            tables_.decisions.record(chain.id, config_.policy, "withdrawn",
                 Json { { "successor_job_id", successor->id }, { "successor_state", successor->state } },
                 "successor ended without running");
         return;
@@ -350,7 +354,7 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
     if (!successor->started())
         return; // still queued
     const auto waited = static_cast<double>(successor->startTime - successor->submitTime);
-    if (const auto predicted = store_.submissions.resolvePrediction(successor->id, waited))
+    if (const auto predicted = tables_.submissions.resolvePrediction(successor->id, waited))
         metrics_.predictionError().Observe(std::abs(*predicted - waited));
     if (current && current->pending()) {
         // Slurm requeued the predecessor (its node failed, or an operator asked): the successor,
@@ -367,23 +371,24 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
     if (current && current->endTime > 0)
         metrics_.interruption().Observe(
             static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
-    store_.chains.advance(chain, ChainEvent::PredecessorEnded);
+    tables_.chains.advance(chain, ChainEvent::PredecessorEnded);
 }
 
 // The successor runs while its predecessor does: fence the handover (durably: it is acted on), then signal.
 void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor)
 {
-    const char* reached = store_.events.checkpointSignalScope(current.id) == SignalScope::Steps ? "steps" : "full";
+    const char* signalScope
+        = tables_.events.checkpointSignalScope(current.id) == SignalScope::Steps ? "steps" : "full";
     {
-        db::Transaction transaction(store_.connection(), db::Durability::Durable);
-        if (!store_.chains.transition(chain, ChainEvent::SuccessorStarted))
+        db::Transaction transaction(tables_.connection(), db::Durability::Durable);
+        if (!tables_.chains.transition(chain, ChainEvent::SuccessorStarted))
             return;
-        store_.chains.setGeneration(chain.id, chain.seq);
-        store_.handovers.start(chain.id, chain.seq, current.id, successor.id, now_);
-        store_.decisions.record(chain.id, config_.policy, "handover",
+        tables_.chains.setLastHandoverSeq(chain.id, chain.seq);
+        tables_.handovers.start(chain.id, chain.seq, current.id, successor.id, now_);
+        tables_.decisions.record(chain.id, config_.policy, "handover",
             Json { { "predecessor_job_id", current.id }, { "successor_job_id", successor.id },
-                { "signal_scope", reached } },
-            std::string("predecessor signalled TERM (") + reached + ")");
+                { "signal_scope", signalScope } },
+            std::string("predecessor signalled TERM (") + signalScope + ")");
         transaction.commit();
     }
     metrics_.handovers("started").Increment();
@@ -401,9 +406,9 @@ void Provisioner::stepHandover(
     if (current->ended()) {
         const std::int64_t end = current->endTime > 0 ? current->endTime : now_;
         {
-            db::Transaction transaction(store_.connection());
-            const auto seconds = store_.handovers.complete(chain.id, chain.seq, end);
-            if (!store_.chains.advance(chain, ChainEvent::PredecessorEnded))
+            db::Transaction transaction(tables_.connection());
+            const auto seconds = tables_.handovers.complete(chain.id, chain.seq, end);
+            if (!tables_.chains.advance(chain, ChainEvent::PredecessorEnded))
                 return;
             transaction.commit();
             if (seconds)
@@ -422,7 +427,7 @@ void Provisioner::stepHandover(
         withdrawRequeued(chain, *current, "the handover to its successor is under way");
         return;
     }
-    const HandoverStore::Signal signal = store_.handovers.signal(chain.id, chain.seq);
+    const HandoverStore::Signal signal = tables_.handovers.signal(chain.id, chain.seq);
     if (!signal.sentAt) {
         signalHandover(chain, *current);
         return;

@@ -19,7 +19,7 @@ constexpr auto chainListSql = db::joinSql(chainColumns, withSpec,
 // The cancelled chains that may still have jobs, with the jobs and keys of their current and next seq.
 constexpr auto toWithdrawSql = db::joinSql(chainColumns,
     ", coalesce((SELECT array_agg(DISTINCT x) FROM (SELECT slurm_job_id AS x FROM jobs"
-    " WHERE chain_id = c.id AND restart_count IN (c.seq, c.seq + 1) UNION ALL SELECT slurm_job_id"
+    " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) UNION ALL SELECT slurm_job_id"
     " FROM submissions WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) AND slurm_job_id IS NOT NULL) j),"
     " '{}')::text AS job_ids, coalesce((SELECT array_agg(idempotency_key) FROM submissions"
     " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1)), '{}')::text AS keys"
@@ -44,15 +44,15 @@ constexpr db::Statement advanceChain { "chain_advance",
 // of its jobs or submissions ever had, so that its next job never takes a seq that is already used.
 constexpr db::Statement restartChain { "chain_restart",
     "UPDATE chains c SET seq = greatest(c.seq, coalesce((SELECT max(x) + 1 FROM ("
-    " SELECT restart_count AS x FROM jobs WHERE chain_id = c.id"
+    " SELECT seq AS x FROM jobs WHERE chain_id = c.id"
     " UNION ALL SELECT seq FROM submissions WHERE chain_id = c.id) used), 0)),"
     " state = 'running', retries = 0, resubmit_requested = false, reason = $4,"
     " spec = coalesce($5, spec), updated_at = now()"
     " WHERE id = $1 AND state = $2 AND seq = $3 RETURNING seq",
     true };
 constexpr db::Statement updateRetries { "chain_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
-constexpr db::Statement updateGeneration { "chain_generation", "UPDATE chains SET generation = $2 WHERE id = $1",
-    true };
+constexpr db::Statement updateLastHandoverSeq { "chain_last_handover_seq",
+    "UPDATE chains SET last_handover_seq = $2 WHERE id = $1", true };
 constexpr db::Statement updateResubmit { "chain_resubmit",
     "UPDATE chains SET resubmit_requested = $2, updated_at = now() WHERE id = $1", true };
 constexpr db::Statement updateChainDir { "chain_dir",
@@ -114,7 +114,7 @@ ChainRow ChainColumns::read(const db::Result& r, int row) const
     chain.name = std::string(r.text(row, at_[Name]));
     chain.state = stateOf(r.text(row, at_[State]));
     chain.seq = static_cast<int>(r.int64(row, at_[Seq]));
-    chain.generation = static_cast<int>(r.int64(row, at_[Generation]));
+    chain.lastHandoverSeq = static_cast<int>(r.int64(row, at_[LastHandoverSeq]));
     chain.retries = static_cast<int>(r.int64(row, at_[Retries]));
     chain.reason = r.optText(row, at_[Reason]);
     if (spec_ >= 0)
@@ -217,9 +217,9 @@ void ChainStore::setRetries(std::int64_t chainId, int retries)
     connection_.exec(updateRetries, db::Params(chainId, retries));
 }
 
-void ChainStore::setGeneration(std::int64_t chainId, int generation)
+void ChainStore::setLastHandoverSeq(std::int64_t chainId, int seq)
 {
-    connection_.exec(updateGeneration, db::Params(chainId, generation));
+    connection_.exec(updateLastHandoverSeq, db::Params(chainId, seq));
 }
 
 void ChainStore::setResubmitRequested(std::int64_t chainId, bool requested)

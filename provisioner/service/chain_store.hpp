@@ -26,8 +26,8 @@ struct ChainRow {
     std::string ownerName;
     std::string name;
     ChainState state = ChainState::Running;
-    int seq = 0; // the current job's sequence number (restart count)
-    int generation = -1; // predecessor seq of the last handover
+    int seq = 0; // the current job's position in the chain (0 for the first job)
+    int lastHandoverSeq = -1; // predecessor seq of the last handover
     int retries = 0;
     std::optional<std::string> reason;
     nlohmann::json spec; // how to submit the next job: script, sbatch_args, workdir (null where not read)
@@ -45,10 +45,11 @@ public:
     ChainRow read(const db::Result& result, int row) const;
 
 private:
-    enum Column { Id, OwnerUid, OwnerName, Name, State, Seq, Generation, Retries, Reason, ChainDir, Resubmit,
-        Updated, Token, Count };
-    static constexpr std::array<std::string_view, Count> names { "id", "owner_uid", "owner_name", "name", "state",
-        "seq", "generation", "retries", "reason", "chain_dir", "resubmit_requested", "updated_unix", "token" };
+    enum Column { Id, OwnerUid, OwnerName, Name, State, Seq, LastHandoverSeq, Retries, Reason, ChainDir,
+        Resubmit, Updated, Token, Count };
+    static constexpr std::array<std::string_view, Count> names { "id", "owner_uid", "owner_name", "name",
+        "state", "seq", "last_handover_seq", "retries", "reason", "chain_dir", "resubmit_requested",
+        "updated_unix", "token" };
     std::array<int, Count> at_;
     int spec_; // -1 where the statement does not read it
 };
@@ -56,7 +57,7 @@ private:
 // The select list that ChainColumns reads, of the table aliased `c` (the spec left out: see specColumn).
 inline constexpr char chainColumns[]
     = "SELECT c.id, c.owner_uid, coalesce(c.owner_name, '') AS owner_name, c.name, c.state, c.seq,"
-      " c.generation, c.retries, c.reason, c.chain_dir, c.resubmit_requested,"
+      " c.last_handover_seq, c.retries, c.reason, c.chain_dir, c.resubmit_requested,"
       " extract(epoch FROM c.updated_at)::bigint AS updated_unix, c.token";
 
 class ChainStore : public db::TableStore {
@@ -89,7 +90,7 @@ public:
     // Deletes a chain that never had a job (its first sbatch was refused); false if it had one.
     bool deleteUnstarted(std::int64_t chainId);
     void setRetries(std::int64_t chainId, int retries);
-    void setGeneration(std::int64_t chainId, int generation);
+    void setLastHandoverSeq(std::int64_t chainId, int seq);
     void setResubmitRequested(std::int64_t chainId, bool requested);
     void setChainDir(std::int64_t chainId, const std::string& dir);
 

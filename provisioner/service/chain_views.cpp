@@ -20,9 +20,10 @@ constexpr db::Statement selectDecisions { "view_decisions",
     " WHERE chain_id = $1 ORDER BY id DESC LIMIT 50",
     true };
 constexpr db::Statement selectHandovers { "view_handovers",
-    "SELECT generation, predecessor_job_id, successor_job_id, extract(epoch FROM signalled_at) AS signalled_unix,"
+    "SELECT predecessor_seq, predecessor_job_id, successor_job_id, extract(epoch FROM signalled_at) AS "
+    "signalled_unix,"
     " extract(epoch FROM completed_at) AS completed_unix, handover_s FROM handovers WHERE chain_id = $1"
-    " ORDER BY generation",
+    " ORDER BY predecessor_seq",
     true };
 
 template<typename Value> Json orNull(const std::optional<Value>& value)
@@ -48,7 +49,7 @@ Json chainView(const ChainRow& chain)
         { "name", chain.name },
         { "state", nameOf(chain.state) },
         { "seq", chain.seq },
-        { "generation", chain.generation },
+        { "last_handover_seq", chain.lastHandoverSeq },
         { "retries", chain.retries },
         { "reason", orNull(chain.reason) },
         { "chain_dir", orNull(chain.chainDir) },
@@ -137,15 +138,16 @@ Json ChainViews::decisions(const ChainRow& chain)
 Json ChainViews::handovers(const ChainRow& chain)
 {
     const db::Result result = connection_.exec(selectHandovers, db::Params(chain.id));
-    const int generation = result.column("generation"), from = result.column("predecessor_job_id"),
+    const int predecessorSeq = result.column("predecessor_seq"), from = result.column("predecessor_job_id"),
               to = result.column("successor_job_id"), signalled = result.column("signalled_unix"),
               completedAt = result.column("completed_unix"), seconds = result.column("handover_s");
     return result.all([&](const db::Result& r, int row) {
         const auto completed = r.optReal(row, completedAt);
-        return Json { { "generation", r.int64(row, generation) }, { "predecessor_job_id", r.int64(row, from) },
-            { "successor_job_id", r.int64(row, to) }, { "from_job", r.int64(row, from) },
-            { "to_job", r.int64(row, to) }, { "time_unix", r.real(row, signalled) },
-            { "completed_unix", orNull(completed) }, { "handover_s", orNull(r.optReal(row, seconds)) },
+        return Json { { "predecessor_seq", r.int64(row, predecessorSeq) },
+            { "predecessor_job_id", r.int64(row, from) }, { "successor_job_id", r.int64(row, to) },
+            { "from_job", r.int64(row, from) }, { "to_job", r.int64(row, to) },
+            { "time_unix", r.real(row, signalled) }, { "completed_unix", orNull(completed) },
+            { "handover_s", orNull(r.optReal(row, seconds)) },
             { "outcome", completed ? "completed" : "signalled" } };
     });
 }

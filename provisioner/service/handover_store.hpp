@@ -1,5 +1,5 @@
 // The `handovers` table: each handover from a predecessor to its successor, by the predecessor's seq
-// (the chain's generation): when it was fenced, when the signal was delivered, when it completed.
+// (`predecessor_seq`): when it was fenced, when the signal was delivered, when it completed.
 #pragma once
 
 #include <table_store.hpp>
@@ -14,10 +14,10 @@ public:
     using TableStore::TableStore;
 
     // signalledAt: the tick's clock (the queue snapshot's time), the same clock job end times come from.
-    void start(std::int64_t chainId, int generation, std::int64_t predecessor, std::int64_t successor,
+    void start(std::int64_t chainId, int predecessorSeq, std::int64_t predecessor, std::int64_t successor,
         std::int64_t signalledAt);
     // Returns the seconds from the signal to `endTime`, if the handover was open.
-    std::optional<double> complete(std::int64_t chainId, int generation, std::int64_t endTime);
+    std::optional<double> complete(std::int64_t chainId, int predecessorSeq, std::int64_t endTime);
     // When the handover was fenced, and the signal as delivered: when scancel last succeeded (nullopt:
     // never yet) and how often.
     struct Signal {
@@ -25,8 +25,8 @@ public:
         std::optional<std::int64_t> sentAt;
         int attempts = 0;
     };
-    Signal signal(std::int64_t chainId, int generation);
-    void recordSignal(std::int64_t chainId, int generation, std::int64_t sentAt);
+    Signal signal(std::int64_t chainId, int predecessorSeq);
+    void recordSignal(std::int64_t chainId, int predecessorSeq, std::int64_t sentAt);
 };
 
 } // namespace baton::service

@@ -1,12 +1,12 @@
 // The handlers of batond's /v1 routes, one named function each; http_api.cpp authenticates the caller
 // and maps what they throw to status codes.
 #include "bounded_json.hpp"
+#include "chain_views.hpp"
 #include "http_api.hpp"
 #include "http_reply.hpp"
 #include "plugin_event.hpp"
-#include "chain_views.hpp"
-#include "store.hpp"
 #include "submitter.hpp"
+#include "tables.hpp"
 
 #include <baton_contract.hpp>
 #include <sbatch_args.hpp>
@@ -79,23 +79,23 @@ std::int64_t integerParam(
 
 // The chain named in the path, if the caller may see it (its owner or an operator); 404 otherwise,
 // so that nobody learns which names other users have.
-ChainRow findChain(Store& store, const httplib::Request& request, const Caller& caller)
+ChainRow findChain(Tables& tables, const httplib::Request& request, const Caller& caller)
 {
     const std::string owner = request.matches[1];
     const std::string name = request.matches[2];
     const auto uid = IdentityResolver::uidOf(owner);
     std::optional<ChainRow> chain;
     if (uid)
-        chain = store.chains.find(*uid, name);
+        chain = tables.chains.find(*uid, name);
     if (!chain || (chain->ownerUid != caller.uid && !caller.isOperator))
         throw HttpError(404, "no chain " + owner + "/" + name);
     return *chain;
 }
 
 // The job of `seq` that has not ended, if any.
-std::optional<std::int64_t> liveJobOf(Store& store, const ChainRow& chain, int seq)
+std::optional<std::int64_t> liveJobOf(Tables& tables, const ChainRow& chain, int seq)
 {
-    for (const JobRow& job : store.jobs.ofChain(chain.id))
+    for (const JobRow& job : tables.jobs.ofChain(chain.id))
         if (job.seq == seq && !job.endTime)
             return job.slurmJobId;
     return std::nullopt;
@@ -119,51 +119,53 @@ ChainEvent eventOfAction(const std::string& action)
 
 // The writes of an action on `chain`, in the caller's transaction; each is fenced on the state and seq
 // the chain was read in.
-void applyAction(Store& store, Cluster& cluster, const ChainRow& chain, ChainEvent event,
+void applyAction(Tables& tables, Cluster& cluster, const ChainRow& chain, ChainEvent event,
     const std::string& action, const Caller& caller, bool currentEnded)
 {
     const std::string by = " by " + caller.userName;
     switch (event) {
     case ChainEvent::Pause:
-        if (!store.chains.transition(chain, event, "paused" + by))
+        if (!tables.chains.transition(chain, event, "paused" + by))
             refuseAction(action, chain);
         break;
     case ChainEvent::Resume:
-        if (!store.chains.transition(chain, event, "resumed" + by))
+        if (!tables.chains.transition(chain, event, "resumed" + by))
             refuseAction(action, chain);
         if (currentEnded)
-            store.chains.setResubmitRequested(chain.id, true);
+            tables.chains.setResubmitRequested(chain.id, true);
         break;
     case ChainEvent::Cancel:
         // Written here, carried out by the tick: it cancels the chain's jobs as their owner until
         // slurmctld shows none left (no scancel in an HTTP worker).
-        if (!store.chains.transition(chain, event, "cancelled" + by))
+        if (!tables.chains.transition(chain, event, "cancelled" + by))
             refuseAction(action, chain);
-        store.chains.setWithdrawJobs(chain.id, true);
+        tables.chains.setWithdrawJobs(chain.id, true);
         break;
     case ChainEvent::Preempt: {
-        const auto job = liveJobOf(store, chain, chain.seq);
+        const auto job = liveJobOf(tables, chain, chain.seq);
         if (!job)
             throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
-        cluster.signal(*job, "TERM", store.events.checkpointSignalScope(*job), chain.ownerUid);
+        cluster.signal(*job, "TERM", tables.events.checkpointSignalScope(*job), chain.ownerUid);
         break;
     }
     default: // resubmit
         if (isTerminal(chain.state)) {
             // An ended chain runs again with a fresh retry budget, after every seq it used; the
             // tick submits the intent at once.
-            const auto seq = store.chains.restart(chain, event, "resubmitted" + by);
+            const auto seq = tables.chains.restart(chain, event, "resubmitted" + by);
             if (!seq)
                 refuseAction(action, chain);
             ChainRow restarted = chain;
             restarted.seq = *seq;
-            if (!store.submissions.recordIntent(chain.id, *seq, Submitter::submissionKey(restarted, *seq), "restart"))
+            if (!tables.submissions.recordIntent(
+                    chain.id, *seq, Submitter::submissionKey(restarted, *seq), "restart"))
                 refuseAction(action, chain);
         } else {
             // A live one gets its next job now.
-            if (chain.state != ChainState::Running && !store.chains.transition(chain, event, "resubmitted" + by))
+            if (chain.state != ChainState::Running
+                && !tables.chains.transition(chain, event, "resubmitted" + by))
                 refuseAction(action, chain);
-            store.chains.setResubmitRequested(chain.id, true);
+            tables.chains.setResubmitRequested(chain.id, true);
         }
     }
 }
@@ -185,11 +187,11 @@ void HttpApi::postEvent(const httplib::Request& request, httplib::Response& resp
     }
     const PluginEvent posted = PluginEvent::posted(event);
     auto lease = pool_.borrow();
-    Store store(*lease);
+    Tables tables(*lease);
     const ScopedTimer timer(metrics_.dbCall());
     // An event is a hint that Slurm and later reports repeat: it does not wait for the disk.
     db::Transaction transaction(*lease, db::Durability::Relaxed);
-    const bool inserted = store.events.insert(
+    const bool inserted = tables.events.insert(
         posted.idempotencyKey, posted.kind, posted.chainName, posted.jobId, event, caller.uid);
     transaction.commit();
     metrics_.events(inserted ? "accepted" : "duplicate").Increment();
@@ -225,8 +227,8 @@ void HttpApi::listChains(const httplib::Request& request, httplib::Response& res
 void HttpApi::showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
 {
     auto lease = pool_.borrow();
-    Store store(*lease);
-    const ChainRow chain = findChain(store, request, caller);
+    Tables tables(*lease);
+    const ChainRow chain = findChain(tables, request, caller);
     reply(response, 200, ChainViews(*lease).detail(chain));
 }
 
@@ -255,17 +257,17 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
         }
     } release { *this, caller.uid };
     auto lease = pool_.borrow();
-    Store store(*lease);
+    Tables tables(*lease);
     const auto exists = [&](const ChainRow& existing) {
         return HttpError(409,
             "chain " + caller.userName + "/" + name + " exists and is "
                 + std::string(nameOf(existing.state)));
     };
-    const auto existing = store.chains.find(caller.uid, name);
+    const auto existing = tables.chains.find(caller.uid, name);
     if (existing && !isTerminal(existing->state))
         throw exists(*existing);
     if (!existing && config_.maxLiveChainsPerUser > 0) {
-        const auto owned = store.chains.list(caller.uid, std::nullopt);
+        const auto owned = tables.chains.list(caller.uid, std::nullopt);
         const auto live = std::count_if(
             owned.begin(), owned.end(), [](const ChainRow& c) { return !isTerminal(c.state); });
         if (live >= config_.maxLiveChainsPerUser)
@@ -275,40 +277,42 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
     ChainRow chain;
     {
         db::Transaction transaction(*lease);
-        chain = store.chains.create(caller.uid, caller.userName, name, std::nullopt, spec);
+        chain = tables.chains.create(caller.uid, caller.userName, name, std::nullopt, spec);
         if (existing) { // an ended chain of that name starts over, after every seq it used
-            const auto seq
-                = store.chains.restart(*existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
+            const auto seq = tables.chains.restart(
+                *existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
             if (!seq)
-                throw exists(*store.chains.find(existing->id));
+                throw exists(*tables.chains.find(existing->id));
             chain.seq = *seq;
         }
         // Two requests for one name (a retry, a double click) record one intent: the second is
         // refused here instead of submitting a second first job.
-        if (!store.submissions.recordIntent(chain.id, chain.seq, Submitter::submissionKey(chain, chain.seq), "first"))
+        if (!tables.submissions.recordIntent(
+                chain.id, chain.seq, Submitter::submissionKey(chain, chain.seq), "first"))
             throw HttpError(409, "chain " + caller.userName + "/" + name + " is being submitted already");
         transaction.commit();
     }
-    const auto jobId = Submitter(store, cluster_, metrics_).submitRecorded(chain, chain.seq);
+    const auto jobId = Submitter(tables, cluster_, metrics_).submitRecorded(chain, chain.seq);
     if (!jobId) {
         // Refused: a new chain is not kept (nothing of the request remains), an ended one that
         // was to run again is failed with the reason; neither waits for a job that never comes.
-        const auto submission = store.submissions.find(chain.id, chain.seq);
+        const auto submission = tables.submissions.find(chain.id, chain.seq);
         const std::string why = submission ? submission->error : std::string("unknown error");
         if (!existing)
-            store.chains.deleteUnstarted(chain.id);
-        else if (const auto now = store.chains.find(chain.id))
-            store.chains.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
+            tables.chains.deleteUnstarted(chain.id);
+        else if (const auto now = tables.chains.find(chain.id))
+            tables.chains.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
         throw HttpError(502, "sbatch refused the job: " + why);
     }
-    reply(response, 201, Json { { "chain", chainView(*store.chains.find(chain.id)) }, { "job_id", *jobId } });
+    reply(
+        response, 201, Json { { "chain", chainView(*tables.chains.find(chain.id)) }, { "job_id", *jobId } });
 }
 
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
 {
     auto lease = pool_.borrow();
-    Store store(*lease);
-    const ChainRow chain = findChain(store, request, caller);
+    Tables tables(*lease);
+    const ChainRow chain = findChain(tables, request, caller);
     const std::string action = request.matches[3];
     const Json who { { "by", caller.userName }, { "operator", caller.isOperator } };
     const ChainEvent event = eventOfAction(action);
@@ -318,12 +322,12 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
         refuseAction(action, chain);
     // A chain whose current job has ended asks for its next job when it runs again, instead of
     // judging that ended job once more (a cancelled one would pause it again).
-    const bool currentEnded = !liveJobOf(store, chain, chain.seq);
+    const bool currentEnded = !liveJobOf(tables, chain, chain.seq);
     db::Transaction transaction(*lease);
-    applyAction(store, cluster_, chain, event, action, caller, currentEnded);
+    applyAction(tables, cluster_, chain, event, action, caller, currentEnded);
     transaction.commit();
-    store.decisions.record(chain.id, "user", action, who, "requested");
-    reply(response, 200, Json { { "chain", chainView(*store.chains.find(chain.id)) } });
+    tables.decisions.record(chain.id, "user", action, who, "requested");
+    reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id)) } });
 }
 
 } // namespace baton::service

@@ -17,24 +17,25 @@ namespace {
 // A row that would be a second live job of its (chain, seq) is left out (and returned missing) instead of
 // failing the batch for every chain.
 constexpr db::Statement upsertJobRows { "job_upsert",
-    "INSERT INTO jobs (chain_id, slurm_job_id, restart_count, name, submit_time, start_time, end_time,"
+    "INSERT INTO jobs (chain_id, slurm_job_id, seq, name, submit_time, start_time, end_time,"
     " time_limit_s, nodes, state, exit_code, owner_uid, withdrawn)"
     " SELECT chain, job, seq, name, to_timestamp(submitted), to_timestamp(started), to_timestamp(ended),"
     " time_limit_s, nodes, state, exit_code, owner_uid, withdrawn FROM jsonb_to_recordset($1::jsonb)"
     " AS w(chain bigint, job bigint, seq int, name text, submitted bigint, started bigint, ended bigint,"
     " time_limit_s bigint, nodes int, state text, exit_code int, owner_uid bigint, withdrawn boolean)"
     " WHERE w.withdrawn OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.chain_id = w.chain"
-    " AND j.restart_count = w.seq AND j.slurm_job_id <> w.job AND NOT j.withdrawn)"
+    " AND j.seq = w.seq AND j.slurm_job_id <> w.job AND NOT j.withdrawn)"
     " ON CONFLICT (slurm_job_id) DO UPDATE SET submit_time = EXCLUDED.submit_time,"
     " start_time = EXCLUDED.start_time, end_time = EXCLUDED.end_time, time_limit_s = EXCLUDED.time_limit_s,"
     " nodes = EXCLUDED.nodes, state = EXCLUDED.state, exit_code = EXCLUDED.exit_code,"
     " withdrawn = EXCLUDED.withdrawn RETURNING slurm_job_id",
     true };
 constexpr char jobColumns[]
-    = "SELECT restart_count AS seq, slurm_job_id, state, extract(epoch FROM submit_time)::bigint AS submit_unix,"
-      " extract(epoch FROM start_time)::bigint AS start_unix, extract(epoch FROM end_time)::bigint AS end_unix,"
+    = "SELECT seq, slurm_job_id, state, extract(epoch FROM submit_time)::bigint AS submit_unix,"
+      " extract(epoch FROM start_time)::bigint AS start_unix, extract(epoch FROM end_time)::bigint AS "
+      "end_unix,"
       " time_limit_s, exit_code, withdrawn, chain_id FROM jobs";
-constexpr auto jobsOfChainSql = db::joinSql(jobColumns, " WHERE chain_id = $1 ORDER BY restart_count");
+constexpr auto jobsOfChainSql = db::joinSql(jobColumns, " WHERE chain_id = $1 ORDER BY seq");
 constexpr auto jobBySlurmIdSql = db::joinSql(jobColumns, " WHERE slurm_job_id = $1");
 constexpr db::Statement selectJobs { "job_of_chain", jobsOfChainSql.data(), true };
 constexpr db::Statement selectJobBySlurmId { "job_by_slurm_id", jobBySlurmIdSql.data(), true };

@@ -245,7 +245,7 @@ private:
         } catch (const baton::db::DbError& error) {
             metrics_.dbErrors().Increment();
             provisioner_.reset();
-            store_.reset();
+            tables_.reset();
             connection_.reset();
             return failed(std::string("database: ") + error.what());
         } catch (const SlurmError& error) {
@@ -262,9 +262,9 @@ private:
         if (!policy_)
             policy_ = makeLivePolicy(config_, *connection_);
         if (!provisioner_) {
-            store_ = std::make_unique<Store>(*connection_);
+            tables_ = std::make_unique<Tables>(*connection_);
             provisioner_
-                = std::make_unique<Provisioner>(config_, *store_, cluster_, metrics_, policy_->policy,
+                = std::make_unique<Provisioner>(config_, *tables_, cluster_, metrics_, policy_->policy,
                     liveDecisionPoints([this] { return cluster_.usableNodes(); }, policy_->predictor));
             provisioner_->setLeadershipCheck([this] { return leader_.check(); });
         }
@@ -281,7 +281,7 @@ private:
     std::unique_ptr<baton::db::Connection> connection_;
     std::optional<LivePolicy> policy_;
     // Kept from tick to tick (it remembers which decisions it wrote), renewed with the connection.
-    std::unique_ptr<Store> store_;
+    std::unique_ptr<Tables> tables_;
     std::unique_ptr<Provisioner> provisioner_;
     std::chrono::milliseconds backoff_ { 500 };
 };

@@ -72,15 +72,15 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
                   "not: write them as #SBATCH lines, or use `batonctl submit`" } };
 }
 
-Provisioner::Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
+Provisioner::Provisioner(const ServiceConfig& config, Tables& tables, Cluster& cluster, Metrics& metrics,
     std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
     : config_(config)
-    , store_(store)
+    , tables_(tables)
     , cluster_(cluster)
     , metrics_(metrics)
     , policy_(std::move(policy))
     , decisionPoint_(std::move(decisionPoint))
-    , submitter_(store, cluster, metrics)
+    , submitter_(tables, cluster, metrics)
 { }
 
 void Provisioner::tick()
@@ -92,21 +92,21 @@ void Provisioner::tick()
     // Bookkeeping (job rows, wait decisions, processed events) can be rebuilt from Slurm after a crash,
     // so it commits without waiting for the disk; the transactions that fence an action (a submission's
     // intent, a handover) are durable transactions (db::Durability::Durable).
-    if (store_.connection().session() != bookkeepingSession_) {
-        store_.connection().execScript("SET synchronous_commit TO off");
-        bookkeepingSession_ = store_.connection().session();
+    if (tables_.connection().session() != bookkeepingSession_) {
+        tables_.connection().execScript("SET synchronous_commit TO off");
+        bookkeepingSession_ = tables_.connection().session();
     }
-    const std::vector<EventRow> events = store_.events.unprocessed(maxEventsPerTick);
+    const std::vector<EventRow> events = tables_.events.unprocessed(maxEventsPerTick);
     // Events may register chains and adopt jobs, so the live chains are read before them only when
     // there are none.
     std::optional<std::vector<LiveChain>> liveChains;
     if (events.empty())
-        liveChains = readLiveChains(store_.connection(), liveChainCache_);
+        liveChains = readLiveChains(tables_.connection(), liveChainCache_);
     const ClusterQueue queue = queueRead.get();
     now_ = queue.takenAt() > 0 ? queue.takenAt() : epochNow();
     processEvents(events, queue);
     if (!liveChains)
-        liveChains = readLiveChains(store_.connection(), liveChainCache_);
+        liveChains = readLiveChains(tables_.connection(), liveChainCache_);
     std::vector<AwaitingDecision> awaiting;
     jobWrites_.clear(); // what a tick that failed had not written yet is read from the queue again
     // Each chain is stepped on its own: what fails for one (its data, its Slurm actions) is that chain's,
@@ -144,12 +144,12 @@ void Provisioner::pruneHistory()
 {
     if (++ticksSincePrune_ < pruneEveryTicks)
         return;
-    store_.credentials.prune(pruneBatch);
+    tables_.credentials.prune(pruneBatch);
     // Retention 0 keeps the history for ever.
     const auto pruned = [&](auto& table) -> std::uint64_t {
         return config_.retentionDays == 0 ? 0 : table.prune(config_.retentionDays, pruneBatch);
     };
-    const std::uint64_t events = pruned(store_.events), decisions = pruned(store_.decisions);
+    const std::uint64_t events = pruned(tables_.events), decisions = pruned(tables_.decisions);
     const bool full = std::max(events, decisions) >= static_cast<std::uint64_t>(pruneBatch);
     ticksSincePrune_ = full ? pruneEveryTicks : 0;
     metrics_.pruned("events").Increment(static_cast<double>(events));
@@ -182,9 +182,9 @@ void Provisioner::processEvents(const std::vector<EventRow>& events, const Clust
         logWarning("event " + std::to_string(event.id) + " (" + event.kind + ", job "
             + (event.slurmJobId ? std::to_string(*event.slurmJobId) : std::string("none"))
             + ") set aside: " + *refused);
-        store_.events.deadLetter(event.id, refused->substr(0, 1000));
+        tables_.events.deadLetter(event.id, refused->substr(0, 1000));
     }
-    store_.events.markProcessed(processed);
+    tables_.events.markProcessed(processed);
 }
 
 // An event is a hint: the job it names is looked up in the queue, and its owner there decides which
@@ -196,12 +196,12 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
         return;
     const ClusterJob* job = queue.find(*event->jobId);
     const std::string& dir = event->chainDir;
-    const auto knownJob = store_.jobs.bySlurmId(*event->jobId);
+    const auto knownJob = tables_.jobs.bySlurmId(*event->jobId);
     std::optional<ChainRow> chain;
     if (knownJob) {
-        chain = store_.chains.find(knownJob->chainId);
+        chain = tables_.chains.find(knownJob->chainId);
     } else if (job) {
-        chain = store_.chains.find(job->userId, event->chainName);
+        chain = tables_.chains.find(job->userId, event->chainName);
         if (!chain && event->kind == "step_start") {
             // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
             std::string script;
@@ -212,8 +212,9 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
                     + std::to_string(job->id) + " (" + error.what()
                     + "); its successors need `batonctl resubmit`");
             }
-            chain = store_.chains.create(job->userId, IdentityResolver::nameOf(job->userId), event->chainName,
-                dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
+            chain
+                = tables_.chains.create(job->userId, IdentityResolver::nameOf(job->userId), event->chainName,
+                    dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
             const JobStore::Write first { chain->id, 0, *job };
             writeJobs(std::span(&first, 1));
             logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
@@ -221,15 +222,15 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
         } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event->kind == "step_start"
             && job->comment.rfind("baton:", 0) != 0) {
             // The owner submitted the next job by hand while the current one had ended.
-            const auto jobs = store_.jobs.ofChain(chain->id);
+            const auto jobs = tables_.jobs.ofChain(chain->id);
             const auto current = std::find_if(jobs.begin(), jobs.end(),
                 [&](const JobRow& j) { return j.seq == chain->seq && !j.withdrawn; });
             const bool currentEnded = current == jobs.end() || current->endTime.has_value();
-            const auto next = store_.submissions.find(chain->id, chain->seq + 1);
+            const auto next = tables_.submissions.find(chain->id, chain->seq + 1);
             if (currentEnded && (!next || next->state == "failed" || next->state == "cancelled")) {
                 const JobStore::Write adopted { chain->id, chain->seq + 1, *job };
                 writeJobs(std::span(&adopted, 1));
-                if (store_.chains.advance(*chain, ChainEvent::JobAdopted))
+                if (tables_.chains.advance(*chain, ChainEvent::JobAdopted))
                     logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job "
                         + std::to_string(job->id));
             }
@@ -238,14 +239,15 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
     if (!chain)
         return;
     if (!chain->chainDir && !dir.empty())
-        store_.chains.setChainDir(chain->id, dir);
+        tables_.chains.setChainDir(chain->id, dir);
     if (event->checkpoint)
-        store_.checkpoints.record(chain->id, event->jobId, *event->checkpoint, chain->chainDir.value_or(dir));
+        tables_.checkpoints.record(
+            chain->id, event->jobId, *event->checkpoint, chain->chainDir.value_or(dir));
 }
 
 void Provisioner::writeJobs(std::span<const JobStore::Write> writes)
 {
-    for (const JobStore::Rejected& rejected : store_.jobs.upsert(writes)) {
+    for (const JobStore::Rejected& rejected : tables_.jobs.upsert(writes)) {
         metrics_.chainErrors("job_row").Increment();
         logError("chain " + std::to_string(rejected.chainId) + ": job row not written: " + rejected.reason);
     }
@@ -265,8 +267,8 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
     const std::string why = "quarantined after " + std::to_string(failures) + " failed step(s) (" + std::string(reason)
         + "): " + what.substr(0, 500);
     chainFailures_.erase(chain.id);
-    if (store_.chains.transition(chain, ChainEvent::Quarantine, why)) {
-        store_.decisions.record(chain.id, config_.policy, "quarantine", Json { { "reason", reason } }, why);
+    if (tables_.chains.transition(chain, ChainEvent::Quarantine, why)) {
+        tables_.decisions.record(chain.id, config_.policy, "quarantine", Json { { "reason", reason } }, why);
         logWarning("chain " + label + " " + why);
     }
 }
@@ -275,7 +277,7 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
 // shows none of them live (a scancel that failed, a successor submitted in the tick before the cancel).
 void Provisioner::withdrawCancelledChains(const ClusterQueue& queue)
 {
-    for (const ChainStore::ToWithdraw& cancelled : store_.chains.toWithdraw()) {
+    for (const ChainStore::ToWithdraw& cancelled : tables_.chains.toWithdraw()) {
         const ChainRow& chain = cancelled.chain;
         std::map<std::int64_t, const ClusterJob*> live; // by id: a job found by its id and its key is one
         for (const std::int64_t id : cancelled.jobIds)
@@ -285,7 +287,7 @@ void Provisioner::withdrawCancelledChains(const ClusterQueue& queue)
             if (const ClusterJob* job = queue.findByComment(key, chain.ownerUid); job && !job->ended())
                 live.emplace(job->id, job);
         if (live.empty()) {
-            store_.chains.setWithdrawJobs(chain.id, false);
+            tables_.chains.setWithdrawJobs(chain.id, false);
             continue;
         }
         for (const auto& [id, job] : live) {
@@ -308,7 +310,7 @@ void Provisioner::updateGauges(std::int64_t now)
     };
     std::map<ChainState, Live> live;
     std::vector<std::int64_t> liveIds; // in id order
-    const ChainStore::LiveStates states = store_.chains.liveStates();
+    const ChainStore::LiveStates states = tables_.chains.liveStates();
     for (const auto& [id, chainState] : states.chains) {
         Live& state = live[chainState];
         ++state.chains;
@@ -338,7 +340,7 @@ void Provisioner::updateGauges(std::int64_t now)
             metrics_.chains(state).Set(0);
     }
     if (countEnded) {
-        for (const auto& [state, chains] : store_.chains.endedCounts())
+        for (const auto& [state, chains] : tables_.chains.endedCounts())
             metrics_.chains(state).Set(static_cast<double>(chains));
     }
     liveIds_ = std::move(liveIds);

@@ -11,10 +11,10 @@
 #include "cluster.hpp"
 #include "config.hpp"
 #include "decision_points.hpp"
-#include "metrics.hpp"
 #include "live_chains.hpp"
-#include "store.hpp"
+#include "metrics.hpp"
 #include "submitter.hpp"
+#include "tables.hpp"
 
 #include <functional>
 #include <memory>
@@ -42,7 +42,7 @@ struct AwaitingDecision {
 
 class Provisioner {
 public:
-    Provisioner(const ServiceConfig& config, Store& store, Cluster& cluster, Metrics& metrics,
+    Provisioner(const ServiceConfig& config, Tables& tables, Cluster& cluster, Metrics& metrics,
         std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint);
 
     // One tick; throws db::DbError or SlurmError when the database or Slurm cannot be reached.
@@ -82,7 +82,7 @@ private:
     void withdrawCancelledChains(const ClusterQueue& queue);
 
     // The tick's step of one chain (chain_step.cpp): from the tick's read of it (`live`, which the step
-    // keeps up to date with what it writes itself) and the queue, the chain's next move through the store.
+    // keeps up to date with what it writes itself) and the queue, the chain's next move through the tables.
     // A running chain with nothing else to do joins `awaiting`.
     void step(LiveChain live, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting);
     void stepRunning(LiveChain& live, const std::optional<ClusterJob>& current,
@@ -121,7 +121,7 @@ private:
     void pruneHistory();
 
     const ServiceConfig& config_;
-    Store& store_;
+    Tables& tables_;
     Cluster& cluster_;
     Metrics& metrics_;
     std::shared_ptr<const sim::Policy> policy_;

@@ -16,8 +16,8 @@ bool afterPredecessorEnded(const std::string& reason)
 
 } // namespace
 
-Submitter::Submitter(Store& store, Cluster& cluster, Metrics& metrics)
-    : store_(store)
+Submitter::Submitter(Tables& tables, Cluster& cluster, Metrics& metrics)
+    : tables_(tables)
     , cluster_(cluster)
     , metrics_(metrics)
 { }
@@ -29,14 +29,15 @@ std::string Submitter::submissionKey(const ChainRow& chain, int seq)
 
 std::optional<std::int64_t> Submitter::submitRecorded(const ChainRow& chain, int seq)
 {
-    const auto submission = store_.submissions.find(chain.id, seq);
+    const auto submission = tables_.submissions.find(chain.id, seq);
     if (!submission)
         return std::nullopt;
     // A tick reads chains without their specs (a batch script each): read it now that it is needed.
     const auto jobId = submitIntent(chain, seq, submission->key, submission->reason,
-        chain.spec.is_null() ? store_.chains.spec(chain.id) : chain.spec);
+        chain.spec.is_null() ? tables_.chains.spec(chain.id) : chain.spec);
     if (jobId)
-        store_.submissions.recordSubmitted({ SubmittedJob { submission->key, chain.id, *jobId, std::nullopt } });
+        tables_.submissions.recordSubmitted(
+            { SubmittedJob { submission->key, chain.id, *jobId, std::nullopt } });
     return jobId;
 }
 
@@ -61,7 +62,7 @@ std::optional<std::int64_t> Submitter::submitIntent(
     if (afterPredecessorEnded(reason))
         request.args.push_back("--baton-handover-wait=0");
     if (request.scriptText.empty()) {
-        store_.submissions.markState(chain.id, seq, "failed", "the chain has no batch script to submit");
+        tables_.submissions.markState(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;
     }
     if (!stillLeading_()) // the intent stays for the instance that leads now
@@ -75,7 +76,7 @@ std::optional<std::int64_t> Submitter::submitIntent(
     } catch (const SlurmError& error) {
         metrics_.submissionFailures().Increment();
         logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
-        store_.submissions.markState(chain.id, seq, "failed", error.what());
+        tables_.submissions.markState(chain.id, seq, "failed", error.what());
         return std::nullopt;
     }
 }

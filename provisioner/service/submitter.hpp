@@ -5,7 +5,7 @@
 
 #include "cluster.hpp"
 #include "metrics.hpp"
-#include "store.hpp"
+#include "tables.hpp"
 
 #include <functional>
 #include <optional>
@@ -22,7 +22,7 @@ public:
 
 class Submitter {
 public:
-    Submitter(Store& store, Cluster& cluster, Metrics& metrics);
+    Submitter(Tables& tables, Cluster& cluster, Metrics& metrics);
 
     // The idempotency key of job `seq`, also its `--comment`: baton:<chain id>:<seq>:<chain token>.
     static std::string submissionKey(const ChainRow& chain, int seq);
@@ -40,7 +40,7 @@ public:
         const std::string& reason, const nlohmann::json& spec);
 
 private:
-    Store& store_;
+    Tables& tables_;
     Cluster& cluster_;
     Metrics& metrics_;
     std::function<bool()> stillLeading_ = [] { return true; };

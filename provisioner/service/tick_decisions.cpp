@@ -28,7 +28,7 @@ std::size_t Provisioner::startSubmissions(
     std::span<const SubmissionStart> starts, const ClusterQueue& queue, std::vector<DecisionInput> decisions)
 {
     if (starts.empty()) {
-        store_.decisions.recordMany(config_.policy, decisions);
+        tables_.decisions.recordMany(config_.policy, decisions);
         return 0;
     }
     std::unordered_map<std::int64_t, SubmissionStore::RecordedIntent> specs; // of the chains whose intent was written
@@ -41,12 +41,12 @@ std::size_t Provisioner::startSubmissions(
             requests.push_back(IntentRequest {
                 start.chain->id, start.chain->state, seq, Submitter::submissionKey(*start.chain, seq), start.reason });
         }
-        db::Transaction transaction(store_.connection(), db::Durability::Durable);
-        specs = store_.submissions.recordIntents(requests);
+        db::Transaction transaction(tables_.connection(), db::Durability::Durable);
+        specs = tables_.submissions.recordIntents(requests);
         for (const SubmissionStart& start : starts)
             if (specs.contains(start.chain->id))
                 decisions.push_back(DecisionInput { start.chain->id, "submit", start.inputs, start.reason });
-        store_.decisions.recordMany(config_.policy, decisions);
+        tables_.decisions.recordMany(config_.policy, decisions);
         transaction.commit();
     }
     std::vector<SubmittedJob> submitted;
@@ -83,7 +83,7 @@ std::size_t Provisioner::startSubmissions(
             chainFailed(chain, "internal", error.what(), false);
         }
     }
-    store_.submissions.recordSubmitted(submitted);
+    tables_.submissions.recordSubmitted(submitted);
     return specs.size();
 }
 

@@ -29,7 +29,7 @@ protected:
         options.keep = 5;
         options.log = [](std::string_view) {};
         options.jobId = 123;
-        options.restartCount = 2;
+        options.chainSeq = 2;
         Checkpointer ckpt(options);
         state_.assign(100000, std::byte { 7 });
         ckpt.registerRegion("weights", state_.data(), state_.size());
@@ -62,7 +62,7 @@ TEST_F(Cli, ListShowsIterationsSizesAndStatus)
         EXPECT_NE(r.output.find(it), std::string::npos) << it << r.output;
     EXPECT_NE(r.output.find("97.7 KiB"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("committed"), std::string::npos);
-    EXPECT_NE(r.output.find("committed, final, training done (job 123, restart 2)"), std::string::npos)
+    EXPECT_NE(r.output.find("committed, final, training done (job 123, seq 2)"), std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("incomplete"), std::string::npos);
 }
@@ -96,7 +96,7 @@ TEST_F(Cli, InspectPrintsTheManifest)
     EXPECT_EQ(json["final"], true);
     EXPECT_EQ(json["training_done"], true);
     EXPECT_EQ(json["job_id"], 123);
-    EXPECT_EQ(json["restart_count"], 2);
+    EXPECT_EQ(json["seq"], 2);
     r = run({ cli(), "inspect", ckpt(20) });
     EXPECT_EQ(nlohmann::json::parse(r.output)["iteration"], 20);
     EXPECT_EQ(nlohmann::json::parse(r.output)["final"], false);
@@ -106,7 +106,7 @@ TEST_F(Cli, InspectPrintsTheManifest)
     std::ifstream in(path);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto old = parseManifest(text).document;
-    for (const char* key : { "job_id", "restart_count", "final", "training_done" })
+    for (const char* key : { "job_id", "seq", "final", "training_done" })
         old.erase(key);
     std::ofstream(path, std::ios::trunc) << renderManifest(old);
     r = run({ cli(), "inspect", ckpt(30) });

@@ -1,4 +1,4 @@
-// The manifest's handover fields (job_id, restart_count, final, training_done) and restore's wait for
+// The manifest's handover fields (job_id, seq, final, training_done) and restore's wait for
 // the predecessor's final checkpoint (BATON_HANDOVER_WAIT).
 #include "baton/ckpt/checkpointer.hpp"
 
@@ -32,20 +32,21 @@ class Handover : public ::testing::Test {
 protected:
     void SetUp() override
     {
-        for (const char* name : { "BATON_JOB_ID", "BATON_RESTART_COUNT", "BATON_HANDOVER_WAIT" })
+        for (const char* name :
+            { "BATON_JOB_ID", "BATON_CHAIN_SEQ", "BATON_RESTART_COUNT", "BATON_HANDOVER_WAIT" })
             ::unsetenv(name);
     }
     void TearDown() override { SetUp(); }
 };
 
-Options jobOptions(const std::filesystem::path& dir, std::optional<std::uint64_t> restartCount,
+Options jobOptions(const std::filesystem::path& dir, std::optional<std::uint64_t> chainSeq,
     std::vector<std::string>* log = nullptr)
 {
     Options options;
     options.chainDir = dir;
     options.keep = 100;
-    options.jobId = restartCount ? 1000 + *restartCount : std::optional<std::uint64_t>();
-    options.restartCount = restartCount;
+    options.jobId = chainSeq ? 1000 + *chainSeq : std::optional<std::uint64_t>();
+    options.chainSeq = chainSeq;
     options.log = [log](std::string_view line) {
         if (log != nullptr)
             log->emplace_back(line);
@@ -67,12 +68,12 @@ Manifest manifestOf(const std::filesystem::path& chain, std::uint64_t iteration)
 }
 
 // One job's checkpoint of `iteration`: the state is the pattern of that iteration.
-void writeCheckpoint(const std::filesystem::path& chain, std::optional<std::uint64_t> restartCount,
+void writeCheckpoint(const std::filesystem::path& chain, std::optional<std::uint64_t> chainSeq,
     std::uint64_t iteration, CheckpointFlags flags)
 {
     std::vector<std::byte> state(kStateBytes);
     fillPattern(state.data(), state.size(), 1, iteration);
-    Checkpointer ckpt(jobOptions(chain, restartCount));
+    Checkpointer ckpt(jobOptions(chain, chainSeq));
     ckpt.registerRegion("state", state.data(), state.size());
     ASSERT_TRUE(ckpt.checkpointNow(iteration, flags)) << ckpt.lastError();
 }
@@ -85,13 +86,13 @@ TEST_F(Handover, ManifestRecordsTheWriterAndTheFlags)
 
     const Manifest plain = manifestOf(dir.path(), 10);
     EXPECT_EQ(plain.jobId, 1003u);
-    EXPECT_EQ(plain.restartCount, 3u);
+    EXPECT_EQ(plain.chainSeq, 3u);
     EXPECT_FALSE(plain.final);
     EXPECT_FALSE(plain.trainingDone);
     EXPECT_EQ(plain.document["final"], false);
     EXPECT_EQ(plain.document["training_done"], false);
     EXPECT_EQ(plain.document["job_id"], 1003);
-    EXPECT_EQ(plain.document["restart_count"], 3);
+    EXPECT_EQ(plain.document["seq"], 3);
 
     const Manifest last = manifestOf(dir.path(), 20);
     EXPECT_TRUE(last.final);
@@ -104,13 +105,13 @@ TEST_F(Handover, ManifestRecordsTheWriterAndTheFlags)
     ASSERT_TRUE(result.restored);
     EXPECT_EQ(result.iteration, 20u);
     EXPECT_EQ(result.jobId, 1003u);
-    EXPECT_EQ(result.restartCount, 3u);
+    EXPECT_EQ(result.chainSeq, 3u);
     EXPECT_TRUE(result.final);
     EXPECT_TRUE(result.trainingDone);
     EXPECT_EQ(result.handoverWaitSeconds, 0.0);
 
     // The fields belong to the format: a program cannot set them as extra fields.
-    for (const char* key : { "job_id", "restart_count", "final", "training_done" })
+    for (const char* key : { "job_id", "seq", "final", "training_done" })
         EXPECT_THROW(reader.setManifestField(key, true), Error) << key;
 }
 
@@ -120,23 +121,23 @@ TEST_F(Handover, UnknownWriterIsNullAndTheEnvironmentFillsTheGap)
     writeCheckpoint(dir.path(), std::nullopt, 1, {});
     const Manifest unknown = manifestOf(dir.path(), 1);
     EXPECT_TRUE(unknown.document["job_id"].is_null());
-    EXPECT_TRUE(unknown.document["restart_count"].is_null());
+    EXPECT_TRUE(unknown.document["seq"].is_null());
     EXPECT_FALSE(unknown.jobId);
-    EXPECT_FALSE(unknown.restartCount);
+    EXPECT_FALSE(unknown.chainSeq);
 
     ::setenv("BATON_JOB_ID", "4711", 1);
-    ::setenv("BATON_RESTART_COUNT", "2", 1);
+    ::setenv("BATON_CHAIN_SEQ", "2", 1);
     writeCheckpoint(dir.path(), std::nullopt, 2, {});
     EXPECT_EQ(manifestOf(dir.path(), 2).jobId, 4711u);
-    EXPECT_EQ(manifestOf(dir.path(), 2).restartCount, 2u);
+    EXPECT_EQ(manifestOf(dir.path(), 2).chainSeq, 2u);
 
     // Options set by the program win; garbage in the environment reads as unknown.
     ::setenv("BATON_JOB_ID", "12abc", 1);
     writeCheckpoint(dir.path(), 7, 3, {});
-    EXPECT_EQ(manifestOf(dir.path(), 3).restartCount, 7u);
+    EXPECT_EQ(manifestOf(dir.path(), 3).chainSeq, 7u);
     writeCheckpoint(dir.path(), std::nullopt, 4, {});
     EXPECT_FALSE(manifestOf(dir.path(), 4).jobId);
-    EXPECT_EQ(manifestOf(dir.path(), 4).restartCount, 2u);
+    EXPECT_EQ(manifestOf(dir.path(), 4).chainSeq, 2u);
 }
 
 TEST_F(Handover, OldManifestWithoutTheFieldsReadsAsDefaults)
@@ -146,14 +147,14 @@ TEST_F(Handover, OldManifestWithoutTheFieldsReadsAsDefaults)
     const auto path = dir.path() / checkpointDirName(5) / kManifestName;
     Manifest manifest = manifestOf(dir.path(), 5);
     // As an older writer left it, plus a field of a newer one.
-    for (const char* key : { "job_id", "restart_count", "final", "training_done" })
+    for (const char* key : { "job_id", "seq", "final", "training_done" })
         manifest.document.erase(key);
     manifest.document["some_future_field"] = { { "x", 1 } };
     std::ofstream(path, std::ios::trunc) << renderManifest(manifest.document);
 
     const Manifest old = parseManifest(readText(path));
     EXPECT_FALSE(old.jobId);
-    EXPECT_FALSE(old.restartCount);
+    EXPECT_FALSE(old.chainSeq);
     EXPECT_FALSE(old.final);
     EXPECT_FALSE(old.trainingDone);
 
@@ -168,12 +169,12 @@ TEST_F(Handover, OldManifestWithoutTheFieldsReadsAsDefaults)
 
     // Values of the wrong type (another writer's) are not a reason to reject the checkpoint.
     manifest.document["final"] = "yes";
-    manifest.document["restart_count"] = -1;
+    manifest.document["seq"] = -1;
     manifest.document["job_id"] = "123";
     std::ofstream(path, std::ios::trunc) << renderManifest(manifest.document);
     const Manifest odd = parseManifest(readText(path));
     EXPECT_FALSE(odd.final);
-    EXPECT_FALSE(odd.restartCount);
+    EXPECT_FALSE(odd.chainSeq);
     EXPECT_FALSE(odd.jobId);
 }
 
@@ -182,15 +183,15 @@ TEST_F(Handover, EnvironmentVariables)
     ::setenv("BATON_CHAIN_DIR", "/tmp/some-chain", 1);
     Options options = Options::fromEnvironment();
     EXPECT_FALSE(options.jobId);
-    EXPECT_FALSE(options.restartCount);
+    EXPECT_FALSE(options.chainSeq);
     EXPECT_EQ(options.handoverWaitSeconds, 0.0);
 
     ::setenv("BATON_JOB_ID", "123", 1);
-    ::setenv("BATON_RESTART_COUNT", "4", 1);
+    ::setenv("BATON_CHAIN_SEQ", "4", 1);
     ::setenv("BATON_HANDOVER_WAIT", "120", 1);
     options = Options::fromEnvironment();
     EXPECT_EQ(options.jobId, 123u);
-    EXPECT_EQ(options.restartCount, 4u);
+    EXPECT_EQ(options.chainSeq, 4u);
     EXPECT_EQ(options.handoverWaitSeconds, 120.0);
     for (const char* good : { "0", "2.5", "3600" }) {
         ::setenv("BATON_HANDOVER_WAIT", good, 1);
@@ -206,7 +207,7 @@ TEST_F(Handover, EnvironmentVariables)
         }
     }
     ::unsetenv("BATON_HANDOVER_WAIT");
-    for (const char* name : { "BATON_JOB_ID", "BATON_RESTART_COUNT" }) {
+    for (const char* name : { "BATON_JOB_ID", "BATON_CHAIN_SEQ" }) {
         ::setenv(name, "-3", 1);
         try {
             Options::fromEnvironment();
@@ -223,7 +224,65 @@ TEST_F(Handover, EnvironmentVariables)
     ::unsetenv("BATON_CHAIN_DIR");
 }
 
-// The predecessor (restart 1) commits its final checkpoint while the successor (restart 2) already
+// A plugin of an earlier release sets only BATON_RESTART_COUNT: it is read where BATON_CHAIN_SEQ is
+// unset, and never over it.
+TEST_F(Handover, DeprecatedRestartCountVariableIsReadOnlyWithoutChainSeq)
+{
+    ::setenv("BATON_CHAIN_DIR", "/tmp/some-chain", 1);
+    ::setenv("BATON_RESTART_COUNT", "3", 1);
+    EXPECT_EQ(Options::fromEnvironment().chainSeq, 3u);
+    Options unset;
+    unset.identifyFromEnvironment();
+    EXPECT_EQ(unset.chainSeq, 3u);
+
+    ::setenv("BATON_CHAIN_SEQ", "5", 1);
+    EXPECT_EQ(Options::fromEnvironment().chainSeq, 5u);
+    Options both;
+    both.identifyFromEnvironment();
+    EXPECT_EQ(both.chainSeq, 5u);
+
+    ::unsetenv("BATON_CHAIN_SEQ");
+    ::setenv("BATON_RESTART_COUNT", "x", 1);
+    try {
+        Options::fromEnvironment();
+        ADD_FAILURE() << "accepted BATON_RESTART_COUNT=x";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("BATON_RESTART_COUNT"), std::string::npos) << e.what();
+    }
+    ::unsetenv("BATON_CHAIN_DIR");
+}
+
+// A checkpoint written before `seq` was named so records `restart_count`: it is still read as the
+// writer's seq, and a final one still counts as the predecessor's handover checkpoint.
+TEST_F(Handover, ManifestOfAnEarlierReleaseWithRestartCountIsRead)
+{
+    TempDir dir("ckpt-handover-legacy");
+    writeCheckpoint(dir.path(), 1, 30, { true, false });
+    const auto path = dir.path() / checkpointDirName(30) / kManifestName;
+    Manifest manifest = manifestOf(dir.path(), 30);
+    manifest.document.erase("seq");
+    manifest.document["restart_count"] = 1; // as an earlier release wrote it
+    std::ofstream(path, std::ios::trunc) << renderManifest(manifest.document);
+    EXPECT_EQ(parseManifest(readText(path)).chainSeq, 1u);
+
+    Options options = jobOptions(dir.path(), 2);
+    options.handoverWaitSeconds = 30;
+    std::vector<std::byte> state(kStateBytes);
+    Checkpointer successor(options);
+    successor.registerRegion("state", state.data(), state.size());
+    const RestoreResult result = successor.restore();
+    ASSERT_TRUE(result.restored);
+    EXPECT_EQ(result.iteration, 30u);
+    EXPECT_EQ(result.chainSeq, 1u);
+    EXPECT_FALSE(result.handoverTimedOut);
+    EXPECT_LT(result.handoverWaitSeconds, 5.0);
+
+    manifest.document["seq"] = 4; // both: `seq` is the one read
+    std::ofstream(path, std::ios::trunc) << renderManifest(manifest.document);
+    EXPECT_EQ(parseManifest(readText(path)).chainSeq, 4u);
+}
+
+// The predecessor (seq 1) commits its final checkpoint while the successor (seq 2) already
 // waits in restore(): the successor must restore that one, not the older checkpoint it could see first.
 TEST_F(Handover, WaitsForThePredecessorsFinalCheckpoint)
 {
@@ -250,7 +309,7 @@ TEST_F(Handover, WaitsForThePredecessorsFinalCheckpoint)
     ASSERT_TRUE(result.restored);
     EXPECT_EQ(result.iteration, 30u);
     EXPECT_TRUE(result.final);
-    EXPECT_EQ(result.restartCount, 1u);
+    EXPECT_EQ(result.chainSeq, 1u);
     EXPECT_TRUE(matchesPattern(state.data(), state.size(), 1, 30));
     EXPECT_FALSE(result.handoverTimedOut);
     EXPECT_GE(result.handoverWaitSeconds, 1.9);
@@ -258,7 +317,7 @@ TEST_F(Handover, WaitsForThePredecessorsFinalCheckpoint)
     bool logged = false;
     for (const auto& line : log)
         logged = logged
-            || (line.find("handover") != std::string::npos && line.find("restart 1") != std::string::npos);
+            || (line.find("handover") != std::string::npos && line.find("seq 1") != std::string::npos);
     EXPECT_TRUE(logged) << "the wait is logged";
 
     // Only the first restore waits.
@@ -296,9 +355,9 @@ TEST_F(Handover, NoWaitForTheFirstJobOrWhenOff)
 {
     TempDir dir("ckpt-handover-off");
     writeCheckpoint(dir.path(), 0, 10, {});
-    for (auto [restarts, wait] :
+    for (auto [seq, wait] :
         { std::pair<std::optional<std::uint64_t>, double> { 0, 30.0 }, { std::nullopt, 30.0 }, { 5, 0.0 } }) {
-        Options options = jobOptions(dir.path(), restarts);
+        Options options = jobOptions(dir.path(), seq);
         options.handoverWaitSeconds = wait;
         Checkpointer ckpt(options);
         const auto start = std::chrono::steady_clock::now();

@@ -382,14 +382,14 @@ TEST(Session, HandoverWaitFromTheEnvironment)
     std::vector<std::uint64_t> state(1024);
     {
         SessionOptions options = sessionOptions(dir.path());
-        options.checkpointer.restartCount = 0;
+        options.checkpointer.chainSeq = 0;
         Session first(options);
         first.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
         trainPlain(first, state, 0, 4);
         ASSERT_TRUE(first.checkpointer().checkpointNow(4)); // not final: the job died
     }
     ::setenv("BATON_CHAIN_DIR", dir.path().c_str(), 1);
-    ::setenv("BATON_RESTART_COUNT", "1", 1);
+    ::setenv("BATON_CHAIN_SEQ", "1", 1);
     ::setenv("BATON_HANDOVER_WAIT", "soon", 1);
     try {
         SessionOptions::fromEnvironment();
@@ -400,10 +400,10 @@ TEST(Session, HandoverWaitFromTheEnvironment)
     ::setenv("BATON_HANDOVER_WAIT", "0.5", 1);
     SessionOptions options = SessionOptions::fromEnvironment();
     ::unsetenv("BATON_HANDOVER_WAIT");
-    ::unsetenv("BATON_RESTART_COUNT");
+    ::unsetenv("BATON_CHAIN_SEQ");
     ::unsetenv("BATON_CHAIN_DIR");
     EXPECT_EQ(options.checkpointer.handoverWaitSeconds, 0.5);
-    EXPECT_EQ(options.checkpointer.restartCount, 1u);
+    EXPECT_EQ(options.checkpointer.chainSeq, 1u);
     std::vector<std::string> log;
     options.checkpointer.log = [&log](std::string_view line) { log.emplace_back(line); };
     Session second(options);

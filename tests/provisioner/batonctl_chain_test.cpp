@@ -142,14 +142,14 @@ private:
 };
 
 const char* chainsDocument = R"({"chains":[
-  {"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"generation":1,"chain_dir":"/c/train",
-   "retries":0,"reason":null,"current_job":123,"pending_job":124,"updated_unix":1700000000},
-  {"owner":"bob","owner_uid":1001,"name":"a-much-longer-chain-name","state":"paused","seq":7,"generation":6,
+  {"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"last_handover_seq":1,
+   "chain_dir":"/c/train","retries":0,"reason":null,"current_job":123,"pending_job":124,"updated_unix":1700000000},
+  {"owner":"bob","owner_uid":1001,"name":"a-much-longer-chain-name","state":"paused","seq":7,"last_handover_seq":6,
    "chain_dir":"/c/x","retries":1,"reason":"paused by owner","current_job":99,"pending_job":null,"updated_unix":1700003600}
 ]})";
 
 const char* detailDocument = R"({
-  "chain":{"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"generation":1,
+  "chain":{"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"last_handover_seq":1,
            "chain_dir":"/c/train","retries":0,"reason":null,"current_job":123,"pending_job":124,
            "updated_unix":1700000000},
   "jobs":[
@@ -159,7 +159,7 @@ const char* detailDocument = R"({
   ],
   "checkpoints":[{"iteration":5000,"job_id":101,"created_unix":1700006900,"total_bytes":1073741824,
                   "final":true,"training_done":false}],
-  "handovers":[{"time_unix":1700003580,"from_job":100,"to_job":101,"generation":0,"outcome":"done"}],
+  "handovers":[{"time_unix":1700003580,"predecessor_seq":0,"from_job":100,"to_job":101,"outcome":"done"}],
   "decisions":[{"time_unix":1700003000,"policy":"checkpoint-aware","action":"submit","predicted_wait_s":580.4,
                 "outcome":"started"}]
 })";
@@ -228,9 +228,10 @@ TEST_F(BatonctlChains, ShowPrintsTheChainAndItsTables)
     server_->reply("GET", "/v1/chains/alice/train", 200, detailDocument);
     const auto r = batonctlRun({ "show", "alice/train" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
-    EXPECT_EQ(r.output.rfind("chain alice/train\n  state running, seq 2, generation 1, retries 0\n"
-                             "  current job 123, pending job 124\n",
-                  0),
+    EXPECT_EQ(
+        r.output.rfind("chain alice/train\n  state running, seq 2, last handover from seq 1, retries 0\n"
+                       "  current job 123, pending job 124\n",
+            0),
         0u)
         << r.output;
     EXPECT_NE(
@@ -244,7 +245,7 @@ TEST_F(BatonctlChains, ShowPrintsTheChainAndItsTables)
         << r.output;
     EXPECT_NE(r.output.find("5000       101  2023-11-15 00:08:20  1.0 GiB  yes    no"), std::string::npos)
         << r.output;
-    EXPECT_NE(r.output.find("2023-11-14 23:13:00  100       101     0           done"), std::string::npos)
+    EXPECT_NE(r.output.find("2023-11-14 23:13:00  0         100       101     done"), std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("2023-11-14 23:03:20  checkpoint-aware  submit  580                started"),
         std::string::npos)

@@ -7,7 +7,7 @@
 #include "migrations.hpp"
 #include "model_table.hpp"
 #include "pg_fixture.hpp"
-#include "store.hpp"
+#include "tables.hpp"
 #include "transaction.hpp"
 
 #include <gtest/gtest.h>
@@ -156,12 +156,12 @@ TEST(Migrations, ConcurrentMigratorsApplyOnce)
 TEST(RoundTrip, ChainsJobsAndInjectionStrings)
 {
     Connection connection = migrated(freshDatabase());
-    Store store(connection);
+    Tables tables(connection);
     std::int64_t slurmId = 1000;
     for (const auto& evil : injections) {
         const Json spec { { "script", evil }, { "sbatch_args", Json::array({ evil }) } };
-        const ChainRow created = store.chains.create(1000, evil, evil, "/scratch/" + evil, spec);
-        auto back = store.chains.find(created.id);
+        const ChainRow created = tables.chains.create(1000, evil, evil, "/scratch/" + evil, spec);
+        auto back = tables.chains.find(created.id);
         ASSERT_TRUE(back);
         EXPECT_EQ(back->name, evil);
         EXPECT_EQ(back->ownerName, evil);
@@ -169,15 +169,15 @@ TEST(RoundTrip, ChainsJobsAndInjectionStrings)
         EXPECT_EQ(back->spec, spec);
         EXPECT_EQ(back->state, ChainState::Running);
         EXPECT_GT(back->updatedAt, 1'600'000'000);
-        EXPECT_EQ(store.chains.find(1000, evil)->id, created.id);
-        EXPECT_EQ(store.chains.spec(created.id), spec);
+        EXPECT_EQ(tables.chains.find(1000, evil)->id, created.id);
+        EXPECT_EQ(tables.chains.spec(created.id), spec);
         // Created again: the same chain.
-        EXPECT_EQ(store.chains.create(1000, evil, evil, std::nullopt, Json::object()).id, created.id);
+        EXPECT_EQ(tables.chains.create(1000, evil, evil, std::nullopt, Json::object()).id, created.id);
 
         ClusterJob job = clusterJob(++slurmId, "PENDING");
         job.name = evil;
-        EXPECT_TRUE(store.jobs.upsert(created.id, 0, job).empty());
-        const auto owned = store.jobs.bySlurmId(slurmId);
+        EXPECT_TRUE(tables.jobs.upsert(created.id, 0, job).empty());
+        const auto owned = tables.jobs.bySlurmId(slurmId);
         ASSERT_TRUE(owned);
         EXPECT_EQ(owned->chainId, created.id);
         EXPECT_EQ(owned->job.submitTime, job.submitTime);
@@ -185,103 +185,106 @@ TEST(RoundTrip, ChainsJobsAndInjectionStrings)
         EXPECT_EQ(owned->job.state, "PENDING");
     }
     EXPECT_EQ(connection.exec(countChains).int64(0, 0), static_cast<std::int64_t>(std::size(injections)));
-    EXPECT_FALSE(store.chains.find(1000, "' OR '1'='1"));
-    EXPECT_EQ(store.chains.list(1000, std::nullopt).size(), std::size(injections));
-    EXPECT_EQ(store.chains.list(1000, std::nullopt, 0, 2).size(), 2u);
-    EXPECT_TRUE(store.chains.list(1001, std::nullopt).empty());
+    EXPECT_FALSE(tables.chains.find(1000, "' OR '1'='1"));
+    EXPECT_EQ(tables.chains.list(1000, std::nullopt).size(), std::size(injections));
+    EXPECT_EQ(tables.chains.list(1000, std::nullopt, 0, 2).size(), 2u);
+    EXPECT_TRUE(tables.chains.list(1001, std::nullopt).empty());
 
     // The state machine's compare-and-set: a stale view changes nothing.
-    const ChainRow chain = *store.chains.find(1000, injections[0]);
-    EXPECT_TRUE(store.chains.transition(chain, ChainEvent::Pause, "paused by alice"));
-    EXPECT_FALSE(store.chains.transition(chain, ChainEvent::Pause, "again")); // read before the pause
-    const ChainRow paused = *store.chains.find(chain.id);
+    const ChainRow chain = *tables.chains.find(1000, injections[0]);
+    EXPECT_TRUE(tables.chains.transition(chain, ChainEvent::Pause, "paused by alice"));
+    EXPECT_FALSE(tables.chains.transition(chain, ChainEvent::Pause, "again")); // read before the pause
+    const ChainRow paused = *tables.chains.find(chain.id);
     EXPECT_EQ(paused.state, ChainState::Paused);
     EXPECT_EQ(paused.reason, "paused by alice");
-    EXPECT_FALSE(store.chains.transition(paused, ChainEvent::SuccessorStarted)); // not allowed there
+    EXPECT_FALSE(tables.chains.transition(paused, ChainEvent::SuccessorStarted)); // not allowed there
 
     // A successor job, then Slurm's report of its start and end.
     ClusterJob successor = clusterJob(5000, "PENDING");
-    EXPECT_TRUE(store.jobs.upsert(chain.id, 1, successor).empty());
+    EXPECT_TRUE(tables.jobs.upsert(chain.id, 1, successor).empty());
     successor.state = "TIMEOUT";
     successor.startTime = 1'700'000'200;
     successor.endTime = 1'700'172'800;
     successor.exitCode = 0;
-    EXPECT_TRUE(store.jobs.upsert(chain.id, 1, successor).empty());
-    const auto all = store.jobs.ofChain(chain.id);
+    EXPECT_TRUE(tables.jobs.upsert(chain.id, 1, successor).empty());
+    const auto all = tables.jobs.ofChain(chain.id);
     ASSERT_EQ(all.size(), 2u);
     EXPECT_EQ(all[1].slurmJobId, 5000);
     EXPECT_EQ(all[1].endTime, 1'700'172'800);
     EXPECT_EQ(all[1].state, "TIMEOUT");
     EXPECT_EQ(all[1].exitCode, 0);
     // A second live job of the same seq is refused, and only it.
-    const auto rejected = store.jobs.upsert(chain.id, 1, clusterJob(5001, "RUNNING"));
+    const auto rejected = tables.jobs.upsert(chain.id, 1, clusterJob(5001, "RUNNING"));
     ASSERT_EQ(rejected.size(), 1u);
     EXPECT_EQ(rejected[0].slurmJobId, 5001);
-    EXPECT_FALSE(store.jobs.bySlurmId(5001));
+    EXPECT_FALSE(tables.jobs.bySlurmId(5001));
 }
 
 TEST(RoundTrip, SubmissionsAndPredictions)
 {
     Connection connection = migrated(freshDatabase());
-    Store store(connection);
-    const ChainRow chain = *store.chains.find(addChain(connection, "resnet"));
+    Tables tables(connection);
+    const ChainRow chain = *tables.chains.find(addChain(connection, "resnet"));
     const std::string key = "baton:" + std::to_string(chain.id) + ":1:'; DROP TABLE submissions; --";
-    const auto recorded = store.submissions.recordIntents({ IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } });
+    const auto recorded = tables.submissions.recordIntents(
+        { IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } });
     ASSERT_EQ(recorded.size(), 1u);
     EXPECT_EQ(recorded.at(chain.id).key, key);
     EXPECT_EQ(recorded.at(chain.id).spec, Json::object());
-    EXPECT_EQ(store.chains.find(chain.id)->state, ChainState::SuccessorPending);
+    EXPECT_EQ(tables.chains.find(chain.id)->state, ChainState::SuccessorPending);
     // The chain is no longer where the request expected it: nothing is written.
-    EXPECT_TRUE(store.submissions.recordIntents({ IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } }).empty());
-    EXPECT_FALSE(store.submissions.recordIntent(chain.id, 1, key, "policy")); // one intent per seq
+    EXPECT_TRUE(tables.submissions
+                    .recordIntents({ IntentRequest { chain.id, ChainState::Running, 1, key, "policy" } })
+                    .empty());
+    EXPECT_FALSE(tables.submissions.recordIntent(chain.id, 1, key, "policy")); // one intent per seq
 
-    store.submissions.recordSubmitted({ SubmittedJob { key, chain.id, 78, 1234.5 } });
-    const auto submitted = store.submissions.find(chain.id, 1);
+    tables.submissions.recordSubmitted({ SubmittedJob { key, chain.id, 78, 1234.5 } });
+    const auto submitted = tables.submissions.find(chain.id, 1);
     ASSERT_TRUE(submitted);
     EXPECT_EQ(submitted->state, "submitted");
     EXPECT_EQ(submitted->slurmJobId, 78);
     EXPECT_GT(submitted->createdAt, 1'600'000'000);
-    EXPECT_EQ(store.submissions.resolvePrediction(78, 1500.25), 1234.5);
-    EXPECT_FALSE(store.submissions.resolvePrediction(78, 1600.0)); // resolved once
+    EXPECT_EQ(tables.submissions.resolvePrediction(78, 1500.25), 1234.5);
+    EXPECT_FALSE(tables.submissions.resolvePrediction(78, 1600.0)); // resolved once
 
-    store.submissions.markState(chain.id, 1, "failed", "sbatch: error: '; --");
-    EXPECT_EQ(store.submissions.find(chain.id, 1)->error, "sbatch: error: '; --");
+    tables.submissions.markState(chain.id, 1, "failed", "sbatch: error: '; --");
+    EXPECT_EQ(tables.submissions.find(chain.id, 1)->error, "sbatch: error: '; --");
 }
 
 TEST(RoundTrip, CheckpointsAndHandovers)
 {
     Connection connection = migrated(freshDatabase());
-    Store store(connection);
+    Tables tables(connection);
     const auto chainId = addChain(connection, "resnet");
     Json summary { { "name", "ckpt-000000001200" }, { "iteration", 1200 }, { "total_bytes", 123456789 },
         { "created_unix", 1'700'000'000 }, { "note", "'; DROP TABLE checkpoints; --" } };
-    EXPECT_EQ(store.checkpoints.record(chainId, 77, summary, "/chains/resnet").iteration, 1200);
-    store.checkpoints.record(chainId, 77, summary, "/chains/resnet"); // reported twice: stored once
-    auto newest = store.checkpoints.latest(chainId);
+    EXPECT_EQ(tables.checkpoints.record(chainId, 77, summary, "/chains/resnet").iteration, 1200);
+    tables.checkpoints.record(chainId, 77, summary, "/chains/resnet"); // reported twice: stored once
+    auto newest = tables.checkpoints.latest(chainId);
     ASSERT_TRUE(newest);
     EXPECT_EQ(newest->path, "/chains/resnet/ckpt-000000001200");
     EXPECT_EQ(newest->slurmJobId, 77);
     EXPECT_EQ(newest->createdAt, 1'700'000'000);
-    EXPECT_FALSE(store.checkpoints.trainingDone(chainId));
+    EXPECT_FALSE(tables.checkpoints.trainingDone(chainId));
     summary["name"] = "ckpt-000000002400";
     summary["iteration"] = 2400;
     summary["training_done"] = true;
-    EXPECT_TRUE(store.checkpoints.record(chainId, 78, summary, "/chains/resnet").trainingDone);
-    EXPECT_EQ(store.checkpoints.latest(chainId)->iteration, 2400);
-    EXPECT_TRUE(store.checkpoints.trainingDone(chainId));
+    EXPECT_TRUE(tables.checkpoints.record(chainId, 78, summary, "/chains/resnet").trainingDone);
+    EXPECT_EQ(tables.checkpoints.latest(chainId)->iteration, 2400);
+    EXPECT_TRUE(tables.checkpoints.trainingDone(chainId));
     summary["iteration"] = -1;
-    EXPECT_THROW(store.checkpoints.record(chainId, 78, summary, "/chains/resnet"), std::invalid_argument);
+    EXPECT_THROW(tables.checkpoints.record(chainId, 78, summary, "/chains/resnet"), std::invalid_argument);
 
-    store.handovers.start(chainId, 0, 77, 78, 1'700'000'000);
-    auto signal = store.handovers.signal(chainId, 0);
+    tables.handovers.start(chainId, 0, 77, 78, 1'700'000'000);
+    auto signal = tables.handovers.signal(chainId, 0);
     EXPECT_EQ(signal.signalledAt, 1'700'000'000);
     EXPECT_FALSE(signal.sentAt);
-    store.handovers.recordSignal(chainId, 0, 1'700'000'005);
-    signal = store.handovers.signal(chainId, 0);
+    tables.handovers.recordSignal(chainId, 0, 1'700'000'005);
+    signal = tables.handovers.signal(chainId, 0);
     EXPECT_EQ(signal.sentAt, 1'700'000'005);
     EXPECT_EQ(signal.attempts, 1);
-    EXPECT_EQ(store.handovers.complete(chainId, 0, 1'700'000'030), 30.0);
-    EXPECT_FALSE(store.handovers.complete(chainId, 0, 1'700'000'040)); // completed once
+    EXPECT_EQ(tables.handovers.complete(chainId, 0, 1'700'000'030), 30.0);
+    EXPECT_FALSE(tables.handovers.complete(chainId, 0, 1'700'000'040)); // completed once
 }
 
 TEST(RoundTrip, EventsAreDeduplicated)

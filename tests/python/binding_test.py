@@ -473,7 +473,7 @@ def newest_manifest(chain):
 
 
 class HandoverTest(TempChain):
-    """The manifest's job_id, restart_count, final and training_done, done() and the handover wait."""
+    """The manifest's job_id, seq, final and training_done, done() and the handover wait."""
 
     def test_done_makes_the_final_checkpoint_say_training_done(self):
         parts = build()
@@ -488,7 +488,7 @@ class HandoverTest(TempChain):
         self.assertIs(manifest["final"], True)
         self.assertIs(manifest["training_done"], True)
         self.assertIn("job_id", manifest)
-        self.assertIn("restart_count", manifest)
+        self.assertIn("seq", manifest)
         stats = ckpt.native.last_checkpoint()
         self.assertTrue(stats.final and stats.training_done)
 
@@ -516,7 +516,8 @@ class HandoverTest(TempChain):
     def test_native_flags_identity_and_restore_fields(self):
         opts = options(self.chain)
         opts.job_id = 77
-        opts.restart_count = 2
+        opts.chain_seq = 2
+        self.assertEqual(opts.restart_count, 2)  # the deprecated alias
         weights = numpy.arange(1000, dtype=numpy.float32)
         ckpt = baton.Checkpointer(opts)
         ckpt.register_region("weights", weights)
@@ -526,7 +527,7 @@ class HandoverTest(TempChain):
         reader.register_region("weights", weights)
         result = reader.restore()
         self.assertTrue(result.restored)
-        self.assertEqual((result.job_id, result.restart_count), (77, 2))
+        self.assertEqual((result.job_id, result.chain_seq, result.restart_count), (77, 2, 2))
         self.assertTrue(result.final and result.training_done)
         self.assertEqual(result.handover_wait_seconds, 0.0)
         reader.close()
@@ -537,10 +538,10 @@ class HandoverTest(TempChain):
         train_steps(*parts, 2, torch.Generator().manual_seed(1))
         self.assertTrue(first.checkpoint_now())  # not final: this job died
         first.close(final_checkpoint=False)
-        keys = ("BATON_CHAIN_DIR", "BATON_RESTART_COUNT", "BATON_HANDOVER_WAIT")
+        keys = ("BATON_CHAIN_DIR", "BATON_CHAIN_SEQ", "BATON_HANDOVER_WAIT")
         saved = {k: os.environ.get(k) for k in keys}
         try:
-            os.environ.update({"BATON_CHAIN_DIR": self.chain, "BATON_RESTART_COUNT": "1",
+            os.environ.update({"BATON_CHAIN_DIR": self.chain, "BATON_CHAIN_SEQ": "1",
                                "BATON_HANDOVER_WAIT": "forever"})
             with self.assertRaisesRegex(baton.ConfigError, "BATON_HANDOVER_WAIT"):
                 baton.Options.from_environment()

@@ -315,7 +315,7 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
     EXPECT_TRUE(waitFor(
         [&] {
             return count("SELECT count(*) FROM jobs j JOIN chains c ON c.id = j.chain_id"
-                         " WHERE c.name = 'twice' AND j.restart_count = 1")
+                         " WHERE c.name = 'twice' AND j.seq = 1")
                 == 1;
         },
         60s))

@@ -59,7 +59,7 @@ ChaosTest::Snapshot ChaosTest::readDatabase() const
             snapshot.chains.push_back(chaos::DbChain { chains.int64(row, 0), chains.int64(row, 1),
                 std::string(chains.text(row, 2)), std::string(chains.text(row, 3)),
                 static_cast<int>(chains.int64(row, 4)), std::string(chains.text(row, 5)) });
-        const auto jobs = connection.execScript("SELECT chain_id, restart_count, slurm_job_id FROM jobs");
+        const auto jobs = connection.execScript("SELECT chain_id, seq, slurm_job_id FROM jobs");
         for (int row = 0; row < jobs.rows(); ++row)
             snapshot.jobs.push_back(chaos::DbJob { jobs.int64(row, 0), static_cast<int>(jobs.int64(row, 1)),
                 jobs.int64(row, 2) });

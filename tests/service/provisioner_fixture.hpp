@@ -137,7 +137,7 @@ protected:
     ProvisionerTest()
         : conninfo_(freshDatabase())
         , connection_(conninfo_)
-        , store_(connection_)
+        , tables_(connection_)
     {
         config_.retryBudget = 2;
         config_.submitGrace = std::chrono::seconds(30);
@@ -154,19 +154,19 @@ protected:
         first.timeLimitSeconds = 3600;
         cluster_.jobs.push_back(first);
         const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name() + suffix;
-        const ChainRow chain = store_.chains.create(65534, "nobody", name, "/chains/" + name,
+        const ChainRow chain = tables_.chains.create(65534, "nobody", name, "/chains/" + name,
             Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
                 { "workdir", "/tmp" } });
-        store_.jobs.upsert(chain.id, 0, first);
+        tables_.jobs.upsert(chain.id, 0, first);
         return chain;
     }
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {
-        Provisioner provisioner(config_, store_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
+        Provisioner provisioner(config_, tables_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
         provisioner.tick();
     }
-    ChainState stateOf(const ChainRow& chain) { return store_.chains.find(chain.id)->state; }
+    ChainState stateOf(const ChainRow& chain) { return tables_.chains.find(chain.id)->state; }
     // Puts a chain in a state for a test's set-up, whether or not the state machine leads there.
     bool forceState(std::int64_t chainId, ChainState from, ChainState to)
     {
@@ -179,7 +179,7 @@ protected:
     ServiceConfig config_;
     const std::string conninfo_;
     baton::db::Connection connection_;
-    Store store_;
+    Tables tables_;
     ScriptedCluster cluster_;
     Metrics metrics_;
 };

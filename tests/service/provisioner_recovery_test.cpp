@@ -55,7 +55,7 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     const ChainRow poisoned = chainWithRunningJob(31, "-a");
     const ChainRow other = chainWithRunningJob(32, "-b");
     const auto report = [&](const std::string& key, const Json& checkpoint) {
-        ASSERT_TRUE(store_.events.insert(key, "task_exit", poisoned.name, 31,
+        ASSERT_TRUE(tables_.events.insert(key, "task_exit", poisoned.name, 31,
             Json { { "chain_dir", "/chains/x" }, { "checkpoint", checkpoint } }, 0));
     };
     report("huge-time", Json { { "name", "ckpt-000000000010" }, { "iteration", 10 }, { "created_unix", 1e300 } });
@@ -65,11 +65,11 @@ TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending) << "the other chain was stepped";
     EXPECT_EQ(metrics_.chainErrors("event").Value(), 3);
-    EXPECT_TRUE(store_.events.unprocessed(10).empty()) << "set aside, never tried again";
+    EXPECT_TRUE(tables_.events.unprocessed(10).empty()) << "set aside, never tried again";
     const auto errors = connection_.exec(baton::db::Statement { "test_event_errors",
         "SELECT count(*) FROM events WHERE error LIKE '%out of range%'" });
     EXPECT_EQ(errors.int64(0, 0), 3);
-    EXPECT_FALSE(store_.checkpoints.latest(poisoned.id).has_value());
+    EXPECT_FALSE(tables_.checkpoints.latest(poisoned.id).has_value());
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
 }
 
@@ -85,12 +85,12 @@ TEST_F(ProvisionerTest, AJobRowThatClashesIsRefusedAloneNotTheBatch)
     moved.state = "COMPLETED";
     moved.endTime = cluster_.now;
     const std::vector<JobStore::Write> batch { { a.id, 0, clash }, { b.id, 0, moved } };
-    const auto rejected = store_.jobs.upsert(batch);
+    const auto rejected = tables_.jobs.upsert(batch);
     ASSERT_EQ(rejected.size(), 1u);
     EXPECT_EQ(rejected[0].slurmJobId, 35);
     EXPECT_EQ(rejected[0].chainId, a.id);
-    EXPECT_EQ(store_.jobs.bySlurmId(34)->job.state, "COMPLETED");
-    EXPECT_FALSE(store_.jobs.bySlurmId(35).has_value());
+    EXPECT_EQ(tables_.jobs.bySlurmId(34)->job.state, "COMPLETED");
+    EXPECT_FALSE(tables_.jobs.bySlurmId(35).has_value());
 }
 
 // A chain that runs again continues after every seq it ever used: its next job never clashes with the
@@ -100,18 +100,18 @@ TEST_F(ProvisionerTest, ARestartedChainContinuesAfterEverySeqItUsed)
     const ChainRow chain = chainWithRunningJob(36);
     tick(std::make_shared<AlwaysSubmit>()); // successor: seq 1
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
-    const auto seq = store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test");
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    const auto seq = tables_.chains.restart(*tables_.chains.find(chain.id), ChainEvent::Resubmit, "test");
     ASSERT_EQ(seq, 2);
-    const ChainRow restarted = *store_.chains.find(chain.id);
+    const ChainRow restarted = *tables_.chains.find(chain.id);
     EXPECT_EQ(restarted.state, ChainState::Running);
     EXPECT_EQ(restarted.seq, 2);
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
+    ASSERT_TRUE(tables_.submissions.recordIntent(chain.id, 2, Submitter::submissionKey(restarted, 2), "restart"));
     EXPECT_NO_THROW(tick()); // the intent of a resubmission is submitted at once
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 2)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 2)->state, "submitted");
     // A second restart of a chain read before the first is fenced out.
-    EXPECT_FALSE(store_.chains.restart(*store_.chains.find(chain.id), ChainEvent::Resubmit, "test"))
+    EXPECT_FALSE(tables_.chains.restart(*tables_.chains.find(chain.id), ChainEvent::Resubmit, "test"))
         << "a running chain does not restart";
 }
 
@@ -127,7 +127,7 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     tick(std::make_shared<baton::sim::ReactivePolicy>());
     EXPECT_TRUE(cluster_.signals.empty()) << "the running predecessor was told to hand over";
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "cancelled");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "cancelled");
     // The policy submits seq 1 again; its job gets a row of its own beside the withdrawn one.
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
@@ -139,8 +139,8 @@ TEST_F(ProvisionerTest, ASuccessorCancelledWhileQueuedIsWithdrawnNotTakenForStar
     cluster_.start(cluster_.jobs.back().id);
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
-    EXPECT_EQ(store_.jobs.bySlurmId(cluster_.jobs.back().id)->job.seq, 1);
-    EXPECT_TRUE(store_.jobs.bySlurmId(queued)->job.withdrawn);
+    EXPECT_EQ(tables_.jobs.bySlurmId(cluster_.jobs.back().id)->job.seq, 1);
+    EXPECT_TRUE(tables_.jobs.bySlurmId(queued)->job.withdrawn);
 }
 
 // Pause withdraws the queued successor; resume does not take that cancelled job for a started one, nor
@@ -149,11 +149,11 @@ TEST_F(ProvisionerTest, PauseThenResumeGoesOnWithoutAHandoverOrASecondPause)
 {
     const ChainRow chain = chainWithRunningJob(38);
     tick(std::make_shared<AlwaysSubmit>());
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Pause, "test"));
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Pause, "test"));
     cluster_.now += 10;
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.cancelled.size(), 1u);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<baton::sim::ReactivePolicy>());
@@ -176,9 +176,9 @@ TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
     cluster_.end(39, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    const ChainRow paused = *store_.chains.find(chain.id);
-    ASSERT_TRUE(store_.chains.transition(paused, ChainEvent::Resume, "test"));
-    store_.chains.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
+    const ChainRow paused = *tables_.chains.find(chain.id);
+    ASSERT_TRUE(tables_.chains.transition(paused, ChainEvent::Resume, "test"));
+    tables_.chains.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
     cluster_.now += 10;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -194,8 +194,8 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     cluster_.end(46, "CANCELLED");
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Resume, "test"));
-    store_.chains.setResubmitRequested(chain.id, true);
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    tables_.chains.setResubmitRequested(chain.id, true);
     cluster_.now += 10;
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -205,7 +205,7 @@ TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOl
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick();
-        EXPECT_NE(stateOf(chain), ChainState::Paused) << store_.chains.find(chain.id)->reason.value_or("");
+        EXPECT_NE(stateOf(chain), ChainState::Paused) << tables_.chains.find(chain.id)->reason.value_or("");
     }
     EXPECT_EQ(cluster_.submissions.size(), 2u) << "a replacement of the withdrawn job";
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -217,9 +217,9 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
 {
     const ChainRow chain = chainWithRunningJob(40);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow pending = *store_.chains.find(chain.id);
+    const ChainRow pending = *tables_.chains.find(chain.id);
     const std::string key = Submitter::submissionKey(pending, 1);
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, key, "policy"));
+    ASSERT_TRUE(tables_.submissions.recordIntent(chain.id, 1, key, "policy"));
     ClusterJob impostor;
     impostor.id = 41;
     impostor.userId = 1000; // not the owner
@@ -231,7 +231,7 @@ TEST_F(ProvisionerTest, AnotherUsersJobWithTheSameKeyIsNeverAdopted)
     cluster_.find(40)->startTime = cluster_.now - 60;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u) << "the chain submitted its own job";
-    EXPECT_NE(store_.submissions.find(chain.id, 1)->slurmJobId, 41);
+    EXPECT_NE(tables_.submissions.find(chain.id, 1)->slurmJobId, 41);
     EXPECT_TRUE(cluster_.signals.empty());
     EXPECT_NE(key.find(pending.token), std::string::npos);
     EXPECT_GE(pending.token.size(), 32u) << "unguessable";
@@ -249,7 +249,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     EXPECT_TRUE(cluster_.signals.empty());
-    EXPECT_FALSE(store_.handovers.signal(chain.id, 0).sentAt);
+    EXPECT_FALSE(tables_.handovers.signal(chain.id, 0).sentAt);
     cluster_.now += 10;
     tick(); // fails again
     EXPECT_TRUE(cluster_.signals.empty());
@@ -257,7 +257,7 @@ TEST_F(ProvisionerTest, AHandoverSignalThatFailedIsSentAgain)
     tick();
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0].jobId, 42);
-    EXPECT_EQ(store_.handovers.signal(chain.id, 0).sentAt, cluster_.now);
+    EXPECT_EQ(tables_.handovers.signal(chain.id, 0).sentAt, cluster_.now);
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.signals.size(), 1u) << "delivered once: not sent again";
@@ -272,14 +272,14 @@ TEST_F(ProvisionerTest, AnSbatchThatTimedOutAfterAcceptingIsNotSubmittedTwice)
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.timeoutAfterAccept = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "failed");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "failed");
     for (int i = 0; i < 3; ++i) {
         cluster_.now += 10;
         tick(std::make_shared<AlwaysSubmit>());
     }
     EXPECT_EQ(cluster_.submissions.size(), 1u) << "a second job for one key";
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
 }
 
@@ -290,8 +290,8 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     const ChainRow chain = chainWithRunningJob(44);
     tick(std::make_shared<AlwaysSubmit>());
     const std::int64_t successor = cluster_.jobs.back().id;
-    ASSERT_TRUE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::Cancel, "test"));
-    store_.chains.setWithdrawJobs(chain.id, true);
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Cancel, "test"));
+    tables_.chains.setWithdrawJobs(chain.id, true);
     cluster_.uncancellable = { 44 }; // the first scancel of the running job fails
     cluster_.now += 10;
     EXPECT_NO_THROW(tick());
@@ -300,10 +300,10 @@ TEST_F(ProvisionerTest, CancelWithdrawsTheCurrentJobAndAJustSubmittedSuccessor)
     cluster_.now += 10;
     tick();
     EXPECT_EQ(cluster_.cancelled, (std::vector<std::int64_t> { successor, 44 }));
-    EXPECT_EQ(store_.chains.toWithdraw().size(), 1u) << "until squeue shows them ended";
+    EXPECT_EQ(tables_.chains.toWithdraw().size(), 1u) << "until squeue shows them ended";
     cluster_.now += 10;
     tick();
-    EXPECT_TRUE(store_.chains.toWithdraw().empty());
+    EXPECT_TRUE(tables_.chains.toWithdraw().empty());
     EXPECT_EQ(cluster_.cancelled.size(), 2u);
 }
 
@@ -314,24 +314,24 @@ TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
     const ChainRow stuck = chainWithRunningJob(45, "-a");
     const ChainRow other = chainWithRunningJob(46, "-b");
     ASSERT_TRUE(forceState(stuck.id, ChainState::Running, ChainState::Handover));
-    store_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
-    store_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
+    tables_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
+    tables_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
     cluster_.uncancellable = { 45 };
-    Provisioner provisioner(config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
     for (int i = 0; i < Provisioner::quarantineAfterFailures; ++i) {
         EXPECT_NE(stateOf(stuck), ChainState::Quarantined) << "after " << i << " failures";
         cluster_.now += 10;
         EXPECT_NO_THROW(provisioner.tick());
     }
     EXPECT_EQ(stateOf(stuck), ChainState::Quarantined);
-    EXPECT_NE(store_.chains.find(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
+    EXPECT_NE(tables_.chains.find(stuck.id)->reason->find("Access/permission denied"), std::string::npos);
     EXPECT_EQ(metrics_.chainErrors("slurm").Value(), Provisioner::quarantineAfterFailures);
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
     EXPECT_EQ(metrics_.chains(ChainState::Quarantined).Value(), 1);
     const auto cancels = cluster_.cancelled.size();
     provisioner.tick();
     EXPECT_EQ(cluster_.cancelled.size(), cancels) << "nothing is done for a quarantined chain";
-    EXPECT_TRUE(store_.chains.transition(*store_.chains.find(stuck.id), ChainEvent::Resume, "test"));
+    EXPECT_TRUE(tables_.chains.transition(*tables_.chains.find(stuck.id), ChainEvent::Resume, "test"));
 }
 
 // Every write is fenced on the state and seq its writer read: a tick's stale view cannot overwrite a
@@ -340,13 +340,13 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
 {
     const ChainRow chain = chainWithRunningJob(48);
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    const ChainRow stale = *store_.chains.find(chain.id);
-    ASSERT_TRUE(store_.chains.transition(stale, ChainEvent::Pause, "by the owner"));
-    EXPECT_FALSE(store_.chains.advance(stale, ChainEvent::PredecessorEnded));
-    EXPECT_FALSE(store_.chains.transition(stale, ChainEvent::SuccessorStarted));
+    const ChainRow stale = *tables_.chains.find(chain.id);
+    ASSERT_TRUE(tables_.chains.transition(stale, ChainEvent::Pause, "by the owner"));
+    EXPECT_FALSE(tables_.chains.advance(stale, ChainEvent::PredecessorEnded));
+    EXPECT_FALSE(tables_.chains.transition(stale, ChainEvent::SuccessorStarted));
     EXPECT_EQ(stateOf(chain), ChainState::Paused);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 0);
-    EXPECT_FALSE(store_.chains.transition(*store_.chains.find(chain.id), ChainEvent::SuccessorStarted))
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 0);
+    EXPECT_FALSE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::SuccessorStarted))
         << "the table does not allow it from paused";
 }
 
@@ -355,7 +355,7 @@ TEST_F(ProvisionerTest, WritesFromAStaleViewChangeNothing)
 TEST_F(ProvisionerTest, ACredentialIsAcceptedOnceAcrossInstances)
 {
     baton::db::Connection otherInstance(conninfo_);
-    Store other(otherInstance);
+    Tables other(otherInstance);
     EXPECT_TRUE(CredentialStore(connection_).firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_FALSE(other.credentials.firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_TRUE(other.credentials.firstUse("MUNGE:AwQDAAA-two"));

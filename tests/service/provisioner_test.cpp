@@ -32,13 +32,15 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     cluster_.now += 7;
     cluster_.end(1, "COMPLETED");
     tick();
-    const ChainRow after = *store_.chains.find(chain.id);
+    const ChainRow after = *tables_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
-    EXPECT_EQ(after.generation, 0);
+    EXPECT_EQ(after.lastHandoverSeq, 0);
     const Json detail = ChainViews(connection_).detail(after);
     ASSERT_EQ(detail["handovers"].size(), 1u);
     EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
+    EXPECT_EQ(detail["handovers"][0]["predecessor_seq"], 0);
+    EXPECT_EQ(detail["chain"]["last_handover_seq"], 0);
     EXPECT_EQ(detail["jobs"][1]["interruption_s"], -7); // the successor started 7 s before the end
 }
 
@@ -49,21 +51,21 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     const ChainRow chain = chainWithRunningJob(1);
     const auto report = [&](const std::string& kind, const std::string& step, const Json& requeue) {
         static int count = 0;
-        store_.events.insert("key-" + std::to_string(++count), kind, chain.name, 1,
+        tables_.events.insert("key-" + std::to_string(++count), kind, chain.name, 1,
             Json { { "step", step }, { "requeue_count", requeue } }, 0);
     };
     report("step_start", "batch", 0);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full) << "training in the batch step";
     report("step_start", "0", 0);
     report("task_exit", "0", 0);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full) << "the srun step has ended";
     report("step_start", "1", "not a number"); // a hint: read as the first run
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Steps) << "an srun step runs";
     report("step_start", "batch", 1);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Full) << "requeued: the first run's steps ended";
     report("step_start", "0", 1);
-    EXPECT_EQ(store_.events.checkpointSignalScope(1), SignalScope::Steps);
-    EXPECT_EQ(store_.events.checkpointSignalScope(2), SignalScope::Full) << "another job";
+    EXPECT_EQ(tables_.events.checkpointSignalScope(1), SignalScope::Steps);
+    EXPECT_EQ(tables_.events.checkpointSignalScope(2), SignalScope::Full) << "another job";
 
     tick(std::make_shared<AlwaysSubmit>());
     cluster_.now += 10;
@@ -72,7 +74,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
-    EXPECT_EQ(ChainViews(connection_).detail(*store_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
+    EXPECT_EQ(ChainViews(connection_).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
         "predecessor signalled TERM (steps)");
 }
 
@@ -83,16 +85,16 @@ TEST_F(ProvisionerTest, SubmittedJobsAndTheirPredictionsAreRecordedTogether)
     const ChainRow first = chainWithRunningJob(1);
     const std::string key = Submitter::submissionKey(first, 1);
     ASSERT_EQ(
-        store_.submissions.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
+        tables_.submissions.recordIntents({ IntentRequest { first.id, ChainState::Running, 1, key, "policy" } }).size(),
         1u);
-    store_.submissions.recordSubmitted({});
-    EXPECT_EQ(store_.submissions.find(first.id, 1)->state, "intent");
-    store_.submissions.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
-    const auto submitted = store_.submissions.find(first.id, 1);
+    tables_.submissions.recordSubmitted({});
+    EXPECT_EQ(tables_.submissions.find(first.id, 1)->state, "intent");
+    tables_.submissions.recordSubmitted({ SubmittedJob { key, first.id, 77, 120.0 } });
+    const auto submitted = tables_.submissions.find(first.id, 1);
     EXPECT_EQ(submitted->state, "submitted");
     EXPECT_EQ(submitted->slurmJobId, 77);
-    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), 120.0);
-    EXPECT_EQ(store_.submissions.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
+    EXPECT_EQ(tables_.submissions.resolvePrediction(77, 100.0), 120.0);
+    EXPECT_EQ(tables_.submissions.resolvePrediction(77, 100.0), std::nullopt) << "resolved once";
 }
 
 TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
@@ -102,7 +104,7 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     EXPECT_NO_THROW(tick(std::make_shared<AlwaysSubmit>()));
     cluster_.failAfterSubmit = false;
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    const auto pending = store_.submissions.find(chain.id, 1);
+    const auto pending = tables_.submissions.find(chain.id, 1);
     ASSERT_TRUE(pending);
     EXPECT_NE(pending->state, "submitted");
 
@@ -110,8 +112,8 @@ TEST_F(ProvisionerTest, CrashAfterSbatchIsReconciledNotResubmitted)
     cluster_.now += 1;
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->state, "submitted");
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->state, "submitted");
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->slurmJobId, cluster_.jobs.back().id);
 }
 
 TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
@@ -119,7 +121,7 @@ TEST_F(ProvisionerTest, IntentWithoutJobIsSubmittedOnceAfterTheGrace)
     const ChainRow chain = chainWithRunningJob(3);
     // batond died between writing the intent and running sbatch.
     ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::SuccessorPending));
-    ASSERT_TRUE(store_.submissions.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
+    ASSERT_TRUE(tables_.submissions.recordIntent(chain.id, 1, Submitter::submissionKey(chain, 1), "policy"));
     tick();
     EXPECT_TRUE(cluster_.submissions.empty()); // within the grace, a submission may still be in flight
     cluster_.now += 3600;
@@ -140,7 +142,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
         cluster_.now += 30; // a tick period after the end
         tick();
         ASSERT_EQ(cluster_.submissions.size(), static_cast<std::size_t>(attempt + 1));
-        EXPECT_EQ(store_.submissions.find(chain.id, attempt + 1)->reason, "retry");
+        EXPECT_EQ(tables_.submissions.find(chain.id, attempt + 1)->reason, "retry");
         failing = cluster_.jobs.back().id;
         cluster_.start(failing);
         tick();
@@ -150,7 +152,7 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
     cluster_.now += 30;
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Failed);
-    EXPECT_NE(store_.chains.find(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
+    EXPECT_NE(tables_.chains.find(chain.id)->reason->find("without a checkpoint; retry budget of 2 spent"),
         std::string::npos);
     EXPECT_EQ(cluster_.submissions.size(), 2u);
 }
@@ -165,8 +167,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 1)->reason, "node_failure");
-    EXPECT_EQ(store_.chains.find(chain.id)->retries, 0);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 1)->reason, "node_failure");
+    EXPECT_EQ(tables_.chains.find(chain.id)->retries, 0);
     EXPECT_EQ(cluster_.submissions[0].args.back(), "--baton-handover-wait=0");
 
     const std::int64_t second = cluster_.jobs.back().id;
@@ -176,8 +178,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     cluster_.now += 30;
     tick();
     ASSERT_EQ(cluster_.submissions.size(), 2u);
-    EXPECT_EQ(store_.submissions.find(chain.id, 2)->reason, "retry");
-    EXPECT_EQ(store_.chains.find(chain.id)->retries, 1);
+    EXPECT_EQ(tables_.submissions.find(chain.id, 2)->reason, "retry");
+    EXPECT_EQ(tables_.chains.find(chain.id)->retries, 1);
     EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
 }
 
@@ -209,7 +211,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedBySlurmIsCancelledOnceItsSuccessorRu
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 7 });
     EXPECT_TRUE(cluster_.signals.empty()) << "a queued job is not signalled";
     tick();
-    const ChainRow after = *store_.chains.find(chain.id);
+    const ChainRow after = *tables_.chains.find(chain.id);
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(cluster_.submissions.size(), 1u);
@@ -230,7 +232,7 @@ TEST_F(ProvisionerTest, APredecessorRequeuedDuringTheHandoverIsCancelled)
     EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { 8 });
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 1);
 }
 
 TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
@@ -238,7 +240,7 @@ TEST_F(ProvisionerTest, TrainingDoneCancelsThePendingSuccessor)
     const ChainRow chain = chainWithRunningJob(5);
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(cluster_.submissions.size(), 1u);
-    store_.checkpoints.record(chain.id, 5,
+    tables_.checkpoints.record(chain.id, 5,
         Json { { "name", "ckpt-000000000900" }, { "iteration", 900 }, { "created_unix", cluster_.now },
             { "total_bytes", 10 }, { "final", true }, { "training_done", true } },
         "/chains/x");

@@ -29,7 +29,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
             .int64(0, 0);
     };
     Provisioner provisioner(
-        config_, store_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
     // Start at the beginning of the chain's interval.
     cluster_.now -= (cluster_.now + Provisioner::waitRecordPhase(chain.id)) % Provisioner::waitRecordSeconds;
     provisioner.tick();
@@ -46,7 +46,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
     cluster_.end(jobId, "TIMEOUT");
     provisioner.tick();
     EXPECT_NE(rowVersion(), before);
-    EXPECT_EQ(store_.jobs.ofChain(chain.id).front().state, "TIMEOUT");
+    EXPECT_EQ(tables_.jobs.ofChain(chain.id).front().state, "TIMEOUT");
 }
 
 // The lead floor submits a successor at most half a job's limit early, so that a job with a short limit
@@ -84,27 +84,27 @@ TEST_F(ProvisionerTest, LiveChainsForTickMatchThePerChainReads)
     ClusterJob second = cluster_.jobs.front();
     second.id = 12;
     cluster_.jobs.push_back(second);
-    const ChainRow other = store_.chains.create(65534, "nobody", "other", "/chains/other",
+    const ChainRow other = tables_.chains.create(65534, "nobody", "other", "/chains/other",
         Json { { "script", "#!/bin/bash\ntrain\n" }, { "workdir", "/tmp" } });
-    store_.jobs.upsert(other.id, 0, second);
+    tables_.jobs.upsert(other.id, 0, second);
     tick(std::make_shared<AlwaysSubmit>()); // successors submitted for both
     ASSERT_EQ(cluster_.submissions.size(), 2u) << "the spec is read for the submission";
     EXPECT_EQ(cluster_.submissions.back().scriptText, "#!/bin/bash\ntrain\n");
-    store_.checkpoints.record(other.id, std::nullopt,
+    tables_.checkpoints.record(other.id, std::nullopt,
         Json { { "name", "ckpt-000000000007" }, { "iteration", 7 }, { "training_done", true } }, "/c");
     LiveChainCache cache;
     const auto live = readLiveChains(connection_, cache);
     ASSERT_EQ(live.size(), 2u);
     for (const LiveChain& view : live) {
-        const ChainRow row = *store_.chains.find(view.chain.id);
+        const ChainRow row = *tables_.chains.find(view.chain.id);
         EXPECT_EQ(view.chain.state, row.state);
         EXPECT_TRUE(view.chain.spec.is_null()) << "specs are read when a job is submitted";
-        EXPECT_EQ(view.trainingDone, store_.checkpoints.trainingDone(row.id));
+        EXPECT_EQ(view.trainingDone, tables_.checkpoints.trainingDone(row.id));
         ASSERT_TRUE(view.next.has_value());
-        EXPECT_EQ(view.next->key, store_.submissions.find(row.id, row.seq + 1)->key);
-        EXPECT_EQ(view.current.has_value(), store_.submissions.find(row.id, row.seq).has_value());
+        EXPECT_EQ(view.next->key, tables_.submissions.find(row.id, row.seq + 1)->key);
+        EXPECT_EQ(view.current.has_value(), tables_.submissions.find(row.id, row.seq).has_value());
         std::size_t expectedJobs = 0;
-        for (const JobRow& job : store_.jobs.ofChain(row.id))
+        for (const JobRow& job : tables_.jobs.ofChain(row.id))
             expectedJobs += job.seq == row.seq || job.seq == row.seq + 1;
         EXPECT_EQ(view.jobs.size(), expectedJobs);
     }
@@ -151,17 +151,17 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
     read(2);
     read(0);
 
-    store_.submissions.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
+    tables_.submissions.recordIntent(a.id, 1, Submitter::submissionKey(a, 1), "policy");
     EXPECT_TRUE(of(read(1), a)->next.has_value());
     connection_.execScript("UPDATE jobs SET state = 'COMPLETING', end_time = now() WHERE slurm_job_id = 42");
     EXPECT_EQ(of(read(1), b)->jobs.at(0).state, "COMPLETING");
-    store_.checkpoints.record(b.id, std::nullopt,
+    tables_.checkpoints.record(b.id, std::nullopt,
         Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
     EXPECT_TRUE(of(read(1), b)->trainingDone);
     connection_.execScript("DELETE FROM submissions WHERE chain_id = " + std::to_string(a.id) + " AND seq = 1");
     EXPECT_FALSE(of(read(1), a)->next.has_value());
     // A new seq alone (the chain's own row) makes other rows the current and next job's.
-    ASSERT_TRUE(store_.chains.advance(*store_.chains.find(a.id), ChainEvent::JobAdopted));
+    ASSERT_TRUE(tables_.chains.advance(*tables_.chains.find(a.id), ChainEvent::JobAdopted));
     EXPECT_EQ(of(read(1), a)->jobs.size(), 0u) << "no job 1 or 2 yet";
     // The chain's own row is read every time: a change to it alone reads no other rows.
     ASSERT_TRUE(forceState(a.id, ChainState::Running, ChainState::Paused));
@@ -190,9 +190,9 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     successor.state = "PENDING";
     successor.startTime = 0;
     started.startTime = cluster_.now - 5;
-    store_.jobs.upsert(std::vector<JobStore::Write> {
+    tables_.jobs.upsert(std::vector<JobStore::Write> {
         { chain.id, 1, successor }, { chain.id, 0, ended }, { chain.id, 5, started } });
-    const std::vector<JobRow> jobs = store_.jobs.ofChain(chain.id);
+    const std::vector<JobRow> jobs = tables_.jobs.ofChain(chain.id);
     ASSERT_EQ(jobs.size(), 2u);
     EXPECT_EQ(jobs[0].seq, 0);
     EXPECT_EQ(jobs[0].state, "COMPLETED");
@@ -203,7 +203,7 @@ TEST_F(ProvisionerTest, JobRowsWrittenInOneBatchEndAsWrittenOneByOne)
     EXPECT_EQ(jobs[1].state, "RUNNING") << "the last write's facts";
     EXPECT_EQ(jobs[1].startTime, cluster_.now - 5);
     EXPECT_FALSE(jobs[1].endTime.has_value());
-    store_.jobs.upsert({}); // nothing to write: no statement
+    tables_.jobs.upsert({}); // nothing to write: no statement
 }
 
 // One provisioner through a chain's whole handover, as batond keeps it from tick to tick: what it kept
@@ -212,7 +212,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
 {
     const ChainRow chain = chainWithRunningJob(51);
     Provisioner provisioner(
-        config_, store_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
     provisioner.tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -226,7 +226,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
     cluster_.end(51, "COMPLETED");
     provisioner.tick();
     EXPECT_EQ(stateOf(chain), ChainState::Running);
-    EXPECT_EQ(store_.chains.find(chain.id)->seq, 1);
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 1);
     provisioner.tick(); // the next successor for job 1
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
@@ -239,10 +239,10 @@ TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
     const ChainRow a = chainWithRunningJob(61, "-a");
     const ChainRow b = chainWithRunningJob(62, "-b");
     chainWithRunningJob(63, "-c"); // no checkpoint: counts as age 0
-    Provisioner provisioner(config_, store_, cluster_, metrics_,
+    Provisioner provisioner(config_, tables_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
-        store_.checkpoints.record(chain.id, std::nullopt,
+        tables_.checkpoints.record(chain.id, std::nullopt,
             Json { { "name", baton::contract::checkpointDirName(static_cast<std::uint64_t>(iteration)) },
                 { "iteration", iteration },
                 { "created_unix", cluster_.now - ago } },
@@ -273,9 +273,9 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
 {
     const ChainRow first = chainWithRunningJob(21, "-a");
     const ChainRow second = chainWithRunningJob(22, "-b");
-    const ChainRow history = store_.chains.create(65534, "nobody", "history", "/chains/history", Json());
+    const ChainRow history = tables_.chains.create(65534, "nobody", "history", "/chains/history", Json());
     ASSERT_TRUE(forceState(history.id, ChainState::Running, ChainState::Finished));
-    Provisioner provisioner(config_, store_, cluster_, metrics_,
+    Provisioner provisioner(config_, tables_, cluster_, metrics_,
         std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
     const auto gauge = [&](ChainState state) { return metrics_.chains(state).Value(); };
     const auto nextTick = [&] {
@@ -294,7 +294,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     EXPECT_EQ(gauge(ChainState::Failed), 0);
 
     // A chain that began and ended between two ticks is seen by its id, and the recount takes in all.
-    const ChainRow unseen = store_.chains.create(65534, "nobody", "unseen", "/chains/unseen", Json());
+    const ChainRow unseen = tables_.chains.create(65534, "nobody", "unseen", "/chains/unseen", Json());
     ASSERT_TRUE(forceState(unseen.id, ChainState::Running, ChainState::Finished));
     nextTick();
     EXPECT_EQ(gauge(ChainState::Finished), 1);
@@ -361,7 +361,7 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     // One service: a full batch is followed by another prune the next tick, a partial one only
     // pruneEveryTicks later.
     config_.retentionDays = 90;
-    Provisioner service(config_, store_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
+    Provisioner service(config_, tables_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
         timeOnlyDecisionPoints);
     const std::int64_t before = decisions();
     service.tick();

@@ -206,6 +206,17 @@ TEST(PluginEvent, PostedStoredAndSpooled)
     zeroJob["job_id"] = 0;
     EXPECT_THROW(PluginEvent::posted(zeroJob), std::invalid_argument);
     EXPECT_THROW(PluginEvent::posted(Json::array()), std::invalid_argument);
+    // Plugins of earlier releases name the seq `restart_count`, in the event and in its checkpoint:
+    // during an upgrade both forms come in, and both are accepted alike.
+    for (const char* key : { "seq", "restart_count" }) { // the legacy name too
+        Json named = posted;
+        named[key] = 3;
+        named["checkpoint"][key] = 2;
+        EXPECT_EQ(PluginEvent::posted(named).jobId, 42) << key;
+        const auto read = PluginEvent::stored(EventRow { 5, "step_start", "train", 42, named });
+        ASSERT_TRUE(read && read->checkpoint) << key;
+        EXPECT_EQ((*read->checkpoint)["iteration"], 7) << key;
+    }
 
     const auto stored = PluginEvent::stored(EventRow { 1, "step_start", "train", 42, posted });
     ASSERT_TRUE(stored);

@@ -39,8 +39,8 @@ int main(int argc, char** argv)
             return 2;
         }
     }
-    const char* restarts = std::getenv("BATON_RESTART_COUNT");
-    std::printf("restart count %s\n", restarts ? restarts : "unset");
+    const char* seq = std::getenv("BATON_CHAIN_SEQ");
+    std::printf("seq %s\n", seq ? seq : "unset");
 
     auto options = baton::ckpt::SessionOptions::fromEnvironment();
     options.handleSignals = true; // SIGTERM (the provisioner's handover): final checkpoint, then exit

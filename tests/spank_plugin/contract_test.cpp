@@ -8,6 +8,7 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/deadline.hpp"
 #include "baton/ckpt/error.hpp"
+#include "baton/ckpt/manifest.hpp"
 #include "baton/ckpt/options.hpp"
 #include "baton/ckpt/policy.hpp"
 #include "baton_contract.hpp"
@@ -135,6 +136,26 @@ TEST(Contract, PluginReportsTheCheckpointTheCheckpointerSees)
     auto newest = baton::spank::newestCheckpoint(chain.get());
     ASSERT_TRUE(newest.has_value());
     EXPECT_EQ(newest->name, baton::contract::checkpointDirName(5));
+}
+
+// The writer's seq as both sides read it: `seq`, else `restart_count` (manifests of earlier releases).
+TEST(Contract, PluginAndCheckpointerReadTheSeqOfOldAndNewManifests)
+{
+    const auto seqs = [](const nlohmann::json& fields) {
+        nlohmann::json document = nlohmann::json::parse(manifestText(5));
+        document.update(fields);
+        const std::string text = baton::ckpt::renderManifest(document);
+        const auto library = baton::ckpt::parseManifest(text).chainSeq;
+        const auto plugin = baton::spank::summarizeManifest("ckpt-000000000005", text).chainSeq;
+        return std::pair { library ? std::optional<std::int64_t>(*library) : std::nullopt, plugin };
+    };
+    using Seqs = std::pair<std::optional<std::int64_t>, std::optional<std::int64_t>>;
+    EXPECT_EQ(seqs({ { baton::contract::kManifestSeqKey, 3 } }), (Seqs { 3, 3 }));
+    EXPECT_EQ(seqs({ { baton::contract::kLegacyManifestSeqKey, 2 } }), (Seqs { 2, 2 }));
+    EXPECT_EQ(
+        seqs({ { baton::contract::kManifestSeqKey, 4 }, { baton::contract::kLegacyManifestSeqKey, 2 } }),
+        (Seqs { 4, 4 }));
+    EXPECT_EQ(seqs(nlohmann::json::object()), (Seqs { std::nullopt, std::nullopt }));
 }
 
 } // namespace

@@ -153,7 +153,7 @@ StepEvent sampleEvent()
     event.chain = "c";
     event.chainDir = "/s/c";
     event.node = "n1";
-    event.restartCount = 3;
+    event.chainSeq = 3;
     event.deadlineUnix = 1700003600;
     event.task = 0;
     event.waitStatus = 7 << 8; // exited with 7
@@ -180,13 +180,13 @@ TEST(Event, CarriesTheDocumentedFields)
     EXPECT_EQ(json["node"], "n1");
     EXPECT_EQ(json["exit_status"], 7);
     EXPECT_TRUE(json["signal"].is_null());
-    EXPECT_EQ(json["restart_count"], 3);
+    EXPECT_EQ(json["seq"], 3);
     EXPECT_EQ(json["deadline_unix"], 1700003600);
     EXPECT_EQ(json["checkpoint"]["iteration"], 200);
     EXPECT_EQ(json["checkpoint"]["total_bytes"], 2000);
     EXPECT_EQ(json["checkpoint"]["final"], false);
     EXPECT_EQ(json["checkpoint"]["training_done"], false);
-    EXPECT_TRUE(json["checkpoint"]["restart_count"].is_null());
+    EXPECT_TRUE(json["checkpoint"]["seq"].is_null());
     EXPECT_TRUE(json["checkpoint"]["job_id"].is_null());
     EXPECT_EQ(json["checkpoint"]["world_size"], 1);
     EXPECT_TRUE(json["checkpoint"]["region_layouts"].is_null());
@@ -228,7 +228,7 @@ TEST(Event, ForwardsOnlyKnownNumericTuning)
     StepEvent event = sampleEvent();
     event.checkpoint->final = true;
     event.checkpoint->trainingDone = true;
-    event.checkpoint->restartCount = 2;
+    event.checkpoint->chainSeq = 2;
     event.checkpoint->jobId = 41;
     event.checkpoint->tuning = { { "interval", 9 }, { "stall_seconds", INFINITY }, { "note", "x" },
         { "snapshot_seconds", { { "deep", 1 } } } };
@@ -236,7 +236,7 @@ TEST(Event, ForwardsOnlyKnownNumericTuning)
     EXPECT_EQ(json["tuning"], (nlohmann::json { { "interval", 9 } }));
     EXPECT_EQ(json["checkpoint"]["final"], true);
     EXPECT_EQ(json["checkpoint"]["training_done"], true);
-    EXPECT_EQ(json["checkpoint"]["restart_count"], 2);
+    EXPECT_EQ(json["checkpoint"]["seq"], 2);
     EXPECT_EQ(json["checkpoint"]["job_id"], 41);
 }
 

@@ -142,7 +142,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     auto full = nlohmann::json::parse(manifest(100));
     full["final"] = true;
     full["training_done"] = true;
-    full["restart_count"] = 3;
+    full["seq"] = 3;
     full["job_id"] = 4711;
     full["tuning"] = { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "snapshot_seconds", "1e999" },
         { "persist_seconds", "2" }, { "overhead_percent", 4.5 }, { "stall_seconds", nullptr },
@@ -150,7 +150,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     const auto summary = summarizeManifest("ckpt-000000000100", full.dump());
     EXPECT_TRUE(summary.final);
     EXPECT_TRUE(summary.trainingDone);
-    EXPECT_EQ(summary.restartCount, 3);
+    EXPECT_EQ(summary.chainSeq, 3);
     EXPECT_EQ(summary.jobId, 4711);
     EXPECT_EQ(summary.tuning,
         (nlohmann::json { { "interval", 7 }, { "iteration_seconds", 0.5 }, { "overhead_percent", 4.5 } }));
@@ -163,7 +163,7 @@ TEST(CheckpointScan, ManifestHandoverFieldsAndTuningFilter)
     const auto older = summarizeManifest("ckpt-000000000100", plain.dump());
     EXPECT_FALSE(older.final);
     EXPECT_FALSE(older.trainingDone);
-    EXPECT_FALSE(older.restartCount.has_value());
+    EXPECT_FALSE(older.chainSeq.has_value());
     EXPECT_FALSE(older.jobId.has_value());
     EXPECT_TRUE(older.tuning.is_null());
     EXPECT_EQ(filterTuning({ { "interval", INFINITY }, { "stall_seconds", NAN }, { "persist_seconds", 2 } }),
@@ -229,12 +229,12 @@ TEST(CheckpointScan, HostileNumbersMakeAManifestUnusable)
     EXPECT_EQ(summary.iteration, std::int64_t { 1 } << 53);
     EXPECT_EQ(summary.totalBytes, 0);
     EXPECT_DOUBLE_EQ(summary.createdUnix, 253402300799.0);
-    // restart_count and job_id are forwarded too: outside 0..2^53 they are dropped.
+    // seq and job_id are forwarded too: outside 0..2^53 they are dropped.
     auto ids = nlohmann::json::parse(manifest(200));
-    ids["restart_count"] = -3;
+    ids["seq"] = -3;
     ids["job_id"] = 18446744073709551615ull;
     const auto dropped = summarizeManifest(checkpointName(200), ids.dump());
-    EXPECT_FALSE(dropped.restartCount.has_value());
+    EXPECT_FALSE(dropped.chainSeq.has_value());
     EXPECT_FALSE(dropped.jobId.has_value());
 
     // In a chain: the hostile newest manifest is skipped with its reason, the previous one reported.

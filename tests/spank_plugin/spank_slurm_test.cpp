@@ -206,7 +206,8 @@ TEST_F(SpankPlugin, SrunTasksSeeEveryVariableAndTheJobsEndTime)
     EXPECT_EQ(vars["BATON_CHAIN"], "envchain");
     EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "root" / "envchain").string());
     EXPECT_EQ(vars["BATON_JOB_ID"], vars["SLURM_JOB_ID"]);
-    EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
+    EXPECT_EQ(vars["BATON_CHAIN_SEQ"], "0");
+    EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0") << "the deprecated alias of BATON_CHAIN_SEQ";
     EXPECT_EQ(vars["BATON_DEADLINE_MARGIN"], "90");
     EXPECT_EQ(vars["BATON_OVERHEAD"], "7.5");
     EXPECT_EQ(vars["BATON_KEEP"], "2");
@@ -269,7 +270,8 @@ TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
         EXPECT_EQ(vars["BATON_CHAIN"], "trainer") << text;
         EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "root" / "trainer").string());
         EXPECT_EQ(vars["BATON_JOB_ID"], jobIdOf(submitted));
-        EXPECT_EQ(vars["BATON_RESTART_COUNT"], std::to_string(expected));
+        EXPECT_EQ(vars["BATON_CHAIN_SEQ"], std::to_string(expected));
+        EXPECT_EQ(vars["BATON_RESTART_COUNT"], vars["BATON_CHAIN_SEQ"]) << "the deprecated alias";
         // %n is Slurm's node name in the batch step as in its srun steps (the host name may differ).
         const std::string local = (layout_->local / "root" / vars["SLURMD_NODENAME"] / "trainer").string();
         const std::string localLine = "BATON_LOCAL_DIR=" + local + "\n";
@@ -363,7 +365,7 @@ TEST_F(SpankPlugin, ChainDirectoryIsCreatedAsTheJobUser)
         expectSignedByRoot(requests);
     }
     EXPECT_EQ(vars["BATON_CHAIN_DIR"], dir.string());
-    EXPECT_EQ(vars["BATON_RESTART_COUNT"], "0");
+    EXPECT_EQ(vars["BATON_CHAIN_SEQ"], "0");
     EXPECT_FALSE(vars["BATON_DEADLINE"].empty()) << result.output;
     for (const auto& path : { dir.parent_path(), dir }) {
         const auto info = statOf(path);
@@ -422,7 +424,7 @@ TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
     ASSERT_FALSE(firstJob.empty()) << submitted.output;
     const std::string firstText = readText(first);
     EXPECT_EQ(submitted.exitCode, 0) << submitted.output << firstText;
-    EXPECT_THAT(firstText, HasSubstr("restart count 0\nfresh start\n"));
+    EXPECT_THAT(firstText, HasSubstr("seq 0\nfresh start\n"));
     EXPECT_THAT(firstText, HasSubstr("exiting\n"));
 
     const auto events = server_->eventsOf(std::stoll(firstJob), 2);
@@ -468,13 +470,13 @@ TEST_F(SpankPlugin, ChainJobCheckpointsBeforeTheLimitAndTheNextJobRestores)
     const std::string secondText = readText(second);
     ASSERT_EQ(next.exitCode, 0) << next.output << secondText;
     // The predecessor's final checkpoint is there already: the handover wait ends at once.
-    EXPECT_THAT(secondText, HasSubstr("restart count 1\n"));
+    EXPECT_THAT(secondText, HasSubstr("seq 1\n"));
     EXPECT_THAT(secondText, HasSubstr("is final, found after 0.0 s"));
     EXPECT_THAT(secondText, HasSubstr("restored iteration " + std::to_string(iteration) + " verified"));
     const auto nextEvents = server_->eventsOf(std::stoll(jobIdOf(next)), 1);
     ASSERT_FALSE(nextEvents.empty());
     EXPECT_EQ(nextEvents[0]["kind"], "step_start");
-    EXPECT_EQ(nextEvents[0]["restart_count"], 1);
+    EXPECT_EQ(nextEvents[0]["seq"], 1);
     EXPECT_EQ(nextEvents[0]["checkpoint"]["iteration"], iteration);
 }
 

@@ -111,11 +111,11 @@ void bindCoordinators(py::module_& module)
 void bindOptions(py::module_& module)
 {
     py::class_<ckpt::Options>(module, "Options",
-        "Settings of a Checkpointer (BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, "
+        "Settings of a Checkpointer (BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_CHAIN_SEQ, "
         "BATON_HANDOVER_WAIT).")
         .def(py::init<>())
         .def_static("from_environment", &ckpt::Options::fromEnvironment,
-            "Reads BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT and BATON_HANDOVER_WAIT; "
+            "Reads BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_CHAIN_SEQ and BATON_HANDOVER_WAIT; "
             "raises ConfigError naming the variable when unusable.")
         .def_property(
             "chain_dir", [](const ckpt::Options& o) { return o.chainDir.string(); },
@@ -127,8 +127,9 @@ void bindOptions(py::module_& module)
         .def_readwrite("file_mode", &ckpt::Options::fileMode,
             "Permissions of checkpoint files (default 0o600; directories get search bits: 0o700).")
         .def_readwrite("job_id", &ckpt::Options::jobId, "Recorded in every manifest; None: BATON_JOB_ID.")
-        .def_readwrite("restart_count", &ckpt::Options::restartCount,
-            "Recorded in every manifest; None: BATON_RESTART_COUNT.")
+        .def_readwrite("chain_seq", &ckpt::Options::chainSeq,
+            "The job's position in its chain, recorded in every manifest; None: BATON_CHAIN_SEQ.")
+        .def_readwrite("restart_count", &ckpt::Options::chainSeq, "Deprecated alias of chain_seq.")
         .def_readwrite("coordinator", &ckpt::Options::coordinator,
             "The ranks that checkpoint together (None: this process alone).")
         .def_readwrite("handover_wait_seconds", &ckpt::Options::handoverWaitSeconds,

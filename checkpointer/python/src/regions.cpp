@@ -41,8 +41,10 @@ py::object restoreResultToPython(const ckpt::RestoreResult& result)
         "dir"_a = result.dir.string(), "blobs"_a = blobs,
         "manifest"_a = result.restored ? fromJson(result.manifest) : py::dict(), "fallbacks"_a = fallbacks,
         "unclaimed_regions"_a = py::cast(result.unclaimedRegions), "job_id"_a = py::cast(result.jobId),
-        "restart_count"_a = py::cast(result.restartCount), "final"_a = result.final,
-        "training_done"_a = result.trainingDone, "handover_wait_seconds"_a = result.handoverWaitSeconds,
+        "chain_seq"_a = py::cast(result.chainSeq),
+        "restart_count"_a = py::cast(result.chainSeq), // deprecated alias of chain_seq
+        "final"_a = result.final, "training_done"_a = result.trainingDone,
+        "handover_wait_seconds"_a = result.handoverWaitSeconds,
         "handover_timed_out"_a = result.handoverTimedOut, "node_local"_a = result.nodeLocal);
 }
 

@@ -84,7 +84,7 @@ void bindOptions(py::module_& module)
     py::class_<SessionOptions>(module, "SessionOptions")
         .def(py::init<>())
         .def_static("from_environment", &SessionOptions::fromEnvironment,
-            "BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, BATON_HANDOVER_WAIT, "
+            "BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_CHAIN_SEQ, BATON_HANDOVER_WAIT, "
             "BATON_OVERHEAD, "
             "BATON_DEADLINE, BATON_DEADLINE_MARGIN.")
         .def_readwrite("checkpointer", &SessionOptions::checkpointer)

@@ -57,8 +57,8 @@ struct HandoverWaitResult {
 };
 
 // Polls the chain's manifests (only those: cheap) every `pollSeconds` until a committed checkpoint is
-// `final` with `restart_count >= minRestartCount`, or `limitSeconds` have passed.
-HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::uint64_t minRestartCount,
+// `final` with `seq >= minChainSeq`, or `limitSeconds` have passed.
+HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::uint64_t minChainSeq,
     double limitSeconds, double pollSeconds = 0.2);
 
 // "<host>-<pid>": names this process's temporary directories in a chain (".ckpt-N.tmp-<tag>").

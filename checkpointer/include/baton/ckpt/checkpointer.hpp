@@ -119,7 +119,7 @@ struct RestoreResult {
     bool regionsOverwritten = false;
     // The restored manifest's writer and flags (unknown / false for manifests without them).
     std::optional<std::uint64_t> jobId;
-    std::optional<std::uint64_t> restartCount;
+    std::optional<std::uint64_t> chainSeq;
     bool final = false;
     bool trainingDone = false;
     // Restored from the node-local level (Options::localDir), not from the chain directory.
@@ -192,7 +192,7 @@ public:
     // falling back to older ones; regions receive bytes only from a checkpoint that verified. A manifest
     // whose sizes do not match its data file is skipped before anything is allocated for it. Throws
     // FormatError for a newer format, Error when a checkpoint's region has a different size than the
-    // registered one. With Options::handoverWaitSeconds > 0 and restartCount n > 0, the first call first
+    // registered one. With Options::handoverWaitSeconds > 0 and chainSeq n > 0, the first call first
     // waits (at most that long) for the predecessor's final checkpoint (waitForHandover), so that a successor
     // never resumes from a stale one.
     //

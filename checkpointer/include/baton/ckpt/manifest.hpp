@@ -61,7 +61,7 @@ struct Manifest {
     std::vector<ManifestFile> files; // version 1: data.bin alone
     // Who wrote it and why (absent in older manifests: unknown / false).
     std::optional<std::uint64_t> jobId; // `job_id`: the writer's Slurm job
-    std::optional<std::uint64_t> restartCount; // `restart_count`: the writer's BATON_RESTART_COUNT
+    std::optional<std::uint64_t> chainSeq; // `seq` (`restart_count` before): the writer's BATON_CHAIN_SEQ
     bool final = false; // `final`: the writer exited after it (deadline, SIGTERM, requested, finish)
     bool trainingDone = false; // `training_done`: the application declared the training complete
     nlohmann::json document; // the whole manifest, including sampler, tuning and any extra fields

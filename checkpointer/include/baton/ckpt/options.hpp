@@ -35,13 +35,14 @@ struct Options {
     unsigned fileMode = 0600;
     // Receives warnings and errors (one line each); default: standard error.
     std::function<void(std::string_view)> log;
-    // The writer's Slurm job id and restart count, recorded in every manifest (`job_id`,
-    // `restart_count`). Left unset, the Checkpointer takes BATON_JOB_ID and BATON_RESTART_COUNT when
-    // they hold whole numbers: they describe the process, not a choice of the program.
+    // The writer's Slurm job id and its job's position in the chain (seq, 0 for the first job), recorded
+    // in every manifest (`job_id`, `seq`). Left unset, the Checkpointer takes BATON_JOB_ID and
+    // BATON_CHAIN_SEQ (where that is unset, its deprecated alias BATON_RESTART_COUNT) when they hold
+    // whole numbers: they describe the process, not a choice of the program.
     std::optional<std::uint64_t> jobId;
-    std::optional<std::uint64_t> restartCount;
+    std::optional<std::uint64_t> chainSeq;
     // Seconds restore() waits for the predecessor's handover (BATON_HANDOVER_WAIT, 0..3600, 0 = off):
-    // with restartCount n > 0, until a committed checkpoint is final with restart_count >= n - 1.
+    // with chainSeq n > 0, until a committed checkpoint is final with seq >= n - 1.
     double handoverWaitSeconds = 0;
     // Two-level storage (BATON_LOCAL_DIR): a node-local directory for this chain. Each checkpoint then
     // commits there first, at local speed, and is drained to chainDir in the background, verified there
@@ -64,12 +65,12 @@ struct Options {
     std::shared_ptr<Coordinator> coordinator;
 
     // Reads BATON_CHAIN_DIR (required, absolute), BATON_KEEP (integer 1..1000), BATON_JOB_ID,
-    // BATON_RESTART_COUNT (whole numbers), BATON_HANDOVER_WAIT (seconds, 0..3600), BATON_LOCAL_DIR
+    // BATON_CHAIN_SEQ (whole numbers), BATON_HANDOVER_WAIT (seconds, 0..3600), BATON_LOCAL_DIR
     // (absolute), BATON_LOCAL_KEEP (1..1000), BATON_DRAIN_MBPS (MB/s, >= 0), and, for a world
     // of more than one rank (BATON_WORLD_SIZE, or SLURM_NTASKS inside an srun step), a FileCoordinator
     // (FileCoordinator::fromEnvironment). Throws ConfigError naming the variable.
     static Options fromEnvironment();
-    // Fills an unset jobId / restartCount from BATON_JOB_ID / BATON_RESTART_COUNT where those hold
+    // Fills an unset jobId / chainSeq from BATON_JOB_ID / BATON_CHAIN_SEQ where those hold
     // whole numbers (anything else leaves them unknown). The Checkpointer calls it.
     void identifyFromEnvironment();
 

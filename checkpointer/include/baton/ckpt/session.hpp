@@ -39,7 +39,7 @@ struct SessionOptions {
     // (several ranks must all take the same checkpoints).
     bool waitForInFlight = false;
 
-    // BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_RESTART_COUNT, BATON_HANDOVER_WAIT
+    // BATON_CHAIN_DIR, BATON_KEEP, BATON_JOB_ID, BATON_CHAIN_SEQ, BATON_HANDOVER_WAIT
     // (Options::fromEnvironment; the handover wait is checkpointer.handoverWaitSeconds), BATON_OVERHEAD,
     // BATON_DEADLINE and BATON_DEADLINE_MARGIN. Throws ConfigError naming the variable.
     static SessionOptions fromEnvironment();

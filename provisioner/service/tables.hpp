@@ -1,4 +1,5 @@
-// batond's tables, one store each, over one borrowed connection: chains with their state machine,
+// batond's tables, one table store each, gathered over one borrowed connection (`tables.chains`, ...):
+// chains with their state machine,
 // submissions with idempotency keys (and the predictions made for them), jobs as slurmctld reported
 // them, events and used credentials, checkpoints (hints), decisions and handovers. Each table's SQL,
 // row type and column reader live in its own store; what reads across tables for a purpose does so in
@@ -17,8 +18,8 @@
 
 namespace baton::service {
 
-struct Store {
-    explicit Store(db::Connection& connection)
+struct Tables {
+    explicit Tables(db::Connection& connection)
         : chains(connection)
         , submissions(connection)
         , jobs(connection)
