@@ -1,8 +1,8 @@
 // Small helpers of the trace reader tests.
 #pragma once
 
-#include "fields.hpp"
-#include "trace_reader.hpp"
+#include "trace/fields.hpp"
+#include "trace/trace_reader.hpp"
 
 #include <cstdint>
 #include <string>

@@ -33,14 +33,14 @@
 //                              the progress bound, so that a run takes about 9 minutes)
 //   BATON_CHAOS_CHAINS=N       chains at the start (default 12, at least 12)
 //   BATON_CHAOS_PROGRESS_S=S   the progress bound (default 180)
-#include "batond_client.hpp"
 #include "chaos_model.hpp"
-#include "services.hpp"
+#include "tests/support/batond_client.hpp"
+#include "tests/support/services.hpp"
 
-#include <baton_contract.hpp>
-#include <connection.hpp>
-#include <migrations.hpp>
-#include <munge_credential.hpp>
+#include "common/baton_contract.hpp"
+#include "common/munge_credential.hpp"
+#include "db/connection.hpp"
+#include "db/migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -1,18 +1,18 @@
 // The plugin's Slurm-independent parts: values, plugstack configuration, paths, credentials, chain
 // files, events and the HTTP client, against real files, a real HTTP server and real sockets.
-#include "chain_files.hpp"
-#include "checkpoint_scan.hpp"
-#include "config.hpp"
-#include "credentials.hpp"
-#include "event.hpp"
-#include "http_client.hpp"
-#include "paths.hpp"
-#include "values.hpp"
+#include "spank_plugin/chain_files.hpp"
+#include "spank_plugin/checkpoint_scan.hpp"
+#include "spank_plugin/config.hpp"
+#include "spank_plugin/credentials.hpp"
+#include "spank_plugin/event.hpp"
+#include "spank_plugin/http_client.hpp"
+#include "spank_plugin/paths.hpp"
+#include "spank_plugin/values.hpp"
 
-#include "munge_credential.hpp"
+#include "common/munge_credential.hpp"
 
-#include "http_sink.hpp"
-#include "process.hpp"
+#include "tests/support/http_sink.hpp"
+#include "tests/support/process.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
