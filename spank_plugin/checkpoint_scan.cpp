@@ -1,6 +1,6 @@
 #include "checkpoint_scan.hpp"
 
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 #include "unique_fd.hpp"
 
 #include <algorithm>

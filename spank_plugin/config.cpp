@@ -3,7 +3,7 @@
 #include "http_client.hpp"
 #include "values.hpp"
 
-#include <users.hpp>
+#include "common/users.hpp"
 
 #include <set>
 #include <stdexcept>

@@ -2,8 +2,8 @@
 
 #include "baton_version.h"
 #include "chain_files.hpp"
+#include "common/munge_credential.hpp"
 #include "credentials.hpp"
-#include "munge_credential.hpp"
 
 #include <future>
 #include <mutex>

@@ -2,7 +2,7 @@
 #include "contexts.hpp"
 #include "options.hpp"
 
-#include <users.hpp>
+#include "common/users.hpp"
 
 #include <unistd.h>
 

@@ -10,8 +10,8 @@
 // step and node before the tasks start and whose environment changes reach them
 // (task_init_privileged runs once per task, in the task's own process), and the signing regains root
 // on the plugin's thread only (signEventAsRoot), which the saved uid 0 allows in every callback.
-#include "baton_contract.hpp"
 #include "chain_files.hpp"
+#include "common/baton_contract.hpp"
 #include "contexts.hpp"
 #include "credentials.hpp"
 #include "event.hpp"

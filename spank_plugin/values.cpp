@@ -1,6 +1,6 @@
 #include "values.hpp"
 
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 
 #include <charconv>
 #include <cmath>

@@ -24,14 +24,14 @@
 #include <thread>
 #include <vector>
 
-#include "../support/distribution.hpp"
-#include "../support/page_cache.hpp"
 #include "baton/ckpt/adaptive.hpp"
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
-#include "io.hpp"
-#include "thread_pool.hpp"
+#include "bench/support/distribution.hpp"
+#include "bench/support/page_cache.hpp"
+#include "checkpointer/src/io.hpp"
+#include "checkpointer/src/thread_pool.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;

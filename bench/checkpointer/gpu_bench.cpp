@@ -28,9 +28,9 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/manifest.hpp"
-#include "io.hpp"
-#include "../support/distribution.hpp"
-#include "../support/page_cache.hpp"
+#include "bench/support/distribution.hpp"
+#include "bench/support/page_cache.hpp"
+#include "checkpointer/src/io.hpp"
 
 cudaError_t launchSpin(cudaStream_t stream, long long cycles);
 

@@ -18,7 +18,7 @@
 
 #include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/coordinator.hpp"
-#include "io.hpp"
+#include "checkpointer/src/io.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "../support/distribution.hpp"
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/session.hpp"
+#include "bench/support/distribution.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;

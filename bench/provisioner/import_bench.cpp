@@ -6,10 +6,10 @@
 // with the session's default statement_timeout (60 s), against psql \copy of the same rows.
 //
 //   import_bench [--repeat N] [--scale K] [--rows R]   (BATONCTL, BATON_TRACE_DIR from the environment)
-#include "connection.hpp"
-#include "fields.hpp"
-#include "migrations.hpp"
-#include "trace_reader.hpp"
+#include "db/connection.hpp"
+#include "db/migrations.hpp"
+#include "trace/fields.hpp"
+#include "trace/trace_reader.hpp"
 
 #include <fcntl.h>
 #include <spawn.h>

@@ -4,11 +4,11 @@
 // successors are computed. Figures: p50/p99 of each step
 // and of the whole tick against the 50 ms target, with ratios against baselines measured in this run
 // (a DOM parse of the same document with nlohmann::json; the features one chain at a time).
-#include "live_queue.hpp"
-#include "squeue_json.hpp"
-#include "synthetic_squeue.hpp"
+#include "bench/support/synthetic_squeue.hpp"
+#include "policy/live_queue.hpp"
+#include "slurm/squeue_json.hpp"
 
-#include <features.hpp>
+#include "policy/features.hpp"
 
 #include <nlohmann/json.hpp>
 

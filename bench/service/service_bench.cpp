@@ -2,15 +2,15 @@
 // MUNGE decode (against the MUNGE round trip alone, measured in the same run), one provisioner tick
 // with 1,000 live chains in the database and a 10,000-job queue, and /metrics scrapes afterwards.
 // Targets (issue): >= 2,000 events/s on 2 cores; tick p99 < 50 ms; scrape < 20 ms.
-#include "http_api.hpp"
-#include "live_policy.hpp"
-#include "provisioner.hpp"
-#include "slurm_cluster.hpp"
-#include "synthetic_squeue.hpp"
+#include "bench/support/synthetic_squeue.hpp"
+#include "service/http_api.hpp"
+#include "service/live_policy.hpp"
+#include "service/provisioner.hpp"
+#include "service/slurm_cluster.hpp"
 
-#include <migrations.hpp>
-#include <munge_credential.hpp>
-#include <squeue_json.hpp>
+#include "common/munge_credential.hpp"
+#include "db/migrations.hpp"
+#include "slurm/squeue_json.hpp"
 
 #include <httplib.h>
 

@@ -2,9 +2,9 @@
 // Figures: whole-trace replay time with EASY backfill against plain FCFS (baseline), the fit to the
 // recorded starts, and every policy's interruption metrics with ratios against `avg` (Mirage's
 // baseline), plus the comparison's wall-clock time against the 120 s budget.
-#include "comparison.hpp"
-#include "trace_input.hpp"
-#include "validation.hpp"
+#include "sim/comparison.hpp"
+#include "sim/trace_input.hpp"
+#include "sim/validation.hpp"
 
 #include <chrono>
 #include <cmath>

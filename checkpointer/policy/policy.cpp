@@ -1,6 +1,6 @@
 #include "baton/ckpt/policy.hpp"
 
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 
 #include <algorithm>
 #include <charconv>

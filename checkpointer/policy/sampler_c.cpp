@@ -1,6 +1,6 @@
 #include "baton_sampler.h"
 
-#include "../src/c_api_error.hpp"
+#include "checkpointer/src/c_api_error.hpp"
 #include "sampler_handle.hpp"
 
 #include <cstring>

@@ -1,7 +1,7 @@
 #include "baton/ckpt/session.hpp"
 
 #include "baton/ckpt/error.hpp"
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 
 #include <cmath>
 #include <cstdio>

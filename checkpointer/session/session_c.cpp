@@ -1,10 +1,10 @@
 #include "baton_session.h"
 
-#include "../policy/sampler_handle.hpp"
-#include "../src/c_api_error.hpp"
-#include "../src/c_api_handle.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/session.hpp"
+#include "checkpointer/policy/sampler_handle.hpp"
+#include "checkpointer/src/c_api_error.hpp"
+#include "checkpointer/src/c_api_handle.hpp"
 
 #include <cstring>
 #include <map>

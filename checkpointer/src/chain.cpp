@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "baton/ckpt/error.hpp"
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 #include "io.hpp"
 #include "verify.hpp"
 

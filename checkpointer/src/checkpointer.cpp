@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "baton_contract.hpp"
 #include "checkpointer_impl.hpp"
+#include "common/baton_contract.hpp"
 #include "io.hpp"
 
 namespace baton::ckpt {

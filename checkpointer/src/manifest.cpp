@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "baton/ckpt/error.hpp"
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 #include "hash.hpp"
 
 namespace baton::ckpt {

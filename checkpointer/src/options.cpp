@@ -7,7 +7,7 @@
 
 #include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/error.hpp"
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 
 namespace baton::ckpt {
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "baton_contract.hpp"
 #include "baton_version.h"
+#include "common/baton_contract.hpp"
 #include "io.hpp"
 
 namespace baton::ckpt {

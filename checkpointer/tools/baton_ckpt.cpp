@@ -11,11 +11,11 @@
 #include <utility>
 #include <vector>
 
-#include "../src/io.hpp"
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/error.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "baton_version.h"
+#include "checkpointer/src/io.hpp"
 
 namespace fs = std::filesystem;
 using namespace baton::ckpt;

@@ -1,7 +1,7 @@
 #include "api_client.hpp"
 
 #include "command.hpp"
-#include "munge_credential.hpp"
+#include "common/munge_credential.hpp"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>

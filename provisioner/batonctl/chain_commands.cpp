@@ -7,9 +7,9 @@
 
 #include "api_client.hpp"
 
-#include <baton_contract.hpp>
+#include "common/baton_contract.hpp"
+#include "common/users.hpp"
 #include <nlohmann/json.hpp>
-#include <users.hpp>
 
 #include <cstdio>
 #include <ctime>

@@ -3,7 +3,7 @@
 // command lines with the option framework (command_line.hpp), which also writes their --help.
 #pragma once
 
-#include "command_line.hpp"
+#include "cli/command_line.hpp"
 
 #include <span>
 #include <stdexcept>

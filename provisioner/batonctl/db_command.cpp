@@ -1,7 +1,7 @@
 #include "command.hpp"
 
-#include "connection.hpp"
-#include "migrations.hpp"
+#include "db/connection.hpp"
+#include "db/migrations.hpp"
 
 #include <iostream>
 

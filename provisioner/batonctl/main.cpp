@@ -2,8 +2,8 @@
 // of command groups (commands.cpp).
 #include "command.hpp"
 
-#include "errors.hpp"
-#include "trace_reader.hpp"
+#include "db/errors.hpp"
+#include "trace/trace_reader.hpp"
 
 #include <csignal>
 #include <iostream>

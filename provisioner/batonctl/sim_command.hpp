@@ -4,10 +4,10 @@
 // their tables and files.
 #pragma once
 
-#include <command_line.hpp>
-#include <comparison.hpp>
-#include <simulator.hpp>
-#include <trace_input.hpp>
+#include "cli/command_line.hpp"
+#include "sim/comparison.hpp"
+#include "sim/simulator.hpp"
+#include "sim/trace_input.hpp"
 
 #include <cstdint>
 #include <filesystem>

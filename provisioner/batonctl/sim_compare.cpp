@@ -1,7 +1,7 @@
 #include "sim_command.hpp"
 
-#include <model_store.hpp>
-#include <svg_plot.hpp>
+#include "policy/model_store.hpp"
+#include "svg_plot.hpp"
 
 #include <chrono>
 #include <cmath>

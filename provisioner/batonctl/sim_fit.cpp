@@ -1,6 +1,6 @@
 #include "sim_command.hpp"
 
-#include <validation.hpp>
+#include "sim/validation.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
 #include "command.hpp"
 
-#include "connection.hpp"
-#include "fields.hpp"
-#include "trace_store.hpp"
+#include "db/connection.hpp"
+#include "db/trace_store.hpp"
+#include "trace/fields.hpp"
 
 #include <charconv>
 #include <chrono>

@@ -25,7 +25,7 @@ def main():
             sys.exit(f'migrations must be numbered 0001, 0002, ... without gaps (found {version:04d})')
     with open(output, 'w', encoding='utf-8') as out:
         out.write('// Generated from schema/*.sql by embed_migrations.py; do not edit.\n')
-        out.write('#include "migrations.hpp"\n\nnamespace baton::db {\n\n')
+        out.write('#include "db/migrations.hpp"\n\nnamespace baton::db {\n\n')
         out.write('std::span<const Migration> knownMigrations()\n{\n')
         out.write('    static const Migration migrations[] = {\n')
         for version, name, sql in entries:

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "connection.hpp"
-#include "trace_reader.hpp"
+#include "trace/trace_reader.hpp"
 
 #include <cstdint>
 #include <filesystem>

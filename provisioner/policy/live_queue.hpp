@@ -4,7 +4,7 @@
 
 #include "queue_view.hpp"
 
-#include <squeue_json.hpp>
+#include "slurm/squeue_json.hpp"
 
 #include <cstdint>
 #include <functional>

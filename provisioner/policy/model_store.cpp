@@ -1,6 +1,6 @@
 #include "model_store.hpp"
 
-#include <model_table.hpp>
+#include "db/model_table.hpp"
 
 #include <stdexcept>
 

@@ -5,8 +5,8 @@
 
 #include "predictor.hpp"
 
-#include <connection.hpp>
-#include <model_table.hpp>
+#include "db/connection.hpp"
+#include "db/model_table.hpp"
 
 #include <cstdint>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 #include "bounded_json.hpp"
 
-#include <utf8.hpp>
+#include "common/utf8.hpp"
 
 #include <stdexcept>
 #include <string_view>

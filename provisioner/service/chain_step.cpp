@@ -4,8 +4,8 @@
 #include "plugin_event.hpp"
 #include "spool.hpp"
 
-#include <errors.hpp>
-#include <transaction.hpp>
+#include "db/errors.hpp"
+#include "db/transaction.hpp"
 
 #include <algorithm>
 #include <chrono>

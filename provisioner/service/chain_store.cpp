@@ -1,6 +1,6 @@
 #include "chain_store.hpp"
 
-#include <errors.hpp>
+#include "db/errors.hpp"
 
 #include <string_view>
 

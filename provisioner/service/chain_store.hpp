@@ -5,7 +5,7 @@
 
 #include "chain_state.hpp"
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <array>
 #include <cstdint>

@@ -5,7 +5,7 @@
 
 #include "chain_store.hpp"
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 #include <nlohmann/json.hpp>
 

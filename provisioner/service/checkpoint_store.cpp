@@ -1,6 +1,6 @@
 #include "checkpoint_store.hpp"
 
-#include <baton_contract.hpp>
+#include "common/baton_contract.hpp"
 
 #include <stdexcept>
 

@@ -2,7 +2,7 @@
 // progress and to see that the training is done).
 #pragma once
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -2,8 +2,8 @@
 // and scontrol (slurm_cluster.cpp); the state-machine unit tests use a scripted one.
 #pragma once
 
-#include <signal_scope.hpp>
-#include <slurm_client.hpp>
+#include "slurm/signal_scope.hpp"
+#include "slurm/slurm_client.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -2,7 +2,7 @@
 // in parallel without sharing a libpq connection. Sessions are made on demand, up to `size`.
 #pragma once
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 #include <condition_variable>
 #include <memory>

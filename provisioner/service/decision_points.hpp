@@ -5,7 +5,7 @@
 
 #include "cluster.hpp"
 
-#include <policy.hpp>
+#include "policy/policy.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,7 @@
 // The `decisions` table: what batond (or a user through the API) decided for a chain, and what it saw.
 #pragma once
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <cstdint>
 #include <string>

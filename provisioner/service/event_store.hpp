@@ -4,7 +4,7 @@
 
 #include "cluster.hpp"
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <cstdint>
 #include <optional>

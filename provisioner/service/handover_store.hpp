@@ -2,7 +2,7 @@
 // (`predecessor_seq`): when it was fenced, when the signal was delivered, when it completed.
 #pragma once
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -4,7 +4,7 @@
 #include "log.hpp"
 #include "event_store.hpp"
 
-#include <errors.hpp>
+#include "db/errors.hpp"
 
 namespace baton::service {
 

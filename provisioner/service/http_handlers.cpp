@@ -8,9 +8,9 @@
 #include "submitter.hpp"
 #include "tables.hpp"
 
-#include <baton_contract.hpp>
-#include <sbatch_args.hpp>
-#include <transaction.hpp>
+#include "common/baton_contract.hpp"
+#include "db/transaction.hpp"
+#include "slurm/sbatch_args.hpp"
 
 #include <algorithm>
 #include <charconv>

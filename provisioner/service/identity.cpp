@@ -1,6 +1,6 @@
 #include "identity.hpp"
 
-#include <users.hpp>
+#include "common/users.hpp"
 
 #include <algorithm>
 #include <stdexcept>

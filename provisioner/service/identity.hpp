@@ -2,7 +2,7 @@
 // members of the configured unix group; the plugin speaks as root or a configured SlurmUser.
 #pragma once
 
-#include <munge_credential.hpp>
+#include "common/munge_credential.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -1,6 +1,6 @@
 #include "job_store.hpp"
 
-#include <errors.hpp>
+#include "db/errors.hpp"
 
 #include <unordered_map>
 #include <unordered_set>

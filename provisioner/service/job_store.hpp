@@ -3,7 +3,7 @@
 
 #include "cluster.hpp"
 
-#include <table_store.hpp>
+#include "db/table_store.hpp"
 
 #include <array>
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 #include "log.hpp"
 
-#include <errors.hpp>
+#include "db/errors.hpp"
 
 namespace baton::service {
 

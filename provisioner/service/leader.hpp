@@ -3,7 +3,7 @@
 // database connection) releases it at once and a standby takes it at its next tick.
 #pragma once
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 #include <memory>
 #include <string>

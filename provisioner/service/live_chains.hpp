@@ -6,7 +6,7 @@
 #include "job_store.hpp"
 #include "submission_store.hpp"
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 #include <cstdint>
 #include <optional>

@@ -2,9 +2,9 @@
 
 #include "log.hpp"
 
-#include <live_queue.hpp>
-#include <model_store.hpp>
-#include <model_table.hpp>
+#include "db/model_table.hpp"
+#include "policy/live_queue.hpp"
+#include "policy/model_store.hpp"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 #include "config.hpp"
 #include "decision_points.hpp"
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 #include <functional>
 #include <memory>

@@ -11,9 +11,9 @@
 #include "provisioner.hpp"
 #include "slurm_cluster.hpp"
 
-#include <command_line.hpp>
-#include <errors.hpp>
-#include <migrations.hpp>
+#include "cli/command_line.hpp"
+#include "db/errors.hpp"
+#include "db/migrations.hpp"
 
 #include <algorithm>
 #include <atomic>

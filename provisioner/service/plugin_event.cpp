@@ -3,7 +3,7 @@
 #include "bounded_json.hpp"
 #include "event_store.hpp"
 
-#include <baton_contract.hpp>
+#include "common/baton_contract.hpp"
 
 #include <stdexcept>
 

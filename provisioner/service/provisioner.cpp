@@ -5,8 +5,8 @@
 #include "plugin_event.hpp"
 #include "spool.hpp"
 
-#include <command.hpp>
-#include <errors.hpp>
+#include "db/errors.hpp"
+#include "slurm/command.hpp"
 
 #include <algorithm>
 #include <chrono>

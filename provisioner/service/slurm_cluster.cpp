@@ -1,6 +1,6 @@
 #include "slurm_cluster.hpp"
 
-#include <sbatch_args.hpp>
+#include "slurm/sbatch_args.hpp"
 
 #include <stdexcept>
 

@@ -6,7 +6,7 @@
 #include "config.hpp"
 #include "metrics.hpp"
 
-#include <slurm_client.hpp>
+#include "slurm/slurm_client.hpp"
 
 namespace baton::service {
 

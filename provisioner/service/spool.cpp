@@ -1,7 +1,7 @@
 #include "spool.hpp"
 
-#include <command.hpp>
-#include <run_as.hpp>
+#include "common/run_as.hpp"
+#include "slurm/command.hpp"
 
 #include <cerrno>
 #include <chrono>

@@ -14,7 +14,7 @@
 #include "job_store.hpp"
 #include "submission_store.hpp"
 
-#include <connection.hpp>
+#include "db/connection.hpp"
 
 namespace baton::service {
 

@@ -2,8 +2,8 @@
 
 #include "log.hpp"
 
-#include <errors.hpp>
-#include <transaction.hpp>
+#include "db/errors.hpp"
+#include "db/transaction.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // probes after the split.
 #pragma once
 
-#include "gradient_policy.hpp"
+#include "policy/gradient_policy.hpp"
 #include "protocol.hpp"
 
 #include <cmath>

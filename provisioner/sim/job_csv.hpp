@@ -3,7 +3,7 @@
 // through the trace readers instead.
 #pragma once
 
-#include <job.hpp>
+#include "policy/job.hpp"
 
 #include <filesystem>
 #include <vector>

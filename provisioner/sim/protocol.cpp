@@ -2,7 +2,7 @@
 
 #include "validation.hpp"
 
-#include <features_of.hpp>
+#include "policy/features_of.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -11,8 +11,8 @@
 
 #include "simulator.hpp"
 
-#include <gradient_policy.hpp>
-#include <policy.hpp>
+#include "policy/gradient_policy.hpp"
+#include "policy/policy.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -6,7 +6,7 @@
 
 #include "scheduler_config.hpp"
 
-#include <queue_view.hpp>
+#include "policy/queue_view.hpp"
 
 #include <array>
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 #include "job_csv.hpp"
 
-#include <trace_reader.hpp>
+#include "trace/trace_reader.hpp"
 
 #include <algorithm>
 #include <fstream>

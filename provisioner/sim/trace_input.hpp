@@ -3,8 +3,8 @@
 // read from the trace; partitions are kept apart, since each is its own pool of nodes.
 #pragma once
 
-#include <job.hpp>
-#include <trace_job.hpp>
+#include "policy/job.hpp"
+#include "trace/trace_job.hpp"
 
 #include <cstddef>
 #include <cstdint>

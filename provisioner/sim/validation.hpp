@@ -3,8 +3,8 @@
 
 #include "scheduler_config.hpp"
 
-#include <job.hpp>
-#include <statistics.hpp>
+#include "policy/job.hpp"
+#include "policy/statistics.hpp"
 
 #include <cstdint>
 #include <memory>

@@ -4,7 +4,7 @@
 // reaper and the caller gets a timeout.
 #pragma once
 
-#include <run_as.hpp>
+#include "common/run_as.hpp"
 
 #include <sys/types.h>
 

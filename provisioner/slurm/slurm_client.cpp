@@ -2,7 +2,7 @@
 
 #include "sbatch_args.hpp"
 
-#include <users.hpp>
+#include "common/users.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -1,6 +1,6 @@
 #include "fields.hpp"
 
-#include <utf8.hpp>
+#include "common/utf8.hpp"
 
 #include <algorithm>
 #include <charconv>

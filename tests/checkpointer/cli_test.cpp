@@ -7,7 +7,7 @@
 
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/checkpointer.hpp"
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 using baton::test::run;

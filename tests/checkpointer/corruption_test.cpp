@@ -10,7 +10,7 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "ckpt_test_util.hpp"
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 using baton::test::fillPattern;

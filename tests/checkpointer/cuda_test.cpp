@@ -10,7 +10,7 @@
 #include <iostream>
 #include <vector>
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 

@@ -9,7 +9,7 @@
 
 #include "baton/ckpt/chain.hpp"
 #include "ckpt_test_util.hpp"
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 using baton::test::fillPattern;

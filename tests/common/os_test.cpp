@@ -1,8 +1,8 @@
 // The operating-system code in common/: user and group lookups, taking an owner's identity in a forked
 // child, strict UTF-8.
-#include <run_as.hpp>
-#include <users.hpp>
-#include <utf8.hpp>
+#include "common/run_as.hpp"
+#include "common/users.hpp"
+#include "common/utf8.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Proves that the pg suite talks to a real PostgreSQL server.
-#include "services.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 #include <libpq-fe.h>

@@ -1,4 +1,4 @@
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Both services at once: a Slurm job talks to the private PostgreSQL server, as batond's jobs will.
-#include "services.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Proves that the slurm suite runs jobs on a real slurmctld + slurmd.
-#include "services.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 

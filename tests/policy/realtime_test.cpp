@@ -3,7 +3,7 @@
 #include "baton/ckpt/session.hpp"
 
 #include "baton/ckpt/chain.hpp"
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

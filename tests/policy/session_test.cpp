@@ -3,7 +3,7 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/tuning.hpp"
 #include "baton_session.h"
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // checks each request's MUNGE credential the way batond does (decoded by munged, payload bound to the
 // method, target and body) and answers with canned JSON. Checks the tables, --json, the requests sent and
 // the exit code of each kind of answer.
-#include "munge_credential.hpp"
-#include "process.hpp"
+#include "common/munge_credential.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

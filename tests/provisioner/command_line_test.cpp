@@ -1,5 +1,5 @@
 // batonctl's option framework: parsing, the errors it reports and the help it writes from the declarations.
-#include "command_line.hpp"
+#include "cli/command_line.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // The data layer against a real PostgreSQL: migrations, round trips through the table stores (with
 // values that break naive SQL building), transactions and their durability, timeouts and reconnection.
-#include "chain_views.hpp"
-#include "connection.hpp"
-#include "copy_in.hpp"
-#include "errors.hpp"
-#include "migrations.hpp"
-#include "model_table.hpp"
+#include "db/connection.hpp"
+#include "db/copy_in.hpp"
+#include "db/errors.hpp"
+#include "db/migrations.hpp"
+#include "db/model_table.hpp"
+#include "db/transaction.hpp"
 #include "pg_fixture.hpp"
-#include "tables.hpp"
-#include "transaction.hpp"
+#include "service/chain_views.hpp"
+#include "service/tables.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // NREL Eagle's job CSV: the reader on a hand-written file with every kind of bad row, CSV quoting, the
 // header checks, and the public 1,000-job sample when it has been fetched.
-#include "trace_reader.hpp"
+#include "trace/trace_reader.hpp"
 
-#include "fields.hpp"
+#include "tests/support/trace_files.hpp"
+#include "trace/fields.hpp"
 #include "trace_checks.hpp"
-#include "trace_files.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // One private PostgreSQL server per test program, and a fresh database per test.
 #pragma once
 
-#include "connection.hpp"
-#include "services.hpp"
+#include "db/connection.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 

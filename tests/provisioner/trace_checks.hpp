@@ -1,10 +1,10 @@
 // Small helpers of the trace reader tests.
 #pragma once
 
-#include "fields.hpp"
-#include "trace_reader.hpp"
+#include "trace/fields.hpp"
+#include "trace/trace_reader.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // The trace readers on hostile input: numbers that do not fit, format detection, empty, binary,
 // sparse and overlong files. Each rejects the row it concerns, or refuses the file with a clear error.
-#include "trace_reader.hpp"
+#include "trace/trace_reader.hpp"
 
-#include "fields.hpp"
+#include "tests/support/trace_files.hpp"
+#include "trace/fields.hpp"
 #include "trace_checks.hpp"
-#include "trace_files.hpp"
 
 #include <gtest/gtest.h>
 

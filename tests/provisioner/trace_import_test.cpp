@@ -1,12 +1,12 @@
 // Trace import into PostgreSQL: all or nothing, statistics in SQL, and batonctl's trace commands.
-#include "trace_store.hpp"
+#include "db/trace_store.hpp"
 
-#include "errors.hpp"
-#include "fields.hpp"
-#include "migrations.hpp"
+#include "db/errors.hpp"
+#include "db/migrations.hpp"
+#include "db/transaction.hpp"
 #include "pg_fixture.hpp"
-#include "trace_files.hpp"
-#include "transaction.hpp"
+#include "tests/support/trace_files.hpp"
+#include "trace/fields.hpp"
 
 #include <gtest/gtest.h>
 

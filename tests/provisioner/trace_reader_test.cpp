@@ -1,9 +1,9 @@
 // The trace readers on small hand-written files, malformed inputs, and the shared real traces.
-#include "trace_reader.hpp"
+#include "trace/trace_reader.hpp"
 
-#include "fields.hpp"
+#include "tests/support/trace_files.hpp"
+#include "trace/fields.hpp"
 #include "trace_checks.hpp"
-#include "trace_files.hpp"
 
 #include <gtest/gtest.h>
 

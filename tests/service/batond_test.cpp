@@ -3,12 +3,12 @@
 // handovers while the active batond is SIGKILLed again and again (two instances: the standby takes
 // over); requests that are not signed by the right user, replayed, malformed, oversized or too deep are
 // refused and change nothing; /metrics passes promtool.
-#include "batond_client.hpp"
-#include "services.hpp"
+#include "tests/support/batond_client.hpp"
+#include "tests/support/services.hpp"
 
-#include <connection.hpp>
-#include <migrations.hpp>
-#include <munge_credential.hpp>
+#include "common/munge_credential.hpp"
+#include "db/connection.hpp"
+#include "db/migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

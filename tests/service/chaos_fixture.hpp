@@ -3,14 +3,14 @@
 // (chaos_observe.cpp) and the faults it injects (chaos_faults.cpp).
 #pragma once
 
-#include "batond_client.hpp"
 #include "chaos_model.hpp"
-#include "services.hpp"
+#include "tests/support/batond_client.hpp"
+#include "tests/support/services.hpp"
 
-#include <baton_contract.hpp>
-#include <connection.hpp>
-#include <migrations.hpp>
-#include <munge_credential.hpp>
+#include "common/baton_contract.hpp"
+#include "common/munge_credential.hpp"
+#include "db/connection.hpp"
+#include "db/migrations.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -2,16 +2,16 @@
 // database per test, a scripted cluster (a fake of Slurm) and policies that always or never submit.
 #pragma once
 
-#include "chain_views.hpp"
-#include "live_chains.hpp"
-#include "live_policy.hpp"
-#include "provisioner.hpp"
-#include "services.hpp"
+#include "service/chain_views.hpp"
+#include "service/live_chains.hpp"
+#include "service/live_policy.hpp"
+#include "service/provisioner.hpp"
+#include "tests/support/services.hpp"
 
-#include <baton_contract.hpp>
-#include <migrations.hpp>
-#include <model_store.hpp>
-#include <policy.hpp>
+#include "common/baton_contract.hpp"
+#include "db/migrations.hpp"
+#include "policy/model_store.hpp"
+#include "policy/policy.hpp"
 
 #include <gtest/gtest.h>
 

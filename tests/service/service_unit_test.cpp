@@ -1,18 +1,18 @@
 // batond's pieces that need no services: configuration, the state name table, bounded JSON bodies,
 // the spool collector.
-#include "bounded_json.hpp"
-#include "chain_state.hpp"
-#include "config.hpp"
-#include "plugin_event.hpp"
-#include "provisioner.hpp"
-#include "slurm_cluster.hpp"
-#include "spool.hpp"
+#include "service/bounded_json.hpp"
+#include "service/chain_state.hpp"
+#include "service/config.hpp"
+#include "service/plugin_event.hpp"
+#include "service/provisioner.hpp"
+#include "service/slurm_cluster.hpp"
+#include "service/spool.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
-#include <command.hpp>
-#include <sbatch_args.hpp>
-#include <squeue_json.hpp>
+#include "slurm/command.hpp"
+#include "slurm/sbatch_args.hpp"
+#include "slurm/squeue_json.hpp"
 
 #include <gtest/gtest.h>
 

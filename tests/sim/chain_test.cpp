@@ -1,5 +1,5 @@
 // baton's chain metric: the ledger on hand-computed chains, and whole chains on a tiny queue.
-#include "protocol.hpp"
+#include "sim/protocol.hpp"
 
 #include "fixed_lead_policy.hpp"
 #include "job_factory.hpp"

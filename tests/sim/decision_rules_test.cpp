@@ -1,6 +1,6 @@
 // predict's decision rules: the predictor's wait distribution read both ways, the window rule, the
 // per-size choice between rules, and the rules as stored with a model.
-#include "policy.hpp"
+#include "policy/policy.hpp"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // at most `lead` seconds left.
 #pragma once
 
-#include "policy.hpp"
+#include "policy/policy.hpp"
 
 #include <cstdint>
 #include <span>

@@ -1,8 +1,8 @@
 // The policy-gradient policy: same seed, same policy; training raises its reward on a small queue.
-#include "gradient_policy.hpp"
+#include "policy/gradient_policy.hpp"
 
 #include "job_factory.hpp"
-#include "protocol.hpp"
+#include "sim/protocol.hpp"
 
 #include <gtest/gtest.h>
 

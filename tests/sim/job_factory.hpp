@@ -1,7 +1,7 @@
 // Shorthand for the simulator tests' hand-made jobs.
 #pragma once
 
-#include "job.hpp"
+#include "policy/job.hpp"
 
 namespace baton::sim::test {
 

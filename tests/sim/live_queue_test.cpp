@@ -1,11 +1,11 @@
 // LiveQueue: the features of a live queue equal the simulator's for the same state, and a recorded
 // squeue document becomes the pending and running sets the scheduler really competes with.
-#include "live_queue.hpp"
+#include "policy/live_queue.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
-#include <features_of.hpp>
-#include <simulator.hpp>
+#include "policy/features_of.hpp"
+#include "sim/simulator.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // The whole ls6-a100 trace replayed with the fitted configuration reproduces the recorded waits
 // about as well as recorded in provisioner/sim/README.md. Skipped when the trace is absent.
-#include "comparison.hpp"
-#include "simulator.hpp"
-#include "trace_files.hpp"
-#include "trace_input.hpp"
-#include "validation.hpp"
+#include "sim/comparison.hpp"
+#include "sim/simulator.hpp"
+#include "sim/trace_input.hpp"
+#include "sim/validation.hpp"
+#include "tests/support/trace_files.hpp"
 
 #include <gtest/gtest.h>
 

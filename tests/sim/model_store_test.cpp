@@ -1,11 +1,11 @@
 // Trained predictors through the database's `models` table (a private PostgreSQL), directly and
 // through `batonctl sim`.
-#include "model_store.hpp"
+#include "policy/model_store.hpp"
 
-#include "migrations.hpp"
-#include "process.hpp"
-#include "model_table.hpp"
-#include "services.hpp"
+#include "db/migrations.hpp"
+#include "db/model_table.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 

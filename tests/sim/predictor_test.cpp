@@ -1,7 +1,7 @@
 // Training a wait predictor and its round trip through a model file.
-#include "predictor.hpp"
+#include "policy/predictor.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

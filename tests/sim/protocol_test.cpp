@@ -1,5 +1,5 @@
 // Mirage's protocol and metrics on a tiny trace whose answer is worked out by hand, and determinism.
-#include "protocol.hpp"
+#include "sim/protocol.hpp"
 
 #include "fixed_lead_policy.hpp"
 #include "job_factory.hpp"

@@ -1,7 +1,7 @@
 // Replays hand-made jobs to the end: the start time of every job, by id (-1: never started).
 #pragma once
 
-#include "simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include <gtest/gtest.h>
 

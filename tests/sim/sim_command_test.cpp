@@ -1,6 +1,6 @@
 // The `sim` command group end to end on a small synthetic trace, and its answers to bad input.
-#include "policy.hpp"
-#include "process.hpp"
+#include "policy/policy.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

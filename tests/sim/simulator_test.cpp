@@ -1,5 +1,5 @@
 // The simulator against schedules computed by hand: priority order, ties, EASY backfill.
-#include "simulator.hpp"
+#include "sim/simulator.hpp"
 
 #include "job_factory.hpp"
 #include "replay_starts.hpp"

@@ -1,13 +1,13 @@
 // Jobs sized in nodes, cores or GPUs as the trace gives them; partitions as separate pools; jobs
 // that can never fit; per-user limits and dependencies in the replay.
-#include "process.hpp"
-#include "simulator.hpp"
-#include "trace_input.hpp"
+#include "sim/simulator.hpp"
+#include "sim/trace_input.hpp"
+#include "tests/support/process.hpp"
 
 #include "job_factory.hpp"
 #include "replay_starts.hpp"
 
-#include <trace_reader.hpp>
+#include "trace/trace_reader.hpp"
 
 #include <gtest/gtest.h>
 

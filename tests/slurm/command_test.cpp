@@ -1,8 +1,8 @@
 // The command runner: exit codes, output bounds, timeouts that end the whole process group, the
 // explicit environment, and the credential drop of the submission helper.
-#include "command.hpp"
+#include "slurm/command.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The sbatch options a chain may carry: tables of accepted and refused argument vectors, in every form
 // getopt_long reads (--opt=value, --opt value, -o value, -ovalue, short flags clustered, abbreviations).
-#include "sbatch_args.hpp"
+#include "slurm/sbatch_args.hpp"
 
 #include <gtest/gtest.h>
 

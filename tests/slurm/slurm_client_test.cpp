@@ -1,8 +1,8 @@
 // SlurmClient against a private slurmctld + slurmd: a submission as another user (nobody) carries its
 // idempotency key into the queue, and signal, cancel and the stored batch script work on it.
-#include "slurm_client.hpp"
+#include "slurm/slurm_client.hpp"
 
-#include "services.hpp"
+#include "tests/support/services.hpp"
 
 #include <gtest/gtest.h>
 

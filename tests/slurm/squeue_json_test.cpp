@@ -1,7 +1,7 @@
 // The squeue --json reader on a document recorded from Slurm 22.05.8 and on broken documents.
-#include "squeue_json.hpp"
+#include "slurm/squeue_json.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,9 +1,9 @@
 // The BATON_* contract seen from both sides at once: whatever the plugin writes or reads, the checkpointer
 // accepts the same way (common/baton_contract.hpp, docs/contracts.md). The plugin's parsers and its
 // chain scan against libbaton-ckpt's environment parsing and chain listing.
-#include "checkpoint_scan.hpp"
-#include "unique_fd.hpp"
-#include "values.hpp"
+#include "spank_plugin/checkpoint_scan.hpp"
+#include "spank_plugin/unique_fd.hpp"
+#include "spank_plugin/values.hpp"
 
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/deadline.hpp"
@@ -11,9 +11,9 @@
 #include "baton/ckpt/manifest.hpp"
 #include "baton/ckpt/options.hpp"
 #include "baton/ckpt/policy.hpp"
-#include "baton_contract.hpp"
+#include "common/baton_contract.hpp"
 
-#include "process.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The plugin's chain files (the job registry and the event spool) and the events it builds.
 #include "spank_core_support.hpp"
 
-#include "chain_files.hpp"
-#include "event.hpp"
+#include "spank_plugin/chain_files.hpp"
+#include "spank_plugin/event.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

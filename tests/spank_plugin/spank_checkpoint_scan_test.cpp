@@ -1,7 +1,7 @@
 // The plugin's scan of a chain directory for the newest usable checkpoint, against hostile manifests.
 #include "spank_core_support.hpp"
 
-#include "checkpoint_scan.hpp"
+#include "spank_plugin/checkpoint_scan.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,10 +1,10 @@
 // The plugin's option values, plugstack configuration, chain directory paths and credential switch.
 #include "spank_core_support.hpp"
 
-#include "config.hpp"
-#include "credentials.hpp"
-#include "paths.hpp"
-#include "values.hpp"
+#include "spank_plugin/config.hpp"
+#include "spank_plugin/credentials.hpp"
+#include "spank_plugin/paths.hpp"
+#include "spank_plugin/values.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

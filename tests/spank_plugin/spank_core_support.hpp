@@ -2,10 +2,10 @@
 // manifests, and HTTP servers that answer or stay silent.
 #pragma once
 
-#include "unique_fd.hpp"
+#include "spank_plugin/unique_fd.hpp"
 
-#include "http_sink.hpp"
-#include "process.hpp"
+#include "tests/support/http_sink.hpp"
+#include "tests/support/process.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -2,11 +2,11 @@
 // does not answer.
 #include "spank_core_support.hpp"
 
-#include "chain_files.hpp"
-#include "credentials.hpp"
-#include "event.hpp"
-#include "http_client.hpp"
-#include "munge_credential.hpp"
+#include "common/munge_credential.hpp"
+#include "spank_plugin/chain_files.hpp"
+#include "spank_plugin/credentials.hpp"
+#include "spank_plugin/event.hpp"
+#include "spank_plugin/http_client.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,7 +1,7 @@
 // The plugin's HTTP client against a real server, a silent one, a closed port and a silent name server.
 #include "spank_core_support.hpp"
 
-#include "http_client.hpp"
+#include "spank_plugin/http_client.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 // spank_baton.so inside a real slurmctld + slurmd: options at submission, the BATON_* environment in
 // the tasks, chain directories created as the job user, refusals, and events posted or spooled.
-#include "http_sink.hpp"
-#include "munge_credential.hpp"
-#include "services.hpp"
+#include "common/munge_credential.hpp"
+#include "tests/support/http_sink.hpp"
+#include "tests/support/services.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

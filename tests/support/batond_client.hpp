@@ -3,7 +3,7 @@
 // nlohmann/json, common/'s munge_credential (baton_common_dep) and BATOND_PATH defined.
 #pragma once
 
-#include <munge_credential.hpp>
+#include "common/munge_credential.hpp"
 
 #include <gtest/gtest.h>
 #include <httplib.h>

@@ -1,6 +1,6 @@
 // The CUDA backend: pinned staging, snapshot copies on a dedicated stream per device ordered after an
 // event on the application's stream, and a stream wait (not a host block) before the next update.
-#include "../device_backend.hpp"
+#include "checkpointer/src/device_backend.hpp"
 
 #include <cuda_runtime.h>
 
