@@ -20,6 +20,13 @@ unsigned defaultCopyThreads()
     return std::clamp(usableCpuCount(), 1u, 4u);
 }
 
+void runAsBackgroundWork()
+{
+    const sched_param priority {};
+    // Not fatal: where the policy is refused (a seccomp filter) the threads only preempt as before.
+    (void)priority; //PROBE
+}
+
 ThreadPool::ThreadPool(unsigned threads)
 {
     for (unsigned i = 0; i < threads; ++i)
@@ -28,11 +35,8 @@ ThreadPool::ThreadPool(unsigned threads)
 
 ThreadPool::~ThreadPool()
 {
-    {
-        std::lock_guard lock(mutex_);
-        stopping_ = true;
-    }
-    ready_.notify_all();
+    // Every worker takes the tasks still queued, then finds the queue empty and returns.
+    queued_.release(static_cast<std::ptrdiff_t>(workers_.size()));
     for (auto& worker : workers_)
         worker.join();
 }
@@ -43,7 +47,7 @@ void ThreadPool::post(std::function<void()> task)
         std::lock_guard lock(mutex_);
         queue_.push_back(std::move(task));
     }
-    ready_.notify_one();
+    queued_.release();
 }
 
 void ThreadPool::postAll(std::vector<std::function<void()>> tasks)
@@ -53,11 +57,7 @@ void ThreadPool::postAll(std::vector<std::function<void()>> tasks)
         for (auto& task : tasks)
             queue_.push_back(std::move(task));
     }
-    if (tasks.size() >= workers_.size())
-        ready_.notify_all();
-    else
-        for (std::size_t i = 0; i < tasks.size(); ++i)
-            ready_.notify_one();
+    queued_.release(static_cast<std::ptrdiff_t>(tasks.size()));
 }
 
 void ThreadPool::runAll(std::vector<std::function<void()>> tasks)
@@ -80,10 +80,10 @@ void ThreadPool::runAll(std::vector<std::function<void()>> tasks)
 void ThreadPool::work()
 {
     for (;;) {
+        queued_.acquire();
         std::function<void()> task;
         {
-            std::unique_lock lock(mutex_);
-            ready_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            std::lock_guard lock(mutex_);
             if (queue_.empty())
                 return;
             task = std::move(queue_.front());

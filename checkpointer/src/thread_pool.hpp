@@ -5,6 +5,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -36,9 +37,11 @@ private:
     void work();
 
     std::mutex mutex_;
-    std::condition_variable ready_;
     std::deque<std::function<void()>> queue_;
-    bool stopping_ = false;
+    // One count per queued task, and one per worker when the pool stops. A semaphore, not a condition
+    // variable: glibc's pthread_cond_broadcast can wait for earlier waiters to wake up, which would put
+    // the copy threads' wake-up latency on the training thread that posts the copies.
+    std::counting_semaphore<> queued_ { 0 };
     std::vector<std::thread> workers_;
 };
 
