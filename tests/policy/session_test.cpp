@@ -442,3 +442,54 @@ TEST(SessionCApi, MarkTrainingDoneAndHandoverWait)
     EXPECT_EQ(baton_session_mark_training_done(nullptr), -1);
     EXPECT_EQ(baton_session_handover_wait_seconds(nullptr), 0.0);
 }
+
+// What baton.torch drives the Session with: a fixed interval instead of the policy, a due checkpoint
+// that waits for the one in flight instead of being dropped, a hook that stages state right before each
+// checkpoint, and a collective hook through which one rank's final checkpoint becomes every rank's.
+TEST(Session, FixedIntervalWaitsForInFlightAndRunsTheHooks)
+{
+    TempDir dir("baton-session-hooks");
+    std::vector<std::uint64_t> state(1 << 18); // 2 MiB: a checkpoint is still in flight at the next step
+    SessionOptions options = sessionOptions(dir.path());
+    options.fixedInterval = 2;
+    options.waitForInFlight = true;
+    Session session(std::move(options));
+    session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    std::vector<std::uint64_t> staged;
+    session.beforeCheckpoint([&](std::uint64_t iteration) {
+        staged.push_back(iteration);
+        session.checkpointer().setBlob("step", std::to_string(iteration));
+    });
+    // Another rank was signalled at iteration 7: the agreed decision is a final checkpoint there.
+    std::uint64_t asked = 0;
+    session.agreeDecision([&](const Decision& own) {
+        return ++asked == 8 ? Decision { true, true, CheckpointReason::Signal } : own;
+    });
+    EXPECT_FALSE(session.restore().restored);
+    std::uint64_t it = 0;
+    for (; it < 20 && !session.shouldExit(); ++it) {
+        session.beforeUpdate();
+        std::fill(state.begin(), state.end(), it);
+        session.step(it);
+    }
+    EXPECT_EQ(it, 8u) << "the agreed final checkpoint at iteration 7 ends the training";
+    EXPECT_EQ(staged, (std::vector<std::uint64_t> { 0, 2, 4, 6, 7 }));
+    EXPECT_EQ(session.checkpointer().counters().droppedRequests, 0u) << "waited for, not dropped";
+    const auto checkpoints = listCheckpoints(dir.path());
+    ASSERT_EQ(checkpoints.size(), 5u);
+    EXPECT_EQ(checkpoints.back().iteration, 7u);
+    const nlohmann::json manifest = readManifest(checkpoints.back().dir);
+    EXPECT_EQ(manifest["final"], true);
+    Options readerOptions;
+    readerOptions.chainDir = dir.path();
+    Checkpointer reader(readerOptions);
+    std::vector<std::uint64_t> restored(state.size());
+    reader.registerRegion("state", restored.data(), restored.size() * sizeof restored[0]);
+    const RestoreResult result = reader.restore();
+    ASSERT_TRUE(result.restored);
+    EXPECT_EQ(result.iteration, 7u);
+    EXPECT_EQ(restored.front(), 7u);
+    const auto& step = result.blobs.at("step");
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(step.data()), step.size()), "7")
+        << "staged by the hook right before the checkpoint";
+}
