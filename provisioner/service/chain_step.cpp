@@ -223,9 +223,8 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
 // Signals the predecessor of a handover to checkpoint and exit; recorded only once scancel delivered it,
 // so that a failed scancel, or a batond stopped between the handover's commit and the signal, is sent
 // again by the next tick.
-void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current)
+void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope)
 {
-    const SignalScope scope = tables_.events.checkpointSignalScope(current.id);
     try {
         cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
     } catch (const SlurmError& error) {
@@ -377,8 +376,8 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
 // The successor runs while its predecessor does: fence the handover (durably: it is acted on), then signal.
 void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor)
 {
-    const char* signalScope
-        = tables_.events.checkpointSignalScope(current.id) == SignalScope::Steps ? "steps" : "full";
+    const SignalScope scope = tables_.events.checkpointSignalScope(current.id);
+    const char* signalScope = scope == SignalScope::Steps ? "steps" : "full";
     {
         db::Transaction transaction(tables_.connection(), db::Durability::Durable);
         if (!tables_.chains.transition(chain, ChainEvent::SuccessorStarted))
@@ -394,7 +393,7 @@ void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current
     metrics_.handovers("started").Increment();
     logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(successor.id)
         + " started while job " + std::to_string(current.id) + " runs: handover");
-    signalHandover(chain, current);
+    signalHandover(chain, current, scope);
 }
 
 void Provisioner::stepHandover(
@@ -429,7 +428,7 @@ void Provisioner::stepHandover(
     }
     const HandoverStore::Signal signal = tables_.handovers.signal(chain.id, chain.seq);
     if (!signal.sentAt) {
-        signalHandover(chain, *current);
+        signalHandover(chain, *current, tables_.events.checkpointSignalScope(current->id));
         return;
     }
     if (signal.signalledAt && now_ - *signal.signalledAt > config_.handoverTimeout.count()) {

@@ -102,7 +102,7 @@ private:
     bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
         const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
     void startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor);
-    void signalHandover(const ChainRow& chain, const ClusterJob& current);
+    void signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope);
     // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
     void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
 
