@@ -143,6 +143,18 @@ protected:
         config_.submitGrace = std::chrono::seconds(30);
     }
 
+    // The chain's running job `jobId` is cancelled by hand (the chain pauses), then its owner resumes it
+    // as the API does for an ended current job; ten seconds pass.
+    void resumeAfterHandCancel(const ChainRow& chain, std::int64_t jobId)
+    {
+        cluster_.end(jobId, "CANCELLED");
+        tick();
+        ASSERT_EQ(stateOf(chain), ChainState::Paused);
+        ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
+        tables_.chains.setResubmitRequested(chain.id, true);
+        cluster_.now += 10;
+    }
+
     // A chain named after the test (and `suffix`) whose first job (running) came from plain sbatch.
     ChainRow chainWithRunningJob(std::int64_t jobId, const std::string& suffix = "")
     {

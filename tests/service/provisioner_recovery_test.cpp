@@ -173,13 +173,7 @@ TEST_F(ProvisionerTest, PauseThenResumeGoesOnWithoutAHandoverOrASecondPause)
 TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
 {
     const ChainRow chain = chainWithRunningJob(39);
-    cluster_.end(39, "CANCELLED");
-    tick();
-    ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    const ChainRow paused = *tables_.chains.find(chain.id);
-    ASSERT_TRUE(tables_.chains.transition(paused, ChainEvent::Resume, "test"));
-    tables_.chains.setResubmitRequested(chain.id, true); // what the API's resume does for an ended current job
-    cluster_.now += 10;
+    ASSERT_NO_FATAL_FAILURE(resumeAfterHandCancel(chain, 39));
     tick();
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
     EXPECT_EQ(cluster_.submissions.size(), 1u);
@@ -191,12 +185,7 @@ TEST_F(ProvisionerTest, ResumeAfterAHandCancelledJobSubmitsTheNextJob)
 TEST_F(ProvisionerTest, AWithdrawnSuccessorAfterAResumeDoesNotPauseAgainForTheOldCancelledJob)
 {
     const ChainRow chain = chainWithRunningJob(46);
-    cluster_.end(46, "CANCELLED");
-    tick();
-    ASSERT_EQ(stateOf(chain), ChainState::Paused);
-    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
-    tables_.chains.setResubmitRequested(chain.id, true);
-    cluster_.now += 10;
+    ASSERT_NO_FATAL_FAILURE(resumeAfterHandCancel(chain, 46));
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
     ASSERT_EQ(cluster_.submissions.size(), 1u);
