@@ -1,8 +1,8 @@
 #include "provisioner.hpp"
 
+#include "event_subject.hpp"
 #include "identity.hpp"
 #include "log.hpp"
-#include "plugin_event.hpp"
 #include "spool.hpp"
 
 #include "db/errors.hpp"
@@ -188,61 +188,62 @@ void Provisioner::processEvents(const std::vector<EventRow>& events, const Clust
 }
 
 // An event is a hint: the job it names is looked up in the queue, and its owner there decides which
-// chain it belongs to.
+// chain it belongs to. One read, the decision from it, then the writes.
 void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
 {
     const std::optional<PluginEvent> event = PluginEvent::stored(row);
     if (!event)
         return;
     const ClusterJob* job = queue.find(*event->jobId);
-    const std::string& dir = event->chainDir;
-    const auto knownJob = tables_.jobs.bySlurmId(*event->jobId);
-    std::optional<ChainRow> chain;
-    if (knownJob) {
-        chain = tables_.chains.find(knownJob->chainId);
-    } else if (job) {
-        chain = tables_.chains.find(job->userId, event->chainName);
-        if (!chain && event->kind == "step_start") {
-            // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
-            std::string script;
-            try {
-                script = cluster_.batchScript(job->id, job->userId);
-            } catch (const SlurmError& error) {
-                logWarning("chain " + event->chainName + ": cannot read the batch script of job "
-                    + std::to_string(job->id) + " (" + error.what()
-                    + "); its successors need `batonctl resubmit`");
-            }
-            chain
-                = tables_.chains.create(job->userId, IdentityResolver::nameOf(job->userId), event->chainName,
-                    dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(*job, script));
-            const JobStore::Write first { chain->id, 0, *job };
-            writeJobs(std::span(&first, 1));
-            logInfo("chain " + chain->ownerName + "/" + chain->name + " registered from job "
-                + std::to_string(job->id));
-        } else if (chain && isAllowed(chain->state, ChainEvent::JobAdopted) && event->kind == "step_start"
-            && job->comment.rfind("baton:", 0) != 0) {
-            // The owner submitted the next job by hand while the current one had ended.
-            const auto jobs = tables_.jobs.ofChain(chain->id);
-            const auto current = std::find_if(jobs.begin(), jobs.end(),
-                [&](const JobRow& j) { return j.seq == chain->seq && !j.withdrawn; });
-            const bool currentEnded = current == jobs.end() || current->endTime.has_value();
-            const auto next = tables_.submissions.find(chain->id, chain->seq + 1);
-            if (currentEnded && (!next || next->state == "failed" || next->state == "cancelled")) {
-                const JobStore::Write adopted { chain->id, chain->seq + 1, *job };
-                writeJobs(std::span(&adopted, 1));
-                if (tables_.chains.advance(*chain, ChainEvent::JobAdopted))
-                    logInfo("chain " + chain->ownerName + "/" + chain->name + ": adopted job "
-                        + std::to_string(job->id));
-            }
-        }
+    const EventSubject subject = readEventSubject(tables_.connection(), *event->jobId,
+        job ? std::optional(job->userId) : std::nullopt, event->chainName);
+    std::optional<ChainRow> chain = subject.chain;
+    switch (joinOf(*event, job, subject)) {
+    case EventJoin::Register:
+        chain = registerChain(*event, *job);
+        break;
+    case EventJoin::Adopt:
+        adoptJob(*chain, *job);
+        break;
+    case EventJoin::AsRead:
+        break;
     }
     if (!chain)
         return;
+    const std::string& dir = event->chainDir;
     if (!chain->chainDir && !dir.empty())
         tables_.chains.setChainDir(chain->id, dir);
     if (event->checkpoint)
         tables_.checkpoints.record(
             chain->id, event->jobId, *event->checkpoint, chain->chainDir.value_or(dir));
+}
+
+// A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
+ChainRow Provisioner::registerChain(const PluginEvent& event, const ClusterJob& job)
+{
+    std::string script;
+    try {
+        script = cluster_.batchScript(job.id, job.userId);
+    } catch (const SlurmError& error) {
+        logWarning("chain " + event.chainName + ": cannot read the batch script of job " + std::to_string(job.id)
+            + " (" + error.what() + "); its successors need `batonctl resubmit`");
+    }
+    const std::string& dir = event.chainDir;
+    ChainRow chain = tables_.chains.create(job.userId, IdentityResolver::nameOf(job.userId), event.chainName,
+        dir.empty() ? std::nullopt : std::optional<std::string>(dir), specFromJob(job, script));
+    const JobStore::Write first { chain.id, 0, job };
+    writeJobs(std::span(&first, 1));
+    logInfo("chain " + chain.ownerName + "/" + chain.name + " registered from job " + std::to_string(job.id));
+    return chain;
+}
+
+// The owner submitted the next job by hand while the current one had ended.
+void Provisioner::adoptJob(const ChainRow& chain, const ClusterJob& job)
+{
+    const JobStore::Write adopted { chain.id, chain.seq + 1, job };
+    writeJobs(std::span(&adopted, 1));
+    if (tables_.chains.advance(chain, ChainEvent::JobAdopted))
+        logInfo("chain " + chain.ownerName + "/" + chain.name + ": adopted job " + std::to_string(job.id));
 }
 
 void Provisioner::writeJobs(std::span<const JobStore::Write> writes)

@@ -13,6 +13,7 @@
 #include "decision_points.hpp"
 #include "live_chains.hpp"
 #include "metrics.hpp"
+#include "plugin_event.hpp"
 #include "submitter.hpp"
 #include "tables.hpp"
 
@@ -76,6 +77,8 @@ private:
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
     void processEvent(const EventRow& row, const ClusterQueue& queue);
+    ChainRow registerChain(const PluginEvent& event, const ClusterJob& job);
+    void adoptJob(const ChainRow& chain, const ClusterJob& job);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.
     void writeJobs(std::span<const JobStore::Write> writes);
     void chainFailed(const ChainRow& chain, std::string_view reason, const std::string& what, bool now);

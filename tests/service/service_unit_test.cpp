@@ -3,6 +3,7 @@
 #include "service/bounded_json.hpp"
 #include "service/chain_state.hpp"
 #include "service/config.hpp"
+#include "service/event_subject.hpp"
 #include "service/plugin_event.hpp"
 #include "service/provisioner.hpp"
 #include "service/slurm_cluster.hpp"
@@ -233,6 +234,51 @@ TEST(PluginEvent, PostedStoredAndSpooled)
     EXPECT_FALSE(PluginEvent::spooled(R"({"job_id": 42})", 8));
     EXPECT_FALSE(PluginEvent::spooled(R"({"checkpoint": {"iteration": 7}})", 8)->jobId);
     EXPECT_THROW(PluginEvent::spooled("{", 8), std::invalid_argument);
+}
+
+// Which chain an event's job joins, from the event's read alone: every case of registration and adoption.
+TEST(EventJoin, RegisterAdoptOrAsRead)
+{
+    PluginEvent start;
+    start.kind = "step_start";
+    start.chainName = "train";
+    start.jobId = 42;
+    ClusterJob handSubmitted;
+    handSubmitted.id = 42;
+    handSubmitted.userId = 1000;
+    ChainRow running;
+    running.state = ChainState::Running;
+    const EventSubject none;
+    EventSubject ended { running, false, true, std::nullopt };
+
+    EXPECT_EQ(joinOf(start, &handSubmitted, none), EventJoin::Register); // plain `sbatch --baton`
+    EXPECT_EQ(joinOf(start, nullptr, none), EventJoin::AsRead); // not in the queue: owner unknown
+    PluginEvent exit = start;
+    exit.kind = "task_exit";
+    EXPECT_EQ(joinOf(exit, &handSubmitted, none), EventJoin::AsRead); // only a first step registers
+
+    EXPECT_EQ(joinOf(start, &handSubmitted, ended), EventJoin::Adopt);
+    for (const char* given : { "failed", "cancelled" }) {
+        ended.nextSubmissionState = given;
+        EXPECT_EQ(joinOf(start, &handSubmitted, ended), EventJoin::Adopt) << given;
+    }
+    for (const char* live : { "intent", "submitted" }) { // baton's own successor is on its way
+        ended.nextSubmissionState = live;
+        EXPECT_EQ(joinOf(start, &handSubmitted, ended), EventJoin::AsRead) << live;
+    }
+    ended.nextSubmissionState.reset();
+    ClusterJob batons = handSubmitted;
+    batons.comment = "baton:key";
+    EXPECT_EQ(joinOf(start, &batons, ended), EventJoin::AsRead);
+    EventSubject stillRunning = ended;
+    stillRunning.currentEnded = false;
+    EXPECT_EQ(joinOf(start, &handSubmitted, stillRunning), EventJoin::AsRead);
+    EventSubject known = ended;
+    known.jobKnown = true;
+    EXPECT_EQ(joinOf(start, &handSubmitted, known), EventJoin::AsRead);
+    EventSubject finished = ended;
+    finished.chain->state = ChainState::Finished;
+    EXPECT_EQ(joinOf(start, &handSubmitted, finished), EventJoin::AsRead);
 }
 
 // A chain directory of `nobody` with a spool of two events (and an empty line).
