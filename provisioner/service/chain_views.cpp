@@ -57,17 +57,27 @@ Json chainView(const ChainRow& chain)
     };
 }
 
-Json ChainViews::summary(const ChainRow& chain)
+namespace {
+
+// The job ids of a chain's current and pending job (its seq and seq + 1), where it has them.
+void addCurrentJobs(Json& view, const ChainRow& chain, const std::vector<JobRow>& jobs)
 {
-    Json row = chainView(chain);
-    for (const JobRow& job : JobStore(connection_).ofChain(chain.id)) {
+    for (const JobRow& job : jobs) {
         if (job.withdrawn)
             continue;
         if (job.seq == chain.seq)
-            row["current_job"] = job.slurmJobId;
+            view["current_job"] = job.slurmJobId;
         if (job.seq == chain.seq + 1)
-            row["pending_job"] = job.slurmJobId;
+            view["pending_job"] = job.slurmJobId;
     }
+}
+
+} // namespace
+
+Json ChainViews::summary(const ChainRow& chain)
+{
+    Json row = chainView(chain);
+    addCurrentJobs(row, chain, JobStore(connection_).ofChain(chain.id));
     if (const auto newest = CheckpointStore(connection_).latest(chain.id))
         row["checkpoint"] = checkpointView(*newest);
     return row;
@@ -81,15 +91,18 @@ Json ChainViews::detail(const ChainRow& chain)
         for (const char* key : { "source", "sbatch_args", "workdir", "note" })
             if (spec.contains(key))
                 submitsWith[key] = spec[key];
-    return Json { { "chain", chainView(chain) }, { "jobs", jobs(chain) }, { "checkpoints", checkpoints(chain) },
+    const std::vector<JobRow> jobRows = JobStore(connection_).ofChain(chain.id);
+    Json view = chainView(chain);
+    addCurrentJobs(view, chain, jobRows);
+    return Json { { "chain", view }, { "jobs", jobs(jobRows) }, { "checkpoints", checkpoints(chain) },
         { "decisions", decisions(chain) }, { "handovers", handovers(chain) }, { "submits_with", submitsWith } };
 }
 
-Json ChainViews::jobs(const ChainRow& chain)
+Json ChainViews::jobs(const std::vector<JobRow>& rows)
 {
     Json jobs = Json::array();
     std::optional<std::int64_t> previousEnd;
-    for (const JobRow& job : JobStore(connection_).ofChain(chain.id)) {
+    for (const JobRow& job : rows) {
         Json row { { "seq", job.seq }, { "job_id", job.slurmJobId }, { "state", job.state },
             { "submit_unix", orNull(job.submitTime) }, { "start_unix", orNull(job.startTime) },
             { "end_unix", orNull(job.endTime) }, { "time_limit_s", orNull(job.timeLimitSeconds) },

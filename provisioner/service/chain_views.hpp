@@ -4,10 +4,13 @@
 #pragma once
 
 #include "chain_store.hpp"
+#include "job_store.hpp"
 
 #include "db/connection.hpp"
 
 #include <nlohmann/json.hpp>
+
+#include <vector>
 
 namespace baton::service {
 
@@ -27,7 +30,7 @@ public:
     nlohmann::json detail(const ChainRow& chain);
 
 private:
-    nlohmann::json jobs(const ChainRow& chain);
+    static nlohmann::json jobs(const std::vector<JobRow>& rows);
     nlohmann::json checkpoints(const ChainRow& chain);
     nlohmann::json decisions(const ChainRow& chain);
     nlohmann::json handovers(const ChainRow& chain);
