@@ -426,7 +426,7 @@ void Provisioner::stepHandover(
         withdrawRequeued(chain, *current, "the handover to its successor is under way");
         return;
     }
-    const HandoverStore::Signal signal = tables_.handovers.signal(chain.id, chain.seq);
+    const HandoverStore::Signal signal = live.handoverSignal.value_or(HandoverStore::Signal {});
     if (!signal.sentAt) {
         signalHandover(chain, *current, tables_.events.checkpointSignalScope(current->id));
         return;

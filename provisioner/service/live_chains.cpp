@@ -43,7 +43,9 @@ constexpr auto tickChainsSql = db::joinSql(
     " s1.slurm_job_id AS s1_slurm_job_id, extract(epoch FROM s1.created_at)::bigint AS s1_created_unix,"
     " coalesce(s1.error, '') AS s1_error,"
     " k.done IS NOT NULL AS training_done, extract(epoch FROM n.created_at) AS newest_checkpoint_unix,"
-    " n.iteration AS newest_checkpoint_iteration, n.slurm_job_id AS newest_checkpoint_job FROM c"
+    " n.iteration AS newest_checkpoint_iteration, n.slurm_job_id AS newest_checkpoint_job,"
+    " h.signalled_unix AS handover_signalled_unix, h.sent_unix AS handover_sent_unix,"
+    " h.signal_attempts AS handover_signal_attempts FROM c"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq ORDER BY withdrawn, id DESC LIMIT 1) j0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
@@ -57,6 +59,11 @@ constexpr auto tickChainsSql = db::joinSql(
     " WHERE c.stale AND chain_id = c.id AND training_done LIMIT 1) k ON true"
     " LEFT JOIN LATERAL (SELECT created_at, iteration, slurm_job_id FROM checkpoints"
     " WHERE c.stale AND chain_id = c.id ORDER BY iteration DESC LIMIT 1) n ON true"
+    // The handover's signal changes without the chain's revision: read every tick, of the chains in
+    // handover only.
+    " LEFT JOIN LATERAL (SELECT extract(epoch FROM signalled_at)::bigint AS signalled_unix,"
+    " extract(epoch FROM signal_sent_at)::bigint AS sent_unix, signal_attempts FROM handovers"
+    " WHERE c.state = 'handover' AND chain_id = c.id AND predecessor_seq = c.seq) h ON true"
     " ORDER BY c.id");
 constexpr db::Statement selectTickChains { "tick_live_chains", tickChainsSql.data(), true };
 
@@ -110,12 +117,23 @@ public:
         return entry;
     }
 
+    // The signal of a chain's handover, where the chain is in one (a handover without its row: none sent).
+    std::optional<HandoverStore::Signal> handoverSignal(const db::Result& r, int row, const ChainRow& chain) const
+    {
+        if (chain.state != ChainState::Handover)
+            return std::nullopt;
+        return HandoverStore::Signal { r.optInt64(row, at_[HandoverSignalled]), r.optInt64(row, at_[HandoverSent]),
+            static_cast<int>(r.optInt64(row, at_[HandoverAttempts]).value_or(0)) };
+    }
+
     const ChainColumns chain;
 
 private:
-    enum Column { Revision, Stale, TrainingDone, NewestAt, NewestIteration, NewestJob, Count };
+    enum Column { Revision, Stale, TrainingDone, NewestAt, NewestIteration, NewestJob, HandoverSignalled,
+        HandoverSent, HandoverAttempts, Count };
     static constexpr std::array<std::string_view, Count> names { "revision", "stale", "training_done",
-        "newest_checkpoint_unix", "newest_checkpoint_iteration", "newest_checkpoint_job" };
+        "newest_checkpoint_unix", "newest_checkpoint_iteration", "newest_checkpoint_job",
+        "handover_signalled_unix", "handover_sent_unix", "handover_signal_attempts" };
     JobColumns jobs_[2];
     SubmissionColumns current_, next_;
     std::array<int, Count> at_;
@@ -152,6 +170,7 @@ std::vector<LiveChain> readLiveChains(db::Connection& connection, LiveChainCache
         }
         const std::int64_t id = chain.id;
         live.push_back(entry.rows);
+        live.back().handoverSignal = columns.handoverSignal(result, row, chain);
         live.back().chain = std::move(chain);
         kept.emplace(id, std::move(entry));
     }

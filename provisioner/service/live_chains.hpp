@@ -1,8 +1,10 @@
 // What a tick reads: every live chain with the rows of its current and next job, in one statement.
-// A read across the chains, jobs, submissions and checkpoints tables, with the table stores' row readers.
+// A read across the chains, jobs, submissions, checkpoints and handovers tables, with the table stores'
+// row readers.
 #pragma once
 
 #include "chain_store.hpp"
+#include "handover_store.hpp"
 #include "job_store.hpp"
 #include "submission_store.hpp"
 
@@ -26,6 +28,8 @@ struct LiveChain {
     // Its newest checkpoint: when it was written (epoch seconds), its iteration and the job that wrote it.
     std::optional<double> newestCheckpointAt;
     std::optional<std::int64_t> newestCheckpointIteration, newestCheckpointJob;
+    // Of a chain in handover: its handover's signal (read every tick, never cached).
+    std::optional<HandoverStore::Signal> handoverSignal;
 };
 
 // What the tick read of each live chain beyond its own row, and the chain's revision and seq then (the
