@@ -44,17 +44,15 @@ SessionOptions SessionOptions::fromEnvironment()
 }
 
 Session::Session(SessionOptions options)
-    : log_(options.checkpointer.log)
-    , owned_(std::make_unique<Checkpointer>(options.checkpointer))
-    , checkpointer_(owned_.get())
-    , policy_(checked(options.policy))
-    , fixedInterval_(options.fixedInterval)
-    , waitForInFlight_(options.waitForInFlight)
+    : Session(std::make_unique<Checkpointer>(options.checkpointer), options)
+{ }
+
+// The session is built around the checkpointer as around a borrowed one, then owns it (should that
+// throw, `owned` is destroyed with the call).
+Session::Session(std::unique_ptr<Checkpointer> owned, SessionOptions options)
+    : Session(*owned, std::move(options))
 {
-    policy_.onLog([this](const std::string& message) { log(message); });
-    lastBoundary_ = SteadyClock::now();
-    if (options.handleSignals)
-        policy_.enableSignals();
+    owned_ = std::move(owned);
 }
 
 Session::Session(Checkpointer& checkpointer, SessionOptions options)

@@ -114,6 +114,7 @@ public:
     double measuredOverheadPercent() const { return policy_.measuredOverheadPercent(); }
 
 private:
+    Session(std::unique_ptr<Checkpointer> owned, SessionOptions options);
     Decision decide(std::uint64_t iteration, double iterationSeconds, double updateSeconds);
     Decision start(std::uint64_t iteration, const Decision& decision);
     void publishState();
