@@ -510,12 +510,10 @@ def demo(args, services, state):
     profile = dict(PROFILES["quick" if args.quick else "full"])
     if args.steps:
         profile["steps"] = args.steps
-    steps = profile["steps"]
     app, user_batonctl, pythonpath = stage_app(state, services.layout)
     for name in ("chains", "work", "reference"):
         os.makedirs(f"{state}/{name}")
         os.chmod(f"{state}/{name}", 0o1777)
-
     nodes = args.nodes
     log(f"starting PostgreSQL, Slurm (slurmctld, {nodes} node{'s' if nodes > 1 else ''}, munge, "
         "spank_baton.so) and batond")
@@ -523,8 +521,30 @@ def demo(args, services, state):
     services.start_slurm(nodes)
     services.start_batond(profile["submit_lead_s"])
     log(f"batond ready at {services.url}; state in {state}")
+    start_reference(services, state, app, pythonpath, profile["steps"])
+    submit_chain(services, state, app, user_batonctl, pythonpath, profile, nodes)
+    progress = Progress(state, user_batonctl, services.url, profile["steps"], sys.stdout.isatty())
+    wait_for_chain(progress, profile["timeout_s"])
+    log("waiting for the reference run")
+    if services.reference.wait(timeout=profile["timeout_s"]) != 0:
+        raise DemoError("the reference run failed:\n" + tail(f"{state}/reference/out.txt"))
+    collect_output(args.output, services, state, progress)
+    summary = report.analyse(args.output, progress.reached, profile["steps"], profile["time_limit_min"],
+                             progress.node_of)
+    with open(f"{args.output}/summary.json", "w") as f:
+        json.dump(summary, f, indent=1)
+    report.timeline(args.output, summary)
+    text = report.text(summary)
+    with open(f"{args.output}/report.txt", "w") as f:
+        f.write(text)
+    print()
+    print(text, end="", flush=True)
+    if not summary["weights_identical"]:
+        raise DemoError("the chain's final weights differ from the uninterrupted run's")
 
-    # The reference: the same training straight through, no Slurm, no checkpoints.
+
+def start_reference(services, state, app, pythonpath, steps):
+    """The reference: the same training straight through, no Slurm, no checkpoints."""
     reference_env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": f"{state}/reference"}
     if pythonpath:
         reference_env["PYTHONPATH"] = pythonpath
@@ -535,6 +555,10 @@ def demo(args, services, state):
                      "--final-state", f"{state}/reference/final.pt"]),
             stdout=out, stderr=subprocess.STDOUT, env=reference_env, start_new_session=True)
 
+
+def submit_chain(services, state, app, user_batonctl, pythonpath, profile, nodes):
+    """The chain's first job, with `batonctl submit` as the job's owner."""
+    steps = profile["steps"]
     export = ["ALL", f"STEPS={steps}", f"BATCH_SIZE={BATCH_SIZE}", "PYTHON=/usr/bin/python3",
               f"TRAIN_SCRIPT={app}/train_digits.py", "PYTHONDONTWRITEBYTECODE=1", f"HOME={state}/work",
               f"FINAL_STATE={state}/work/final.pt"]
@@ -554,8 +578,10 @@ def demo(args, services, state):
     log(submitted.stdout.strip())
     log(f"training {steps} steps in jobs of {limit} min; the reference trains the same steps outside Slurm")
 
-    progress = Progress(state, user_batonctl, services.url, steps, sys.stdout.isatty())
-    deadline = time.monotonic() + profile["timeout_s"]
+
+def wait_for_chain(progress, timeout_s):
+    """Shows the chain's progress until it ends; only a finished chain passes."""
+    deadline = time.monotonic() + timeout_s
     while True:
         progress.poll()
         progress.show()
@@ -563,7 +589,7 @@ def demo(args, services, state):
         if chain_state in ("finished", "failed", "cancelled"):
             break
         if time.monotonic() > deadline:
-            raise DemoError(f"the chain did not finish within {profile['timeout_s']} s (state {chain_state})")
+            raise DemoError(f"the chain did not finish within {timeout_s} s (state {chain_state})")
         time.sleep(1)
     # The last job may still be writing its output and final weights: wait until none runs.
     for _ in range(60):
@@ -575,11 +601,9 @@ def demo(args, services, state):
     if chain_state != "finished":
         raise DemoError(f"the chain ended {chain_state}:\n{json.dumps(progress.doc, indent=1)}")
 
-    log("waiting for the reference run")
-    if services.reference.wait(timeout=profile["timeout_s"]) != 0:
-        raise DemoError("the reference run failed:\n" + tail(f"{state}/reference/out.txt"))
 
-    output = args.output
+def collect_output(output, services, state, progress):
+    """batond's metrics, the chain's document and manifests, the jobs' output, weights and losses."""
     status, metrics = http_get(f"{services.url}/metrics")
     if status != 200:
         raise DemoError(f"GET /metrics answered {status}")
@@ -604,20 +628,8 @@ def demo(args, services, state):
         if os.path.exists(source):
             shutil.copy(source, f"{output}/{name}")
 
-    summary = report.analyse(output, progress.reached, steps, profile["time_limit_min"], progress.node_of)
-    with open(f"{output}/summary.json", "w") as f:
-        json.dump(summary, f, indent=1)
-    report.timeline(output, summary)
-    text = report.text(summary)
-    with open(f"{output}/report.txt", "w") as f:
-        f.write(text)
-    print()
-    print(text, end="", flush=True)
-    if not summary["weights_identical"]:
-        raise DemoError("the chain's final weights differ from the uninterrupted run's")
 
-
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--build-dir", help="run the programs of this build directory")
@@ -630,7 +642,25 @@ def main():
                         help="Slurm nodes, each in a network namespace of its own (default: 2 where namespaces "
                              "can be made, else 1 on loopback)")
     parser.add_argument("--keep-state", action="store_true", help="leave the state directory for inspection")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def layout_of(args):
+    """The programs the demo runs, or why it cannot (DemoError)."""
+    if args.installed:
+        return Layout.installed()
+    args.build_dir = os.path.abspath(args.build_dir)
+    for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
+                   "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
+        if not os.path.exists(f"{args.build_dir}/{needed}"):
+            raise DemoError(f"{args.build_dir}/{needed} missing: build first (deploy/demo.sh does)")
+    if not glob.glob(f"{args.build_dir}/checkpointer/python/baton/_native*.so"):
+        raise DemoError("the Python binding was not built (needs pybind11 and torch)")
+    return Layout.build(args.build_dir)
+
+
+def main():
+    args = parse_args()
     if os.geteuid() != 0:
         print("demo: must run as root (Slurm's daemons, munge, and jobs as another user)", file=sys.stderr)
         return 2
@@ -641,24 +671,11 @@ def main():
         return 2
     shown_output = args.output
     args.output = os.path.abspath(args.output)
-    if args.installed:
-        try:
-            layout = Layout.installed()
-        except (DemoError, subprocess.TimeoutExpired) as error:
-            print(f"demo: {error}", file=sys.stderr)
-            return 2
-    else:
-        args.build_dir = os.path.abspath(args.build_dir)
-        for needed in ("provisioner/service/batond", "provisioner/batonctl/batonctl",
-                       "spank_plugin/spank_baton.so", "checkpointer/libbaton-ckpt.so.0"):
-            if not os.path.exists(f"{args.build_dir}/{needed}"):
-                print(f"demo: {args.build_dir}/{needed} missing: build first (deploy/demo.sh does)",
-                      file=sys.stderr)
-                return 2
-        if not glob.glob(f"{args.build_dir}/checkpointer/python/baton/_native*.so"):
-            print("demo: the Python binding was not built (needs pybind11 and torch)", file=sys.stderr)
-            return 2
-        layout = Layout.build(args.build_dir)
+    try:
+        layout = layout_of(args)
+    except (DemoError, subprocess.TimeoutExpired) as error:
+        print(f"demo: {error}", file=sys.stderr)
+        return 2
 
     prepare_output(args.output)
     # A run killed with SIGKILL leaves its state directory named here: stop what it started.

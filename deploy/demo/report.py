@@ -51,55 +51,8 @@ def analyse(output, reached, steps, time_limit_min, node_of=None):
         doc = json.load(f)
     with open(f"{output}/manifests.json") as f:
         manifests = json.load(f)
-    ran = [j for j in doc["jobs"] if j.get("start_unix") is not None]
-    outputs = {j["job_id"]: read_text(f"{output}/jobs/job-{j['job_id']}.out") for j in doc["jobs"]}
-
-    jobs = []
-    for job in ran:
-        text = outputs[job["job_id"]]
-        resumed = re.search(r"resumed from step (\d+)", text)
-        ended = re.search(r"step (\d+) test accuracy ([0-9.]+)", text)
-        waited = re.search(r"waited ([0-9.]+) s for the previous job's final checkpoint", text)
-        own = sorted((m for m in manifests if m.get("job_id") == job["job_id"]), key=lambda m: m["iteration"])
-        tuning = own[-1].get("tuning", {}) if own else {}
-        timings = [m.get("timings", {}) for m in own]
-        jobs.append({
-            "job_id": job["job_id"], "seq": job["seq"], "state": job["state"],
-            "node": (node_of or {}).get(job["job_id"]),
-            "submit_unix": job["submit_unix"], "start_unix": job["start_unix"], "end_unix": job["end_unix"],
-            "resumed_step": int(resumed.group(1)) if resumed else 0,
-            "reached_step": int(ended.group(1)) if ended else reached.get(job["job_id"]),
-            "accuracy": float(ended.group(2)) if ended else None,
-            "handover_wait_s": float(waited.group(1)) if waited else 0.0,
-            "checkpoints_seen": len(own),
-            "final_checkpoint": next((m["iteration"] for m in reversed(own) if m.get("final")), None),
-            "overhead_percent": tuning.get("overhead_percent"),
-            "interval": tuning.get("interval"),
-            "snapshot_ms": mean([t.get("snapshot_seconds") for t in timings], 1000),
-            "persist_ms": mean([t.get("persist_seconds") for t in timings], 1000),
-        })
-
-    handovers = {h["predecessor_job_id"]: h for h in doc.get("handovers", [])}
-    transitions = []
-    for before, after in zip(jobs, jobs[1:]):
-        handover = handovers.get(before["job_id"], {})
-        lost = None
-        if before["reached_step"] is not None:
-            lost = max(0, before["reached_step"] - after["resumed_step"])
-        transitions.append({
-            "from_job": before["job_id"], "to_job": after["job_id"],
-            "other_node": before["node"] is not None and after["node"] is not None and before["node"] != after["node"],
-            "successor_submitted_before_end": after["submit_unix"] <= (before["end_unix"] or after["submit_unix"]),
-            # Positive: a gap with no job running; negative: both ran together (an overlap).
-            "interruption_s": after["start_unix"] - before["end_unix"] if before["end_unix"] else None,
-            "handover": bool(handover),
-            "handover_signalled_unix": handover.get("time_unix"),
-            "handover_completed_unix": handover.get("completed_unix"),
-            "handover_s": handover.get("handover_s"),
-            "successor_waited_s": after["handover_wait_s"],
-            "resumed_step": after["resumed_step"],
-            "iterations_lost": lost,
-        })
+    jobs = job_facts(output, doc, manifests, reached, node_of)
+    transitions = transition_facts(doc, jobs)
 
     chain_step, chain_hash = (None, None)
     reference_step, reference_hash = (None, None)
@@ -129,6 +82,61 @@ def analyse(output, reached, steps, time_limit_min, node_of=None):
         "checkpoints": [{k: m.get(k) for k in ("iteration", "created_unix", "job_id", "final", "training_done")}
                         for m in manifests],
     }
+
+
+def job_facts(output, doc, manifests, reached, node_of):
+    """Each job that ran: what its output, its manifests and batond's document say of it."""
+    jobs = []
+    for job in (j for j in doc["jobs"] if j.get("start_unix") is not None):
+        text = read_text(f"{output}/jobs/job-{job['job_id']}.out")
+        resumed = re.search(r"resumed from step (\d+)", text)
+        ended = re.search(r"step (\d+) test accuracy ([0-9.]+)", text)
+        waited = re.search(r"waited ([0-9.]+) s for the previous job's final checkpoint", text)
+        own = sorted((m for m in manifests if m.get("job_id") == job["job_id"]), key=lambda m: m["iteration"])
+        tuning = own[-1].get("tuning", {}) if own else {}
+        timings = [m.get("timings", {}) for m in own]
+        jobs.append({
+            "job_id": job["job_id"], "seq": job["seq"], "state": job["state"],
+            "node": (node_of or {}).get(job["job_id"]),
+            "submit_unix": job["submit_unix"], "start_unix": job["start_unix"], "end_unix": job["end_unix"],
+            "resumed_step": int(resumed.group(1)) if resumed else 0,
+            "reached_step": int(ended.group(1)) if ended else reached.get(job["job_id"]),
+            "accuracy": float(ended.group(2)) if ended else None,
+            "handover_wait_s": float(waited.group(1)) if waited else 0.0,
+            "checkpoints_seen": len(own),
+            "final_checkpoint": next((m["iteration"] for m in reversed(own) if m.get("final")), None),
+            "overhead_percent": tuning.get("overhead_percent"),
+            "interval": tuning.get("interval"),
+            "snapshot_ms": mean([t.get("snapshot_seconds") for t in timings], 1000),
+            "persist_ms": mean([t.get("persist_seconds") for t in timings], 1000),
+        })
+    return jobs
+
+
+def transition_facts(doc, jobs):
+    """Each move from a job to the next: the interruption, the handover and the iterations lost."""
+    handovers = {h["predecessor_job_id"]: h for h in doc.get("handovers", [])}
+    transitions = []
+    for before, after in zip(jobs, jobs[1:]):
+        handover = handovers.get(before["job_id"], {})
+        lost = None
+        if before["reached_step"] is not None:
+            lost = max(0, before["reached_step"] - after["resumed_step"])
+        transitions.append({
+            "from_job": before["job_id"], "to_job": after["job_id"],
+            "other_node": before["node"] is not None and after["node"] is not None and before["node"] != after["node"],
+            "successor_submitted_before_end": after["submit_unix"] <= (before["end_unix"] or after["submit_unix"]),
+            # Positive: a gap with no job running; negative: both ran together (an overlap).
+            "interruption_s": after["start_unix"] - before["end_unix"] if before["end_unix"] else None,
+            "handover": bool(handover),
+            "handover_signalled_unix": handover.get("time_unix"),
+            "handover_completed_unix": handover.get("completed_unix"),
+            "handover_s": handover.get("handover_s"),
+            "successor_waited_s": after["handover_wait_s"],
+            "resumed_step": after["resumed_step"],
+            "iterations_lost": lost,
+        })
+    return transitions
 
 
 def mean(values, scale):
