@@ -248,6 +248,84 @@ def case_handover(args):
         setup.close()
 
 
+def run_with_node_failure(setup, chain, cluster_dir, after_start):
+    """Runs the chain to its end, failing the node of its running job `after_start` s into that job (before
+    its successor is due), and reviving it once the successor runs; the chain's document and the failure."""
+    failure = {}
+
+    def maybe_fail(doc):
+        if failure or not doc:
+            return
+        running = [j for j in doc["jobs"] if j.get("start_unix") is not None and j.get("end_unix") is None]
+        if len(running) != 1 or doc["chain"].get("state") != "running":
+            return
+        job = running[0]
+        if any(j["seq"] > job["seq"] for j in doc["jobs"]):
+            return  # its successor is submitted already
+        node = setup.nodes_seen.get(job["job_id"])
+        if not node or not node.startswith("node") or time.time() < job["start_unix"] + after_start:
+            return
+        run(["bash", CLUSTER, "fail", cluster_dir, node])
+        failure.update(job=job["job_id"], seq=job["seq"], node=node, at=time.time())
+        log(f"{chain}: {node} failed under job {job['job_id']}, {after_start:.1f} s after its start")
+
+    def revive_after_successor_started(doc):
+        # The node stays down until the failed job's successor runs (elsewhere: slurmctld gives
+        # no job to a node that is down), then comes back for the chains after it.
+        started = [j for j in doc["jobs"] if j["seq"] > failure["seq"] and j.get("start_unix")]
+        if started:
+            run(["bash", CLUSTER, "revive", cluster_dir, failure["node"]], timeout=120)
+            failure["revived"] = True
+
+    def on_poll(doc):
+        maybe_fail(doc)
+        if failure and "revived" not in failure and doc:
+            revive_after_successor_started(doc)
+
+    doc = setup.wait_finished(chain, 280, on_poll)
+    if not failure:
+        raise Failure(f"{chain}: no job ran long enough to fail its node")
+    return doc, failure
+
+
+def check_node_failure(setup, chain, doc, failure, after_start):
+    """The failed job ended NODE_FAIL, its successor was submitted for it, started elsewhere without a
+    handover wait, and lost no more training than one checkpoint interval; (training lost s, interval s,
+    restart s)."""
+    jobs = {j["job_id"]: j for j in doc["jobs"]}
+    failed = jobs[failure["job"]]
+    if failed["state"] != "NODE_FAIL":
+        raise Failure(f"job {failure['job']} ended {failed['state']}, not NODE_FAIL")
+    successor = next(j for j in doc["jobs"] if j["seq"] == failed["seq"] + 1)
+    reason = setup.sql(f"SELECT s.reason FROM submissions s JOIN chains c ON c.id = s.chain_id "
+                       f"WHERE c.name = '{chain}' AND s.seq = {successor['seq']}")
+    if reason != "node_failure":
+        raise Failure(f"the successor of the failed job was submitted for '{reason}', not node_failure")
+    restored = check_restores(setup, chain, doc)
+    text = setup.output(chain, successor["job_id"])
+    if "handover wait" in text:
+        raise Failure(f"job {successor['job_id']} waited for a final checkpoint of a dead job:\n{text}")
+    # Work lost: the training since the failed job's last commit, and the restart.
+    own = sorted((m for m in setup.manifests[chain].values() if m.get("job_id") == failure["job"]),
+                 key=lambda m: m["created_unix"])
+    commits = [m["created_unix"] for m in own if m["created_unix"] <= failure["at"]]
+    last = commits[-1] if commits else failed["start_unix"]
+    gaps = [b - a for a, b in zip([failed["start_unix"]] + commits, commits + [failure["at"]])]
+    interval = max(gaps[:-1]) if len(gaps) > 1 else after_start
+    lost_training = failure["at"] - last
+    resumed_iteration, went_on = restored[successor["job_id"]]
+    restart = went_on - failure["at"]
+    node_after = setup.nodes_seen.get(successor["job_id"])
+    log(f"{chain}: training lost {lost_training:.1f} s (checkpoint interval {interval:.1f} s), restart "
+        f"{restart:.1f} s (node down, NODE_FAIL, resubmission, start on {node_after}, restore of "
+        f"iteration {resumed_iteration})")
+    if lost_training > interval + 1.0:
+        raise Failure(f"{lost_training:.1f} s of training lost, more than the interval {interval:.1f} s")
+    if node_after == failure["node"]:
+        raise Failure(f"job {successor['job_id']} started on {node_after}, the node that was down")
+    return lost_training, interval, restart
+
+
 def case_node_failure(args):
     rng = random.Random(args.seed)
     setup = Setup(args, nodes=3)
@@ -260,73 +338,9 @@ def case_node_failure(args):
             # (a node that fails while the successor already waits for the handover checkpoint costs the
             # successor its handover wait as well: not this case).
             setup.submit(chain, chain_job(setup, 2000), JOB_ARGS)
-            failure = {}
             after_start = rng.uniform(5, 15)
-
-            def maybe_fail(doc):
-                if failure or not doc:
-                    return
-                running = [j for j in doc["jobs"] if j.get("start_unix") is not None and j.get("end_unix") is None]
-                if len(running) != 1 or doc["chain"].get("state") != "running":
-                    return
-                job = running[0]
-                if any(j["seq"] > job["seq"] for j in doc["jobs"]):
-                    return  # its successor is submitted already
-                node = setup.nodes_seen.get(job["job_id"])
-                if not node or not node.startswith("node") or time.time() < job["start_unix"] + after_start:
-                    return
-                run(["bash", CLUSTER, "fail", cluster_dir, node])
-                failure.update(job=job["job_id"], seq=job["seq"], node=node, at=time.time())
-                log(f"{chain}: {node} failed under job {job['job_id']}, {after_start:.1f} s after its start")
-
-            def revive_after_successor_started(doc):
-                # The node stays down until the failed job's successor runs (elsewhere: slurmctld gives
-                # no job to a node that is down), then comes back for the chains after it.
-                started = [j for j in doc["jobs"] if j["seq"] > failure["seq"] and j.get("start_unix")]
-                if started:
-                    run(["bash", CLUSTER, "revive", cluster_dir, failure["node"]], timeout=120)
-                    failure["revived"] = True
-
-            def on_poll(doc):
-                maybe_fail(doc)
-                if failure and "revived" not in failure and doc:
-                    revive_after_successor_started(doc)
-
-            doc = setup.wait_finished(chain, 280, on_poll)
-            if not failure:
-                raise Failure(f"{chain}: no job ran long enough to fail its node")
-            jobs = {j["job_id"]: j for j in doc["jobs"]}
-            failed = jobs[failure["job"]]
-            if failed["state"] != "NODE_FAIL":
-                raise Failure(f"job {failure['job']} ended {failed['state']}, not NODE_FAIL")
-            successor = next(j for j in doc["jobs"] if j["seq"] == failed["seq"] + 1)
-            reason = setup.sql(f"SELECT s.reason FROM submissions s JOIN chains c ON c.id = s.chain_id "
-                               f"WHERE c.name = '{chain}' AND s.seq = {successor['seq']}")
-            if reason != "node_failure":
-                raise Failure(f"the successor of the failed job was submitted for '{reason}', not node_failure")
-            restored = check_restores(setup, chain, doc)
-            text = setup.output(chain, successor["job_id"])
-            if "handover wait" in text:
-                raise Failure(f"job {successor['job_id']} waited for a final checkpoint of a dead job:\n{text}")
-            # Work lost: the training since the failed job's last commit, and the restart.
-            own = sorted((m for m in setup.manifests[chain].values() if m.get("job_id") == failure["job"]),
-                         key=lambda m: m["created_unix"])
-            commits = [m["created_unix"] for m in own if m["created_unix"] <= failure["at"]]
-            last = commits[-1] if commits else failed["start_unix"]
-            gaps = [b - a for a, b in zip([failed["start_unix"]] + commits, commits + [failure["at"]])]
-            interval = max(gaps[:-1]) if len(gaps) > 1 else after_start
-            lost_training = failure["at"] - last
-            resumed_iteration, went_on = restored[successor["job_id"]]
-            restart = went_on - failure["at"]
-            node_after = setup.nodes_seen.get(successor["job_id"])
-            log(f"{chain}: training lost {lost_training:.1f} s (checkpoint interval {interval:.1f} s), restart "
-                f"{restart:.1f} s (node down, NODE_FAIL, resubmission, start on {node_after}, restore of "
-                f"iteration {resumed_iteration})")
-            if lost_training > interval + 1.0:
-                raise Failure(f"{lost_training:.1f} s of training lost, more than the interval {interval:.1f} s")
-            if node_after == failure["node"]:
-                raise Failure(f"job {successor['job_id']} started on {node_after}, the node that was down")
-            results.append((lost_training, interval, restart))
+            doc, failure = run_with_node_failure(setup, chain, cluster_dir, after_start)
+            results.append(check_node_failure(setup, chain, doc, failure, after_start))
         setup.one_job_per_key()
         retries = setup.sql("SELECT max(retries) FROM chains")
         if retries not in ("0", ""):
@@ -408,6 +422,7 @@ def case_ddp(args):
         os.chmod(results, 0o1777)
         test_copy = f"{setup.app}/ddp_test.py"
         shutil.copy(ddp_test.__file__, test_copy)
+        shutil.copy(os.path.join(os.path.dirname(ddp_test.__file__), "ddp_ranks.py"), setup.app)  # its ranks
         example = f"{setup.app}/train_digits.py"
         steps = 1400  # about 70 s at 50 ms a step, so that the 1-minute jobs hand over at least once
         export = ",".join(["ALL", f"PYTHON={sys.executable}", f"DDP_TEST={test_copy}",
