@@ -257,22 +257,136 @@ double median(std::vector<double> values)
 constexpr baton::db::Statement insertTrace { "bench_insert_trace",
     "INSERT INTO traces (name, format, source) VALUES ($1, 'csv', 'benchmark') RETURNING id" };
 
+struct Options {
+    int repeat = 3;
+    int scale = 4;
+    long longRows = 3'000'000;
+};
+
+Options parseOptions(int argc, char** argv)
+{
+    Options options;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string option = argv[i];
+        if (option == "--rows")
+            options.longRows = std::max(0L, std::atol(argv[i + 1]));
+        else if (option == "--repeat")
+            options.repeat = std::max(1, std::atoi(argv[i + 1]));
+        else if (option == "--scale")
+            options.scale = std::max(2, std::atoi(argv[i + 1]));
+    }
+    return options;
+}
+
+// What each import runs against: the private server's database, batonctl, and the file that takes the
+// output of each program run.
+struct Setup {
+    baton::db::Connection& connection;
+    std::string database;
+    std::string batonctl;
+    fs::path work;
+    fs::path log;
+};
+
+// The baseline: `csv` (rows converted beforehand, not timed) loaded by psql's \copy; its seconds.
+double psqlCopySeconds(const Setup& setup, const fs::path& csv)
+{
+    const std::string copy = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, "
+                             "start_time, end_time, time_limit_s, nodes, priority, exit_code, state, "
+                             "requested_procs, requested_time_s, run_time_s, wait_s) FROM '"
+        + csv.string() + "' WITH (FORMAT csv)";
+    return mustRun(
+        { "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", setup.database, "-c", copy }, setup.log)
+        .seconds;
+}
+
+Outcome batonctlImport(const Setup& setup, const fs::path& trace, const std::string& name)
+{
+    return mustRun(
+        { setup.batonctl, "trace", "import", trace.string(), "--name", name, "--database", setup.database },
+        setup.log, true);
+}
+
+void printImportTable(std::size_t rows, double psqlSeconds, double ourSeconds)
+{
+    std::printf(
+        "| %-44s | %8s | %9s | %10s | %14s |\n", "method", "rows", "seconds", "rows/s", "vs psql \\copy");
+    std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
+        std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
+    std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n", "psql \\copy of pre-converted CSV (baseline)",
+        rows, psqlSeconds, static_cast<double>(rows) / psqlSeconds, 1.0);
+    std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n", "batonctl trace import (parse + COPY)", rows,
+        ourSeconds, static_cast<double>(rows) / ourSeconds, psqlSeconds / ourSeconds);
+}
+
+// The trace imported `repeat` times each way (medians), then `scale` times over by batonctl once, to
+// show that its peak memory does not grow with the input.
+void compareOnTheTrace(const Setup& setup, const fs::path& trace, int repeat, int scale)
+{
+    std::vector<double> ours, baseline, oursRss;
+    std::size_t rows = 0;
+    for (int run = 0; run < repeat; ++run) {
+        const auto traceId
+            = setup.connection.exec(insertTrace, baton::db::Params("csv-" + std::to_string(run))).int64(0, 0);
+        const fs::path csv = setup.work / "ls6.csv";
+        rows = writeCsv(trace, csv, traceId);
+        baseline.push_back(psqlCopySeconds(setup, csv));
+        auto imported = batonctlImport(setup, trace, "ls6-" + std::to_string(run));
+        ours.push_back(imported.seconds);
+        oursRss.push_back(static_cast<double>(imported.maxRssKiB));
+    }
+
+    const fs::path scaled = setup.work / "ls6-scaled.log";
+    concatenate(trace, scaled, scale);
+    auto big = batonctlImport(setup, scaled, "ls6-scaled");
+    const auto bigRows = rows * static_cast<std::size_t>(scale);
+    auto version = mustRun({ setup.batonctl, "version" }, setup.log, true);
+
+    const double baseSeconds = median(baseline);
+    const double ourSeconds = median(ours);
+    std::printf("\nTrace import of ls6-a100 (%zu rows), median of %d runs, whole processes (connect "
+                "included)\n\n",
+        rows, repeat);
+    printImportTable(rows, baseSeconds, ourSeconds);
+    std::printf("\nPeak memory of batonctl trace import (VmHWM at exit)\n\n");
+    std::printf("| %-22s | %10s | %11s | %14s |\n", "input", "rows", "MiB on disk", "peak RSS (KiB)");
+    std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(12, '-').c_str(),
+        std::string(13, '-').c_str(), std::string(16, '-').c_str());
+    std::printf("| %-22s | %10zu | %11.1f | %14.0f |\n", "ls6-a100", rows,
+        static_cast<double>(fs::file_size(trace)) / 1048576.0, median(oursRss));
+    std::printf("| %-22s | %10zu | %11.1f | %14ld |\n", ("ls6-a100 x" + std::to_string(scale)).c_str(),
+        bigRows, static_cast<double>(fs::file_size(scaled)) / 1048576.0, big.maxRssKiB);
+    std::printf("| %-22s | %10s | %11s | %14ld |\n", "batonctl version", "-", "-", version.maxRssKiB);
+    std::printf("\nratio %.2f (target >= 0.80); peak RSS x%d input / x1 input = %.2f\n",
+        baseSeconds / ourSeconds, scale, static_cast<double>(big.maxRssKiB) / median(oursRss));
+    if (big.output.find("accepted " + std::to_string(bigRows)) == std::string::npos)
+        throw std::runtime_error("the scaled import did not store every row:\n" + big.output);
+}
+
+// One import longer than the session's statement_timeout (60 s by default) on a slow machine: it must
+// not be cancelled while batonctl still parses and sends rows.
+void longImport(const Setup& setup, long rows)
+{
+    const fs::path synthetic = setup.work / "synthetic.swf";
+    writeSyntheticSwf(synthetic, rows);
+    const auto traceId = setup.connection.exec(insertTrace, baton::db::Params("csv-long")).int64(0, 0);
+    const fs::path csv = setup.work / "synthetic.csv";
+    const auto rowsLong = writeCsv(synthetic, csv, traceId);
+    const double psqlSeconds = psqlCopySeconds(setup, csv);
+    auto imported = batonctlImport(setup, synthetic, "synthetic");
+    if (imported.output.find("accepted " + std::to_string(rowsLong)) == std::string::npos)
+        throw std::runtime_error("the long import did not store every row:\n" + imported.output);
+    std::printf("\nLong import: generated SWF, %zu rows (%.1f MiB), one run each\n\n", rowsLong,
+        static_cast<double>(fs::file_size(synthetic)) / 1048576.0);
+    printImportTable(rowsLong, psqlSeconds, imported.seconds);
+    std::printf("peak RSS of the long import: %ld KiB\n", imported.maxRssKiB);
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
-    int repeat = 3;
-    int scale = 4;
-    long longRows = 3'000'000;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string option = argv[i];
-        if (option == "--rows")
-            longRows = std::max(0L, std::atol(argv[i + 1]));
-        else if (option == "--repeat")
-            repeat = std::max(1, std::atoi(argv[i + 1]));
-        else if (option == "--scale")
-            scale = std::max(2, std::atoi(argv[i + 1]));
-    }
+    const Options options = parseOptions(argc, argv);
     const fs::path sourceRoot = BATON_SOURCE_ROOT;
     fs::path traceDir = std::getenv("BATON_TRACE_DIR") ? fs::path(std::getenv("BATON_TRACE_DIR"))
                                                        : sourceRoot.parent_path() / "shared" / "traces";
@@ -289,104 +403,10 @@ int main(int argc, char** argv)
         const std::string database = server.conninfo();
         baton::db::Connection connection(database);
         baton::db::migrate(connection);
-
-        const fs::path log = work.path() / "out.txt";
-        std::vector<double> ours, baseline, oursRss;
-        std::size_t rows = 0;
-        for (int run = 0; run < repeat; ++run) {
-            // Baseline: the same rows, converted beforehand (not timed), loaded by psql's \copy.
-            const auto traceId
-                = connection.exec(insertTrace, baton::db::Params("csv-" + std::to_string(run))).int64(0, 0);
-            const fs::path csv = work.path() / "ls6.csv";
-            rows = writeCsv(trace, csv, traceId);
-            const std::string copy = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, "
-                                     "submit_time, start_time, end_time,"
-                                     " time_limit_s, nodes, priority, exit_code, state, requested_procs, "
-                                     "requested_time_s, run_time_s,"
-                                     " wait_s) FROM '"
-                + csv.string() + "' WITH (FORMAT csv)";
-            baseline.push_back(
-                mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log)
-                    .seconds);
-
-            auto imported = mustRun({ batonctl, "trace", "import", trace.string(), "--name",
-                                        "ls6-" + std::to_string(run), "--database", database },
-                log, true);
-            ours.push_back(imported.seconds);
-            oursRss.push_back(static_cast<double>(imported.maxRssKiB));
-        }
-
-        const fs::path scaled = work.path() / "ls6-scaled.log";
-        concatenate(trace, scaled, scale);
-        auto big = mustRun(
-            { batonctl, "trace", "import", scaled.string(), "--name", "ls6-scaled", "--database", database },
-            log, true);
-        const auto bigRows = rows * static_cast<std::size_t>(scale);
-        auto version = mustRun({ batonctl, "version" }, log, true);
-
-        const double baseSeconds = median(baseline);
-        const double ourSeconds = median(ours);
-        std::printf("\nTrace import of ls6-a100 (%zu rows), median of %d runs, whole processes (connect "
-                    "included)\n\n",
-            rows, repeat);
-        std::printf(
-            "| %-44s | %8s | %9s | %10s | %14s |\n", "method", "rows", "seconds", "rows/s", "vs psql \\copy");
-        std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
-            std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
-        std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n",
-            "psql \\copy of pre-converted CSV (baseline)", rows, baseSeconds,
-            static_cast<double>(rows) / baseSeconds, 1.0);
-        std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n", "batonctl trace import (parse + COPY)",
-            rows, ourSeconds, static_cast<double>(rows) / ourSeconds, baseSeconds / ourSeconds);
-        std::printf("\nPeak memory of batonctl trace import (VmHWM at exit)\n\n");
-        std::printf("| %-22s | %10s | %11s | %14s |\n", "input", "rows", "MiB on disk", "peak RSS (KiB)");
-        std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(12, '-').c_str(),
-            std::string(13, '-').c_str(), std::string(16, '-').c_str());
-        std::printf("| %-22s | %10zu | %11.1f | %14.0f |\n", "ls6-a100", rows,
-            static_cast<double>(fs::file_size(trace)) / 1048576.0, median(oursRss));
-        std::printf("| %-22s | %10zu | %11.1f | %14ld |\n", ("ls6-a100 x" + std::to_string(scale)).c_str(),
-            bigRows, static_cast<double>(fs::file_size(scaled)) / 1048576.0, big.maxRssKiB);
-        std::printf("| %-22s | %10s | %11s | %14ld |\n", "batonctl version", "-", "-", version.maxRssKiB);
-        std::printf("\nratio %.2f (target >= 0.80); peak RSS x%d input / x1 input = %.2f\n",
-            baseSeconds / ourSeconds, scale, static_cast<double>(big.maxRssKiB) / median(oursRss));
-        if (big.output.find("accepted " + std::to_string(bigRows)) == std::string::npos)
-            throw std::runtime_error("the scaled import did not store every row:\n" + big.output);
-
-        if (longRows > 0) {
-            // One import longer than the session's statement_timeout (60 s by default) on a slow
-            // machine: it must not be cancelled while batonctl still parses and sends rows.
-            const fs::path synthetic = work.path() / "synthetic.swf";
-            writeSyntheticSwf(synthetic, longRows);
-            const auto traceId = connection.exec(insertTrace, baton::db::Params("csv-long")).int64(0, 0);
-            const fs::path csv = work.path() / "synthetic.csv";
-            const auto rowsLong = writeCsv(synthetic, csv, traceId);
-            const std::string copy
-                = "\\copy trace_jobs (trace_id, seq, job_id, name, user_name, submit_time, "
-                  "start_time, end_time, time_limit_s, nodes, priority, exit_code, state, "
-                  "requested_procs, requested_time_s, run_time_s, wait_s) FROM '"
-                + csv.string() + "' WITH (FORMAT csv)";
-            const double psqlSeconds
-                = mustRun({ "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", database, "-c", copy }, log)
-                      .seconds;
-            auto imported = mustRun({ batonctl, "trace", "import", synthetic.string(), "--name", "synthetic",
-                                        "--database", database },
-                log, true);
-            if (imported.output.find("accepted " + std::to_string(rowsLong)) == std::string::npos)
-                throw std::runtime_error("the long import did not store every row:\n" + imported.output);
-            std::printf("\nLong import: generated SWF, %zu rows (%.1f MiB), one run each\n\n", rowsLong,
-                static_cast<double>(fs::file_size(synthetic)) / 1048576.0);
-            std::printf("| %-44s | %8s | %9s | %10s | %14s |\n", "method", "rows", "seconds", "rows/s",
-                "vs psql \\copy");
-            std::printf("|%s|%s|%s|%s|%s|\n", std::string(46, '-').c_str(), std::string(10, '-').c_str(),
-                std::string(11, '-').c_str(), std::string(12, '-').c_str(), std::string(16, '-').c_str());
-            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %14.2f |\n",
-                "psql \\copy of pre-converted CSV (baseline)", rowsLong, psqlSeconds,
-                static_cast<double>(rowsLong) / psqlSeconds, 1.0);
-            std::printf("| %-44s | %8zu | %9.3f | %10.0f | %13.2fx |\n",
-                "batonctl trace import (parse + COPY)", rowsLong, imported.seconds,
-                static_cast<double>(rowsLong) / imported.seconds, psqlSeconds / imported.seconds);
-            std::printf("peak RSS of the long import: %ld KiB\n", imported.maxRssKiB);
-        }
+        const Setup setup { connection, database, batonctl, work.path(), work.path() / "out.txt" };
+        compareOnTheTrace(setup, trace, options.repeat, options.scale);
+        if (options.longRows > 0)
+            longImport(setup, options.longRows);
     } catch (const std::exception& error) {
         std::cerr << "import_bench: " << error.what() << "\n";
         return 1;
