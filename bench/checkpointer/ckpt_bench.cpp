@@ -340,9 +340,8 @@ double mean(const std::vector<double>& values)
     return values.empty() ? 0 : sum / static_cast<double>(values.size());
 }
 
-void trainingTable(const fs::path& root, std::size_t size, int iterations, int k, int runs)
-{
-    std::vector<std::byte> state(size, std::byte { 1 });
+// What the runs of the training loop measured, by mode and for baton's checkpoints.
+struct TrainingRuns {
     struct PerMode {
         Distribution loopSeconds, stallPerCheckpoint, overhead;
     };
@@ -350,7 +349,12 @@ void trainingTable(const fs::path& root, std::size_t size, int iterations, int k
     Distribution stallRatio, stallRatioNoFsync, policyOverhead, firstStall, steadyStall;
     std::vector<StallPhases> firstPhases, steadyPhases;
     std::uint64_t dropped = 0;
+};
 
+TrainingRuns runTrainingLoops(const fs::path& root, std::size_t size, int iterations, int k, int runs)
+{
+    std::vector<std::byte> state(size, std::byte { 1 });
+    TrainingRuns t;
     for (int r = 0; r < runs; ++r) {
         // Each run starts with another mode, so that no mode always follows the same one.
         std::map<Mode, LoopResult> results;
@@ -360,57 +364,31 @@ void trainingTable(const fs::path& root, std::size_t size, int iterations, int k
         }
         const double none = results[Mode::None].seconds;
         for (auto& [mode, result] : results) {
-            modes[mode].loopSeconds.add(result.seconds);
-            modes[mode].overhead.add((result.seconds - none) / none * 100.0);
+            t.modes[mode].loopSeconds.add(result.seconds);
+            t.modes[mode].overhead.add((result.seconds - none) / none * 100.0);
             if (mode != Mode::None)
-                modes[mode].stallPerCheckpoint.add(mean(result.stalls));
+                t.modes[mode].stallPerCheckpoint.add(mean(result.stalls));
         }
         const auto& baton = results[Mode::Baton];
-        stallRatio.add(mean(baton.stalls) / mean(results[Mode::SyncWriteFsync].stalls));
-        stallRatioNoFsync.add(mean(baton.stalls) / mean(results[Mode::SyncWrite].stalls));
-        policyOverhead.add(baton.policyOverheadPercent);
-        dropped += baton.dropped;
+        t.stallRatio.add(mean(baton.stalls) / mean(results[Mode::SyncWriteFsync].stalls));
+        t.stallRatioNoFsync.add(mean(baton.stalls) / mean(results[Mode::SyncWrite].stalls));
+        t.policyOverhead.add(baton.policyOverheadPercent);
+        t.dropped += baton.dropped;
         for (std::size_t i = 0; i < baton.phases.size(); ++i) {
-            (i == 0 ? firstPhases : steadyPhases).push_back(baton.phases[i]);
-            (i == 0 ? firstStall : steadyStall).add(baton.phases[i].total());
+            (i == 0 ? t.firstPhases : t.steadyPhases).push_back(baton.phases[i]);
+            (i == 0 ? t.firstStall : t.steadyStall).add(baton.phases[i].total());
         }
     }
+    return t;
+}
 
-    std::printf(
-        "\ntraining loop, %zu MiB state, 100 ms device step per iteration (the thread spins), checkpoint "
-        "every %d iterations, %d iterations; median (min-max) of %d runs, modes alternating\n",
-        size >> 20, k, iterations, runs);
-    std::printf("| %-22s | %-22s | %-24s | %-24s |\n", "mode", "loop s", "stall/ckpt ms", "overhead %");
-    std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(24, '-').c_str(),
-        std::string(26, '-').c_str(), std::string(26, '-').c_str());
-    for (Mode mode : kModes) {
-        const auto& m = modes[mode];
-        std::printf("| %-22s | %-22s | %-24s | %-24s |\n", modeName(mode), m.loopSeconds.text(2).c_str(),
-            mode == Mode::None ? "-" : m.stallPerCheckpoint.text(1, 1000).c_str(),
-            mode == Mode::None ? "-" : m.overhead.text(2).c_str());
-    }
-    const auto& none = modes[Mode::None].loopSeconds;
-    std::printf("the none loop's own spread: %.2f%% of its median (the noise any overhead figure carries)\n",
-        (none.max() - none.min()) / none.median() * 100.0);
-    std::printf("baton stall / sync+fsync stall = %s (target <= 0.1: %s at the median)\n",
-        stallRatio.text(4).c_str(), stallRatio.median() <= 0.1 ? "holds" : "missed");
-    std::printf("baton stall / sync (no fsync) stall = %s\n", stallRatioNoFsync.text(4).c_str());
-    std::printf("baton overhead at k = %d = %s%% (target <= 5%%: %s at the median); the policy's own measure "
-                "of the same loops %s%%\n",
-        k, modes[Mode::Baton].overhead.text(2).c_str(),
-        modes[Mode::Baton].overhead.median() <= 5 ? "holds" : "missed", policyOverhead.text(2).c_str());
-    std::printf("baton stall, first checkpoint %s ms, later ones %s ms: first / later = %.2f (target <= 2)\n",
-        firstStall.text(2, 1000).c_str(), steadyStall.text(2, 1000).c_str(),
-        steadyStall.median() > 0 ? firstStall.median() / steadyStall.median() : 0.0);
-    if (dropped > 0)
-        std::printf("baton dropped %llu checkpoint requests (the previous one still in flight)\n",
-            static_cast<unsigned long long>(dropped));
-
+void printStallPhases(const TrainingRuns& t)
+{
     auto phaseRow = [&](const char* what, double StallPhases::*field) {
         Distribution first, steady;
-        for (const auto& p : firstPhases)
+        for (const auto& p : t.firstPhases)
             first.add(p.*field);
-        for (const auto& p : steadyPhases)
+        for (const auto& p : t.steadyPhases)
             steady.add(p.*field);
         std::printf(
             "| %-46s | %-26s | %-26s |\n", what, first.text(3, 1000).c_str(), steady.text(3, 1000).c_str());
@@ -424,6 +402,41 @@ void trainingTable(const fs::path& root, std::size_t size, int iterations, int k
     phaseRow("request: entries placed, copies posted", &StallPhases::request);
     phaseRow("beforeUpdate(): waiting for the snapshot copy", &StallPhases::snapshotWait);
     phaseRow("(the snapshot copy, overlapping the compute)", &StallPhases::snapshot);
+}
+
+void trainingTable(const fs::path& root, std::size_t size, int iterations, int k, int runs)
+{
+    TrainingRuns t = runTrainingLoops(root, size, iterations, k, runs);
+    std::printf(
+        "\ntraining loop, %zu MiB state, 100 ms device step per iteration (the thread spins), checkpoint "
+        "every %d iterations, %d iterations; median (min-max) of %d runs, modes alternating\n",
+        size >> 20, k, iterations, runs);
+    std::printf("| %-22s | %-22s | %-24s | %-24s |\n", "mode", "loop s", "stall/ckpt ms", "overhead %");
+    std::printf("|%s|%s|%s|%s|\n", std::string(24, '-').c_str(), std::string(24, '-').c_str(),
+        std::string(26, '-').c_str(), std::string(26, '-').c_str());
+    for (Mode mode : kModes) {
+        const auto& m = t.modes[mode];
+        std::printf("| %-22s | %-22s | %-24s | %-24s |\n", modeName(mode), m.loopSeconds.text(2).c_str(),
+            mode == Mode::None ? "-" : m.stallPerCheckpoint.text(1, 1000).c_str(),
+            mode == Mode::None ? "-" : m.overhead.text(2).c_str());
+    }
+    const auto& none = t.modes[Mode::None].loopSeconds;
+    std::printf("the none loop's own spread: %.2f%% of its median (the noise any overhead figure carries)\n",
+        (none.max() - none.min()) / none.median() * 100.0);
+    std::printf("baton stall / sync+fsync stall = %s (target <= 0.1: %s at the median)\n",
+        t.stallRatio.text(4).c_str(), t.stallRatio.median() <= 0.1 ? "holds" : "missed");
+    std::printf("baton stall / sync (no fsync) stall = %s\n", t.stallRatioNoFsync.text(4).c_str());
+    std::printf("baton overhead at k = %d = %s%% (target <= 5%%: %s at the median); the policy's own measure "
+                "of the same loops %s%%\n",
+        k, t.modes[Mode::Baton].overhead.text(2).c_str(),
+        t.modes[Mode::Baton].overhead.median() <= 5 ? "holds" : "missed", t.policyOverhead.text(2).c_str());
+    std::printf("baton stall, first checkpoint %s ms, later ones %s ms: first / later = %.2f (target <= 2)\n",
+        t.firstStall.text(2, 1000).c_str(), t.steadyStall.text(2, 1000).c_str(),
+        t.steadyStall.median() > 0 ? t.firstStall.median() / t.steadyStall.median() : 0.0);
+    if (t.dropped > 0)
+        std::printf("baton dropped %llu checkpoint requests (the previous one still in flight)\n",
+            static_cast<unsigned long long>(t.dropped));
+    printStallPhases(t);
     std::fflush(stdout);
 }
 
