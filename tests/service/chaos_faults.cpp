@@ -245,64 +245,142 @@ pid_t ChaosTest::slurmctldPid() const
     return pid;
 }
 
+// The target chain's job in that state (running or queued), else the next chain's (in index order) that
+// has one, cancelled by its owner.
+void ChaosTest::userScancel(const chaos::Fault& fault)
+{
+    const bool current = fault.kind == chaos::FaultKind::UserScancelCurrent;
+    for (std::size_t k = 0; k < specs_.size(); ++k) {
+        ChainSpec& candidate = specs_[(static_cast<std::size_t>(fault.chain) + k) % specs_.size()];
+        const auto chain = chainRow(candidate);
+        const auto jobs
+            = chain ? chainJobs(*chain, current ? "RUNNING" : "PENDING") : std::vector<chaos::SlurmJob> {};
+        if (jobs.empty())
+            continue;
+        const User& user = users_[candidate.user];
+        // The current job is the oldest running one (a successor in handover runs too).
+        const chaos::SlurmJob& victim = current ? jobs.back() : jobs.front();
+        if (current)
+            setPauseExpected(candidate, true); // batond's documented answer to a cancelled running job
+        const auto result
+            = run({ "runuser", "-u", user.name, "--", "scancel", std::to_string(victim.id) }, 60s);
+        note(user.name + " scancel " + (current ? "running" : "queued") + " job " + std::to_string(victim.id)
+            + " of " + candidate.name + ": exit " + std::to_string(result.exitCode));
+        return;
+    }
+    note(std::string("scancel: no chain has a ") + (current ? "running" : "queued") + " job");
+}
+
+// The owner and an operator act on one chain at once.
+void ChaosTest::racingActions(const chaos::Fault& fault, const ChainSpec& spec)
+{
+    const User& owner = users_[spec.user];
+    const std::string a = actionOf(fault.variant, spec);
+    const std::string b = actionOf(fault.variant / 8 + 3, spec);
+    note("race: " + owner.name + " " + a + " against operator " + b + " on " + spec.name);
+    std::thread first([&] { act(spec, a, false, (fault.variant / 2) % 2 == 1); });
+    std::thread second([&] { act(spec, b, true, true); });
+    first.join();
+    second.join();
+    // Which one won is the database's to say: a pause may be expected whenever one asked for it.
+    if (a == "pause" || b == "pause")
+        setPauseExpected(spec, true);
+}
+
+void ChaosTest::resubmitEndedName(const ChainSpec& spec)
+{
+    const User& owner = users_[spec.user];
+    const auto reply = http(owner.uid, "POST", "/v1/chains", chainRequest(spec).dump(),
+        owner.name + " submit again " + spec.name);
+    note(owner.name + " submits " + spec.name + " again: HTTP " + std::to_string(reply.status) + " "
+        + reply.body.substr(0, 160));
+    if (reply.status == 201)
+        setPauseExpected(spec, false);
+}
+
+void ChaosTest::sleepThrough(const chaos::Fault& fault)
+{
+    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
+}
+
+void ChaosTest::killBatond(const chaos::Fault& fault)
+{
+    Batond* victim = leader();
+    if (!victim) {
+        note("no batond is leading");
+        victim = batonds_[0].get();
+    }
+    victim->stop(SIGKILL);
+    note("SIGKILL batond on port " + std::to_string(victim->port()) + ", back in "
+        + std::to_string(fault.durationSeconds) + " s");
+    sleepThrough(fault);
+    victim->start();
+}
+
+void ChaosTest::restartPostgres(const chaos::Fault& fault)
+{
+    const std::string pg = (baton::test::sourceRoot() / "deploy/local/pg.sh").string();
+    beginOutage("postgres");
+    const auto stopped = run({ "bash", pg, "stop", pg_->dir().string() }, 90s);
+    note("PostgreSQL stopped (exit " + std::to_string(stopped.exitCode) + ") for "
+        + std::to_string(fault.durationSeconds) + " s");
+    sleepThrough(fault);
+    const auto started = run({ "bash", pg, "start", pg_->dir().string() }, 90s);
+    endOutage();
+    note("PostgreSQL started: exit " + std::to_string(started.exitCode));
+}
+
+void ChaosTest::stopSlurmctld(const chaos::Fault& fault)
+{
+    beginOutage("slurmctld");
+    const pid_t pid = slurmctldPid();
+    if (pid > 0)
+        kill(pid, SIGTERM);
+    for (int i = 0; i < 100 && pid > 0 && kill(pid, 0) == 0; ++i)
+        std::this_thread::sleep_for(100ms);
+    note("slurmctld stopped for " + std::to_string(fault.durationSeconds) + " s");
+    sleepThrough(fault);
+    const auto started = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(),
+                                 "start", slurm_->dir().string(), plugstack_ },
+        120s);
+    endOutage();
+    note("slurmctld started: exit " + std::to_string(started.exitCode));
+}
+
+void ChaosTest::freezeSlurmctld(const chaos::Fault& fault)
+{
+    beginOutage("slurmctld frozen");
+    const pid_t pid = slurmctldPid();
+    if (pid > 0)
+        kill(pid, SIGSTOP);
+    note("slurmctld frozen for " + std::to_string(fault.durationSeconds) + " s");
+    sleepThrough(fault);
+    if (pid > 0)
+        kill(pid, SIGCONT);
+    endOutage();
+    note("slurmctld thawed");
+}
+
 void ChaosTest::inject(const chaos::Fault& fault)
 {
     ChainSpec& spec = specs_[static_cast<std::size_t>(fault.chain) % specs_.size()];
-    const User& owner = users_[spec.user];
-    const std::string pg = (baton::test::sourceRoot() / "deploy/local/pg.sh").string();
     switch (fault.kind) {
     case chaos::FaultKind::UserScancelCurrent:
-    case chaos::FaultKind::UserScancelQueued: {
-        // The target chain's job in that state, else the next chain's (in index order) that has one.
-        const bool current = fault.kind == chaos::FaultKind::UserScancelCurrent;
-        for (std::size_t k = 0; k < specs_.size(); ++k) {
-            ChainSpec& candidate = specs_[(static_cast<std::size_t>(fault.chain) + k) % specs_.size()];
-            const auto chain = chainRow(candidate);
-            const auto jobs
-                = chain ? chainJobs(*chain, current ? "RUNNING" : "PENDING") : std::vector<chaos::SlurmJob> {};
-            if (jobs.empty())
-                continue;
-            const User& user = users_[candidate.user];
-            // The current job is the oldest running one (a successor in handover runs too).
-            const chaos::SlurmJob& victim = current ? jobs.back() : jobs.front();
-            if (current)
-                setPauseExpected(candidate, true); // batond's documented answer to a cancelled running job
-            const auto result = run({ "runuser", "-u", user.name, "--", "scancel", std::to_string(victim.id) }, 60s);
-            note(user.name + " scancel " + (current ? "running" : "queued") + " job " + std::to_string(victim.id)
-                + " of " + candidate.name + ": exit " + std::to_string(result.exitCode));
-            return;
-        }
-        note(std::string("scancel: no chain has a ") + (current ? "running" : "queued") + " job");
+    case chaos::FaultKind::UserScancelQueued:
+        userScancel(fault);
         return;
-    }
     case chaos::FaultKind::OwnerAction:
         act(spec, actionOf(fault.variant, spec), false, (fault.variant / 8) % 2 == 1);
         return;
     case chaos::FaultKind::OperatorAction:
         act(spec, actionOf(fault.variant, spec), true, true);
         return;
-    case chaos::FaultKind::RacingActions: {
-        const std::string a = actionOf(fault.variant, spec);
-        const std::string b = actionOf(fault.variant / 8 + 3, spec);
-        note("race: " + owner.name + " " + a + " against operator " + b + " on " + spec.name);
-        std::thread first([&] { act(spec, a, false, (fault.variant / 2) % 2 == 1); });
-        std::thread second([&] { act(spec, b, true, true); });
-        first.join();
-        second.join();
-        // Which one won is the database's to say: a pause may be expected whenever one asked for it.
-        if (a == "pause" || b == "pause")
-            setPauseExpected(spec, true);
+    case chaos::FaultKind::RacingActions:
+        racingActions(fault, spec);
         return;
-    }
-    case chaos::FaultKind::ResubmitEndedName: {
-        const auto reply = http(owner.uid, "POST", "/v1/chains", chainRequest(spec).dump(),
-            owner.name + " submit again " + spec.name);
-        note(owner.name + " submits " + spec.name + " again: HTTP " + std::to_string(reply.status) + " "
-            + reply.body.substr(0, 160));
-        if (reply.status == 201)
-            setPauseExpected(spec, false);
+    case chaos::FaultKind::ResubmitEndedName:
+        resubmitEndedName(spec);
         return;
-    }
     case chaos::FaultKind::HostileManifest:
         plantManifest(liveTarget(fault.chain), fault.variant);
         return;
@@ -319,59 +397,18 @@ void ChaosTest::inject(const chaos::Fault& fault)
         plainSbatchChain(fault);
         return;
     case chaos::FaultKind::BatondKill:
-    case chaos::FaultKind::LeaderFailover: {
-        Batond* victim = leader();
-        if (!victim) {
-            note("no batond is leading");
-            victim = batonds_[0].get();
-        }
-        victim->stop(SIGKILL);
-        note("SIGKILL batond on port " + std::to_string(victim->port()) + ", back in "
-            + std::to_string(fault.durationSeconds) + " s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
-        victim->start();
+    case chaos::FaultKind::LeaderFailover:
+        killBatond(fault);
         return;
-    }
-    case chaos::FaultKind::PostgresRestart: {
-        beginOutage("postgres");
-        const auto stopped = run({ "bash", pg, "stop", pg_->dir().string() }, 90s);
-        note("PostgreSQL stopped (exit " + std::to_string(stopped.exitCode) + ") for "
-            + std::to_string(fault.durationSeconds) + " s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
-        const auto started = run({ "bash", pg, "start", pg_->dir().string() }, 90s);
-        endOutage();
-        note("PostgreSQL started: exit " + std::to_string(started.exitCode));
+    case chaos::FaultKind::PostgresRestart:
+        restartPostgres(fault);
         return;
-    }
-    case chaos::FaultKind::SlurmctldStop: {
-        beginOutage("slurmctld");
-        const pid_t pid = slurmctldPid();
-        if (pid > 0)
-            kill(pid, SIGTERM);
-        for (int i = 0; i < 100 && pid > 0 && kill(pid, 0) == 0; ++i)
-            std::this_thread::sleep_for(100ms);
-        note("slurmctld stopped for " + std::to_string(fault.durationSeconds) + " s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
-        const auto started = run({ "bash", (baton::test::sourceRoot() / "deploy/local/slurm.sh").string(), "start",
-                                     slurm_->dir().string(), plugstack_ },
-            120s);
-        endOutage();
-        note("slurmctld started: exit " + std::to_string(started.exitCode));
+    case chaos::FaultKind::SlurmctldStop:
+        stopSlurmctld(fault);
         return;
-    }
-    case chaos::FaultKind::SlurmctldFreeze: {
-        beginOutage("slurmctld frozen");
-        const pid_t pid = slurmctldPid();
-        if (pid > 0)
-            kill(pid, SIGSTOP);
-        note("slurmctld frozen for " + std::to_string(fault.durationSeconds) + " s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(fault.durationSeconds * 1000)));
-        if (pid > 0)
-            kill(pid, SIGCONT);
-        endOutage();
-        note("slurmctld thawed");
+    case chaos::FaultKind::SlurmctldFreeze:
+        freezeSlurmctld(fault);
         return;
-    }
     }
 }
 

@@ -150,6 +150,15 @@ protected:
     void addViolations(const std::vector<chaos::Violation>& found, double at);
     void count(const std::string& invariant, std::size_t evaluations = 1);
 
+    std::map<std::int64_t, std::int64_t> cancelledSince(
+        const Snapshot& snapshot, const std::vector<chaos::Outage>& outages, double at, std::int64_t epoch);
+    void checkPlainChains(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+        std::int64_t epoch, std::vector<chaos::Violation>& found);
+    void checkAgainstSlurm(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+        const std::vector<chaos::Outage>& outages, double at, std::vector<chaos::Violation>& found);
+    void checkChains(const Snapshot& snapshot, const std::vector<chaos::Outage>& outages, double at,
+        std::vector<chaos::Violation>& found);
+
     // One round: read the facts, check every invariant on them.
     void observeAndCheck();
     void startObserver();
@@ -189,7 +198,24 @@ protected:
     void beginOutage(const std::string& what);
     void endOutage();
     pid_t slurmctldPid() const;
+    void userScancel(const chaos::Fault& fault);
+    void racingActions(const chaos::Fault& fault, const ChainSpec& spec);
+    void resubmitEndedName(const ChainSpec& spec);
+    void sleepThrough(const chaos::Fault& fault); // the fault's duration
+    void killBatond(const chaos::Fault& fault);
+    void restartPostgres(const chaos::Fault& fault);
+    void stopSlurmctld(const chaos::Fault& fault);
+    void freezeSlurmctld(const chaos::Fault& fault);
     void inject(const chaos::Fault& fault);
+
+    // ------------------------------------------------------------------------------------------------
+    // The run
+
+    void startBatonds(); // two instances, both ready
+    void submitChains(); // options_.chains chains, by users in turn
+    // Each fault at its time, an observation round after each; the count injected by kind.
+    std::map<std::string, int> injectAll(const std::vector<chaos::Fault>& schedule);
+    std::string summary(const std::map<std::string, int>& scheduled, std::map<std::string, int>& injected);
     std::uint64_t seed_ = 0;
     chaos::ScheduleOptions options_;
     double progressBound_ = 180;

@@ -173,6 +173,106 @@ void ChaosTest::count(const std::string& invariant, std::size_t evaluations)
     checks_[invariant] += evaluations;
 }
 
+// Chains that cancelled batond-made jobs must leave alone from when the chain was first seen
+// cancelled; the bound stretches by the outages since then.
+std::map<std::int64_t, std::int64_t> ChaosTest::cancelledSince(
+    const Snapshot& snapshot, const std::vector<chaos::Outage>& outages, double at, std::int64_t epoch)
+{
+    for (const chaos::DbChain& chain : snapshot.chains) {
+        if (chain.state == "cancelled")
+            cancelledSince_.try_emplace(chain.id, epoch);
+        else
+            cancelledSince_.erase(chain.id);
+    }
+    std::map<std::int64_t, std::int64_t> since;
+    for (const auto& [id, first] : cancelledSince_) {
+        const double covered = chaos::outageSecondsWithin(
+            outages, at - static_cast<double>(epoch - first), at, outageGraceSeconds);
+        since[id] = first + static_cast<std::int64_t>(covered);
+    }
+    return since;
+}
+
+// Plain `sbatch --baton` chains are registered once their job runs.
+void ChaosTest::checkPlainChains(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+    std::int64_t epoch, std::vector<chaos::Violation>& found)
+{
+    for (const auto& [jobId, plain] : plainJobs_) {
+        const auto job = slurm.find(jobId);
+        if (job == slurm.end() || job->second.start <= 0 || epoch - job->second.start <= plainRegisterBoundSeconds)
+            continue;
+        const bool registered = std::any_of(snapshot.chains.begin(), snapshot.chains.end(),
+            [&](const chaos::DbChain& c) { return c.name == plain.second && c.ownerUid == plain.first; });
+        count("plain_chain_unregistered");
+        if (!registered)
+            found.push_back(chaos::Violation { "plain_chain_unregistered",
+                userNameOf(plain.first) + "/" + plain.second,
+                "job " + std::to_string(jobId) + " (" + job->second.state + ") started with sbatch --baton="
+                    + plain.second + " " + std::to_string(epoch - job->second.start)
+                    + " s ago; batond has no such chain" });
+    }
+}
+
+// The invariants that need both the database and Slurm.
+void ChaosTest::checkAgainstSlurm(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+    const std::vector<chaos::Outage>& outages, double at, std::vector<chaos::Violation>& found)
+{
+    const auto add = [&](std::vector<chaos::Violation> more) {
+        found.insert(found.end(), more.begin(), more.end());
+    };
+    const std::int64_t epoch = epochNow();
+    add(chaos::checkOverlaps(snapshot.chains, snapshot.jobs, slurm, epoch, handoverBoundSeconds));
+    count("two_trainings");
+    add(chaos::checkDuplicateSeq(snapshot.chains, snapshot.jobs, slurm));
+    count("duplicate_seq");
+    add(chaos::checkForeignJobs(snapshot.chains, snapshot.jobs, slurm));
+    count("foreign_job_adopted");
+    const auto since = cancelledSince(snapshot, outages, at, epoch);
+    add(chaos::checkCancelledChainsQuiet(snapshot.chains, snapshot.jobs, slurm, since, epoch, cancelBoundSeconds));
+    count("cancelled_chain_job_runs");
+    checkPlainChains(snapshot, slurm, epoch, found);
+}
+
+// Progress and pauses, chain by chain.
+void ChaosTest::checkChains(const Snapshot& snapshot, const std::vector<chaos::Outage>& outages, double at,
+    std::vector<chaos::Violation>& found)
+{
+    std::set<std::int64_t> hostile;
+    std::map<std::int64_t, bool> pauseExpected;
+    {
+        const std::lock_guard lock(mutex_);
+        for (const chaos::DbChain& chain : snapshot.chains) {
+            const std::string key = chain.name + "@" + std::to_string(chain.ownerUid);
+            if (hostileChains_.contains(key))
+                hostile.insert(chain.id);
+            pauseExpected[chain.id] = pauseExpected_[key];
+        }
+    }
+    for (const chaos::DbChain& chain : snapshot.chains) {
+        chaos::ProgressMarker marker;
+        marker.seq = chain.seq;
+        if (const auto it = snapshot.dbIteration.find(chain.id); it != snapshot.dbIteration.end())
+            marker.iteration = it->second;
+        marker.iteration = std::max(marker.iteration, diskIteration(chainDir(userNameOf(chain.ownerUid), chain.name)));
+        count("no_progress");
+        if (auto stalled = progress_.observe(chain, marker, at, progressBound_, outages, outageGraceSeconds)) {
+            if (hostile.contains(chain.id))
+                stalled->detail += " (the test fed this chain a hostile input; batond set no quarantine state)";
+            found.push_back(*stalled);
+        }
+        count("unrequested_pause");
+        if (auto paused = chaos::checkUnrequestedPause(chain, pauseExpected[chain.id], hostile.contains(chain.id), at)) {
+            // Seen twice in a row: a pause the test asked for may reach the database before the
+            // test has written down that it asked.
+            if (pausedUnexpectedly_.contains(chain.id))
+                found.push_back(*paused);
+            pausedUnexpectedly_.insert(chain.id);
+        } else {
+            pausedUnexpectedly_.erase(chain.id);
+        }
+    }
+}
+
 void ChaosTest::observeAndCheck()
 {
     const std::lock_guard round(observeMutex_);
@@ -200,45 +300,8 @@ void ChaosTest::observeAndCheck()
     count("tick_failed");
     add(chaos::checkReplies(replies, outages, outageGraceSeconds));
     count("unclear_refusal", replies.size());
-    if (snapshot.dbOk && slurmOk) {
-        const std::int64_t epoch = epochNow();
-        add(chaos::checkOverlaps(snapshot.chains, snapshot.jobs, slurm, epoch, handoverBoundSeconds));
-        count("two_trainings");
-        add(chaos::checkDuplicateSeq(snapshot.chains, snapshot.jobs, slurm));
-        count("duplicate_seq");
-        add(chaos::checkForeignJobs(snapshot.chains, snapshot.jobs, slurm));
-        count("foreign_job_adopted");
-        for (const chaos::DbChain& chain : snapshot.chains) {
-            if (chain.state == "cancelled")
-                cancelledSince_.try_emplace(chain.id, epoch);
-            else
-                cancelledSince_.erase(chain.id);
-        }
-        // The bound stretches by the outages since the chain was seen cancelled.
-        std::map<std::int64_t, std::int64_t> since;
-        for (const auto& [id, first] : cancelledSince_) {
-            const double covered = chaos::outageSecondsWithin(
-                outages, at - static_cast<double>(epoch - first), at, outageGraceSeconds);
-            since[id] = first + static_cast<std::int64_t>(covered);
-        }
-        add(chaos::checkCancelledChainsQuiet(snapshot.chains, snapshot.jobs, slurm, since, epoch, cancelBoundSeconds));
-        count("cancelled_chain_job_runs");
-        // Plain `sbatch --baton` chains are registered once their job runs.
-        for (const auto& [jobId, plain] : plainJobs_) {
-            const auto job = slurm.find(jobId);
-            if (job == slurm.end() || job->second.start <= 0 || epoch - job->second.start <= plainRegisterBoundSeconds)
-                continue;
-            const bool registered = std::any_of(snapshot.chains.begin(), snapshot.chains.end(),
-                [&](const chaos::DbChain& c) { return c.name == plain.second && c.ownerUid == plain.first; });
-            count("plain_chain_unregistered");
-            if (!registered)
-                found.push_back(chaos::Violation { "plain_chain_unregistered",
-                    userNameOf(plain.first) + "/" + plain.second,
-                    "job " + std::to_string(jobId) + " (" + job->second.state + ") started with sbatch --baton="
-                        + plain.second + " " + std::to_string(epoch - job->second.start)
-                        + " s ago; batond has no such chain" });
-        }
-    }
+    if (snapshot.dbOk && slurmOk)
+        checkAgainstSlurm(snapshot, slurm, outages, at, found);
     if (snapshot.dbOk) {
         std::vector<chaos::RefusedCreation> refused;
         {
@@ -247,40 +310,7 @@ void ChaosTest::observeAndCheck()
         }
         add(chaos::checkRefusedCreations(snapshot.chains, refused));
         count("refused_input_changed_state");
-        std::set<std::int64_t> hostile;
-        std::map<std::int64_t, bool> pauseExpected;
-        {
-            const std::lock_guard lock(mutex_);
-            for (const chaos::DbChain& chain : snapshot.chains) {
-                const std::string key = chain.name + "@" + std::to_string(chain.ownerUid);
-                if (hostileChains_.contains(key))
-                    hostile.insert(chain.id);
-                pauseExpected[chain.id] = pauseExpected_[key];
-            }
-        }
-        for (const chaos::DbChain& chain : snapshot.chains) {
-            chaos::ProgressMarker marker;
-            marker.seq = chain.seq;
-            if (const auto it = snapshot.dbIteration.find(chain.id); it != snapshot.dbIteration.end())
-                marker.iteration = it->second;
-            marker.iteration = std::max(marker.iteration, diskIteration(chainDir(userNameOf(chain.ownerUid), chain.name)));
-            count("no_progress");
-            if (auto stalled = progress_.observe(chain, marker, at, progressBound_, outages, outageGraceSeconds)) {
-                if (hostile.contains(chain.id))
-                    stalled->detail += " (the test fed this chain a hostile input; batond set no quarantine state)";
-                found.push_back(*stalled);
-            }
-            count("unrequested_pause");
-            if (auto paused = chaos::checkUnrequestedPause(chain, pauseExpected[chain.id], hostile.contains(chain.id), at)) {
-                // Seen twice in a row: a pause the test asked for may reach the database before the
-                // test has written down that it asked.
-                if (pausedUnexpectedly_.contains(chain.id))
-                    found.push_back(*paused);
-                pausedUnexpectedly_.insert(chain.id);
-            } else {
-                pausedUnexpectedly_.erase(chain.id);
-            }
-        }
+        checkChains(snapshot, outages, at, found);
         const std::lock_guard lock(mutex_);
         lastChains_ = snapshot.chains;
         lastJobs_ = snapshot.jobs;

@@ -120,52 +120,102 @@ inline double drawSeconds(std::mt19937_64& engine, double low, double high)
     return low + static_cast<double>(draw(engine, span + 1)) / 1000.0;
 }
 
+// Relative weights of the kinds; outages and one-off hostile inputs are also capped by count.
+inline constexpr std::pair<FaultKind, int> faultWeights[] = {
+    { FaultKind::UserScancelCurrent, 4 },
+    { FaultKind::UserScancelQueued, 4 },
+    { FaultKind::OwnerAction, 6 },
+    { FaultKind::OperatorAction, 3 },
+    { FaultKind::RacingActions, 3 },
+    { FaultKind::ResubmitEndedName, 3 },
+    { FaultKind::HostileManifest, 2 },
+    { FaultKind::HostileRegistry, 1 },
+    { FaultKind::HostileSbatchArgs, 2 },
+    { FaultKind::ForgedComment, 2 },
+    { FaultKind::PlainSbatchChain, 1 },
+    { FaultKind::BatondKill, 3 },
+    { FaultKind::LeaderFailover, 2 },
+    { FaultKind::PostgresRestart, 2 },
+    { FaultKind::SlurmctldStop, 2 },
+    { FaultKind::SlurmctldFreeze, 2 },
+};
+
+// How long a fault of these kinds lasts: uniform in [low, high] seconds; the others take no time.
+struct DurationRange {
+    FaultKind kind;
+    double low, high;
+};
+inline constexpr DurationRange faultDurations[] = {
+    { FaultKind::PostgresRestart, 4, 12 },
+    { FaultKind::SlurmctldStop, 28, 34 },
+    { FaultKind::SlurmctldFreeze, 14, 20 },
+    { FaultKind::LeaderFailover, 10, 25 },
+    { FaultKind::BatondKill, 0, 2 },
+};
+
+// How many faults of a kind one schedule may hold.
+inline int capOf(FaultKind kind, const ScheduleOptions& options)
+{
+    switch (kind) {
+    case FaultKind::PostgresRestart:
+        return options.maxPostgresRestarts;
+    case FaultKind::SlurmctldStop:
+        return options.maxSlurmctldStops;
+    case FaultKind::SlurmctldFreeze:
+        return options.maxSlurmctldFreezes;
+    case FaultKind::HostileManifest:
+        return options.maxHostileManifests;
+    case FaultKind::HostileRegistry:
+        return options.maxHostileRegistries;
+    case FaultKind::PlainSbatchChain:
+        return options.maxPlainSbatchChains;
+    default:
+        return 1 << 30;
+    }
+}
+
+// The kind of a fault at `t`. A kind over its cap, or an outage too close to the last one, is drawn
+// again (a bounded number of times, then an owner action): every redraw consumes the engine the same
+// way for one seed.
+inline FaultKind drawKind(std::mt19937_64& engine, double t, double lastOutageEnd,
+    const std::map<FaultKind, int>& counts, const ScheduleOptions& options)
+{
+    int total = 0;
+    for (const auto& [kind, weight] : faultWeights)
+        total += weight;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        auto pick = static_cast<int>(draw(engine, static_cast<std::uint64_t>(total)));
+        FaultKind kind = faultWeights[0].first;
+        for (const auto& [k, weight] : faultWeights) {
+            if (pick < weight) {
+                kind = k;
+                break;
+            }
+            pick -= weight;
+        }
+        const auto counted = counts.find(kind);
+        if ((counted == counts.end() ? 0 : counted->second) >= capOf(kind, options))
+            continue;
+        if (isOutage(kind) && t - lastOutageEnd < options.outageSpacingSeconds)
+            continue;
+        return kind;
+    }
+    return FaultKind::OwnerAction;
+}
+
+inline double drawDuration(std::mt19937_64& engine, FaultKind kind)
+{
+    for (const DurationRange& range : faultDurations)
+        if (range.kind == kind)
+            return drawSeconds(engine, range.low, range.high);
+    return 0;
+}
+
 inline std::vector<Fault> makeSchedule(std::uint64_t seed, const ScheduleOptions& options)
 {
-    // Relative weights of the kinds; outages and one-off hostile inputs are also capped by count.
-    static constexpr std::pair<FaultKind, int> weights[] = {
-        { FaultKind::UserScancelCurrent, 4 },
-        { FaultKind::UserScancelQueued, 4 },
-        { FaultKind::OwnerAction, 6 },
-        { FaultKind::OperatorAction, 3 },
-        { FaultKind::RacingActions, 3 },
-        { FaultKind::ResubmitEndedName, 3 },
-        { FaultKind::HostileManifest, 2 },
-        { FaultKind::HostileRegistry, 1 },
-        { FaultKind::HostileSbatchArgs, 2 },
-        { FaultKind::ForgedComment, 2 },
-        { FaultKind::PlainSbatchChain, 1 },
-        { FaultKind::BatondKill, 3 },
-        { FaultKind::LeaderFailover, 2 },
-        { FaultKind::PostgresRestart, 2 },
-        { FaultKind::SlurmctldStop, 2 },
-        { FaultKind::SlurmctldFreeze, 2 },
-    };
-    int total = 0;
-    for (const auto& [kind, weight] : weights)
-        total += weight;
-
     std::mt19937_64 engine(seed);
     std::vector<Fault> schedule;
     std::map<FaultKind, int> counts;
-    const auto cap = [&](FaultKind kind) {
-        switch (kind) {
-        case FaultKind::PostgresRestart:
-            return options.maxPostgresRestarts;
-        case FaultKind::SlurmctldStop:
-            return options.maxSlurmctldStops;
-        case FaultKind::SlurmctldFreeze:
-            return options.maxSlurmctldFreezes;
-        case FaultKind::HostileManifest:
-            return options.maxHostileManifests;
-        case FaultKind::HostileRegistry:
-            return options.maxHostileRegistries;
-        case FaultKind::PlainSbatchChain:
-            return options.maxPlainSbatchChains;
-        default:
-            return 1 << 30;
-        }
-    };
     double lastOutageEnd = -1e9;
     double t = options.warmupSeconds;
     for (;;) {
@@ -174,51 +224,11 @@ inline std::vector<Fault> makeSchedule(std::uint64_t seed, const ScheduleOptions
             break;
         Fault fault;
         fault.atSeconds = t;
-        // A kind over its cap, or an outage too close to the last one, is drawn again (a bounded number
-        // of times, then an owner action): every redraw consumes the engine the same way for one seed.
-        for (int attempt = 0;; ++attempt) {
-            if (attempt == 16) {
-                fault.kind = FaultKind::OwnerAction;
-                break;
-            }
-            auto pick = static_cast<int>(draw(engine, static_cast<std::uint64_t>(total)));
-            FaultKind kind = weights[0].first;
-            for (const auto& [k, weight] : weights) {
-                if (pick < weight) {
-                    kind = k;
-                    break;
-                }
-                pick -= weight;
-            }
-            if (counts[kind] >= cap(kind))
-                continue;
-            if (isOutage(kind) && t - lastOutageEnd < options.outageSpacingSeconds)
-                continue;
-            fault.kind = kind;
-            break;
-        }
+        fault.kind = drawKind(engine, t, lastOutageEnd, counts, options);
         fault.chain = static_cast<int>(draw(engine, static_cast<std::uint64_t>(options.chains)));
         fault.other = static_cast<int>(draw(engine, static_cast<std::uint64_t>(std::max(options.chains, options.users))));
         fault.variant = static_cast<int>(draw(engine, 64));
-        switch (fault.kind) {
-        case FaultKind::PostgresRestart:
-            fault.durationSeconds = drawSeconds(engine, 4, 12);
-            break;
-        case FaultKind::SlurmctldStop:
-            fault.durationSeconds = drawSeconds(engine, 28, 34);
-            break;
-        case FaultKind::SlurmctldFreeze:
-            fault.durationSeconds = drawSeconds(engine, 14, 20);
-            break;
-        case FaultKind::LeaderFailover:
-            fault.durationSeconds = drawSeconds(engine, 10, 25);
-            break;
-        case FaultKind::BatondKill:
-            fault.durationSeconds = drawSeconds(engine, 0, 2);
-            break;
-        default:
-            break;
-        }
+        fault.durationSeconds = drawDuration(engine, fault.kind);
         if (isOutage(fault.kind)) {
             lastOutageEnd = t + fault.durationSeconds;
             t = lastOutageEnd; // the next fault comes after this one's service is back

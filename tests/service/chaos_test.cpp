@@ -237,19 +237,8 @@ Json ChaosTest::chainRequest(const ChainSpec& spec, const std::vector<std::strin
         { "workdir", work.string() }, { "sbatch_args", args } };
 }
 
-namespace {
-
-TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
+void ChaosTest::startBatonds()
 {
-    const auto schedule = chaos::makeSchedule(seed_, options_);
-    std::map<std::string, int> scheduled;
-    std::cout << "chaos: schedule of seed " << seed_ << " (" << schedule.size() << " faults):\n";
-    for (const chaos::Fault& fault : schedule) {
-        ++scheduled[chaos::nameOf(fault.kind)];
-        std::cout << "  " << chaos::describe(fault) << "\n";
-    }
-    std::cout << std::flush;
-
     batonds_.push_back(std::make_unique<Batond>(batondArgs(ports_[0], "first"), base_->path() / "first.log", ports_[0]));
     batonds_.push_back(std::make_unique<Batond>(batondArgs(ports_[1], "second"), base_->path() / "second.log", ports_[1]));
     logOffsets_.assign(batonds_.size(), 0);
@@ -257,7 +246,10 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
     for (int i = 0; i < 240 && !(ready(ports_[0]) && ready(ports_[1])); ++i)
         std::this_thread::sleep_for(250ms);
     ASSERT_TRUE(ready(ports_[0]) && ready(ports_[1]));
+}
 
+void ChaosTest::submitChains()
+{
     // Chains of 80 s, 320 s and hours of training (50 ms an iteration) in jobs of 2 minutes; every other chain's
     // jobs wait 20 s in the queue.
     static constexpr int iterations[] = { 1600, 200000, 6400, 200000 };
@@ -270,8 +262,10 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
         ASSERT_EQ(reply.status, 201) << reply.body;
     }
     note("submitted " + std::to_string(specs_.size()) + " chains");
-    startObserver();
+}
 
+std::map<std::string, int> ChaosTest::injectAll(const std::vector<chaos::Fault>& schedule)
+{
     std::map<std::string, int> injected;
     for (const chaos::Fault& fault : schedule) {
         const double wait = fault.atSeconds - now();
@@ -287,6 +281,58 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
         std::this_thread::sleep_for(2s);
         observeAndCheck();
     }
+    return injected;
+}
+
+std::string ChaosTest::summary(const std::map<std::string, int>& scheduled, std::map<std::string, int>& injected)
+{
+    std::ostringstream summary;
+    summary << "\n==== chaos summary: seed " << seed_ << " (BATON_CHAOS_SEED=" << seed_ << ", BATON_CHAOS_SECONDS="
+            << options_.seconds << ") ====\n";
+    summary << "faults scheduled / injected by kind:\n";
+    for (const auto& [kind, n] : scheduled)
+        summary << "  " << kind << ": " << n << " / " << injected[kind] << "\n";
+    const std::lock_guard lock(mutex_);
+    summary << "outages:";
+    for (const auto& outage : outages_)
+        summary << " " << outage.what << " t+" << static_cast<long long>(outage.start) << "..t+"
+                << static_cast<long long>(outage.end);
+    summary << "\ninvariants checked (evaluations):\n";
+    for (const auto& [invariant, n] : checks_)
+        summary << "  " << invariant << ": " << n << "\n";
+    std::map<std::string, int> byInvariant;
+    for (const auto& violation : violations_)
+        ++byInvariant[violation.invariant];
+    summary << "violations: " << violations_.size() << "\n";
+    for (const auto& [invariant, n] : byInvariant)
+        summary << "  " << invariant << ": " << n << "\n";
+    for (const auto& violation : violations_)
+        summary << "  t+" << static_cast<long long>(violation.atSeconds) << "s " << violation.invariant << " ["
+                << violation.subject << "] " << violation.detail << "\n";
+    summary << "chains at the end:\n";
+    for (const auto& chain : lastChains_)
+        summary << "  " << userNameOf(chain.ownerUid) << "/" << chain.name << " " << chain.state << " seq "
+                << chain.seq << (chain.reason.empty() ? "" : " (" + chain.reason + ")") << "\n";
+    return summary.str();
+}
+
+namespace {
+
+TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
+{
+    const auto schedule = chaos::makeSchedule(seed_, options_);
+    std::map<std::string, int> scheduled;
+    std::cout << "chaos: schedule of seed " << seed_ << " (" << schedule.size() << " faults):\n";
+    for (const chaos::Fault& fault : schedule) {
+        ++scheduled[chaos::nameOf(fault.kind)];
+        std::cout << "  " << chaos::describe(fault) << "\n";
+    }
+    std::cout << std::flush;
+
+    ASSERT_NO_FATAL_FAILURE(startBatonds());
+    ASSERT_NO_FATAL_FAILURE(submitChains());
+    startObserver();
+    std::map<std::string, int> injected = injectAll(schedule);
     const double remaining = options_.seconds - now();
     if (remaining > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(remaining * 1000)));
@@ -296,37 +342,7 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
     stopObserverThread();
     observeAndCheck();
 
-    // The summary.
-    std::ostringstream summary;
-    summary << "\n==== chaos summary: seed " << seed_ << " (BATON_CHAOS_SEED=" << seed_ << ", BATON_CHAOS_SECONDS="
-            << options_.seconds << ") ====\n";
-    summary << "faults scheduled / injected by kind:\n";
-    for (const auto& [kind, n] : scheduled)
-        summary << "  " << kind << ": " << n << " / " << injected[kind] << "\n";
-    {
-        const std::lock_guard lock(mutex_);
-        summary << "outages:";
-        for (const auto& outage : outages_)
-            summary << " " << outage.what << " t+" << static_cast<long long>(outage.start) << "..t+"
-                    << static_cast<long long>(outage.end);
-        summary << "\ninvariants checked (evaluations):\n";
-        for (const auto& [invariant, n] : checks_)
-            summary << "  " << invariant << ": " << n << "\n";
-        std::map<std::string, int> byInvariant;
-        for (const auto& violation : violations_)
-            ++byInvariant[violation.invariant];
-        summary << "violations: " << violations_.size() << "\n";
-        for (const auto& [invariant, n] : byInvariant)
-            summary << "  " << invariant << ": " << n << "\n";
-        for (const auto& violation : violations_)
-            summary << "  t+" << static_cast<long long>(violation.atSeconds) << "s " << violation.invariant << " ["
-                    << violation.subject << "] " << violation.detail << "\n";
-        summary << "chains at the end:\n";
-        for (const auto& chain : lastChains_)
-            summary << "  " << userNameOf(chain.ownerUid) << "/" << chain.name << " " << chain.state << " seq "
-                    << chain.seq << (chain.reason.empty() ? "" : " (" + chain.reason + ")") << "\n";
-    }
-    std::cout << summary.str() << std::flush;
+    std::cout << summary(scheduled, injected) << std::flush;
     EXPECT_TRUE(violations_.empty()) << violations_.size() << " violations with seed " << seed_
                                      << "; replay with BATON_CHAOS_SEED=" << seed_;
     if (!violations_.empty()) {
