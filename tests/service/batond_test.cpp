@@ -32,15 +32,8 @@
 
 namespace {
 
-using Batond = baton::test::BatondProcess;
-using baton::test::credentialAs;
-using baton::test::freePort;
-using baton::test::HttpReply;
-using baton::test::PostgresServer;
-using baton::test::run;
-using baton::test::send;
-using baton::test::SlurmCluster;
-using baton::test::TempDir;
+using namespace baton::test; // processes, services and the batond client
+using Batond = BatondProcess;
 using Json = nlohmann::json;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -146,6 +139,15 @@ protected:
         baton::db::Connection connection(*conninfo_);
         return connection.exec(finished, baton::db::Params(name)).int64(0, 0) == 1;
     }
+    static void expectEventsAuthenticated(int port, const Batond& batond);
+    static void expectBadEventsRefused(int port, const Batond& batond);
+    static void expectChainsOfOthersHidden(int port);
+    static void expectValidMetrics(int port);
+    static int killInstancesUntilFinished(Batond& first, Batond& second);
+    // Every successor submitted before its predecessor ended, and handovers that resumed.
+    static void expectHandoversResumed(const HttpReply& detail, const fs::path& work);
+    static void expectOperatorView(int port);
+
     // No idempotency key was submitted twice.
     static void expectNoDuplicateSubmission()
     {
@@ -172,14 +174,10 @@ std::string* BatondService::conninfo_ = nullptr;
 SlurmCluster* BatondService::slurm_ = nullptr;
 int BatondService::ports_[2] = { 0, 0 };
 
-TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
+// Events need a MUNGE credential of root or SlurmUser made for that very request, used once: one
+// event is accepted, and a duplicate of it with a fresh credential is stored once.
+void BatondService::expectEventsAuthenticated(int port, const Batond& batond)
 {
-    const int port = freePort();
-    Batond batond(batondArgs(port, "security"), base_->path() / "security.log");
-    ASSERT_TRUE(waitFor([&] { return send(port, "GET", "/healthz", "", std::nullopt).status == 200; }, 30s))
-        << batond.log();
-    const std::int64_t eventsBefore = count("SELECT count(*) FROM events");
-
     const Json event { { "version", 2 }, { "kind", "step_start" },
         { "idempotency_key", "1.0.n.batch.step_start" }, { "job_id", 1 }, { "chain", "x" } };
     const std::string body = event.dump();
@@ -200,8 +198,10 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_NE(replayed.body.find("Replayed"), std::string::npos) << replayed.body;
     // A duplicate with a fresh credential is accepted once, stored once.
     EXPECT_EQ(signedRequest(port, "POST", "/v1/events", body, 0).json().value("duplicate", false), true);
-    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+}
 
+void BatondService::expectBadEventsRefused(int port, const Batond& batond)
+{
     // Malformed, NUL, invalid UTF-8, too deep (40 KB, under the 64 KiB body limit): 400, nothing stored.
     std::string deep(20000, '[');
     deep += std::string(20000, ']');
@@ -238,9 +238,11 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
         EXPECT_TRUE(reply.status == 400 || reply.status == 413 || reply.status == 0)
             << reply.status << " " << reply.body;
     }
-    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+}
 
-    // A chain of root's is invisible to another user, who can neither read nor change it.
+// A chain of root's is invisible to another user, who can neither read nor change it.
+void BatondService::expectChainsOfOthersHidden(int port)
+{
     {
         baton::db::Connection connection(*conninfo_);
         connection.execScript(
@@ -267,8 +269,11 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 200);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 409);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/cancel", "", 0).status, 200);
+}
 
-    // /metrics is valid Prometheus text.
+// /metrics is valid Prometheus text.
+void BatondService::expectValidMetrics(int port)
+{
     const HttpReply metrics = send(port, "GET", "/metrics", "", std::nullopt);
     ASSERT_EQ(metrics.status, 200);
     const fs::path file = base_->path() / "metrics.txt";
@@ -277,6 +282,99 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_EQ(checked.exitCode, 0) << checked.output;
     EXPECT_NE(metrics.body.find("baton_events_total{outcome=\"accepted\"} 1"), std::string::npos)
         << metrics.body;
+}
+
+// Kills whichever instance is active at random moments and starts it again, 20 times at most, until
+// the chain e2e finishes or 6 minutes pass; the number of kills.
+int BatondService::killInstancesUntilFinished(Batond& first, Batond& second)
+{
+    std::mt19937 random(12345);
+    Batond* instances[] = { &first, &second };
+    int kills = 0;
+    const auto finished = [] { return chainFinished("e2e"); };
+    const auto deadline = std::chrono::steady_clock::now() + 6min;
+    while (!finished() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::uniform_int_distribution<int>(1000, 6000)(random)));
+        if (kills >= 20)
+            continue;
+        Batond* victim = instances[kills % 2];
+        victim->stop(SIGKILL);
+        ++kills;
+        std::this_thread::sleep_for(
+            std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
+        victim->start();
+    }
+    return kills;
+}
+
+void BatondService::expectHandoversResumed(const HttpReply& detail, const fs::path& work)
+{
+    const Json doc = detail.json();
+    const auto& jobs = doc["jobs"];
+    // Every successor was submitted before its predecessor ended, and at least one handover completed
+    // with the successor resuming from the handover checkpoint.
+    for (std::size_t i = 1; i < jobs.size(); ++i) {
+        if (jobs[i]["state"] == "CANCELLED")
+            continue; // the pending successor withdrawn when the training finished
+        // Times are whole seconds: a handover can end the predecessor in the second its successor was
+        // submitted and started.
+        EXPECT_LE(jobs[i]["submit_unix"].get<std::int64_t>(), jobs[i - 1]["end_unix"].get<std::int64_t>())
+            << detail.body;
+        EXPECT_LE(jobs[i]["interruption_s"].get<std::int64_t>(), 0) << detail.body;
+    }
+    int completed = 0;
+    for (const auto& handover : doc["handovers"]) {
+        if (handover["completed_unix"].is_null())
+            continue;
+        ++completed;
+        const std::int64_t successor = handover["successor_job_id"];
+        std::ifstream out(work / ("job-" + std::to_string(successor) + ".out"));
+        const std::string text((std::istreambuf_iterator<char>(out)), {});
+        const auto final
+            = std::find_if(doc["checkpoints"].begin(), doc["checkpoints"].end(), [&](const Json& c) {
+                  return c["job_id"] == handover["predecessor_job_id"] && c["final"] == true;
+              });
+        ASSERT_NE(final, doc["checkpoints"].end()) << detail.body;
+        EXPECT_NE(text.find("restored iteration " + std::to_string((*final)["iteration"].get<std::int64_t>())
+                      + " verified"),
+            std::string::npos)
+            << text;
+    }
+    EXPECT_GE(completed, 1) << detail.body;
+    EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(),
+        [](const Json& c) { return c["training_done"] == true; }));
+}
+
+// The operator's view through batonctl (root is an operator).
+void BatondService::expectOperatorView(int port)
+{
+    const auto shown = run(
+        { BATONCTL_PATH, "show", "nobody/e2e", "--server", "http://127.0.0.1:" + std::to_string(port) },
+        60s);
+    EXPECT_EQ(shown.exitCode, 0) << shown.output;
+    EXPECT_NE(shown.output.find("finished"), std::string::npos) << shown.output;
+    const auto listed = run(
+        { BATONCTL_PATH, "chains", "--json", "--server", "http://127.0.0.1:" + std::to_string(port) },
+        60s);
+    EXPECT_EQ(listed.exitCode, 0) << listed.output;
+    EXPECT_NE(listed.output.find("\"e2e\""), std::string::npos) << listed.output;
+}
+
+TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
+{
+    const int port = freePort();
+    Batond batond(batondArgs(port, "security"), base_->path() / "security.log");
+    ASSERT_TRUE(waitFor([&] { return send(port, "GET", "/healthz", "", std::nullopt).status == 200; }, 30s))
+        << batond.log();
+    const std::int64_t eventsBefore = count("SELECT count(*) FROM events");
+
+    expectEventsAuthenticated(port, batond);
+    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+    expectBadEventsRefused(port, batond);
+    EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
+    expectChainsOfOthersHidden(port);
+    expectValidMetrics(port);
 }
 
 // Two requests for one new chain submit one first job; a cancel is carried out by the tick until
@@ -353,26 +451,9 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     ASSERT_EQ(created.status, 201) << created.body << first.log();
     EXPECT_EQ(created.json()["chain"]["owner_uid"], nobody);
 
-    // Kill whichever instance is active at random moments and start it again: 20 times.
-    std::mt19937 random(12345);
-    Batond* instances[] = { &first, &second };
-    int kills = 0;
-    const auto finished = [] { return chainFinished("e2e"); };
-    const auto deadline = std::chrono::steady_clock::now() + 6min;
-    while (!finished() && std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(std::uniform_int_distribution<int>(1000, 6000)(random)));
-        if (kills >= 20)
-            continue;
-        Batond* victim = instances[kills % 2];
-        victim->stop(SIGKILL);
-        ++kills;
-        std::this_thread::sleep_for(
-            std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 1500)(random)));
-        victim->start();
-    }
+    const int kills = killInstancesUntilFinished(first, second);
     const HttpReply detail = signedRequest(ports_[1], "GET", "/v1/chains/nobody/e2e", "", nobody);
-    ASSERT_TRUE(finished()) << detail.body << "\n--- first\n"
+    ASSERT_TRUE(chainFinished("e2e")) << detail.body << "\n--- first\n"
                             << first.log() << "\n--- second\n"
                             << second.log();
     EXPECT_EQ(kills, 20);
@@ -383,50 +464,8 @@ TEST_F(BatondService, ChainCompletesThroughHandoversWhileTheActiveInstanceIsKill
     // No duplicate submission: one Slurm job per idempotency key, and every job of the chain is ours.
     expectNoDuplicateSubmission();
 
-    // Every successor was submitted before its predecessor ended, and at least one handover completed
-    // with the successor resuming from the handover checkpoint.
-    for (std::size_t i = 1; i < jobs.size(); ++i) {
-        if (jobs[i]["state"] == "CANCELLED")
-            continue; // the pending successor withdrawn when the training finished
-        // Times are whole seconds: a handover can end the predecessor in the second its successor was
-        // submitted and started.
-        EXPECT_LE(jobs[i]["submit_unix"].get<std::int64_t>(), jobs[i - 1]["end_unix"].get<std::int64_t>())
-            << detail.body;
-        EXPECT_LE(jobs[i]["interruption_s"].get<std::int64_t>(), 0) << detail.body;
-    }
-    int completed = 0;
-    for (const auto& handover : doc["handovers"]) {
-        if (handover["completed_unix"].is_null())
-            continue;
-        ++completed;
-        const std::int64_t successor = handover["successor_job_id"];
-        std::ifstream out(work / ("job-" + std::to_string(successor) + ".out"));
-        const std::string text((std::istreambuf_iterator<char>(out)), {});
-        const auto final
-            = std::find_if(doc["checkpoints"].begin(), doc["checkpoints"].end(), [&](const Json& c) {
-                  return c["job_id"] == handover["predecessor_job_id"] && c["final"] == true;
-              });
-        ASSERT_NE(final, doc["checkpoints"].end()) << detail.body;
-        EXPECT_NE(text.find("restored iteration " + std::to_string((*final)["iteration"].get<std::int64_t>())
-                      + " verified"),
-            std::string::npos)
-            << text;
-    }
-    EXPECT_GE(completed, 1) << detail.body;
-    EXPECT_TRUE(std::any_of(doc["checkpoints"].begin(), doc["checkpoints"].end(),
-        [](const Json& c) { return c["training_done"] == true; }));
-
-    // The operator's view through batonctl (root is an operator).
-    const auto shown = run(
-        { BATONCTL_PATH, "show", "nobody/e2e", "--server", "http://127.0.0.1:" + std::to_string(ports_[1]) },
-        60s);
-    EXPECT_EQ(shown.exitCode, 0) << shown.output;
-    EXPECT_NE(shown.output.find("finished"), std::string::npos) << shown.output;
-    const auto listed = run(
-        { BATONCTL_PATH, "chains", "--json", "--server", "http://127.0.0.1:" + std::to_string(ports_[1]) },
-        60s);
-    EXPECT_EQ(listed.exitCode, 0) << listed.output;
-    EXPECT_NE(listed.output.find("\"e2e\""), std::string::npos) << listed.output;
+    ASSERT_NO_FATAL_FAILURE(expectHandoversResumed(detail, work));
+    expectOperatorView(ports_[1]);
 }
 
 // The database restarted and slurmctld stopped for 30 s in the middle of a chain: batond logs, retries
