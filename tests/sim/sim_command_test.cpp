@@ -58,6 +58,122 @@ std::size_t count(const std::string& text, const std::string& what)
     return n;
 }
 
+// Each policy's chain efficiency in the CSV: a fraction, at most 1.
+void expectChainEfficiencies(const std::string& csv)
+{
+    std::istringstream rows(csv);
+    std::string header, line;
+    std::getline(rows, header);
+    const std::vector<std::string> names = fieldsOf(header);
+    const auto col
+        = static_cast<std::size_t>(std::find(names.begin(), names.end(), "chain_efficiency") - names.begin());
+    ASSERT_LT(col, names.size()) << header;
+    while (std::getline(rows, line)) {
+        const std::vector<std::string> f = fieldsOf(line);
+        ASSERT_GT(f.size(), col) << line;
+        const double efficiency = std::stod(f[col]);
+        EXPECT_GT(efficiency, 0) << line;
+        EXPECT_LE(efficiency, 1) << line;
+    }
+}
+
+// A row of candidates.csv: a candidate over all held-out probes or over one size's.
+struct Candidate {
+    DecisionRule rule;
+    std::string nodes;
+    double symmetricCost, handoverCost, within, overlap;
+};
+
+void readCandidates(const std::filesystem::path& file, std::vector<Candidate>& rows)
+{
+    std::istringstream candidates(slurp(file));
+    std::string line;
+    std::getline(candidates, line);
+    EXPECT_EQ(line.rfind("rule,value,persist_ticks,nodes,", 0), 0u) << line;
+    while (std::getline(candidates, line)) {
+        const std::vector<std::string> f = fieldsOf(line);
+        ASSERT_EQ(f.size(), 10u) << line;
+        ASSERT_TRUE(f[0] == "quantile" || f[0] == "window") << line;
+        rows.push_back({ { f[0] == "window" ? DecisionRule::Kind::Window : DecisionRule::Kind::Quantile,
+                             std::stod(f[1]), std::stoi(f[2]) },
+            f[3], std::stod(f[4]), std::stod(f[5]), std::stod(f[6]), std::stod(f[7]) });
+    }
+}
+
+// checkpoint-aware's q: the cheapest quantile candidate over all probes within the overlap budget.
+void expectCheckpointAwareQ(const std::vector<Candidate>& rows, double budget, const std::string& csv)
+{
+    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
+    for (const Candidate& c : rows) {
+        if (c.nodes != "all" || c.rule.kind != DecisionRule::Kind::Quantile)
+            continue;
+        if (leastOverlapQ < 0 || c.overlap < leastOverlap) {
+            leastOverlapQ = c.rule.value;
+            leastOverlap = c.overlap;
+        }
+        if (c.overlap <= budget + 0.001 && (expectedQ < 0 || c.handoverCost < bestCost)) {
+            expectedQ = c.rule.value;
+            bestCost = c.handoverCost;
+        }
+    }
+    const auto at = csv.find("\ncheckpoint-aware,");
+    ASSERT_NE(at, std::string::npos) << csv;
+    EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
+}
+
+// predict's rule for each size: the most within the tolerance among that size's candidates, of
+// either rule, with at most 1800 s of mean overlap (ties: the lower symmetric cost).
+void expectPredictRules(const std::vector<Candidate>& rows, const std::string& csv, const std::string& output)
+{
+    std::vector<ShapeRulesPolicy::ForShape> expectedRules;
+    for (int nodes : { 1, 4 }) {
+        const Candidate* best = nullptr;
+        for (const Candidate& c : rows)
+            if (c.nodes == std::to_string(nodes) && c.overlap <= 1800
+                && (!best || c.within > best->within
+                    || (c.within == best->within && c.symmetricCost < best->symmetricCost)))
+                best = &c;
+        ASSERT_NE(best, nullptr) << nodes;
+        expectedRules.push_back({ nodes, best->rule });
+    }
+    EXPECT_NE(csv.find("\npredict,," + describeRules(expectedRules) + ","), std::string::npos) << csv;
+    EXPECT_NE(output.find("predict's rules: " + describeRules(expectedRules)), std::string::npos) << output;
+    EXPECT_NE(output.find("predict: per probe size, the quantile or window rule with the most within 600 s"),
+        std::string::npos)
+        << output;
+}
+
+// With one quantile rule: predict's q is the most within over all probes, among quantiles only.
+void expectQuantilePredict(const std::filesystem::path& out, const std::string& output)
+{
+    std::istringstream candidates(slurp(out / "candidates.csv"));
+    std::string line;
+    std::getline(candidates, line);
+    double predictQ = -1, predictWithin = 0, predictCost = 0;
+    std::size_t count = 0;
+    while (std::getline(candidates, line)) {
+        const std::vector<std::string> f = fieldsOf(line);
+        ASSERT_EQ(f.size(), 10u) << line;
+        EXPECT_EQ(f[0], "quantile");
+        EXPECT_EQ(f[3], "all");
+        ++count;
+        const double within = std::stod(f[6]), cost = std::stod(f[4]);
+        if (std::stod(f[7]) <= 1800
+            && (predictQ < 0 || within > predictWithin || (within == predictWithin && cost < predictCost))) {
+            predictQ = std::stod(f[1]);
+            predictWithin = within;
+            predictCost = cost;
+        }
+    }
+    EXPECT_EQ(count, 20u);
+    const auto quantileCsv = slurp(out / "compare.csv");
+    const auto predictAt = quantileCsv.find("\npredict,");
+    ASSERT_NE(predictAt, std::string::npos) << quantileCsv;
+    ASSERT_GE(predictQ, 0) << "a candidate within the overlap bound";
+    EXPECT_NEAR(std::stod(quantileCsv.substr(predictAt + 9)), predictQ, 1e-9) << quantileCsv;
+    EXPECT_NE(output.find("predict: q with the most within 600 s"), std::string::npos) << output;
+}
+
 } // namespace
 
 TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
@@ -78,24 +194,9 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(svg.find("</svg>"), std::string::npos);
     EXPECT_GT(count(slurp(dir.path() / "out/interruptions.csv"), "\n"), 4u);
 
-    // The chain table, and each policy's chain efficiency in the CSV (a fraction, at most 1).
+    // The chain table, and each policy's chain efficiency in the CSV.
     EXPECT_NE(r.output.find("chains: 7 days of compute as 48 h jobs"), std::string::npos) << r.output;
-    {
-        std::istringstream rows(csv);
-        std::string header, line;
-        std::getline(rows, header);
-        const std::vector<std::string> names = fieldsOf(header);
-        const auto col = static_cast<std::size_t>(
-            std::find(names.begin(), names.end(), "chain_efficiency") - names.begin());
-        ASSERT_LT(col, names.size()) << header;
-        while (std::getline(rows, line)) {
-            const std::vector<std::string> f = fieldsOf(line);
-            ASSERT_GT(f.size(), col) << line;
-            const double efficiency = std::stod(f[col]);
-            EXPECT_GT(efficiency, 0) << line;
-            EXPECT_LE(efficiency, 1) << line;
-        }
-    }
+    ASSERT_NO_FATAL_FAILURE(expectChainEfficiencies(csv));
 
     // checkpoint-aware's q is the cheapest held-out candidate within the overlap budget (default: avg's
     // overlap on the same held-out probes, printed).
@@ -104,99 +205,17 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     const double budget = std::stod(r.output.substr(budgetAt + 33));
     EXPECT_NE(r.output.find("(avg's mean overlap on the held-out training probes)"), std::string::npos);
     // candidates.csv: every candidate over all held-out probes, then over each size's.
-    struct Candidate {
-        DecisionRule rule;
-        std::string nodes;
-        double symmetricCost, handoverCost, within, overlap;
-    };
     std::vector<Candidate> rows;
-    {
-        std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
-        std::string line;
-        std::getline(candidates, line);
-        EXPECT_EQ(line.rfind("rule,value,persist_ticks,nodes,", 0), 0u) << line;
-        while (std::getline(candidates, line)) {
-            const std::vector<std::string> f = fieldsOf(line);
-            ASSERT_EQ(f.size(), 10u) << line;
-            ASSERT_TRUE(f[0] == "quantile" || f[0] == "window") << line;
-            rows.push_back({ { f[0] == "window" ? DecisionRule::Kind::Window : DecisionRule::Kind::Quantile,
-                                 std::stod(f[1]), std::stoi(f[2]) },
-                f[3], std::stod(f[4]), std::stod(f[5]), std::stod(f[6]), std::stod(f[7]) });
-        }
-    }
+    ASSERT_NO_FATAL_FAILURE(readCandidates(dir.path() / "out/candidates.csv", rows));
     EXPECT_EQ(rows.size(), 3 * 32u) << "20 quantiles and 12 windows, over all probes and each of 2 sizes";
-    // checkpoint-aware's q: the cheapest quantile candidate over all probes within the overlap budget.
-    double expectedQ = -1, bestCost = 0, leastOverlapQ = -1, leastOverlap = 0;
-    for (const Candidate& c : rows) {
-        if (c.nodes != "all" || c.rule.kind != DecisionRule::Kind::Quantile)
-            continue;
-        if (leastOverlapQ < 0 || c.overlap < leastOverlap) {
-            leastOverlapQ = c.rule.value;
-            leastOverlap = c.overlap;
-        }
-        if (c.overlap <= budget + 0.001 && (expectedQ < 0 || c.handoverCost < bestCost)) {
-            expectedQ = c.rule.value;
-            bestCost = c.handoverCost;
-        }
-    }
-    const auto at = csv.find("\ncheckpoint-aware,");
-    ASSERT_NE(at, std::string::npos) << csv;
-    EXPECT_NEAR(std::stod(csv.substr(at + 18)), expectedQ >= 0 ? expectedQ : leastOverlapQ, 1e-9) << csv;
-    // predict's rule for each size: the most within the tolerance among that size's candidates, of
-    // either rule, with at most 1800 s of mean overlap (ties: the lower symmetric cost).
-    std::vector<ShapeRulesPolicy::ForShape> expectedRules;
-    for (int nodes : { 1, 4 }) {
-        const Candidate* best = nullptr;
-        for (const Candidate& c : rows)
-            if (c.nodes == std::to_string(nodes) && c.overlap <= 1800
-                && (!best || c.within > best->within
-                    || (c.within == best->within && c.symmetricCost < best->symmetricCost)))
-                best = &c;
-        ASSERT_NE(best, nullptr) << nodes;
-        expectedRules.push_back({ nodes, best->rule });
-    }
-    EXPECT_NE(csv.find("\npredict,," + describeRules(expectedRules) + ","), std::string::npos) << csv;
-    EXPECT_NE(r.output.find("predict's rules: " + describeRules(expectedRules)), std::string::npos)
-        << r.output;
-    EXPECT_NE(
-        r.output.find("predict: per probe size, the quantile or window rule with the most within 600 s"),
-        std::string::npos)
-        << r.output;
+    ASSERT_NO_FATAL_FAILURE(expectCheckpointAwareQ(rows, budget, csv));
+    ASSERT_NO_FATAL_FAILURE(expectPredictRules(rows, csv, r.output));
 
-    // With one quantile rule: predict's q is the most within over all probes, among quantiles only.
     const auto one = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes",
         "1,4", "--interval-hours", "6", "--out", out, "--model", model, "--chain-days", "0", "--predict-rule",
         "quantile" });
     ASSERT_EQ(one.exitCode, 0) << one.output;
-    {
-        std::istringstream candidates(slurp(dir.path() / "out/candidates.csv"));
-        std::string line;
-        std::getline(candidates, line);
-        double predictQ = -1, predictWithin = 0, predictCost = 0;
-        std::size_t count = 0;
-        while (std::getline(candidates, line)) {
-            const std::vector<std::string> f = fieldsOf(line);
-            ASSERT_EQ(f.size(), 10u) << line;
-            EXPECT_EQ(f[0], "quantile");
-            EXPECT_EQ(f[3], "all");
-            ++count;
-            const double within = std::stod(f[6]), cost = std::stod(f[4]);
-            if (std::stod(f[7]) <= 1800
-                && (predictQ < 0 || within > predictWithin
-                    || (within == predictWithin && cost < predictCost))) {
-                predictQ = std::stod(f[1]);
-                predictWithin = within;
-                predictCost = cost;
-            }
-        }
-        EXPECT_EQ(count, 20u);
-        const auto quantileCsv = slurp(dir.path() / "out/compare.csv");
-        const auto predictAt = quantileCsv.find("\npredict,");
-        ASSERT_NE(predictAt, std::string::npos) << quantileCsv;
-        ASSERT_GE(predictQ, 0) << "a candidate within the overlap bound";
-        EXPECT_NEAR(std::stod(quantileCsv.substr(predictAt + 9)), predictQ, 1e-9) << quantileCsv;
-        EXPECT_NE(one.output.find("predict: q with the most within 600 s"), std::string::npos) << one.output;
-    }
+    ASSERT_NO_FATAL_FAILURE(expectQuantilePredict(dir.path() / "out", one.output));
 
     const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1,4",
         "--interval-hours", "6", "--policy", "predict", "--model", model, "--chain-days", "0" });
