@@ -25,6 +25,7 @@
 
 #include "baton/ckpt/chain.hpp"
 #include "ckpt_test_util.hpp"
+#include "rename_probe.hpp"
 #include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
@@ -107,18 +108,58 @@ bool renameFlagsRefused()
     return refuse != nullptr && std::string(refuse) == "1";
 }
 
+// Another node sees the shared level alone: never torn, never going back. (Read first: the restore
+// on the writer's node drains a newer node-local copy.)
+void checkSharedLevel(const std::filesystem::path& dir, int round, std::uint64_t& lastShared)
+{
+    bool matches = false;
+    auto shared = restoreAndCheck(dir, "node-b", matches);
+    ASSERT_FALSE(shared.nodeLocal) << "round " << round;
+    if (shared.restored) {
+        ASSERT_TRUE(matches) << "round " << round << ", iteration " << shared.iteration;
+        ASSERT_GE(shared.iteration, lastShared) << "round " << round;
+        lastShared = shared.iteration;
+    }
+    for (const auto& fallback : shared.fallbacks) {
+        if (fallback.reason.find("node-local copy written on node") == std::string::npos)
+            ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
+    }
+}
+
+// The writer's node restores the newest checkpoint: whole, its pattern intact, never going back.
+void checkRestore(const std::filesystem::path& dir, int round, std::uint64_t& lastRestored, int& restoredCount)
+{
+    std::vector<std::vector<std::byte>> out(kSizes.size());
+    Checkpointer ckpt(quietOptions(dir));
+    for (std::size_t i = 0; i < kSizes.size(); ++i) {
+        out[i].resize(kSizes[i]);
+        ckpt.registerRegion("r" + std::to_string(i), out[i].data(), kSizes[i]);
+    }
+    auto result = ckpt.restore();
+    if (!result.restored) {
+        ASSERT_EQ(restoredCount, 0) << "round " << round << ": a committed checkpoint disappeared";
+        return;
+    }
+    ++restoredCount;
+    ASSERT_GE(result.iteration, lastRestored) << "round " << round;
+    lastRestored = result.iteration;
+    for (std::size_t i = 0; i < kSizes.size(); ++i)
+        ASSERT_TRUE(matchesPattern(out[i].data(), kSizes[i], i, result.iteration))
+            << "round " << round << ", region " << i << ", iteration " << result.iteration;
+    const auto& blob = result.blobs["iteration"];
+    ASSERT_EQ(std::string(reinterpret_cast<const char*>(blob.data()), blob.size()),
+        std::to_string(result.iteration));
+    // Every committed checkpoint verifies and nothing half-written carries a checkpoint's name.
+    for (const auto& fallback : result.fallbacks)
+        ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
+}
+
 TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
 {
     baton::test::TempDir dir("ckpt-crash");
     if (renameFlagsRefused()) {
-        // The run must really meet EINVAL, not pass because the shim is missing.
-        auto from = dir.path() / "probe-a", to = dir.path() / "probe-b";
-        std::ofstream(from) << "x";
-        errno = 0;
-        ASSERT_EQ(::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE), -1)
-            << "BATON_TEST_REFUSE_RENAME_FLAGS=1 without fault_shim.so in LD_PRELOAD";
-        ASSERT_EQ(errno, EINVAL);
-        std::filesystem::remove(from);
+        ASSERT_NO_FATAL_FAILURE(baton::test::expectRenameFlagsRefused(
+            dir.path(), "BATON_TEST_REFUSE_RENAME_FLAGS=1 without fault_shim.so in LD_PRELOAD"));
     }
     std::mt19937 rng(std::random_device {}());
     std::uniform_int_distribution<int> delayMicros(0, 40000);
@@ -138,45 +179,9 @@ TEST(CrashConsistency, RandomSigkillNeverLeavesATornCheckpoint)
         ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended by itself, status " << status;
 
         if (twoLevel()) {
-            // Another node sees the shared level alone: never torn, never going back. (Read first: the
-            // restore below on the writer's node drains a newer node-local copy.)
-            bool matches = false;
-            auto shared = restoreAndCheck(dir.path(), "node-b", matches);
-            ASSERT_FALSE(shared.nodeLocal) << "round " << round;
-            if (shared.restored) {
-                ASSERT_TRUE(matches) << "round " << round << ", iteration " << shared.iteration;
-                ASSERT_GE(shared.iteration, lastShared) << "round " << round;
-                lastShared = shared.iteration;
-            }
-            for (const auto& fallback : shared.fallbacks) {
-                if (fallback.reason.find("node-local copy written on node") == std::string::npos)
-                    ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
-            }
+            ASSERT_NO_FATAL_FAILURE(checkSharedLevel(dir.path(), round, lastShared));
         }
-
-        std::vector<std::vector<std::byte>> out(kSizes.size());
-        Checkpointer ckpt(quietOptions(dir.path()));
-        for (std::size_t i = 0; i < kSizes.size(); ++i) {
-            out[i].resize(kSizes[i]);
-            ckpt.registerRegion("r" + std::to_string(i), out[i].data(), kSizes[i]);
-        }
-        auto result = ckpt.restore();
-        if (!result.restored) {
-            ASSERT_EQ(restoredCount, 0) << "round " << round << ": a committed checkpoint disappeared";
-            continue;
-        }
-        ++restoredCount;
-        ASSERT_GE(result.iteration, lastRestored) << "round " << round;
-        lastRestored = result.iteration;
-        for (std::size_t i = 0; i < kSizes.size(); ++i)
-            ASSERT_TRUE(matchesPattern(out[i].data(), kSizes[i], i, result.iteration))
-                << "round " << round << ", region " << i << ", iteration " << result.iteration;
-        const auto& blob = result.blobs["iteration"];
-        ASSERT_EQ(std::string(reinterpret_cast<const char*>(blob.data()), blob.size()),
-            std::to_string(result.iteration));
-        // Every committed checkpoint verifies and nothing half-written carries a checkpoint's name.
-        for (const auto& fallback : result.fallbacks)
-            ADD_FAILURE() << "round " << round << ": skipped " << fallback.dir << ": " << fallback.reason;
+        ASSERT_NO_FATAL_FAILURE(checkRestore(dir.path(), round, lastRestored, restoredCount));
     }
     EXPECT_GT(restoredCount, kills / 2);
     EXPECT_GT(lastRestored, 50u) << "the chain made too little progress";

@@ -21,6 +21,7 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "ckpt_test_util.hpp"
+#include "rename_probe.hpp"
 #include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
@@ -59,18 +60,6 @@ private:
     const char* name_;
 };
 
-// A test must not pass because the shim is missing.
-void expectRenameFlagsRefused(const fs::path& dir)
-{
-    auto from = dir / "probe-a", to = dir / "probe-b";
-    std::ofstream(from) << "x";
-    errno = 0;
-    ASSERT_EQ(::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE), -1)
-        << "fault_shim.so is not preloaded";
-    ASSERT_EQ(errno, EINVAL);
-    fs::remove(from);
-}
-
 std::vector<std::string> hiddenEntries(const fs::path& dir)
 {
     std::vector<std::string> hidden;
@@ -101,7 +90,7 @@ TEST(RenameFallback, CommitsAndReplacesWithPlainRename)
 {
     TempDir dir("ckpt-nfs");
     ScopedEnv refuse("BATON_TEST_REFUSE_RENAME_FLAGS", "1");
-    expectRenameFlagsRefused(dir.path());
+    baton::test::expectRenameFlagsRefused(dir.path(), "fault_shim.so is not preloaded");
     std::vector<std::string> logged;
     auto options = quietOptions(dir.path() / "chain", &logged);
     std::vector<std::byte> state(100000);

@@ -170,6 +170,103 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* Waits (60 s at most) until every rank of the launch has reported its restore; 0, or 1 (a failure). */
+static int wait_restored(int round, int got[], unsigned long long restored[])
+{
+    double limit = now() + 60;
+    int reported = 0;
+    while (reported < RANKS && now() < limit) {
+        reported = 0;
+        for (int r = 0; r < RANKS; ++r)
+            reported += read_result(round, r, &got[r], &restored[r]);
+        usleep(2000);
+    }
+    if (reported < RANKS) {
+        fprintf(stderr, "round %d: not every rank restored within 60 s\n", round);
+        return 1;
+    }
+    return 0;
+}
+
+/* Every rank restored the same iteration, never an older one than the launch before; the number of
+ * failures. */
+static int check_restored(int round, const int got[], const unsigned long long restored[],
+    unsigned long long* previous, unsigned long long* finished_at)
+{
+    int failures = 0;
+    for (int r = 0; r < RANKS; ++r) {
+        if (got[r] != got[0] || restored[r] != restored[0]) {
+            fprintf(stderr, "round %d: rank %d restored (%d, %llu), rank 0 (%d, %llu)\n", round, r, got[r],
+                restored[r], got[0], restored[0]);
+            failures++;
+        }
+    }
+    if (round > 0 && (got[0] != 1 || restored[0] < *previous)) {
+        fprintf(stderr, "round %d: restored %llu (got %d) after %llu: a committed checkpoint was lost\n", round,
+            restored[0], got[0], *previous);
+        failures++;
+    }
+    if (round == ROUNDS + 1 && restored[0] != *finished_at) {
+        fprintf(stderr, "the last launch restored %llu, the finished one ended at %llu\n", restored[0],
+            *finished_at);
+        failures++;
+    }
+    if (round == ROUNDS)
+        *finished_at = (got[0] == 1 ? restored[0] + 1 : 0) + 19;
+    printf("round %d: all %d ranks restored %s%llu\n", round, RANKS, got[0] == 1 ? "iteration " : "nothing ",
+        got[0] == 1 ? restored[0] : 0ull);
+    if (got[0] == 1)
+        *previous = restored[0];
+    return failures;
+}
+
+/* The kill comes at a random moment after this launch committed its first checkpoint (newer than
+ * `before`): a launch killed before any commit (a loaded machine) has nothing to lose. One random rank
+ * first, the others a few milliseconds later. */
+static void kill_launch(const pid_t pids[], long long before)
+{
+    for (double commit_limit = now() + 60; newest_committed() <= before && now() < commit_limit;)
+        usleep(2000);
+    usleep(50000 + (useconds_t)(rand() % 400000));
+    int victim = rand() % RANKS;
+    kill(pids[victim], SIGKILL);
+    usleep((useconds_t)(rand() % 20000));
+    for (int r = 0; r < RANKS; ++r)
+        kill(pids[r], SIGKILL);
+}
+
+/* Waits for the ranks: those of the last rounds must exit 0, the others must have been killed; the
+ * number of failures. */
+static int reap_launch(int round, int last_round, const pid_t pids[])
+{
+    int failures = 0;
+    for (int r = 0; r < RANKS; ++r) {
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        if (last_round && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+            fprintf(stderr, "final round: rank %d ended with status %d\n", r, status);
+            failures++;
+        }
+        if (!last_round && WIFEXITED(status)) {
+            fprintf(stderr, "round %d: rank %d exited (%d) before it was killed\n", round, r, WEXITSTATUS(status));
+            failures++;
+        }
+    }
+    return failures;
+}
+
+static void remove_tree(const char* base)
+{
+    char command[600];
+    snprintf(command, sizeof command, "%s", base);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execlp("rm", "rm", "-rf", command, (char*)NULL);
+        _exit(127);
+    }
+    waitpid(pid, NULL, 0);
+}
+
 int main(void)
 {
     const char* tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -204,81 +301,16 @@ int main(void)
         /* Every rank reports its restore before the kill timer starts. */
         int got[RANKS];
         unsigned long long restored[RANKS];
-        double limit = now() + 60;
-        int reported = 0;
-        while (reported < RANKS && now() < limit) {
-            reported = 0;
-            for (int r = 0; r < RANKS; ++r)
-                reported += read_result(round, r, &got[r], &restored[r]);
-            usleep(2000);
-        }
-        if (reported < RANKS) {
-            fprintf(stderr, "round %d: not every rank restored within 60 s\n", round);
-            failures++;
-        } else {
-            for (int r = 0; r < RANKS; ++r) {
-                if (got[r] != got[0] || restored[r] != restored[0]) {
-                    fprintf(stderr, "round %d: rank %d restored (%d, %llu), rank 0 (%d, %llu)\n", round, r,
-                        got[r], restored[r], got[0], restored[0]);
-                    failures++;
-                }
-            }
-            if (round > 0 && (got[0] != 1 || restored[0] < previous)) {
-                fprintf(stderr,
-                    "round %d: restored %llu (got %d) after %llu: a committed checkpoint was lost\n", round,
-                    restored[0], got[0], previous);
-                failures++;
-            }
-            if (round == ROUNDS + 1 && restored[0] != finished_at) {
-                fprintf(stderr, "the last launch restored %llu, the finished one ended at %llu\n",
-                    restored[0], finished_at);
-                failures++;
-            }
-            if (round == ROUNDS)
-                finished_at = (got[0] == 1 ? restored[0] + 1 : 0) + 19;
-            printf("round %d: all %d ranks restored %s%llu\n", round, RANKS,
-                got[0] == 1 ? "iteration " : "nothing ", got[0] == 1 ? restored[0] : 0ull);
-            if (got[0] == 1)
-                previous = restored[0];
-        }
-        if (!last_round) {
-            /* The kill comes at a random moment after this launch committed its first checkpoint: a
-             * launch killed before any commit (a loaded machine) has nothing to lose. */
-            const long long before = got[0] == 1 ? (long long)restored[0] : -1;
-            for (double commit_limit = now() + 60; newest_committed() <= before && now() < commit_limit;)
-                usleep(2000);
-            usleep(50000 + (useconds_t)(rand() % 400000));
-            int victim = rand() % RANKS;
-            kill(pids[victim], SIGKILL);
-            usleep((useconds_t)(rand() % 20000));
-            for (int r = 0; r < RANKS; ++r)
-                kill(pids[r], SIGKILL);
-        }
-        for (int r = 0; r < RANKS; ++r) {
-            int status = 0;
-            waitpid(pids[r], &status, 0);
-            if (last_round && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-                fprintf(stderr, "final round: rank %d ended with status %d\n", r, status);
-                failures++;
-            }
-            if (!last_round && WIFEXITED(status)) {
-                fprintf(stderr, "round %d: rank %d exited (%d) before it was killed\n", round, r,
-                    WEXITSTATUS(status));
-                failures++;
-            }
-        }
+        const int unreported = wait_restored(round, got, restored);
+        failures += unreported;
+        if (!unreported)
+            failures += check_restored(round, got, restored, &previous, &finished_at);
+        if (!last_round)
+            kill_launch(pids, got[0] == 1 ? (long long)restored[0] : -1);
+        failures += reap_launch(round, last_round, pids);
     }
-    if (failures == 0) {
-        char command[600];
-        snprintf(command, sizeof command, "%s", base);
-        /* Leave nothing behind on success. */
-        pid_t pid = fork();
-        if (pid == 0) {
-            execlp("rm", "rm", "-rf", command, (char*)NULL);
-            _exit(127);
-        }
-        waitpid(pid, NULL, 0);
-    }
+    if (failures == 0)
+        remove_tree(base); /* leave nothing behind on success */
     printf(failures == 0 ? "ok\n" : "FAILED (seed %u)\n", seed);
     return failures == 0 ? 0 : 1;
 }

@@ -38,6 +38,62 @@ double createdUnix(const std::filesystem::path& dir)
     return parseManifest(text.str()).document.at("created_unix").get<double>();
 }
 
+struct Started {
+    double at;
+    std::uint64_t iteration;
+    CheckpointReason reason;
+};
+
+// Twelve SIGUSR1 to this process at random moments (their times in `sent`), then SIGTERM.
+void sendSignals(std::vector<double>& sent, std::mutex& sentMutex)
+{
+    std::mt19937 random(12345);
+    std::uniform_int_distribution<int> gap(250, 900);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600)); // past the profiling
+    for (int i = 0; i < 12; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(gap(random)));
+        {
+            std::lock_guard lock(sentMutex);
+            sent.push_back(unixNow());
+        }
+        kill(getpid(), SIGUSR1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    kill(getpid(), SIGTERM);
+}
+
+// After each signal sent, the first commit and that of a checkpoint started for it, within their bounds.
+void expectSignalsAnswered(const std::vector<double>& sent, const std::vector<Started>& started,
+    std::map<std::uint64_t, double>& commitTimes, double maxIteration, double maxCheckpoint)
+{
+    const double slack = 0.25; // scheduling on a loaded machine
+    double worstFirst = 0;
+    double worstFresh = 0;
+    for (double at : sent) {
+        double first = 1e300;
+        for (const auto& [iteration, time] : commitTimes)
+            if (time >= at)
+                first = std::min(first, time);
+        EXPECT_LE(first - at, maxIteration + maxCheckpoint + slack)
+            << "signal at " << at << ": max iteration " << maxIteration << " s, max checkpoint "
+            << maxCheckpoint;
+        // A checkpoint started after the signal, for the signal, and committed.
+        const auto fresh = std::find_if(started.begin(), started.end(), [&](const Started& s) {
+            return s.at >= at
+                && (s.reason == CheckpointReason::Signal || s.reason == CheckpointReason::Terminate);
+        });
+        ASSERT_NE(fresh, started.end());
+        ASSERT_TRUE(commitTimes.count(fresh->iteration))
+            << "iteration " << fresh->iteration << " never committed";
+        EXPECT_LE(commitTimes[fresh->iteration] - at, maxIteration + 2 * maxCheckpoint + slack);
+        worstFirst = std::max(worstFirst, first - at);
+        worstFresh = std::max(worstFresh, commitTimes[fresh->iteration] - at);
+    }
+    std::printf("%zu SIGUSR1: first commit after <= %.3f s, a fresh checkpoint committed after <= %.3f s "
+                "(max iteration %.3f s, max snapshot + persist %.3f s)\n",
+        sent.size(), worstFirst, worstFresh, maxIteration, maxCheckpoint);
+}
+
 } // namespace
 
 // Twenty jobs at once, each with a deadline 20 s away and a 3 s margin: every one commits its final
@@ -103,11 +159,6 @@ TEST(RealTime, Usr1AtRandomMomentsYieldsACommittedCheckpoint)
     std::vector<std::uint64_t> state(2 << 17); // 2 MiB
     session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
 
-    struct Started {
-        double at;
-        std::uint64_t iteration;
-        CheckpointReason reason;
-    };
     struct Committed {
         std::uint64_t iteration;
         double snapshot;
@@ -125,19 +176,7 @@ TEST(RealTime, Usr1AtRandomMomentsYieldsACommittedCheckpoint)
     std::mutex sentMutex;
     std::atomic<bool> done { false };
     std::thread sender([&] {
-        std::mt19937 random(12345);
-        std::uniform_int_distribution<int> gap(250, 900);
-        std::this_thread::sleep_for(std::chrono::milliseconds(600)); // past the profiling
-        for (int i = 0; i < 12; ++i) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(gap(random)));
-            {
-                std::lock_guard lock(sentMutex);
-                sent.push_back(unixNow());
-            }
-            kill(getpid(), SIGUSR1);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(800));
-        kill(getpid(), SIGTERM);
+        sendSignals(sent, sentMutex);
         done = true;
     });
     double maxIteration = 0;
@@ -167,30 +206,5 @@ TEST(RealTime, Usr1AtRandomMomentsYieldsACommittedCheckpoint)
     for (const auto& info : listCheckpoints(dir.path()))
         if (info.committed)
             commitTimes[info.iteration] = createdUnix(info.dir);
-    const double slack = 0.25; // scheduling on a loaded machine
-    double worstFirst = 0;
-    double worstFresh = 0;
-    for (double at : sent) {
-        double first = 1e300;
-        for (const auto& [iteration, time] : commitTimes)
-            if (time >= at)
-                first = std::min(first, time);
-        EXPECT_LE(first - at, maxIteration + maxCheckpoint + slack)
-            << "signal at " << at << ": max iteration " << maxIteration << " s, max checkpoint "
-            << maxCheckpoint;
-        // A checkpoint started after the signal, for the signal, and committed.
-        const auto fresh = std::find_if(started.begin(), started.end(), [&](const Started& s) {
-            return s.at >= at
-                && (s.reason == CheckpointReason::Signal || s.reason == CheckpointReason::Terminate);
-        });
-        ASSERT_NE(fresh, started.end());
-        ASSERT_TRUE(commitTimes.count(fresh->iteration))
-            << "iteration " << fresh->iteration << " never committed";
-        EXPECT_LE(commitTimes[fresh->iteration] - at, maxIteration + 2 * maxCheckpoint + slack);
-        worstFirst = std::max(worstFirst, first - at);
-        worstFresh = std::max(worstFresh, commitTimes[fresh->iteration] - at);
-    }
-    std::printf("%zu SIGUSR1: first commit after <= %.3f s, a fresh checkpoint committed after <= %.3f s "
-                "(max iteration %.3f s, max snapshot + persist %.3f s)\n",
-        sent.size(), worstFirst, worstFresh, maxIteration, maxCheckpoint);
+    expectSignalsAnswered(sent, started, commitTimes, maxIteration, maxCheckpoint);
 }
