@@ -22,31 +22,29 @@ std::uint64_t expectedWord(std::uint64_t iteration, std::size_t index)
     return iteration * 1000003u + index;
 }
 
-} // namespace
-
-int main(int argc, char** argv)
-{
+struct Arguments {
     long long runSeconds = -1;
     long long totalIterations = -1;
+};
+
+bool parseArguments(int argc, char** argv, Arguments& arguments)
+{
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg.rfind("--run-seconds=", 0) == 0) {
-            runSeconds = std::stoll(arg.substr(14));
+            arguments.runSeconds = std::stoll(arg.substr(14));
         } else if (arg.rfind("--total-iterations=", 0) == 0) {
-            totalIterations = std::stoll(arg.substr(19));
+            arguments.totalIterations = std::stoll(arg.substr(19));
         } else {
             std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
-            return 2;
+            return false;
         }
     }
-    const char* seq = std::getenv("BATON_CHAIN_SEQ");
-    std::printf("seq %s\n", seq ? seq : "unset");
+    return true;
+}
 
-    auto options = baton::ckpt::SessionOptions::fromEnvironment();
-    options.handleSignals = true; // SIGTERM (the provisioner's handover): final checkpoint, then exit
-    baton::ckpt::Session session(std::move(options));
-    std::vector<std::uint64_t> weights(1 << 17); // 1 MiB
-    session.checkpointer().registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
+void reportFinalCheckpoints(baton::ckpt::Session& session)
+{
     session.onCheckpoint([](const baton::ckpt::SessionCheckpoint& checkpoint) {
         if (checkpoint.final) {
             std::printf("final checkpoint iteration %llu %s at %lld%s\n",
@@ -57,6 +55,11 @@ int main(int argc, char** argv)
             std::fflush(stdout);
         }
     });
+}
+
+// Restores from the chain and says what it found (the lines the tests read).
+baton::ckpt::RestoreResult restoreAndReport(baton::ckpt::Session& session, const std::vector<std::uint64_t>& weights)
+{
     const auto restored = session.restore();
     std::uint64_t first = 0;
     if (restored.restored) {
@@ -78,18 +81,44 @@ int main(int argc, char** argv)
         std::printf("handover wait %.1f s%s\n", restored.handoverWaitSeconds,
             restored.handoverTimedOut ? " (timed out)" : "");
     std::fflush(stdout);
+    return restored;
+}
+
+// A final checkpoint that says training is done; the exit status.
+int declareTrainingDone(baton::ckpt::Session& session, std::uint64_t iteration)
+{
+    session.markTrainingDone();
+    const bool committed = session.finish();
+    std::printf("training done at iteration %llu %s\nexiting\n", static_cast<unsigned long long>(iteration),
+        committed ? "committed" : "FAILED");
+    return committed ? 0 : 1;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    Arguments arguments;
+    if (!parseArguments(argc, argv, arguments))
+        return 2;
+    const char* seq = std::getenv("BATON_CHAIN_SEQ");
+    std::printf("seq %s\n", seq ? seq : "unset");
+
+    auto options = baton::ckpt::SessionOptions::fromEnvironment();
+    options.handleSignals = true; // SIGTERM (the provisioner's handover): final checkpoint, then exit
+    baton::ckpt::Session session(std::move(options));
+    std::vector<std::uint64_t> weights(1 << 17); // 1 MiB
+    session.checkpointer().registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
+    reportFinalCheckpoints(session);
+    const auto restored = restoreAndReport(session, weights);
+    const std::uint64_t first = restored.restored ? restored.iteration + 1 : 0;
 
     // Training already finished in an earlier job (its final checkpoint may not have said so).
     const auto trainingFinished = [&](std::uint64_t next) {
-        return totalIterations >= 0 && next >= static_cast<std::uint64_t>(totalIterations);
+        return arguments.totalIterations >= 0 && next >= static_cast<std::uint64_t>(arguments.totalIterations);
     };
-    if (trainingFinished(first)) {
-        session.markTrainingDone();
-        const bool committed = session.finish();
-        std::printf("training done at iteration %llu %s\nexiting\n",
-            static_cast<unsigned long long>(restored.iteration), committed ? "committed" : "FAILED");
-        return committed ? 0 : 1;
-    }
+    if (trainingFinished(first))
+        return declareTrainingDone(session, restored.iteration);
 
     const auto started = std::chrono::steady_clock::now();
     for (std::uint64_t it = first; !session.shouldExit(); ++it) {
@@ -99,15 +128,10 @@ int main(int argc, char** argv)
             weights[i] = expectedWord(it, i);
         }
         session.step(it);
-        if (trainingFinished(it + 1)) {
-            session.markTrainingDone();
-            const bool committed = session.finish();
-            std::printf("training done at iteration %llu %s\nexiting\n", static_cast<unsigned long long>(it),
-                committed ? "committed" : "FAILED");
-            return committed ? 0 : 1;
-        }
-        if (runSeconds >= 0
-            && std::chrono::steady_clock::now() - started >= std::chrono::seconds(runSeconds)) {
+        if (trainingFinished(it + 1))
+            return declareTrainingDone(session, it);
+        if (arguments.runSeconds >= 0
+            && std::chrono::steady_clock::now() - started >= std::chrono::seconds(arguments.runSeconds)) {
             std::printf("stopping at iteration %llu\n", static_cast<unsigned long long>(it));
             break;
         }
