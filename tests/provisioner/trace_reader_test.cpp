@@ -15,12 +15,7 @@
 
 namespace {
 
-using baton::test::dataFile;
-using baton::test::readAs;
-using baton::test::ReadTrace;
-using baton::test::readText;
-using baton::test::rejectedFor;
-using baton::test::utc;
+using namespace baton::test; // trace_checks.hpp
 using namespace baton::trace;
 
 TEST(Fields, TimestampsAreUtc)

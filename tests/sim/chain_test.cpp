@@ -11,6 +11,7 @@
 using namespace baton::sim;
 using baton::sim::test::FixedLeadPolicy;
 using baton::sim::test::job;
+using baton::sim::test::randomJobs;
 
 // 100 h of compute, 48 h jobs, handover 60 s, 2 nodes.
 //  job 1: starts 0, checkpoints at its limit (172,740 .. 172,800); its successor starts 10 min late.
@@ -123,16 +124,7 @@ TEST(Chain, HandComputedChainsOnATinyQueue)
 // Chains are independent given the trace: splitting the probe moments over threads changes nothing.
 TEST(Chain, ThreadsDoNotChangeTheChains)
 {
-    std::mt19937_64 rng(42);
-    std::vector<Job> jobs;
-    std::int64_t t = 0;
-    for (int i = 0; i < 1200; ++i) {
-        t += static_cast<std::int64_t>(rng() % 2400);
-        const std::int64_t limit = 600 + static_cast<std::int64_t>(rng() % 20000);
-        jobs.push_back(
-            job(i, t, 1 + static_cast<int>(rng() % 6), static_cast<std::int64_t>(rng() % limit), limit));
-    }
-    auto trace = std::make_shared<const std::vector<Job>>(jobs);
+    auto trace = std::make_shared<const std::vector<Job>>(randomJobs(42, 1200, 2400, 6, 600, 20000));
     SchedulerConfig sc;
     sc.nodes = 16;
     ProtocolConfig pc;

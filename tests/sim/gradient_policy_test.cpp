@@ -10,6 +10,7 @@
 
 using namespace baton::sim;
 using baton::sim::test::job;
+using baton::sim::test::randomJobs;
 
 namespace {
 
@@ -17,16 +18,7 @@ namespace {
 // and the episodes of 12 h predecessors on it: decisions every 15 min within the last 6 h.
 std::vector<ProbeEpisode> syntheticEpisodes(std::int64_t from, std::int64_t to)
 {
-    std::mt19937_64 rng(7);
-    std::vector<Job> jobs;
-    std::int64_t t = 0;
-    for (int i = 0; i < 1500; ++i) {
-        t += static_cast<std::int64_t>(rng() % 3000);
-        const std::int64_t limit = 1800 + static_cast<std::int64_t>(rng() % 21600);
-        jobs.push_back(
-            job(i, t, 1 + static_cast<int>(rng() % 2), static_cast<std::int64_t>(rng() % limit), limit));
-    }
-    auto trace = std::make_shared<const std::vector<Job>>(std::move(jobs));
+    auto trace = std::make_shared<const std::vector<Job>>(randomJobs(7, 1500, 3000, 2, 1800, 21600));
     SchedulerConfig sc;
     sc.nodes = 8;
     ProtocolConfig pc;

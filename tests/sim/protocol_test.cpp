@@ -12,6 +12,7 @@
 using namespace baton::sim;
 using baton::sim::test::FixedLeadPolicy;
 using baton::sim::test::job;
+using baton::sim::test::randomJobs;
 
 // Two nodes. X holds one until 600; the predecessor takes the other from 0 to 1000.
 // Y (900, long) takes the node X frees; Z (950, short) then waits for the predecessor's node.
@@ -113,16 +114,7 @@ TEST(Protocol, PredictChoiceCountsSuccessorsWithinTheTolerance)
 
 TEST(Protocol, SameInputsGiveTheSameOutput)
 {
-    std::mt19937_64 rng(42);
-    std::vector<Job> jobs;
-    std::int64_t t = 0;
-    for (int i = 0; i < 1200; ++i) {
-        t += static_cast<std::int64_t>(rng() % 2400);
-        const std::int64_t limit = 600 + static_cast<std::int64_t>(rng() % 20000);
-        jobs.push_back(
-            job(i, t, 1 + static_cast<int>(rng() % 6), static_cast<std::int64_t>(rng() % limit), limit));
-    }
-    auto trace = std::make_shared<const std::vector<Job>>(jobs);
+    auto trace = std::make_shared<const std::vector<Job>>(randomJobs(42, 1200, 2400, 6, 600, 20000));
     SchedulerConfig sc;
     sc.nodes = 16;
     ProtocolConfig pc;

@@ -18,9 +18,6 @@ namespace {
 
 using namespace baton::spank;
 using namespace baton::spank::test;
-using baton::test::TempDir;
-using testing::HasSubstr;
-namespace fs = std::filesystem;
 
 TEST(ChainFiles, RegistryCountsEarlierJobsOnce)
 {

@@ -14,9 +14,6 @@ namespace {
 
 using namespace baton::spank;
 using namespace baton::spank::test;
-using baton::test::TempDir;
-using testing::HasSubstr;
-namespace fs = std::filesystem;
 
 TEST(CheckpointScan, NewestUsableCommittedCheckpointWins)
 {

@@ -7,6 +7,7 @@
 #include "tests/support/http_sink.hpp"
 #include "tests/support/process.hpp"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +23,11 @@
 #include <sys/stat.h>
 
 namespace baton::spank::test {
+
+// What every source of spank_core_test uses (each has `using namespace baton::spank::test`).
+using baton::test::TempDir;
+using testing::HasSubstr;
+namespace fs = std::filesystem;
 
 inline std::string readText(const std::filesystem::path& path)
 {

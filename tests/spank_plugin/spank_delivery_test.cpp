@@ -23,9 +23,6 @@ namespace {
 
 using namespace baton::spank;
 using namespace baton::spank::test;
-using baton::test::TempDir;
-using testing::HasSubstr;
-namespace fs = std::filesystem;
 
 std::size_t jsonLinesIn(const fs::path& path)
 {
