@@ -543,18 +543,16 @@ TEST_F(BatondService, PlainSbatchChainOfAnUnprivilegedUserRunsToTheEnd)
     ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
     const std::string firstJob = submitted.output.substr(0, submitted.output.find_first_not_of("0123456789"));
 
-    // Registered from the first job's events, owned by the job's user.
+    // Registered from the first job's events, owned by the job's user; the detail names the job that
+    // runs the chain's seq (`batonctl show` prints it).
     const auto chain = [&] { return signedRequest(port, "GET", "/v1/chains/nobody/plain", "", nobody); };
     ASSERT_TRUE(waitFor([&] { return chain().status == 200; }, 120s))
-        << chain().body << "\n"
-        << send(port, "GET", "/metrics", "", std::nullopt).body << batond.log();
+        << chain().body << "\n" << send(port, "GET", "/metrics", "", std::nullopt).body << batond.log();
     const Json registered = chain().json();
     EXPECT_EQ(registered["chain"]["owner_uid"], nobody);
-    // The detail names the job that runs the chain's seq (`batonctl show` prints it).
     EXPECT_TRUE(registered["chain"]["current_job"].is_number_integer()) << registered.dump();
-    const Json submitsWith = registered["submits_with"];
-    const auto& args = submitsWith["sbatch_args"];
-    EXPECT_NE(std::find(args.begin(), args.end(), "--ntasks=2"), args.end()) << submitsWith.dump();
+    const auto& args = registered["submits_with"]["sbatch_args"];
+    EXPECT_NE(std::find(args.begin(), args.end(), "--ntasks=2"), args.end()) << registered.dump();
 
     EXPECT_TRUE(waitFor([] { return chainFinished("plain"); }, 360s)) << chain().body << batond.log();
     const Json doc = chain().json();
