@@ -22,7 +22,7 @@ ANCHOR_ENV = """export BATON_CHAIN_DIR={chain_dir} BATON_JOB_ID=$SLURM_JOB_ID BA
 DEADLINE = """end=$(squeue -h -j "$SLURM_JOB_ID" -o %e)
 export BATON_DEADLINE=$(date -d "$end" +%s) BATON_DEADLINE_MARGIN={margin}
 """
-DONE = """done() {{ grep -q '^training done' {output}; }}
+DONE = """finished() {{ grep -q '^training done' {output}; }}
 """
 
 # submitit's and Lightning's way: a signal before the limit, a final checkpoint, then the job requeues
@@ -31,7 +31,7 @@ REQUEUE_BODY = """{train} &
 child=$!
 trap 'echo "bench signal $(date +%s.%N)"; kill -TERM $child' USR1
 while kill -0 $child 2>/dev/null; do wait $child; done
-if done; then echo "bench end $(date +%s.%N) done"; exit 0; fi
+if finished; then echo "bench end $(date +%s.%N) done"; exit 0; fi
 echo "bench end $(date +%s.%N) requeue"
 scontrol requeue "$SLURM_JOB_ID"
 sleep 60
@@ -40,12 +40,12 @@ sleep 60
 # cancels those still pending.
 SINGLETON_BODY = """{train}
 echo "bench end $(date +%s.%N)"
-if done; then scancel --state=PENDING --name="$SLURM_JOB_NAME" --user="$USER"; fi
+if finished; then scancel --state=PENDING --name="$SLURM_JOB_NAME" --user="$(id -un)"; fi
 """
 # The script submits its own successor at its end.
 RESUBMIT_BODY = """{train}
 echo "bench end $(date +%s.%N)"
-if ! done; then sbatch {sbatch_args} {script}; fi
+if ! finished; then sbatch {sbatch_args} {script}; fi
 """
 
 

@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.join(ROOT, "deploy", "demo"))
 sys.path.insert(0, HERE)
 import arms  # noqa: E402
 import demo  # noqa: E402  (PostgreSQL, the cluster and batond, started as the tests start them)
-import report  # noqa: E402
+import chain_report as report  # noqa: E402
 import workload  # noqa: E402
 
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
@@ -86,29 +86,45 @@ def trace_dir():
     return configured or os.path.join(os.path.dirname(ROOT), "shared", "traces")
 
 
-def simulate(args, services, load, profile, out):
-    """sim compare on the scaled workload: the predictor batond's learned policies use (stored as
-    `bench`), and the simulator's chain efficiency of each policy."""
-    csv_path = f"{out}/workload.csv"
-    load.write_sim_csv(csv_path, SIM_EPOCH)
-    probe_s = (profile["phase_s"] + profile["compute_s"]) / 2
-    argv = [services.layout.batonctl, "sim", "compare", "--trace", csv_path, "--nodes", str(NODES), "--unit",
-            "nodes", "--split", SIM_SPLIT, "--limit-hours", f"{LIMIT_MIN / 60:.6f}",
-            "--interval-hours", f"{probe_s / 3600 / 4:.6f}", "--shapes", "1",
-            "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
+def sim_common(csv_path, profile, interval_s):
+    return ["--trace", csv_path, "--nodes", str(NODES), "--unit", "nodes", "--split", SIM_SPLIT,
+            "--limit-hours", f"{LIMIT_MIN / 60:.6f}", "--interval-hours", f"{interval_s / 3600:.6f}",
+            "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
             "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
-            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0",
+            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
+
+
+def simulate(services, load, profile, out):
+    """The predictor batond's learned policies use: `sim compare` on the scaled jobs of the training
+    period and the window, stored as `bench`. Then the simulator's prediction for the live run: `sim run`
+    of each policy on exactly the jobs the live run replays (the backlog, the window), with that
+    predictor. Returns {policy: {chain_efficiency, mean_interruption_s, chains}}."""
+    batonctl = services.layout.batonctl
+    load.write_sim_csv(f"{out}/workload.csv", SIM_EPOCH)
+    load.write_sim_csv(f"{out}/replayed.csv", SIM_EPOCH, replayed_only=True)
+    argv = [batonctl, "sim", "compare", *sim_common(f"{out}/workload.csv", profile, profile["phase_s"] / 4),
             "--db-save", "bench", "--database", services.conninfo, "--out", f"{out}/sim"]
-    log("simulator: " + " ".join(argv[1:]))
+    log("predictor: " + " ".join(argv[1:]))
     started = time.monotonic()
     result = demo.run(argv, timeout=1200, check=False)
     with open(f"{out}/sim.log", "w") as f:
         f.write(result.stdout)
     if result.returncode != 0:
-        log(f"simulator failed ({result.returncode}); the learned policies run as avg:\n{result.stdout[-2000:]}")
+        log(f"sim compare failed ({result.returncode}); the learned policies run as avg:\n{result.stdout[-2000:]}")
         return {}
-    log(f"simulator: {time.monotonic() - started:.0f} s")
-    return report.read_sim(f"{out}/sim")
+    found = {}
+    for policy in POLICIES:
+        argv = [batonctl, "sim", "run", *sim_common(f"{out}/replayed.csv", profile, 60), "--policy", policy,
+                "--model", f"{out}/sim/wait-predictor.json"]
+        result = demo.run(argv, timeout=600, check=False)
+        with open(f"{out}/sim.log", "a") as f:
+            f.write(" ".join(argv[1:]) + "\n" + result.stdout)
+        rows = [line.split() for line in result.stdout.splitlines() if line.startswith(policy + " ")]
+        if result.returncode == 0 and len(rows) >= 2:
+            found[policy] = {"mean_interruption_s": 60 * float(rows[0][4]), "chains": rows[1][1],
+                             "chain_efficiency": float(rows[1][2]) / 100, "jobs": rows[1][4]}
+    log(f"simulator: {time.monotonic() - started:.0f} s; {found}")
+    return found
 
 
 class Bench:
@@ -134,7 +150,7 @@ class Bench:
         self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, self.profile["warmup_s"] * SCALE,
                                       self.profile["train_days"] * 86400, LOAD)
         log(self.load.describe())
-        self.sim = simulate(self.args, self.services, self.load, self.profile, self.out)
+        self.sim = simulate(self.services, self.load, self.profile, self.out)
         workload.ensure_users()
         self.services.start_slurm(NODES, conf_lines=SCHEDULER)
         log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")

@@ -35,21 +35,23 @@ def ensure_users():
 
 
 def read_trace(batonctl, conninfo, path):
-    """(job id, submit, run time, limit, units) of every job that ran, through batonctl's readers."""
+    """(job id, submit, run time, limit, units, recorded start or None) of every job that ran, through
+    batonctl's readers."""
     name = os.path.basename(path)
     run([batonctl, "trace", "import", path, "--name", name, "--replace", "--database", conninfo], timeout=600)
     query = ("SELECT j.job_id, extract(epoch FROM j.submit_time)::bigint, j.run_time_s, "
              "coalesce(j.time_limit_s, j.requested_time_s, j.run_time_s), "
-             "CASE WHEN t.format = 'swf' THEN coalesce(j.requested_procs, j.nodes) ELSE j.nodes END "
+             "CASE WHEN t.format = 'swf' THEN coalesce(j.requested_procs, j.nodes) ELSE j.nodes END, "
+             "coalesce(extract(epoch FROM j.start_time)::bigint, -1) "
              "FROM trace_jobs j JOIN traces t ON t.id = j.trace_id "
              f"WHERE t.name = '{name}' AND j.run_time_s > 0 ORDER BY j.submit_time, j.job_id")
     out = run(["psql", "-X", "-A", "-t", "-F", ",", "-d", conninfo, "-c", query], timeout=300).stdout
     jobs = []
     for line in out.splitlines():
         words = line.split(",")
-        if len(words) == 5 and all(w.strip().lstrip("-").isdigit() for w in words):
-            job_id, submit, runtime, limit, units = map(int, words)
-            jobs.append((job_id, submit, runtime, max(limit, runtime), max(units, 1)))
+        if len(words) == 6 and all(w.strip().lstrip("-").isdigit() for w in words):
+            job_id, submit, runtime, limit, units, start = map(int, words)
+            jobs.append((job_id, submit, runtime, max(limit, runtime), max(units, 1), start if start >= 0 else None))
     return name, jobs
 
 
@@ -67,13 +69,14 @@ class Workload:
         units = TRACE_UNITS.get(name) or max(j[4] for j in jobs)
         self.units = units
         self.span, self.warmup, self.train = span_s, warmup_s, train_s
-        sized = [(i, s, r, lim, min(nodes, max(1, round(u * nodes / units)))) for i, s, r, lim, u in jobs
+        sized = [(i, s, r, lim, min(nodes, max(1, round(u * nodes / units)))) for i, s, r, lim, u, _ in jobs
                  if u <= units]
+        self.started = {j[0]: j[5] for j in jobs}
         self.start, offered = self.choose_window(sized)
         self.fraction = min(1.0, load / offered) if offered > 0 else 1.0
         self.offered = offered
         first = self.start - warmup_s - train_s
-        self.jobs = [j for j in sized if first <= j[1] < self.start + span_s and kept(j[0], self.fraction)]
+        self.jobs = [j for j in sized if first - 2 * 86400 <= j[1] < self.start + span_s and kept(j[0], self.fraction)]
 
     def choose_window(self, sized):
         """The window of the trace's second half whose offered load (scaled node-seconds over its span)
@@ -97,13 +100,34 @@ class Workload:
         return origin + (trace_time - (self.start - self.warmup)) / self.scale
 
     def replayed(self):
-        return [j for j in self.jobs if j[1] >= self.start - self.warmup]
+        """The backlog at the replay's start, submitted then, and the jobs submitted after it."""
+        return self.backlog() + [j for j in self.jobs if j[1] >= self.start - self.warmup]
 
-    def write_sim_csv(self, path, epoch):
-        """The simulator's job CSV in real (scaled) seconds, the window starting at `epoch`."""
+    def backlog(self):
+        """The kept jobs of the two trace days before the replay's start that were still pending or
+        running then: with their recorded start (ls6), those not yet started and those running, with
+        what was left of their run; without one (Lublin), those whose run would not have ended even
+        had they started at once. All are submitted at the replay's start, in their trace order."""
+        origin = self.start - self.warmup
+        jobs = []
+        for job_id, submit, runtime, limit, n in self.jobs:
+            if not origin - 2 * 86400 <= submit < origin:
+                continue
+            start = self.started.get(job_id)
+            if start is not None and start < origin:
+                left = start + runtime - origin
+                if left > 0:
+                    jobs.append((job_id, origin, left, limit - (origin - start), n))
+            elif start is not None or submit + runtime > origin:
+                jobs.append((job_id, origin, runtime if start is not None else submit + runtime - origin, limit, n))
+        return jobs
+
+    def write_sim_csv(self, path, epoch, replayed_only=False):
+        """The simulator's job CSV in real (scaled) seconds, the window starting at `epoch`: with the
+        training period, or only the jobs the live run replays."""
         with open(path, "w") as f:
             f.write("id,submit,run_time,limit,nodes\n")
-            for job_id, submit, runtime, limit, n in self.jobs:
+            for job_id, submit, runtime, limit, n in (self.replayed() if replayed_only else self.jobs):
                 at = epoch + (submit - self.start) / self.scale
                 rt = max(1, round(runtime / self.scale))
                 lim = 60 * max(1, math.ceil(limit / self.scale / 60))
@@ -113,7 +137,8 @@ class Workload:
         return (f"{self.name}: window {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.start))} UTC + "
                 f"{self.span / 3600:.0f} trace h (warm-up {self.warmup / 3600:.1f} h before), offered "
                 f"load {100 * self.offered:.0f} % of {self.nodes} nodes (sizes x {self.nodes}/{self.units}), "
-                f"{100 * self.fraction:.0f} % of its jobs kept: {len(self.replayed())} jobs replayed, "
+                f"{100 * self.fraction:.0f} % of its jobs kept: {len(self.replayed())} jobs replayed "
+                f"({len(self.backlog())} of them the backlog at its start), "
                 f"{len(self.jobs)} with the training period")
 
 

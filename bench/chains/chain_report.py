@@ -92,29 +92,12 @@ def summarise(metrics, arm):
     return s
 
 
-def read_sim(out_dir):
-    """sim compare's compare.csv: policy -> its chain efficiency and mean interruption (seconds)."""
-    path = f"{out_dir}/compare.csv"
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    found = {}
-    for row in rows:
-        policy = row.get("policy")
-        if not policy:
-            continue
-        found[policy] = {k: row[k] for k in ("chain_efficiency", "mean", "chain_mean_jobs",
-                                             "chain_idle_node_hours", "chains") if row.get(k) not in (None, "")}
-    return found
-
-
 def fmt(value, spec):
     return format(value, spec) if value is not None else "-"
 
 
 TABLE_HEADER = ("arm", "chains", "efficiency", "worst", "interruption s: mean (min/med/max)",
-                "idle node-min", "jobs (submitted)", "it. lost", "sim eff.")
+                "idle node-min", "jobs (submitted)", "it. lost", "sim eff.", "sim interruption s")
 
 
 def table(summaries, sim):
@@ -122,6 +105,7 @@ def table(summaries, sim):
     for s in summaries:
         policy = s["arm"][len("baton-"):] if s["arm"].startswith("baton-") else None
         simulated = sim.get(policy, {}).get("chain_efficiency") if policy else None
+        sim_gap = sim.get(policy, {}).get("mean_interruption_s") if policy else None
         gaps = "-"
         if "interruption_mean" in s:
             gaps = (f"{s['interruption_mean']:.1f} ({s['interruption_min']:.1f}/{s['interruption_median']:.1f}/"
@@ -130,7 +114,8 @@ def table(summaries, sim):
             s["arm"], f"{s['finished']}/{s['chains']}", fmt(100 * s["efficiency"] if "efficiency" in s else None, ".1f") + " %",
             fmt(100 * s["worst"] if "worst" in s else None, ".1f") + " %", gaps,
             fmt(s.get("held_idle_min"), ".2f"), f"{fmt(s.get('jobs'), '.1f')} ({fmt(s.get('submitted'), '.1f')})",
-            fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f") + " %"]))
+            fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f") + " %",
+            fmt(sim_gap, ".1f")]))
     return "\n".join(lines)
 
 
