@@ -12,7 +12,7 @@ run time. The scheduler runs every second, backfill every 2 s (SchedulerParamete
 
 Size: NODES nodes (12); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
 processors) to NODES, at least one node, and a fixed pseudo-random share of the jobs is kept so that the
-background offers LOAD (90 %) of the cluster in the window (the window: the upper quartile of the
+background offers LOAD (60 %) of the cluster in the window (the window: the upper quartile of the
 trace's second half by offered load). The chains add their own load on top, so the queue is full.
 
 Arms, each chain one node, whole (--exclusive), the same program (tests/spank_plugin/ckpt_chain_job:
@@ -64,12 +64,12 @@ SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=6
              "PriorityType=priority/basic"]
 PROFILES = {
     # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
-    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 420, "tail_s": 300,
+    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 540, "tail_s": 300,
              "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
               "tail_s": 120, "warmup_s": 60, "train_days": 7},
 }
-NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.9
+NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
 HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV

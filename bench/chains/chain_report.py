@@ -92,8 +92,8 @@ def summarise(metrics, arm):
     return s
 
 
-def fmt(value, spec):
-    return format(value, spec) if value is not None else "-"
+def fmt(value, spec, unit=""):
+    return format(value, spec) + unit if value is not None else "-"
 
 
 TABLE_HEADER = ("arm", "chains", "efficiency", "worst", "interruption s: mean (min/med/max)",
@@ -111,10 +111,10 @@ def table(summaries, sim):
             gaps = (f"{s['interruption_mean']:.1f} ({s['interruption_min']:.1f}/{s['interruption_median']:.1f}/"
                     f"{s['interruption_max']:.1f})")
         lines.append(" | ".join([
-            s["arm"], f"{s['finished']}/{s['chains']}", fmt(100 * s["efficiency"] if "efficiency" in s else None, ".1f") + " %",
-            fmt(100 * s["worst"] if "worst" in s else None, ".1f") + " %", gaps,
+            s["arm"], f"{s['finished']}/{s['chains']}", fmt(100 * s["efficiency"] if "efficiency" in s else None, ".1f", " %"),
+            fmt(100 * s["worst"] if "worst" in s else None, ".1f", " %"), gaps,
             fmt(s.get("held_idle_min"), ".2f"), f"{fmt(s.get('jobs'), '.1f')} ({fmt(s.get('submitted'), '.1f')})",
-            fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f") + " %",
+            fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f", " %"),
             fmt(sim_gap, ".1f")]))
     return "\n".join(lines)
 

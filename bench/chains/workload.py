@@ -80,14 +80,16 @@ class Workload:
 
     def choose_window(self, sized):
         """The window of the trace's second half whose offered load (scaled node-seconds over its span)
-        is the upper quartile's: a busy queue, not the trace's single worst flood."""
+        is the upper quartile's: a busy queue, not the trace's single worst flood. Its warm-up has jobs
+        (the Lublin model's nights have none)."""
         first, last = sized[0][1], sized[-1][1]
         earliest = max(first + self.train + self.warmup, first + (last - first) // 2)
         scored = []
         t = earliest
         while t + self.span <= last:
             work = sum(n * min(r, t + self.span - s) for _, s, r, _, n in sized if t <= s < t + self.span)
-            scored.append((work / (self.nodes * self.span), t))
+            if any(t - self.warmup <= s < t for _, s, _, _, _ in sized):
+                scored.append((work / (self.nodes * self.span), t))
             t += CANDIDATE_STEP_S
         if not scored:
             raise RuntimeError(f"{self.name}: too short for a window of {self.span / 3600:.0f} trace hours")
