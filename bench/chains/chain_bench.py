@@ -313,6 +313,7 @@ def main():
         picture(args.out, traces)
         log(f"done in {time.monotonic() - started:.0f} s; {args.out}/chains.svg")
         return 0
+    workload.ensure_users()  # before the children, which would race to make them
     # The traces run side by side, each in a process of its own (its own SLURM_CONF) with its own cluster,
     # PostgreSQL and batond; their logs go to OUT/TRACE.log.
     children = []

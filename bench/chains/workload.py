@@ -31,7 +31,8 @@ def ensure_users():
         try:
             pwd.getpwnam(name)
         except KeyError:
-            run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name])
+            run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=False)
+            pwd.getpwnam(name)
 
 
 def read_trace(batonctl, conninfo, path):
