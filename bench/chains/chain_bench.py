@@ -64,7 +64,7 @@ SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=6
              "PriorityType=priority/basic"]
 PROFILES = {
     # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
-    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 540, "tail_s": 300,
+    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 480, "tail_s": 240,
              "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
               "tail_s": 120, "warmup_s": 60, "train_days": 7},
