@@ -108,10 +108,12 @@ class Submitter:
             if result.returncode != 0:
                 raise RuntimeError(f"batonctl submit {chain.name} failed: {result.stdout}")
         elif chain.arm == "requeue":
-            write_script(script, self.anchor_prelude(chain, deadline=False) + REQUEUE_BODY.format(train=self.train(chain)))
+            write_script(script, self.anchor_prelude(chain, deadline=False)
+                         + REQUEUE_BODY.format(train=self.train(chain)))
             self.sbatch(chain, script, ["--requeue", f"--signal=B:USR1@{SIGNAL_LEAD_S}", "--open-mode=append"])
         elif chain.arm == "singleton":
-            write_script(script, self.anchor_prelude(chain, deadline=True) + SINGLETON_BODY.format(train=self.train(chain)))
+            write_script(script, self.anchor_prelude(chain, deadline=True)
+                         + SINGLETON_BODY.format(train=self.train(chain)))
             for _ in range(singleton_jobs(chain.iterations, per_job_training_s)):
                 self.sbatch(chain, script, ["--dependency=singleton"])
         elif chain.arm == "resubmit":

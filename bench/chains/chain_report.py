@@ -111,7 +111,8 @@ def table(summaries, sim):
             gaps = (f"{s['interruption_mean']:.1f} ({s['interruption_min']:.1f}/{s['interruption_median']:.1f}/"
                     f"{s['interruption_max']:.1f})")
         lines.append(" | ".join([
-            s["arm"], f"{s['finished']}/{s['chains']}", fmt(100 * s["efficiency"] if "efficiency" in s else None, ".1f", " %"),
+            s["arm"], f"{s['finished']}/{s['chains']}",
+            fmt(100 * s["efficiency"] if "efficiency" in s else None, ".1f", " %"),
             fmt(100 * s["worst"] if "worst" in s else None, ".1f", " %"), gaps,
             fmt(s.get("held_idle_min"), ".2f"), f"{fmt(s.get('jobs'), '.1f')} ({fmt(s.get('submitted'), '.1f')})",
             fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f", " %"),
@@ -149,7 +150,8 @@ def svg(path, groups):
                        f'<text x="45" y="{y + 4:.1f}" text-anchor="end">{pct} %</text>')
         x = 60
         for arm, live, simulated in rows:
-            for value, style in ((live, 'fill="#3b6ea8"'), (simulated, 'fill="none" stroke="#c0504d" stroke-width="2"')):
+            outlined = 'fill="none" stroke="#c0504d" stroke-width="2"'
+            for value, style in ((live, 'fill="#3b6ea8"'), (simulated, outlined)):
                 if value is not None:
                     h = max(0.0, (value - low) / (1 - low)) * height
                     out.append(f'<rect x="{x}" y="{y0 + height - h:.1f}" width="{bar}" height="{h:.1f}" {style}/>')
