@@ -67,7 +67,7 @@ PROFILES = {
     "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 480, "tail_s": 240,
              "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
-              "tail_s": 120, "warmup_s": 60, "train_days": 7},
+              "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
 NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
@@ -145,9 +145,11 @@ class Bench:
         self.services.start_postgres()
         name, jobs = workload.read_trace(self.services.layout.batonctl, self.services.conninfo, self.trace_path)
         log(f"{name}: {len(jobs)} jobs read")
-        replay_s = self.profile["warmup_s"] + len(self.profile["policies"]) * self.profile["phase_s"] \
-            + self.profile["tail_s"]
-        self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, self.profile["warmup_s"] * SCALE,
+        # The full run's window and share of the jobs, also in the quick run (which replays its start):
+        # a shorter window offers another load, and keeps another share of the backlog.
+        full = PROFILES["full"]
+        replay_s = full["warmup_s"] + len(full["policies"]) * full["phase_s"] + full["tail_s"]
+        self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, full["warmup_s"] * SCALE,
                                       self.profile["train_days"] * 86400, LOAD)
         log(self.load.describe())
         self.sim = simulate(self.services, self.load, self.profile, self.out)
@@ -221,7 +223,7 @@ class Bench:
         order = [f"baton-{p}" for p in self.profile["policies"]] + arms.ANCHORS
         summaries = [report.summarise(metrics, arm) for arm in order]
         total, background = self.poller.utilisation(self.probes_from, self.probes_until)
-        waits = self.poller.background_waits(self.origin, self.probes_until)
+        waits = self.poller.background_waits(self.origin - 1, self.probes_until)  # squeue's whole seconds
         pending = sum(1 for j in self.poller.jobs.values() if j["name"].startswith("bg-") and j["state"] == "PENDING")
         facts = {"trace": self.load.name, "iteration_s": iteration_s, "utilisation": total,
                  "background_utilisation": background, "background_jobs": len(self.replay.submitted),
