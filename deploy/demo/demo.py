@@ -172,9 +172,10 @@ class Services:
         if self.layout.schema:
             check_schema(self.layout.batonctl, self.conninfo, self.layout.schema)
 
-    def start_slurm(self, nodes=1, plugstack_extra=""):
+    def start_slurm(self, nodes=1, plugstack_extra="", conf_lines=()):
         """One node on loopback (slurm.sh), or `nodes` nodes in network namespaces (cluster.sh), where
-        the plugin reaches batond at this machine's address on the cluster's network."""
+        the plugin reaches batond at this machine's address on the cluster's network; conf_lines are
+        added to the multi-node cluster's slurm.conf."""
         # The scripts start munged when none answers; then it is stopped again at the end.
         self.started_munge = not munge_answers()
         self.port = free_port()
@@ -188,7 +189,7 @@ class Services:
             # its own directory (cluster.sh's DIR/local/NODE) and drain to the chain directory.
             plugstack += f" local_root={self.state}/slurm/local/%n/%u"
             argv = ["bash", f"{ROOT}/deploy/local/cluster.sh", "start", f"{self.state}/slurm", "--nodes",
-                    str(nodes), plugstack]
+                    str(nodes), *(a for line in conf_lines for a in ("--conf", line)), plugstack]
         else:
             argv = ["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack]
         lines = run(argv, timeout=180).stdout.strip().splitlines()
@@ -199,12 +200,12 @@ class Services:
         os.environ["SLURM_CONF"] = self.slurm_conf
         os.chmod(f"{self.state}/slurm", 0o755)  # the job owner's sbatch reads slurm.conf
 
-    def start_batond(self, submit_lead_s):
+    def start_batond(self, submit_lead_s, policy="avg", extra_args=()):
         args = [self.layout.batond, "--database", self.conninfo,
                 "--listen-address", self.listen_address, "--listen-port", str(self.port), "--tick-seconds", "1",
-                "--policy", "avg", "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
+                "--policy", policy, "--submit-lead-seconds", str(submit_lead_s), "--instance-name", "demo",
                 "--submit-grace-seconds", "16", "--handover-timeout-seconds", "60",
-                "--slurm-timeout-seconds", "10"]
+                "--slurm-timeout-seconds", "10", *extra_args]
         with open(f"{self.state}/batond.log", "ab") as out:
             # Its own session: Ctrl-C on the terminal reaches the demo, which stops batond in order.
             self.batond = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -6,9 +6,10 @@
 # nothing else: their namespaces have no route beyond the cluster's own subnet. State, logs and pid files
 # are in DIR, so that two clusters run side by side. Needs root, iproute2 and util-linux.
 #
-#   cluster.sh start DIR [--nodes N] [PLUGSTACK_LINE ...]
-#       N nodes (default 2), named node1..nodeN, in partition "debug"; DIR/slurm.conf, DIR/plugstack.conf
-#       (one line per extra argument). Starts the daemons and waits until every node is idle. Prints
+#   cluster.sh start DIR [--nodes N] [--conf LINE ...] [PLUGSTACK_LINE ...]
+#       N nodes (default 2), named node1..nodeN, in partition "debug"; DIR/slurm.conf (each --conf LINE
+#       added to it, e.g. SchedulerParameters=...), DIR/plugstack.conf (one line per extra argument).
+#       Starts the daemons and waits until every node is idle. Prints
 #       CONTROLLER=ADDRESS, this machine's address on the cluster's network (the nodes know it as
 #       "controller": a service the jobs reach, such as batond, listens there), then
 #       SLURM_CONF=DIR/slurm.conf; DIR/env can be sourced to export it. Jobs are not requeued by Slurm
@@ -24,8 +25,8 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 start DIR [--nodes N] [PLUGSTACK_LINE ...] | stop DIR | status DIR | fail DIR NODE |" \
-        "revive DIR NODE | exec DIR NODE COMMAND [ARG...]" >&2
+    echo "usage: $0 start DIR [--nodes N] [--conf LINE ...] [PLUGSTACK_LINE ...] | stop DIR | status DIR |" \
+        "fail DIR NODE | revive DIR NODE | exec DIR NODE COMMAND [ARG...]" >&2
     exit 2
 }
 die() { echo "cluster.sh: $*" >&2; exit 1; }
@@ -76,11 +77,12 @@ sys.exit(1)
 PY
 }
 
-write_config() { # write_config NODES
-    local ctld_port slurmd_port hardware node nodelist
+write_config() { # write_config NODES [CONF_LINE ...]
+    local ctld_port slurmd_port hardware node nodelist line
     cluster_id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     net=$(pick_subnet) || die "no free private subnet in 10.0.0.0/8"
     nodes=$1
+    shift
     printf 'cluster_id=%s\nnet=%s\nnodes=%s\n' "$cluster_id" "$net" "$nodes" > "$dir/cluster.env"
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
@@ -111,6 +113,7 @@ write_config() { # write_config NODES
             echo "NodeName=$node NodeHostname=$node NodeAddr=$(addr_of "$node") ${hardware}State=UNKNOWN"
         done
         echo "PartitionName=debug Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP"
+        for line in "$@"; do echo "$line"; done
     } > "$conf"
     # The nodes' /etc/hosts: this machine's, "controller" for this machine's address on the cluster's
     # network (e.g. batond's URL in plugstack.conf), and every node's name (jobs resolve their peers,
@@ -198,13 +201,19 @@ start)
         count=$2
         shift 2
     fi
+    conf_lines=()
+    while [ "${1:-}" = --conf ]; do
+        [ $# -ge 2 ] || die "--conf takes a slurm.conf line"
+        conf_lines+=("$2")
+        shift 2
+    done
     mkdir -p "$dir"
     chmod 0755 "$dir" # every user of the cluster reads slurm.conf (a caller's temporary dir is 0700)
     if [ -f "$dir/cluster.env" ]; then
         load_cluster
         [ "$nodes" -eq "$count" ] || die "$dir holds a cluster of $nodes nodes, not $count"
     else
-        write_config "$count"
+        write_config "$count" ${conf_lines[@]+"${conf_lines[@]}"}
     fi
     write_plugstack "$dir" "$@"
     create_network

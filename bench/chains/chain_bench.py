@@ -1,0 +1,342 @@
+#!/usr/bin/python3
+"""Chain efficiency measured live: chains of a checkpointing training run on a private multi-node Slurm
+(deploy/local/cluster.sh) whose queue is kept busy by a real trace replayed onto it, for baton (each
+policy) side by side with the ways people chain jobs today, and beside the simulator's prediction for
+the same workload. Prints a table and writes chains.csv, summary.csv and chains.svg (not a timed test).
+
+Time: the trace is replayed SCALE times faster (120: one trace hour is 30 s; a 48 h job holds its nodes
+24 min). Slurm's limits have 1-minute granularity, so the chains' jobs have a 2-minute limit (4 trace
+hours) and the training needs COMPUTE seconds (300 s in the full run: at least three jobs). Background
+jobs keep their trace limit, scaled and rounded up to whole minutes; they run `sleep` for their scaled
+run time. The scheduler runs every second, backfill every 2 s (SchedulerParameters below, printed).
+
+Size: NODES nodes (12); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
+processors) to NODES, at least one node, and a fixed pseudo-random share of the jobs is kept so that the
+background offers LOAD (60 %) of the cluster in the window (the window: the upper quartile of the
+trace's second half by offered load). The chains add their own load on top, so the queue is full.
+
+Arms, each chain one node, whole (--exclusive), the same program (tests/spank_plugin/ckpt_chain_job:
+50-ms iterations, baton's checkpointer, resumes from the last checkpoint; iteration counts prove it):
+  baton-POLICY  `batonctl submit`, batond with that policy (reactive, avg, predict, checkpoint-aware;
+                the learned ones with a predictor fitted by `sim compare` on the trace's 20 days before
+                the window, scaled the same way)
+  requeue       --requeue --signal=B:USR1@30: the script forwards the signal, the training writes its
+                final checkpoint and the job runs `scontrol requeue` on itself (submitit, Lightning)
+  singleton     K jobs at once with --dependency=singleton (K = the jobs the training needs, plus one);
+                the one that finishes the training cancels the rest
+  resubmit      the script runs `sbatch` on itself at its end
+batond takes one policy at a time, so baton's policies run one after the other (phases); at the start of
+each phase (a probe moment) one chain of each anchor arm starts too, so the anchors have one chain per
+phase and every chain shares the queue with the others that run then.
+
+Measured per arm, from the jobs' own output (start, restore, final checkpoint, end) and squeue: chain
+efficiency (compute = iterations x the training's own pace, over the wall-clock from the first job's
+start to the training's end, as the simulator's), interruption at each handover (next start - previous
+end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
+background's utilisation and mean wait (scaled back to trace time). `sim compare` on the same scaled
+workload (FIFO with backfill, like this cluster's priority/basic) gives the simulator's chain
+efficiency of each policy; its probes are spread over the window, and it has no anchor chains in the
+queue.
+
+Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "deploy", "demo"))
+sys.path.insert(0, HERE)
+import arms  # noqa: E402
+import demo  # noqa: E402  (PostgreSQL, the cluster and batond, started as the tests start them)
+import chain_report as report  # noqa: E402
+import workload  # noqa: E402
+
+POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
+TRACES = ["ls6-a100.log", "lublin_256.swf"]
+SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=60,bf_continue",
+             "PriorityType=priority/basic"]
+PROFILES = {
+    # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
+    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 480, "tail_s": 240,
+             "warmup_s": 120, "train_days": 20},
+    "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
+              "tail_s": 90, "warmup_s": 120, "train_days": 7},
+}
+NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
+SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
+HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
+SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
+SIM_SPLIT = "2030-01-02"
+USER = demo.USER
+
+
+def log(message):
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def trace_dir():
+    configured = os.environ.get("BATON_TRACE_DIR")
+    return configured or os.path.join(os.path.dirname(ROOT), "shared", "traces")
+
+
+def sim_common(csv_path, profile, interval_s):
+    return ["--trace", csv_path, "--nodes", str(NODES), "--unit", "nodes", "--split", SIM_SPLIT,
+            "--limit-hours", f"{LIMIT_MIN / 60:.6f}", "--interval-hours", f"{interval_s / 3600:.6f}",
+            "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
+            "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
+            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
+
+
+def simulate(services, load, profile, out):
+    """The predictor batond's learned policies use: `sim compare` on the scaled jobs of the training
+    period and the window, stored as `bench`. Then the simulator's prediction for the live run: `sim run`
+    of each policy on exactly the jobs the live run replays (the backlog, the window), with that
+    predictor. Returns {policy: {chain_efficiency, mean_interruption_s, chains}}."""
+    batonctl = services.layout.batonctl
+    load.write_sim_csv(f"{out}/workload.csv", SIM_EPOCH)
+    load.write_sim_csv(f"{out}/replayed.csv", SIM_EPOCH, replayed_only=True)
+    argv = [batonctl, "sim", "compare", *sim_common(f"{out}/workload.csv", profile, profile["phase_s"] / 4),
+            "--db-save", "bench", "--database", services.conninfo, "--out", f"{out}/sim"]
+    log("predictor: " + " ".join(argv[1:]))
+    started = time.monotonic()
+    result = demo.run(argv, timeout=1200, check=False)
+    with open(f"{out}/sim.log", "w") as f:
+        f.write(result.stdout)
+    if result.returncode != 0:
+        log(f"sim compare failed ({result.returncode}); the learned policies run as avg:\n{result.stdout[-2000:]}")
+        return {}
+    found = {}
+    for policy in POLICIES:
+        argv = [batonctl, "sim", "run", *sim_common(f"{out}/replayed.csv", profile, 60), "--policy", policy,
+                "--model", f"{out}/sim/wait-predictor.json"]
+        result = demo.run(argv, timeout=600, check=False)
+        with open(f"{out}/sim.log", "a") as f:
+            f.write(" ".join(argv[1:]) + "\n" + result.stdout)
+        rows = [line.split() for line in result.stdout.splitlines() if line.startswith(policy + " ")]
+        if result.returncode == 0 and len(rows) >= 2:
+            found[policy] = {"mean_interruption_s": 60 * float(rows[0][4]), "chains": rows[1][1],
+                             "chain_efficiency": float(rows[1][2]) / 100, "jobs": rows[1][4]}
+    log(f"simulator: {time.monotonic() - started:.0f} s; {found}")
+    return found
+
+
+class Bench:
+    def __init__(self, args, profile, trace_path, out):
+        self.args, self.profile, self.out = args, profile, out
+        self.trace_path = trace_path
+        self.state = tempfile.mkdtemp(prefix="baton-chain-bench-")
+        os.chmod(self.state, 0o755)
+        for name in ("chains", "work"):
+            os.makedirs(f"{self.state}/{name}")
+            os.chmod(f"{self.state}/{name}", 0o1777)
+        self.services = demo.Services(self.state, demo.Layout.build(args.build_dir))
+        self.work = f"{self.state}/work"
+        self.chains = []
+        self.policy = None
+
+    def start(self):
+        self.services.start_postgres()
+        name, jobs = workload.read_trace(self.services.layout.batonctl, self.services.conninfo, self.trace_path)
+        log(f"{name}: {len(jobs)} jobs read")
+        # The full run's window and share of the jobs, also in the quick run (which replays its start):
+        # a shorter window offers another load, and keeps another share of the backlog.
+        full = PROFILES["full"]
+        replay_s = full["warmup_s"] + len(full["policies"]) * full["phase_s"] + full["tail_s"]
+        self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, full["warmup_s"] * SCALE,
+                                      self.profile["train_days"] * 86400, LOAD)
+        log(self.load.describe())
+        self.sim = simulate(self.services, self.load, self.profile, self.out)
+        workload.ensure_users()
+        self.services.start_slurm(NODES, conf_lines=SCHEDULER)
+        log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")
+        self.app, _, _ = demo.stage_app(self.state, self.services.layout)
+        self.submitter = arms.Submitter(self.app, self.work, f"{self.state}/chains/anchors", self.args.chain_job,
+                                        LIMIT_MIN, demo.as_user, self.services.layout.batonctl,
+                                        lambda: self.services.url)
+        os.makedirs(f"{self.state}/chains/anchors")
+        shutil.chown(f"{self.state}/chains/anchors", USER)
+
+    def set_policy(self, policy):
+        if self.policy == policy:
+            return
+        demo.stop_process(self.services.batond)
+        extra = ["--model", "bench"] if policy in ("predict", "checkpoint-aware") and self.sim else []
+        self.services.start_batond(SUBMIT_LEAD_S, policy=policy, extra_args=extra)
+        self.policy = policy
+
+    def finished(self, chain):
+        return any("training done" in open(p, errors="replace").read()
+                   for p in report.glob.glob(f"{self.work}/{chain.name}-*.out"))
+
+    def start_chains(self, phase, policy):
+        iterations = int(self.profile["compute_s"] / 0.05)
+        per_job = LIMIT_MIN * 60 - arms.MARGIN_S - 15
+        started = []
+        for arm in [f"baton-{policy}"] + arms.ANCHORS:
+            chain = arms.Chain(arm, f"{arm}-p{phase}", phase, iterations)
+            self.submitter.submit(chain, time.time(), per_job)
+            started.append(chain)
+        self.chains += started
+        log(f"phase {phase}: chains {', '.join(c.name for c in started)}")
+        return started[0]
+
+    def wait(self, chains, budget_s):
+        deadline = time.monotonic() + budget_s
+        while time.monotonic() < deadline:
+            if all(self.finished(c) for c in chains):
+                return True
+            time.sleep(2)
+        return False
+
+    def run(self):
+        self.poller = workload.Poller(NODES)
+        self.poller.start()
+        self.origin = time.time()
+        self.replay = workload.Replay(self.load, self.origin, log)
+        self.replay.start()
+        log(f"replaying {len(self.load.replayed())} background jobs; chains start after {self.profile['warmup_s']} s")
+        time.sleep(self.profile["warmup_s"])
+        self.probes_from = time.time()
+        for phase, policy in enumerate(self.profile["policies"]):
+            self.set_policy(policy)
+            baton_chain = self.start_chains(phase, policy)
+            if not self.wait([baton_chain], self.profile["phase_s"]):
+                log(f"phase {phase}: {baton_chain.name} unfinished after {self.profile['phase_s']} s")
+        self.wait([c for c in self.chains if not c.arm.startswith("baton")], self.profile["tail_s"])
+        self.probes_until = time.time()
+        self.replay.stopping.set()
+        self.poller.stopping.set()
+        self.poller.join()
+        self.poller.poll()
+
+    def results(self):
+        runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
+        iteration_s = report.iteration_seconds([r for rs in runs.values() for r in rs])
+        metrics = [report.chain_metrics(c, runs[c.name], iteration_s, self.poller) for c in self.chains]
+        order = [f"baton-{p}" for p in self.profile["policies"]] + arms.ANCHORS
+        summaries = [report.summarise(metrics, arm) for arm in order]
+        total, background = self.poller.utilisation(self.probes_from, self.probes_until)
+        waits = self.poller.background_waits(self.origin - 1, self.probes_until)  # squeue's whole seconds
+        pending = sum(1 for j in self.poller.jobs.values() if j["name"].startswith("bg-") and j["state"] == "PENDING")
+        facts = {"trace": self.load.name, "iteration_s": iteration_s, "utilisation": total,
+                 "background_utilisation": background, "background_jobs": len(self.replay.submitted),
+                 "background_started": len(waits), "background_pending_at_end": pending,
+                 "background_mean_wait_trace_h": (sum(waits) / len(waits) * SCALE / 3600) if waits else None,
+                 "replay_failures": self.replay.failures}
+        return metrics, summaries, facts
+
+    def close(self):
+        self.services.stop()
+        if self.args.keep_state:
+            log(f"state left in {self.state}")
+        else:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
+def show(trace, summaries, facts, sim, out):
+    lines = [f"## {trace}",
+             f"background: {facts['background_jobs']} jobs replayed ({facts['replay_failures']} sbatch failures); "
+             f"during the probes the nodes were {100 * facts['utilisation']:.0f} % held "
+             f"({100 * facts['background_utilisation']:.0f} % by background jobs); background mean wait "
+             + (f"{facts['background_mean_wait_trace_h']:.2f} trace h" if facts["background_mean_wait_trace_h"]
+                is not None else "-")
+             + f" over {facts['background_started']} started jobs, {facts['background_pending_at_end']} still pending "
+             f"at the end; training pace {1000 * facts['iteration_s']:.1f} ms/iteration", "",
+             report.table(summaries, sim)]
+    text = "\n".join(lines)
+    with open(f"{out}/table.md", "w") as f:
+        f.write(text + "\n")
+    print(text, flush=True)
+
+
+def run_trace(args, profile, trace_path, out):
+    os.makedirs(out, exist_ok=True)
+    bench = Bench(args, profile, trace_path, out)
+    started = time.monotonic()
+    try:
+        bench.start()
+        bench.run()
+        metrics, summaries, facts = bench.results()
+    finally:
+        bench.close()
+    report.write_csv(f"{out}/chains.csv", metrics)
+    report.write_csv(f"{out}/summary.csv", [dict(s, trace=facts["trace"], **{
+        "sim_efficiency": bench.sim.get(s["arm"][6:], {}).get("chain_efficiency")}) for s in summaries])
+    report.write_csv(f"{out}/facts.csv", [facts])
+    show(facts["trace"], summaries, facts, bench.sim, out)
+    log(f"{facts['trace']}: {time.monotonic() - started:.0f} s")
+    return summaries, bench.sim
+
+
+def picture(out, traces):
+    groups = []
+    for trace in traces:
+        path = f"{out}/{trace}/summary.csv"
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            rows = list(report.csv.DictReader(f))
+        groups.append((trace, [(r["arm"].replace("baton-", ""), float(r["efficiency"]) if r.get("efficiency") else None,
+                                float(r["sim_efficiency"]) if r.get("sim_efficiency") else None) for r in rows]))
+    report.svg(f"{out}/chains.svg", groups)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build-dir", required=True)
+    parser.add_argument("--chain-job", required=True, help="tests/spank_plugin/ckpt_chain_job of the build")
+    parser.add_argument("--quick", action="store_true", help="one trace, checkpoint-aware and the anchors")
+    parser.add_argument("--trace", action="append", help="trace file name(s) in BATON_TRACE_DIR")
+    parser.add_argument("--out", default="chain-bench", help="results folder")
+    parser.add_argument("--keep-state", action="store_true")
+    args = parser.parse_args()
+    args.build_dir, args.chain_job, args.out = map(os.path.abspath, (args.build_dir, args.chain_job, args.out))
+    profile = dict(PROFILES["quick" if args.quick else "full"])
+    traces = args.trace or profile["traces"]
+    missing = [t for t in traces if not os.path.exists(os.path.join(trace_dir(), t))]
+    if missing:
+        print(f"chain_bench: SKIP: {', '.join(missing)} not in {trace_dir()} (set BATON_TRACE_DIR)", flush=True)
+        return 77
+    if os.geteuid() != 0 or not demo.namespaces_work():
+        print("chain_bench: SKIP: needs root and network namespaces", flush=True)
+        return 77
+    started = time.monotonic()
+    log(f"profile {'quick' if args.quick else 'full'}: {profile}; {NODES} nodes, scale {SCALE}, limit "
+        f"{LIMIT_MIN} min, background load {LOAD:.0%}; results in {args.out}")
+    if len(traces) == 1:
+        run_trace(args, profile, os.path.join(trace_dir(), traces[0]), f"{args.out}/{traces[0]}")
+        picture(args.out, traces)
+        log(f"done in {time.monotonic() - started:.0f} s; {args.out}/chains.svg")
+        return 0
+    workload.ensure_users()  # before the children, which would race to make them
+    # The traces run side by side, each in a process of its own (its own SLURM_CONF) with its own cluster,
+    # PostgreSQL and batond; their logs go to OUT/TRACE.log.
+    children = []
+    for trace in traces:
+        os.makedirs(args.out, exist_ok=True)
+        argv = [sys.executable, os.path.abspath(__file__), "--build-dir", args.build_dir, "--chain-job",
+                args.chain_job, "--trace", trace, "--out", args.out] + (["--quick"] if args.quick else []) \
+            + (["--keep-state"] if args.keep_state else [])
+        with open(f"{args.out}/{trace}.log", "w") as out:
+            children.append((trace, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)))
+        log(f"{trace}: log in {args.out}/{trace}.log")
+    failed = [trace for trace, child in children if child.wait() != 0]
+    for trace, _ in children:
+        table = f"{args.out}/{trace}/table.md"
+        print(open(table).read() if os.path.exists(table) else f"## {trace}: no result", flush=True)
+    picture(args.out, traces)
+    log(f"done in {time.monotonic() - started:.0f} s; {args.out}/chains.svg")
+    for trace in failed:
+        print(f"FAIL: {trace}: see {args.out}/{trace}.log", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
