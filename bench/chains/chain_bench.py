@@ -46,7 +46,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,11 +130,7 @@ class Bench:
     def __init__(self, args, profile, trace_path, out):
         self.args, self.profile, self.out = args, profile, out
         self.trace_path = trace_path
-        self.state = tempfile.mkdtemp(prefix="baton-chain-bench-")
-        os.chmod(self.state, 0o755)
-        for name in ("chains", "work"):
-            os.makedirs(f"{self.state}/{name}")
-            os.chmod(f"{self.state}/{name}", 0o1777)
+        self.state = demo.make_state("baton-chain-bench-")
         self.services = demo.Services(self.state, demo.Layout.build(args.build_dir))
         self.work = f"{self.state}/work"
         self.chains = []

@@ -6,23 +6,16 @@ jobs that hold their nodes; and a poller that records what squeue says of every 
 import math
 import os
 import pwd
-import subprocess
 import threading
 import time
+
+from demo import run  # deploy/demo, on the path that chain_bench.py sets
 
 BACKGROUND_USERS = ["batonbg1", "batonbg2", "batonbg3"]
 # The units a trace's cluster has: ls6's fitted node count (provisioner/sim/README.md), the Lublin
 # model's 256 processors; any other trace: its largest job.
 TRACE_UNITS = {"ls6-a100.log": 74, "lublin_256.swf": 256}
 CANDIDATE_STEP_S = 6 * 3600  # window starts tried, in trace seconds
-
-
-def run(argv, timeout=120, check=True, **kwargs):
-    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            timeout=timeout, **kwargs)
-    if check and result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited with {result.returncode}:\n{result.stdout}")
-    return result
 
 
 def ensure_users():

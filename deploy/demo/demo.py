@@ -68,6 +68,17 @@ def run(argv, timeout=120, check=True, **kwargs):
     return result
 
 
+def make_state(prefix, shared=("chains", "work")):
+    """A temporary state directory that the jobs' owners can read, with folders (`shared`) that any of
+    them may write, sticky as /tmp is."""
+    state = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(state, 0o755)
+    for name in shared:
+        os.makedirs(f"{state}/{name}")
+        os.chmod(f"{state}/{name}", 0o1777)
+    return state
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -356,9 +367,6 @@ def demo(args, services, state):
     if args.steps:
         profile["steps"] = args.steps
     app, user_batonctl, pythonpath = stage_app(state, services.layout)
-    for name in ("chains", "work", "reference"):
-        os.makedirs(f"{state}/{name}")
-        os.chmod(f"{state}/{name}", 0o1777)
     nodes = args.nodes
     log(f"starting PostgreSQL, Slurm (slurmctld, {nodes} node{'s' if nodes > 1 else ''}, munge, "
         "spank_baton.so) and batond")
@@ -541,8 +549,7 @@ def main():
     signal.signal(signal.SIGHUP, interrupt)
     signal.signal(signal.SIGINT, interrupt)
 
-    state = tempfile.mkdtemp(prefix="baton-demo-")
-    os.chmod(state, 0o755)
+    state = make_state("baton-demo-", ("chains", "work", "reference"))
     with open(marker, "w") as f:
         f.write(state + "\n")
     services = Services(state, layout)

@@ -52,11 +52,7 @@ class Setup:
 
     def __init__(self, args, nodes, plugstack_extra=""):
         self.args = args
-        self.state = tempfile.mkdtemp(prefix="baton-cluster-test-")
-        os.chmod(self.state, 0o755)
-        for name in ("chains", "work"):
-            os.makedirs(f"{self.state}/{name}")
-            os.chmod(f"{self.state}/{name}", 0o1777)
+        self.state = demo.make_state("baton-cluster-test-")
         self.services = demo.Services(self.state, demo.Layout.build(args.build_dir))
         self.app, self.batonctl, self.pythonpath = demo.stage_app(self.state, self.services.layout)
         self.nodes_seen = {}  # job id -> node, as squeue said while it could
