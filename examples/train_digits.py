@@ -152,14 +152,15 @@ def train(args):
 
     if ckpt and step >= args.steps:
         ckpt.done()  # the final checkpoint says training_done: the provisioner ends the chain
-    if ckpt and not ckpt.close():
+    committed = ckpt is not None and ckpt.close()
+    if ckpt and not committed:
         print(f"final checkpoint failed: {ckpt.native.last_error}", file=sys.stderr)
     log.close()
     print(f"step {step} test accuracy {evaluate(model, test_images, test_labels):.4f}", flush=True)
     if args.final_state:
         torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict()}, args.final_state)
-    if step < args.steps:
+    if step < args.steps and committed:
         print(f"stopped at step {step}: the final checkpoint of this job has committed", flush=True)
     return 0
 

@@ -32,19 +32,20 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402  (the analysis and the timeline, importable by the test)
 from progress import Progress  # noqa: E402
+import training  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER = "nobody"  # the jobs' owner, as in the e2e tests: any non-root user works
 CHAIN = "digits"
 
-# Full run: about 6 minutes of training on an idle 2-core machine in 2-minute jobs.
-# Quick run (CI): 2.5 minutes of training on an idle 2-core machine (about 50 steps/s), so that even
-# there it outlasts the first job's submit point (80 s) and runs in at least two jobs.
+# Each profile is a training time on this machine; its steps follow from the pace measured first (see
+# pace.py). The quick run (CI) outlasts the first job's checkpoint (100 s into a 2-minute job) by half,
+# so that it runs in at least two jobs even where the measured pace overstates the pace under load.
 PROFILES = {
-    "full": {"steps": 15000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 1800},
-    "quick": {"steps": 7000, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 540},
+    "full": {"training_s": 360, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 1800},
+    "quick": {"training_s": 150, "time_limit_min": 2, "submit_lead_s": 40, "timeout_s": 540},
 }
-BATCH_SIZE = 128
+MIN_STEPS = 1000
 MARGIN_S = 10  # the final checkpoint is committed this long before a job's time limit
 
 
@@ -364,8 +365,6 @@ def prepare_output(output):
 
 def demo(args, services, state):
     profile = dict(PROFILES["quick" if args.quick else "full"])
-    if args.steps:
-        profile["steps"] = args.steps
     app, user_batonctl, pythonpath = stage_app(state, services.layout)
     nodes = args.nodes
     log(f"starting PostgreSQL, Slurm (slurmctld, {nodes} node{'s' if nodes > 1 else ''}, munge, "
@@ -374,6 +373,7 @@ def demo(args, services, state):
     services.start_slurm(nodes)
     services.start_batond(profile["submit_lead_s"])
     log(f"batond ready at {services.url}; state in {state}")
+    profile["steps"] = args.steps or training_steps(state, app, pythonpath, profile["training_s"])
     start_reference(services, state, app, pythonpath, profile["steps"])
     submit_chain(services, state, app, user_batonctl, pythonpath, profile, nodes)
     progress = Progress(f"{USER}/{CHAIN}", f"{state}/chains/{USER}/{CHAIN}", f"{state}/work",
@@ -398,23 +398,35 @@ def demo(args, services, state):
         raise DemoError("the chain's final weights differ from the uninterrupted run's")
 
 
+def training_steps(state, app, pythonpath, training_s):
+    """The steps that train for about `training_s` at this machine's pace."""
+    log("measuring the training's pace on this machine")
+    loss_log = f"{state}/reference/pace-loss.log"
+    try:
+        steps_per_s = training.measure_pace(as_user(training.command(app, 10**9, loss_log)),
+                                            training.user_env(f"{state}/reference", pythonpath), loss_log,
+                                            f"{state}/reference/pace-out.txt")
+    except training.PaceError as error:
+        raise DemoError(f"measuring the pace: {error}")
+    steps = max(MIN_STEPS, int(round(steps_per_s * training_s, -2)))
+    log(f"{steps_per_s:.0f} steps/s: {steps} steps train for about {training_s} s")
+    return steps
+
+
 def start_reference(services, state, app, pythonpath, steps):
     """The reference: the same training straight through, no Slurm, no checkpoints."""
-    reference_env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": f"{state}/reference"}
-    if pythonpath:
-        reference_env["PYTHONPATH"] = pythonpath
     with open(f"{state}/reference/out.txt", "wb") as out:
         services.reference = subprocess.Popen(
-            as_user(["/usr/bin/python3", f"{app}/train_digits.py", "--no-checkpoint", "--steps", str(steps),
-                     "--batch-size", str(BATCH_SIZE), "--loss-log", f"{state}/reference/loss.log",
-                     "--final-state", f"{state}/reference/final.pt"]),
-            stdout=out, stderr=subprocess.STDOUT, env=reference_env, start_new_session=True)
+            as_user(training.command(app, steps, f"{state}/reference/loss.log",
+                                     "--final-state", f"{state}/reference/final.pt")),
+            stdout=out, stderr=subprocess.STDOUT, env=training.user_env(f"{state}/reference", pythonpath),
+            start_new_session=True)
 
 
 def submit_chain(services, state, app, user_batonctl, pythonpath, profile, nodes):
     """The chain's first job, with `batonctl submit` as the job's owner."""
     steps = profile["steps"]
-    export = ["ALL", f"STEPS={steps}", f"BATCH_SIZE={BATCH_SIZE}", "PYTHON=/usr/bin/python3",
+    export = ["ALL", f"STEPS={steps}", f"BATCH_SIZE={training.BATCH_SIZE}", "PYTHON=/usr/bin/python3",
               f"TRAIN_SCRIPT={app}/train_digits.py", "PYTHONDONTWRITEBYTECODE=1", f"HOME={state}/work",
               f"FINAL_STATE={state}/work/final.pt"]
     if pythonpath:
@@ -492,7 +504,8 @@ def parse_args():
                        help="run the installed programs and Python package (the packages, or meson install)")
     parser.add_argument("--output", required=True, help="folder for metrics, chain document, timeline")
     parser.add_argument("--quick", action="store_true", help="a shorter training (CI)")
-    parser.add_argument("--steps", type=int, help="training steps (default: 15000, quick 7000)")
+    parser.add_argument("--steps", type=int, 
+                        help="training steps (default: 6 minutes of training at the pace measured first, quick 2.5)")
     parser.add_argument("--nodes", type=int,
                         help="Slurm nodes, each in a network namespace of its own (default: 2 where namespaces "
                              "can be made, else 1 on loopback)")

@@ -92,6 +92,9 @@ def job_facts(output, doc, manifests, reached, node_of):
         resumed = re.search(r"resumed from step (\d+)", text)
         ended = re.search(r"step (\d+) test accuracy ([0-9.]+)", text)
         waited = re.search(r"waited ([0-9.]+) s for the previous job's final checkpoint", text)
+        # A final checkpoint can be pruned (keep=2) before the progress view sees its manifest; the
+        # job's output still says that it committed.
+        stopped = re.search(r"stopped at step (\d+): the final checkpoint of this job has committed", text)
         own = sorted((m for m in manifests if m.get("job_id") == job["job_id"]), key=lambda m: m["iteration"])
         tuning = own[-1].get("tuning", {}) if own else {}
         timings = [m.get("timings", {}) for m in own]
@@ -104,7 +107,8 @@ def job_facts(output, doc, manifests, reached, node_of):
             "accuracy": float(ended.group(2)) if ended else None,
             "handover_wait_s": float(waited.group(1)) if waited else 0.0,
             "checkpoints_seen": len(own),
-            "final_checkpoint": next((m["iteration"] for m in reversed(own) if m.get("final")), None),
+            "final_checkpoint": next((m["iteration"] for m in reversed(own) if m.get("final")),
+                                     int(stopped.group(1)) if stopped else None),
             "overhead_percent": tuning.get("overhead_percent"),
             "interval": tuning.get("interval"),
             "snapshot_ms": mean([t.get("snapshot_seconds") for t in timings], 1000),

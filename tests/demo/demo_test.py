@@ -76,6 +76,9 @@ def main():
             summary = json.load(f)
         check(summary["weights_identical"] and summary["chain_weights_sha256"] == chain_hash,
               "the demo's report says so too")
+        resumed = [(a["final_checkpoint"], b["resumed_step"]) for a, b in zip(summary["jobs"], summary["jobs"][1:])]
+        check(all(final is not None and final == step for final, step in resumed),
+              f"each successor resumed from its predecessor's final checkpoint (final, resumed: {resumed})")
 
         metrics = os.path.join(output, "metrics.txt")
         with open(metrics) as f:
