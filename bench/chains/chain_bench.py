@@ -34,7 +34,7 @@ efficiency (compute = iterations x the training's own pace, over the wall-clock 
 start to the training's end, as the simulator's), interruption at each handover (next start - previous
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time). `sim compare` on the same scaled
-workload (FIFO with backfill, like this cluster's priority/basic) gives the simulator's chain
+workload (the same age priority with backfill) gives the simulator's chain
 efficiency of each policy; its probes are spread over the window, and it has no anchor chains in the
 queue.
 
@@ -44,8 +44,10 @@ Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,10 +59,16 @@ import demo  # noqa: E402  (PostgreSQL, the cluster and batond, started as the t
 import chain_report as report  # noqa: E402
 import workload  # noqa: E402
 
+NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
 TRACES = ["ls6-a100.log", "lublin_256.swf"]
+# Priority by age alone (multifactor, as most sites run it): a job's age counts from when it became
+# eligible, so a job held by a dependency (singleton) gains none while it waits for its predecessor.
+# priority/basic would order by submit time and give such a job its whole time in the queue as age.
+# The age saturates after 7 trace days; the priorities are recomputed every minute, Slurm's shortest.
 SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=60,bf_continue",
-             "PriorityType=priority/basic"]
+             "PriorityType=priority/multifactor", "PriorityWeightAge=10000",
+             f"PriorityMaxAge={7 * 24 * 60 // SCALE}", "PriorityCalcPeriod=1"]
 PROFILES = {
     # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
     "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 480, "tail_s": 240,
@@ -68,8 +76,8 @@ PROFILES = {
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
               "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
-NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
+TICK_S = 1  # batond's --tick-seconds (as demo starts it), and the simulator's
 HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
 SIM_SPLIT = "2030-01-02"
@@ -88,9 +96,11 @@ def trace_dir():
 def sim_common(csv_path, profile, interval_s):
     return ["--trace", csv_path, "--nodes", str(NODES), "--unit", "nodes", "--split", SIM_SPLIT,
             "--limit-hours", f"{LIMIT_MIN / 60:.6f}", "--interval-hours", f"{interval_s / 3600:.6f}",
+            "--tick-seconds", str(TICK_S), "--submit-lead-seconds", str(SUBMIT_LEAD_S),
             "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
             "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
-            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
+            "--age-weight", "10000", "--max-age-days", f"{7 / SCALE:.8f}", "--size-weight", "0",
+            "--priority-weight", "0"]
 
 
 def simulate(services, load, profile, out):
@@ -135,6 +145,7 @@ class Bench:
         self.work = f"{self.state}/work"
         self.chains = []
         self.policy = None
+        self.alone = args.part == "alone"  # the background without chains
 
     def start(self):
         self.services.start_postgres()
@@ -147,10 +158,12 @@ class Bench:
         self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, full["warmup_s"] * SCALE,
                                       self.profile["train_days"] * 86400, LOAD)
         log(self.load.describe())
-        self.sim = simulate(self.services, self.load, self.profile, self.out)
+        self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, self.out)
         workload.ensure_users()
         self.services.start_slurm(NODES, conf_lines=SCHEDULER)
         log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")
+        if self.alone:
+            return
         self.app, _, _ = demo.stage_app(self.state, self.services.layout)
         self.submitter = arms.Submitter(self.app, self.work, f"{self.state}/chains/anchors", self.args.chain_job,
                                         LIMIT_MIN, demo.as_user, self.services.layout.batonctl,
@@ -173,14 +186,18 @@ class Bench:
     def start_chains(self, phase, policy):
         iterations = int(self.profile["compute_s"] / 0.05)
         per_job = LIMIT_MIN * 60 - arms.MARGIN_S - 15
+        # The arms' first jobs are submitted in an order that turns with the phase: on a full queue the
+        # first one submitted gets the first free node.
+        order = [f"baton-{policy}"] + arms.ANCHORS
+        order = order[phase % len(order):] + order[:phase % len(order)]
         started = []
-        for arm in [f"baton-{policy}"] + arms.ANCHORS:
+        for arm in order:
             chain = arms.Chain(arm, f"{arm}-p{phase}", phase, iterations)
             self.submitter.submit(chain, time.time(), per_job)
             started.append(chain)
         self.chains += started
         log(f"phase {phase}: chains {', '.join(c.name for c in started)}")
-        return started[0]
+        return next(c for c in started if c.arm.startswith("baton-"))
 
     def wait(self, chains, budget_s):
         deadline = time.monotonic() + budget_s
@@ -196,6 +213,15 @@ class Bench:
         self.origin = time.time()
         self.replay = workload.Replay(self.load, self.origin, log)
         self.replay.start()
+        if self.alone:
+            # Until the run with the chains has ended (its parent's SIGTERM), or the whole replay.
+            log(f"replaying {len(self.load.replayed())} background jobs, no chains")
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            stop.wait(self.load.span / SCALE)
+            self.probes_until = time.time()
+            self.stop_polling()
+            return
         log(f"replaying {len(self.load.replayed())} background jobs; chains start after {self.profile['warmup_s']} s")
         time.sleep(self.profile["warmup_s"])
         self.probes_from = time.time()
@@ -206,10 +232,18 @@ class Bench:
                 log(f"phase {phase}: {baton_chain.name} unfinished after {self.profile['phase_s']} s")
         self.wait([c for c in self.chains if not c.arm.startswith("baton")], self.profile["tail_s"])
         self.probes_until = time.time()
+        self.stop_polling()
+
+    def stop_polling(self):
         self.replay.stopping.set()
         self.poller.stopping.set()
         self.poller.join()
         self.poller.poll()
+
+    def write_background(self, path):
+        """Each started background job's wait, real seconds, for the comparison with and without chains."""
+        waits = self.poller.background_waits(self.origin - 1, self.probes_until)  # squeue's whole seconds
+        report.write_csv(path, [{"job": name, "wait_s": wait} for name, wait in sorted(waits.items())])
 
     def results(self):
         runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
@@ -218,7 +252,7 @@ class Bench:
         order = [f"baton-{p}" for p in self.profile["policies"]] + arms.ANCHORS
         summaries = [report.summarise(metrics, arm) for arm in order]
         total, background = self.poller.utilisation(self.probes_from, self.probes_until)
-        waits = self.poller.background_waits(self.origin - 1, self.probes_until)  # squeue's whole seconds
+        waits = list(self.poller.background_waits(self.origin - 1, self.probes_until).values())
         pending = sum(1 for j in self.poller.jobs.values() if j["name"].startswith("bg-") and j["state"] == "PENDING")
         facts = {"trace": self.load.name, "iteration_s": iteration_s, "utilisation": total,
                  "background_utilisation": background, "background_jobs": len(self.replay.submitted),
@@ -258,6 +292,9 @@ def run_trace(args, profile, trace_path, out):
     try:
         bench.start()
         bench.run()
+        bench.write_background(f"{out}/background-alone.csv" if args.part == "alone" else f"{out}/background.csv")
+        if args.part == "alone":
+            return True
         metrics, summaries, facts = bench.results()
     finally:
         bench.close()
@@ -267,7 +304,11 @@ def run_trace(args, profile, trace_path, out):
     report.write_csv(f"{out}/facts.csv", [facts])
     show(facts["trace"], summaries, facts, bench.sim, out)
     log(f"{facts['trace']}: {time.monotonic() - started:.0f} s")
-    return summaries, bench.sim
+    broken = report.broken_arms(metrics)
+    for arm in broken:
+        print(f"FAIL: {facts['trace']}: arm {arm} did not run (no job of its chains submitted or started)",
+              flush=True)
+    return not broken
 
 
 def picture(out, traces):
@@ -291,6 +332,9 @@ def main():
     parser.add_argument("--trace", action="append", help="trace file name(s) in BATON_TRACE_DIR")
     parser.add_argument("--out", default="chain-bench", help="results folder")
     parser.add_argument("--keep-state", action="store_true")
+    parser.add_argument("--part", choices=["chains", "alone"],
+                        help="one trace's run for the parent that started it: with the chains, or its background "
+                        "alone until SIGTERM")
     args = parser.parse_args()
     args.build_dir, args.chain_job, args.out = map(os.path.abspath, (args.build_dir, args.chain_job, args.out))
     profile = dict(PROFILES["quick" if args.quick else "full"])
@@ -302,35 +346,50 @@ def main():
     if os.geteuid() != 0 or not demo.namespaces_work():
         print("chain_bench: SKIP: needs root and network namespaces", flush=True)
         return 77
+    if args.part:
+        return 0 if run_trace(args, profile, os.path.join(trace_dir(), traces[0]), f"{args.out}/{traces[0]}") else 1
     started = time.monotonic()
     log(f"profile {'quick' if args.quick else 'full'}: {profile}; {NODES} nodes, scale {SCALE}, limit "
         f"{LIMIT_MIN} min, background load {LOAD:.0%}; results in {args.out}")
-    if len(traces) == 1:
-        run_trace(args, profile, os.path.join(trace_dir(), traces[0]), f"{args.out}/{traces[0]}")
-        picture(args.out, traces)
-        log(f"done in {time.monotonic() - started:.0f} s; {args.out}/chains.svg")
-        return 0
+    os.makedirs(args.out, exist_ok=True)
     workload.ensure_users()  # before the children, which would race to make them
-    # The traces run side by side, each in a process of its own (its own SLURM_CONF) with its own cluster,
-    # PostgreSQL and batond; their logs go to OUT/TRACE.log.
-    children = []
+    # Each trace's background also replays alone, on a cluster of its own at the same time, for what the
+    # chains cost the other users (not in the quick run, whose 10 minutes it would not fit).
+    alone = [] if args.quick else [(trace, child(args, trace, "alone")) for trace in traces]
+    if len(traces) == 1:
+        ok = run_trace(args, profile, os.path.join(trace_dir(), traces[0]), f"{args.out}/{traces[0]}")
+        failed = [] if ok else traces
+    else:
+        # The traces run side by side, each in a process of its own (its own SLURM_CONF) with its own
+        # cluster, PostgreSQL and batond.
+        chains = [(trace, child(args, trace, "chains")) for trace in traces]
+        failed = [trace for trace, process in chains if process.wait() != 0]
+    for trace, process in alone:
+        process.terminate()  # the run with the chains has ended: the comparison stops here
+        if process.wait() != 0:
+            failed.append(f"{trace} (alone)")
     for trace in traces:
-        os.makedirs(args.out, exist_ok=True)
-        argv = [sys.executable, os.path.abspath(__file__), "--build-dir", args.build_dir, "--chain-job",
-                args.chain_job, "--trace", trace, "--out", args.out] + (["--quick"] if args.quick else []) \
-            + (["--keep-state"] if args.keep_state else [])
-        with open(f"{args.out}/{trace}.log", "w") as out:
-            children.append((trace, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)))
-        log(f"{trace}: log in {args.out}/{trace}.log")
-    failed = [trace for trace, child in children if child.wait() != 0]
-    for trace, _ in children:
         table = f"{args.out}/{trace}/table.md"
+        if os.path.exists(table) and not args.quick:
+            with open(table, "a") as f:
+                f.write(report.background_cost(f"{args.out}/{trace}", SCALE) + "\n")
         print(open(table).read() if os.path.exists(table) else f"## {trace}: no result", flush=True)
     picture(args.out, traces)
     log(f"done in {time.monotonic() - started:.0f} s; {args.out}/chains.svg")
     for trace in failed:
-        print(f"FAIL: {trace}: see {args.out}/{trace}.log", flush=True)
+        print(f"FAIL: {trace}: see its log in {args.out}", flush=True)
     return 1 if failed else 0
+
+
+def child(args, trace, kind):
+    """This script for one trace in a process of its own; its log goes to OUT/TRACE-KIND.log."""
+    argv = [sys.executable, os.path.abspath(__file__), "--build-dir", args.build_dir, "--chain-job",
+            args.chain_job, "--trace", trace, "--out", args.out, "--part", kind] + (["--quick"] if args.quick else []) \
+        + (["--keep-state"] if args.keep_state else [])
+    with open(f"{args.out}/{trace}-{kind}.log", "w") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    log(f"{trace}: {kind}, log in {args.out}/{trace}-{kind}.log")
+    return process
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def iteration_seconds(all_runs):
 def chain_metrics(chain, runs, iteration_s, poller):
     done = next((r for r in runs if r.final and r.final[2]), None)
     m = {"arm": chain.arm, "chain": chain.name, "phase": chain.phase, "finished": done is not None,
-         "jobs_submitted": sum(1 for j in poller.jobs.values() if j["name"] == chain.name)}
+         "jobs_submitted": sum(1 for j in poller.jobs.values() if j["name"] == chain.name), "runs": len(runs)}
     if not runs or done is None:
         return m
     used = runs[:runs.index(done) + 1]
@@ -65,9 +65,16 @@ def chain_metrics(chain, runs, iteration_s, poller):
             trained += (r.final[0] - r.trained_from[0] + 1) if r.final else \
                 max(0.0, span_end - r.trained_from[1]) / iteration_s
     m["held_idle_s"] = max(0.0, held - training)
-    m["runs"] = len(runs)
     m["lost_iterations"] = max(0, round(trained - chain.iterations))
     return m
+
+
+def broken_arms(metrics):
+    """The arms that did not run at all: none of their chains got a job submitted, or none of those
+    jobs started. An unfinished chain is a result; an arm that never ran is a broken benchmark."""
+    arms = dict.fromkeys(m["arm"] for m in metrics)
+    return [arm for arm in arms
+            if not any(m["jobs_submitted"] and m["runs"] for m in metrics if m["arm"] == arm)]
 
 
 def summarise(metrics, arm):
@@ -130,6 +137,25 @@ def write_csv(path, rows):
         for row in rows:
             writer.writerow({k: (";".join(f"{x:.1f}" for x in v) if isinstance(v, list) else v)
                              for k, v in row.items()})
+
+
+def background_cost(out, scale):
+    """What the chains cost the other users: the waits of the background jobs that started both in the
+    run with the chains and in the replay of the same jobs alone (background.csv, background-alone.csv)."""
+    waits = []
+    for name in ("background.csv", "background-alone.csv"):
+        try:
+            with open(os.path.join(out, name)) as f:
+                waits.append({row["job"]: float(row["wait_s"]) for row in csv.DictReader(f)})
+        except (OSError, KeyError, ValueError) as error:
+            return f"background without the chains: no comparison ({name}: {error})"
+    both = sorted(set(waits[0]) & set(waits[1]))
+    if not both:
+        return "background without the chains: no job started in both runs"
+    with_chains, alone = (statistics.mean(w[job] for job in both) * scale / 3600 for w in waits)
+    return (f"background mean wait over the {len(both)} jobs that started in both runs: {with_chains:.2f} trace h "
+            f"with the chains, {alone:.2f} without ({with_chains - alone:+.2f} h; {len(waits[0])} and "
+            f"{len(waits[1])} started)")
 
 
 def svg(path, groups):

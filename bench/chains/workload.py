@@ -223,7 +223,8 @@ class Poller(threading.Thread):
         return sum(b for b, _ in rows) / len(rows), sum(g for _, g in rows) / len(rows)
 
     def background_waits(self, since, until):
-        """Waits of the background jobs submitted in [since, until] that started, in real seconds."""
+        """Waits of the background jobs submitted in [since, until] that started, in real seconds, by job
+        name (bg-TRACE_JOB_ID: the same in every replay of the window)."""
         with self.lock:
-            return [j["start"] - j["submit"] for j in self.jobs.values()
-                    if j["name"].startswith("bg-") and j["submit"] and j["start"] and since <= j["submit"] <= until]
+            return {j["name"]: j["start"] - j["submit"] for j in self.jobs.values()
+                    if j["name"].startswith("bg-") and j["submit"] and j["start"] and since <= j["submit"] <= until}

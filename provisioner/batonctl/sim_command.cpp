@@ -49,6 +49,11 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "needs jobs shorter than Mirage's 48 h",
             "48")
         .option("interval-hours", "H", "spacing of probes", "4")
+        .option("tick-seconds", "S", "how often the policies decide (batond's --tick-seconds)", "60")
+        .option("submit-lead-seconds", "S",
+            "batond's --submit-lead-seconds: every policy but reactive submits by S s\n"
+            "before the limit at the latest, S at most half the limit (0: Mirage's protocol)",
+            "0")
         .option("shapes", "N,N", "node counts of probe chains", "1,8")
         .option("tolerance-seconds", "S", "\"within\" tolerance", "600")
         .option("handover-seconds", "S", "price of one handover checkpoint, snapshot + persist", "60")

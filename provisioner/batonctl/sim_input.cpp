@@ -223,6 +223,12 @@ ComparisonConfig comparisonFrom(
         c.protocol.probePriority = medianRecordedPriority(trace, c.split);
     }
     c.protocol.interval = static_cast<std::int64_t>(o.number("interval-hours") * 3600);
+    c.protocol.tick = static_cast<std::int64_t>(o.number("tick-seconds"));
+    c.protocol.submitLead = static_cast<std::int64_t>(o.number("submit-lead-seconds"));
+    if (c.protocol.tick < 1 || c.protocol.tick > c.protocol.limit)
+        throw std::invalid_argument("--tick-seconds must lie between 1 and the limit");
+    if (c.protocol.submitLead < 0)
+        throw std::invalid_argument("--submit-lead-seconds must not be negative");
     c.protocol.shapes = o.positiveIntegers("shapes");
     c.tolerance = o.number("tolerance-seconds");
     c.handoverSeconds = o.number("handover-seconds");

@@ -29,6 +29,22 @@ std::vector<double> batchMeanLog(const WaitPredictor& predictor, std::span<const
 
 } // namespace
 
+std::int64_t submitLeadFor(std::int64_t lead, std::int64_t limitSeconds)
+{
+    return limitSeconds > 0 ? std::min(lead, limitSeconds / 2) : lead;
+}
+
+std::size_t firstSubmitWithLead(const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead)
+{
+    const std::size_t first = policy.firstSubmit(points);
+    if (lead <= 0 || policy.name() == "reactive")
+        return first;
+    for (std::size_t i = 0; i < first; ++i)
+        if (points[i].remaining <= lead)
+            return i;
+    return first;
+}
+
 std::size_t ReactivePolicy::firstSubmit(std::span<const DecisionPoint> points) const
 {
     return points.size();

@@ -39,6 +39,15 @@ public:
     virtual bool needsFeatures() const { return true; }
 };
 
+// The lead floor under every policy but reactive, as batond applies it (--submit-lead-seconds): the
+// successor is submitted `lead` seconds before the predecessor's limit at the latest, since sbatch and
+// the scheduler's next cycle take time and a successor submitted at the last second always leaves a
+// gap. The lead is at most half of the limit: on a free cluster the successor starts at once and the
+// job hands over, so a lead near the limit would end every job of a short-limit chain before it trained.
+std::int64_t submitLeadFor(std::int64_t lead, std::int64_t limitSeconds);
+// policy.firstSubmit(points), or the first tick within `lead` of the end if that comes earlier.
+std::size_t firstSubmitWithLead(const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead);
+
 // Mirage's baseline: submit when the predecessor ends.
 class ReactivePolicy final : public Policy {
 public:

@@ -103,17 +103,9 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
         const ChainRow& chain = awaiting[i].chain;
         const sim::DecisionPoint& point = points.at(i);
         try {
-            // The lead is a floor under every policy but reactive: sbatch and the scheduler's next cycle
-            // take time, and a successor submitted at the last second always leaves a gap. It takes at
-            // most half of a job's limit: on a free cluster the successor starts at once and the job
-            // hands over, so a lead near the limit would end each job of a short-limit chain before it
-            // has trained, and its successor's the same way.
-            const std::int64_t limit = awaiting[i].current.timeLimitSeconds;
-            const std::int64_t lead = limit > 0
-                ? std::min<std::int64_t>(config_.submitLead.count(), limit / 2)
-                : config_.submitLead.count();
-            const bool submit
-                = policy_->submitNow(point) || (config_.policy != "reactive" && point.remaining <= lead);
+            const std::int64_t lead
+                = sim::submitLeadFor(config_.submitLead.count(), awaiting[i].current.timeLimitSeconds);
+            const bool submit = sim::firstSubmitWithLead(*policy_, { &point, 1 }, lead) == 0;
             // What the decision row says the policy saw; built only for the rows that are written.
             const auto inputs = [&] {
                 using sim::Feature;

@@ -148,7 +148,8 @@ void runProbe(Simulator probe, int nodes, const ProtocolConfig& config,
     r.predecessorEnd = predEnd;
     std::map<std::int64_t, PolicyOutcome> outcomeBySubmit;
     for (const Policy* policy : policies) {
-        const std::size_t i = policy->firstSubmit(points);
+        const std::size_t i
+            = firstSubmitWithLead(*policy, points, submitLeadFor(config.submitLead, config.limit));
         const std::int64_t submitted = i < points.size() ? points[i].now : predEnd;
         PolicyOutcome pending;
         pending.submitted = submitted;
@@ -421,7 +422,8 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 look.advanceTo(t);
                 points.push_back(decisionPointAt(look, t, end, shape, features));
             }
-            const std::size_t i = policy.firstSubmit(points);
+            const std::size_t i
+                = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
             const std::int64_t submitted = i < points.size() ? points[i].now : end;
             sim.advanceTo(submitted);
             const std::int64_t next = running - 1;

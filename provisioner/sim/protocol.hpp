@@ -34,6 +34,7 @@ struct ProtocolConfig {
     std::int64_t successorMinLimit = 0;
     double probePriority = 0; // their recorded-priority input (a typical job's, say)
     std::int64_t tick = 60; // how often the policies decide
+    std::int64_t submitLead = 0; // batond's lead floor (see submitLeadFor); 0: none, Mirage's protocol
     std::int64_t horizon = 7 * 86400; // give up on a job that has not started this long after submission
     // Training data: every `sampleEvery` seconds of a predecessor's run, submit a successor in a fork
     // and record (features, wait). 0 = collect none.

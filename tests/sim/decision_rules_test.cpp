@@ -141,3 +141,26 @@ TEST(DecisionRules, RulesRoundTripThroughJsonAndBadOnesAreRefused)
              R"([{"nodes": 1, "rule": "quantile", "value": 1.5}])", R"([3])" })
         EXPECT_THROW(rulesFromJson(nlohmann::json::parse(bad)), std::invalid_argument) << bad;
 }
+
+TEST(DecisionRules, LeadFloorHoldsUnderEveryPolicyButReactive)
+{
+    // A 120-s job decided every 10 s: remaining 120, 110, ..., 10.
+    std::vector<DecisionPoint> points;
+    for (std::int64_t remaining = 120; remaining > 0; remaining -= 10) {
+        DecisionPoint p;
+        p.now = 120 - remaining;
+        p.remaining = remaining;
+        p.recentMeanWait = 10; // avg alone submits at remaining 10 (index 11)
+        points.push_back(p);
+    }
+    const AveragePolicy avg;
+    const ReactivePolicy reactive;
+    EXPECT_EQ(firstSubmitWithLead(avg, points, 0), 11u);
+    EXPECT_EQ(firstSubmitWithLead(avg, points, 30), 9u); // remaining 30
+    EXPECT_EQ(firstSubmitWithLead(reactive, points, 30), points.size()); // reactive waits for the end
+    points[3].recentMeanWait = 100; // avg's own rule earlier than the floor: its tick stands
+    EXPECT_EQ(firstSubmitWithLead(avg, points, 30), 3u);
+    EXPECT_EQ(submitLeadFor(60, 120), 60);
+    EXPECT_EQ(submitLeadFor(90, 120), 60); // at most half the limit
+    EXPECT_EQ(submitLeadFor(90, 0), 90); // no limit known
+}
