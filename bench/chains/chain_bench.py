@@ -33,10 +33,11 @@ Measured per arm, from the jobs' own output (start, restore, final checkpoint, e
 efficiency (compute = iterations x the training's own pace, over the wall-clock from the first job's
 start to the training's end, as the simulator's), interruption at each handover (next start - previous
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
-background's utilisation and mean wait (scaled back to trace time). `sim compare` on the same scaled
-workload (the same age priority with backfill) gives the simulator's chain
-efficiency of each policy; its probes are spread over the window, and it has no anchor chains in the
-queue.
+background's utilisation and mean wait (scaled back to trace time), and beside it the same background
+replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
+`sim compare` on the same scaled workload (the same age priority with backfill, deciding on batond's
+tick under its lead floor) gives the simulator's chain efficiency of each policy; its probes are spread
+over the window, and it has no anchor chains in the queue.
 
 Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
 """
