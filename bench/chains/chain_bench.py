@@ -263,11 +263,7 @@ class Bench:
         return metrics, summaries, facts
 
     def close(self):
-        self.services.stop()
-        if self.args.keep_state:
-            log(f"state left in {self.state}")
-        else:
-            shutil.rmtree(self.state, ignore_errors=True)
+        demo.stop_services(self.services, self.args.keep_state, log)
 
 
 def show(trace, summaries, facts, sim, out):

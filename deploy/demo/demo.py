@@ -4,11 +4,10 @@
 Starts a private PostgreSQL, a private Slurm with spank_baton.so and munge (by default two nodes, each in
 a network namespace of its own, so that successors land on another node than their predecessors; one
 node on loopback where namespaces cannot be made), and batond (all in a fresh state directory, the way
-the e2e tests run them); submits examples/train_digits.sbatch as a
-chain with `batonctl submit` as an unprivileged user; shows one line per chain job while it runs;
-trains the same run once straight through without checkpoints as the reference; then prints a report
-and leaves the metrics, the chain document, the job outputs and a timeline picture in the output
-folder. Everything it started is stopped when it ends, also on Ctrl-C or SIGTERM.
+the e2e tests run them); submits examples/train_digits.sbatch as a chain with `batonctl submit` as an
+unprivileged user; shows one line per chain job while it runs; trains the same run once straight
+through without checkpoints as the reference; then prints a report and leaves the metrics, the chain
+document, the job outputs and a timeline picture in the output folder. Everything it started is stopped when it ends, also on Ctrl-C or SIGTERM.
 
 Run through deploy/demo.sh, which builds the tree first. With --installed it runs the installed
 programs instead (the packages, or `meson install`): batond, batonctl and spank_baton.so of the prefix
@@ -278,6 +277,15 @@ def stop_process(process):
         process.wait()
     except ProcessLookupError:
         pass
+
+
+def stop_services(services, keep_state, say=log):
+    """Stops what `services` started; removes its state directory unless it is to be kept."""
+    services.stop()
+    if keep_state:
+        say(f"state left in {services.state}")
+    else:
+        shutil.rmtree(services.state, ignore_errors=True)
 
 
 def stop_leftovers(state):
@@ -580,11 +588,8 @@ def main():
         # No second Ctrl-C in the middle of stopping: it would leave daemons behind.
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
-        services.stop()
-        if args.keep_state:
-            log(f"state left in {state}")
-        else:
-            shutil.rmtree(state, ignore_errors=True)
+        stop_services(services, args.keep_state)
+        if not args.keep_state:
             os.remove(marker)
     if code == 0:
         log(f"done; output in {shown_output}")

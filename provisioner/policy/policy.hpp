@@ -31,7 +31,7 @@ public:
     virtual std::string name() const = 0;
     // Index of the first tick at which the policy submits the successor; points.size() means it waits
     // for the predecessor's end. Taking all ticks at once lets learned policies predict in one batch;
-    // a live provisioner passes one tick at a time through submitNow().
+    // a live provisioner passes one tick at a time (batond: through firstSubmitWithLead).
     virtual std::size_t firstSubmit(std::span<const DecisionPoint> points) const = 0;
     bool submitNow(const DecisionPoint& point) const { return firstSubmit({ &point, 1 }) == 0; }
     // Whether the policy reads DecisionPoint::features: a caller may leave them empty otherwise, which

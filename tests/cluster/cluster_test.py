@@ -63,11 +63,7 @@ class Setup:
         log(f"{nodes} nodes, batond at {self.services.url}, state in {self.state}")
 
     def close(self):
-        self.services.stop()
-        if self.args.keep_state:
-            log(f"state left in {self.state}")
-        else:
-            shutil.rmtree(self.state, ignore_errors=True)
+        demo.stop_services(self.services, self.args.keep_state, log)
 
     def work(self, name):
         return f"{self.state}/work/{name}"
