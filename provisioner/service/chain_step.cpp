@@ -120,7 +120,7 @@ void Provisioner::collectSpoolHints(LiveChain& live)
                 live.trainingDone = live.trainingDone || recorded.trainingDone;
                 if (recorded.iteration > live.newestCheckpointIteration.value_or(-1)) {
                     live.newestCheckpointIteration = recorded.iteration;
-                    live.newestCheckpointJob = event->jobId;
+                    live.newestCheckpointJob = recorded.writerJobId;
                 }
             } catch (const std::invalid_argument&) {
                 // a damaged line of the owner's own file: skipped

@@ -2,6 +2,8 @@
 
 #include "common/baton_contract.hpp"
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace baton::service {
@@ -25,8 +27,8 @@ constexpr db::Statement selectTrainingDone { "checkpoint_training_done",
 
 } // namespace
 
-CheckpointStore::Recorded CheckpointStore::record(
-    std::int64_t chainId, std::optional<std::int64_t> jobId, const Json& summary, const std::string& chainDir)
+CheckpointStore::Recorded CheckpointStore::record(std::int64_t chainId, std::optional<std::int64_t> reporterJobId,
+    const Json& summary, const std::string& chainDir)
 {
     const auto number = [&](const char* key) -> std::optional<double> {
         const auto found = summary.find(key);
@@ -48,9 +50,14 @@ CheckpointStore::Recorded CheckpointStore::record(
         || !contract::parseCheckpointDirName(name->get_ref<const std::string&>()))
         throw std::invalid_argument("the checkpoint report's iteration, total_bytes, created_unix or name"
                                     " is missing or out of range");
-    const Recorded recorded { static_cast<std::int64_t>(*iteration), flag("training_done") };
+    // Slurm's job ids are 32-bit; anything else in the manifest is no job, and the reporter stands in.
+    const auto writer = summary.find("job_id");
+    const bool writerNamed = writer != summary.end() && writer->is_number_integer() && *writer > 0
+        && *writer <= std::numeric_limits<std::uint32_t>::max();
+    const Recorded recorded { static_cast<std::int64_t>(*iteration),
+        writerNamed ? std::optional(writer->get<std::int64_t>()) : reporterJobId, flag("training_done") };
     connection_.exec(insertCheckpointHint,
-        db::Params(chainId, jobId, recorded.iteration, chainDir + "/" + name->get<std::string>(),
+        db::Params(chainId, recorded.writerJobId, recorded.iteration, chainDir + "/" + name->get<std::string>(),
             static_cast<std::int64_t>(bytes), created, summary, recorded.trainingDone, flag("final")));
     return recorded;
 }

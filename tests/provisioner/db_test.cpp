@@ -263,6 +263,23 @@ TEST(RoundTrip, CheckpointsAndHandovers)
     EXPECT_TRUE(tables.checkpoints.record(chainId, 78, summary, "/chains/resnet").trainingDone);
     EXPECT_EQ(tables.checkpoints.latest(chainId)->iteration, 2400);
     EXPECT_TRUE(tables.checkpoints.trainingDone(chainId));
+    // A successor (79) reports its predecessor's final checkpoint as it starts, before the predecessor's
+    // own report: the checkpoint stays the predecessor's, as its manifest says.
+    summary["name"] = "ckpt-000000003600";
+    summary["iteration"] = 3600;
+    summary["job_id"] = 78;
+    summary["final"] = false;
+    EXPECT_EQ(tables.checkpoints.record(chainId, 79, summary, "/chains/resnet").writerJobId, 78);
+    summary["final"] = true;
+    tables.checkpoints.record(chainId, 78, summary, "/chains/resnet");
+    newest = tables.checkpoints.latest(chainId);
+    EXPECT_EQ(newest->slurmJobId, 78);
+    EXPECT_TRUE(newest->final);
+    // A manifest's job_id that is no Slurm job id: the reporter stands in.
+    for (const Json& notAJob : { Json(-1), Json(0), Json(1LL << 40), Json("78"), Json(nullptr) }) {
+        summary["job_id"] = notAJob;
+        EXPECT_EQ(tables.checkpoints.record(chainId, 79, summary, "/chains/resnet").writerJobId, 79) << notAJob;
+    }
     summary["iteration"] = -1;
     EXPECT_THROW(tables.checkpoints.record(chainId, 78, summary, "/chains/resnet"), std::invalid_argument);
 

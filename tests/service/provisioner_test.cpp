@@ -145,6 +145,12 @@ TEST_F(ProvisionerTest, FailuresWithoutProgressSpendTheRetryBudget)
         EXPECT_EQ(tables_.submissions.find(chain.id, attempt + 1)->reason, "retry");
         failing = cluster_.jobs.back().id;
         cluster_.start(failing);
+        // As it starts, the retry reports the newest checkpoint, which job 4 wrote: that is no progress
+        // of the retry's own.
+        tables_.checkpoints.record(chain.id, failing,
+            Json { { "name", "ckpt-000000000100" }, { "iteration", 100 }, { "created_unix", cluster_.now },
+                { "total_bytes", 10 }, { "job_id", 4 } },
+            "/chains/x");
         tick();
         EXPECT_EQ(stateOf(chain), ChainState::Running);
         cluster_.end(failing, "FAILED");
