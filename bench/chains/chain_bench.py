@@ -35,9 +35,11 @@ start to the training's end, as the simulator's), interruption at each handover 
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
-`sim compare` on the same scaled workload (the same age priority with backfill, deciding on batond's
-tick under its lead floor) gives the simulator's chain efficiency of each policy; its probes are spread
-over the window, and it has no anchor chains in the queue.
+The simulator (the same age priority with backfill, deciding on batond's tick under its lead floor, by
+the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
+from the moment the live one was submitted, on the replayed background and the other chains' jobs as
+they ran (`sim-probe-POLICY.csv`); and, for the spread, with a chain from every minute of the window on
+the background alone.
 
 Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
 """
@@ -82,6 +84,7 @@ TICK_S = 1  # batond's --tick-seconds (as demo starts it), and the simulator's
 HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
 SIM_SPLIT = "2030-01-02"
+OTHER_CHAIN_JOB_IDS = 10 ** 9  # the other chains' jobs in the simulator's CSV: ids no trace job has
 USER = demo.USER
 
 
@@ -104,11 +107,26 @@ def sim_common(csv_path, profile, interval_s):
             "--priority-weight", "0"]
 
 
+def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path):
+    """`sim run` of one policy with the predictor batond uses and the rules stored with it (as batond
+    decides); {chain_efficiency, mean_interruption_s, chains, jobs}, or None."""
+    argv = [batonctl, "sim", "run", *sim_common(csv_path, profile, interval_s), "--policy", policy,
+            "--db-model", "bench", "--database", conninfo]
+    result = demo.run(argv, timeout=600, check=False)
+    with open(log_path, "a") as f:
+        f.write(" ".join(argv[1:]) + "\n" + result.stdout)
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith(policy + " ")]
+    if result.returncode != 0 or len(rows) < 2:
+        return None
+    return {"mean_interruption_s": 60 * float(rows[0][4]), "chains": rows[1][1],
+            "chain_efficiency": float(rows[1][2]) / 100, "jobs": rows[1][4]}
+
+
 def simulate(services, load, profile, out):
     """The predictor batond's learned policies use: `sim compare` on the scaled jobs of the training
-    period and the window, stored as `bench`. Then the simulator's prediction for the live run: `sim run`
-    of each policy on exactly the jobs the live run replays (the backlog, the window), with that
-    predictor. Returns {policy: {chain_efficiency, mean_interruption_s, chains}}."""
+    period and the window, stored as `bench`. Then the simulator's view of the whole window: `sim run` of
+    each policy on exactly the jobs the live run replays (the backlog, the window), with a chain from
+    every minute of it. Returns {policy: {chain_efficiency, mean_interruption_s, chains}}."""
     batonctl = services.layout.batonctl
     load.write_sim_csv(f"{out}/workload.csv", SIM_EPOCH)
     load.write_sim_csv(f"{out}/replayed.csv", SIM_EPOCH, replayed_only=True)
@@ -124,16 +142,10 @@ def simulate(services, load, profile, out):
         return {}
     found = {}
     for policy in POLICIES:
-        argv = [batonctl, "sim", "run", *sim_common(f"{out}/replayed.csv", profile, 60), "--policy", policy,
-                "--model", f"{out}/sim/wait-predictor.json"]
-        result = demo.run(argv, timeout=600, check=False)
-        with open(f"{out}/sim.log", "a") as f:
-            f.write(" ".join(argv[1:]) + "\n" + result.stdout)
-        rows = [line.split() for line in result.stdout.splitlines() if line.startswith(policy + " ")]
-        if result.returncode == 0 and len(rows) >= 2:
-            found[policy] = {"mean_interruption_s": 60 * float(rows[0][4]), "chains": rows[1][1],
-                             "chain_efficiency": float(rows[1][2]) / 100, "jobs": rows[1][4]}
-    log(f"simulator: {time.monotonic() - started:.0f} s; {found}")
+        got = sim_policy(batonctl, services.conninfo, f"{out}/replayed.csv", profile, policy, 60, f"{out}/sim.log")
+        if got:
+            found[policy] = got
+    log(f"simulator, whole window: {time.monotonic() - started:.0f} s; {found}")
     return found
 
 
@@ -262,11 +274,59 @@ class Bench:
                  "replay_failures": self.replay.failures}
         return metrics, summaries, facts
 
+    def other_chains_jobs(self, probe, runs, sim_time):
+        """The jobs of every chain but `probe` as they ran, for the simulator: one 1-node job per run,
+        eligible when it was submitted (or, for requeue and singleton, when the run before it ended),
+        holding its node for as long as it ran."""
+        rows = []
+        for chain in self.chains:
+            if chain is probe:
+                continue
+            previous_end = None
+            for run in runs[chain.name]:
+                end = run.end if run.end is not None else self.probes_until
+                submitted = self.poller.job(run.job_id).get("submit") or run.start
+                eligible = submitted
+                if chain.arm in ("requeue", "singleton") and previous_end is not None:
+                    eligible = max(submitted, previous_end)
+                previous_end = end
+                held = max(1, round(end - run.start))
+                rows.append((OTHER_CHAIN_JOB_IDS + len(rows), int(sim_time(min(eligible, run.start))), held,
+                             max(LIMIT_MIN * 60, held), 1))
+        return rows
+
+    def simulate_probes(self):
+        """The simulator at the live run's own probes: for each baton chain, `sim run` of its policy with
+        one chain that starts when the live one was submitted, on the replayed background and the other
+        chains' jobs as they ran. Returns {policy: {chain_efficiency, mean_interruption_s, ...}}."""
+        if not self.sim:  # no predictor was stored (sim compare failed): nothing to compare with
+            return {}
+        runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
+        window_start = self.origin + self.load.warmup / SCALE  # real time of the window's first moment
+        found = {}
+        for chain in self.chains:
+            if not chain.arm.startswith("baton-"):
+                continue
+            policy = chain.arm[len("baton-"):]
+            # Simulated time: the chain's submission at SIM_EPOCH, the split, so that its one probe is there.
+            shift = chain.submitted_at - window_start
+            path = f"{self.out}/sim-probe-{policy}.csv"
+            self.load.write_sim_csv(path, SIM_EPOCH - shift, replayed_only=True,
+                                    extra=self.other_chains_jobs(chain, runs,
+                                                                 lambda t: SIM_EPOCH + t - chain.submitted_at))
+            # One probe: the first moment is the split, the next one past the trace's end.
+            got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,
+                             1e7, f"{self.out}/sim.log")
+            if got:
+                found[policy] = got
+        log(f"simulator, at the live probes: {found}")
+        return found
+
     def close(self):
         demo.stop_services(self.services, self.args.keep_state, log)
 
 
-def show(trace, summaries, facts, sim, out):
+def show(trace, summaries, facts, sim, sim_window, out):
     lines = [f"## {trace}",
              f"background: {facts['background_jobs']} jobs replayed ({facts['replay_failures']} sbatch failures); "
              f"during the probes the nodes were {100 * facts['utilisation']:.0f} % held "
@@ -275,7 +335,7 @@ def show(trace, summaries, facts, sim, out):
                 is not None else "-")
              + f" over {facts['background_started']} started jobs, {facts['background_pending_at_end']} still pending "
              f"at the end; training pace {1000 * facts['iteration_s']:.1f} ms/iteration", "",
-             report.table(summaries, sim)]
+             report.table(summaries, sim, sim_window)]
     text = "\n".join(lines)
     with open(f"{out}/table.md", "w") as f:
         f.write(text + "\n")
@@ -293,13 +353,15 @@ def run_trace(args, profile, trace_path, out):
         if args.part == "alone":
             return True
         metrics, summaries, facts = bench.results()
+        probes = bench.simulate_probes()
     finally:
         bench.close()
     report.write_csv(f"{out}/chains.csv", metrics)
     report.write_csv(f"{out}/summary.csv", [dict(s, trace=facts["trace"], **{
-        "sim_efficiency": bench.sim.get(s["arm"][6:], {}).get("chain_efficiency")}) for s in summaries])
+        "sim_efficiency": probes.get(s["arm"][6:], {}).get("chain_efficiency"),
+        "sim_window_efficiency": bench.sim.get(s["arm"][6:], {}).get("chain_efficiency")}) for s in summaries])
     report.write_csv(f"{out}/facts.csv", [facts])
-    show(facts["trace"], summaries, facts, bench.sim, out)
+    show(facts["trace"], summaries, facts, probes, bench.sim, out)
     log(f"{facts['trace']}: {time.monotonic() - started:.0f} s")
     broken = report.broken_arms(metrics)
     for arm in broken:

@@ -104,15 +104,18 @@ def fmt(value, spec, unit=""):
 
 
 TABLE_HEADER = ("arm", "chains", "efficiency", "worst", "interruption s: mean (min/med/max)",
-                "idle node-min", "jobs (submitted)", "it. lost", "sim eff.", "sim interruption s")
+                "idle node-min", "jobs (submitted)", "it. lost", "sim eff.", "sim interruption s",
+                "sim eff., window")
 
 
-def table(summaries, sim):
+def table(summaries, sim, sim_window):
+    """sim: the simulator at the live chain's own probe; sim_window: with a chain from every minute."""
     lines = [" | ".join(TABLE_HEADER), " | ".join("---" for _ in TABLE_HEADER)]
     for s in summaries:
         policy = s["arm"][len("baton-"):] if s["arm"].startswith("baton-") else None
         simulated = sim.get(policy, {}).get("chain_efficiency") if policy else None
         sim_gap = sim.get(policy, {}).get("mean_interruption_s") if policy else None
+        window = sim_window.get(policy, {}).get("chain_efficiency") if policy else None
         gaps = "-"
         if "interruption_mean" in s:
             gaps = (f"{s['interruption_mean']:.1f} ({s['interruption_min']:.1f}/{s['interruption_median']:.1f}/"
@@ -123,7 +126,7 @@ def table(summaries, sim):
             fmt(100 * s["worst"] if "worst" in s else None, ".1f", " %"), gaps,
             fmt(s.get("held_idle_min"), ".2f"), f"{fmt(s.get('jobs'), '.1f')} ({fmt(s.get('submitted'), '.1f')})",
             fmt(s.get("lost"), ".0f"), fmt(100 * float(simulated) if simulated else None, ".1f", " %"),
-            fmt(sim_gap, ".1f")]))
+            fmt(sim_gap, ".1f"), fmt(100 * float(window) if window else None, ".1f", " %")]))
     return "\n".join(lines)
 
 

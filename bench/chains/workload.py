@@ -118,9 +118,10 @@ class Workload:
                 jobs.append((job_id, origin, runtime if start is not None else submit + runtime - origin, limit, n))
         return jobs
 
-    def write_sim_csv(self, path, epoch, replayed_only=False):
+    def write_sim_csv(self, path, epoch, replayed_only=False, extra=()):
         """The simulator's job CSV in real (scaled) seconds, the window starting at `epoch`: with the
-        training period, or only the jobs the live run replays."""
+        training period, or only the jobs the live run replays; `extra` rows (id, submit, run time,
+        limit, nodes) are added as they are."""
         with open(path, "w") as f:
             f.write("id,submit,run_time,limit,nodes\n")
             for job_id, submit, runtime, limit, n in (self.replayed() if replayed_only else self.jobs):
@@ -128,6 +129,8 @@ class Workload:
                 rt = max(1, round(runtime / self.scale))
                 lim = 60 * max(1, math.ceil(limit / self.scale / 60))
                 f.write(f"{job_id},{int(at)},{rt},{max(lim, rt)},{n}\n")
+            for row in extra:
+                f.write(",".join(str(v) for v in row) + "\n")
 
     def describe(self):
         return (f"{self.name}: window {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.start))} UTC + "

@@ -84,7 +84,9 @@ void addComparisonOptions(ctl::CommandSpec& spec)
         .option("save-model", "FILE",
             "write the trained predictor here (compare: default DIR/wait-predictor.json)")
         .option(
-            "db-model", "NAME", "use the latest version of this predictor from the database's models table")
+            "db-model", "NAME",
+            "use the latest version of this predictor from the database's models table, and the "
+            "learned policies' rules stored with it (as batond does)")
         .option(
             "db-save", "NAME", "store the trained predictor, with its metrics, as the next version of NAME")
         .option("database", "CONNINFO", "for --db-*: else $BATON_DATABASE, else the PG* environment")

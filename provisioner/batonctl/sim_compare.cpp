@@ -165,6 +165,7 @@ struct PredictorStore {
     std::string modelIn, modelOut, dbModel, dbSave;
     std::optional<db::Connection> database;
     std::shared_ptr<const WaitPredictor> pretrained;
+    nlohmann::json storedMetrics; // of the --db-model row: the rules stored with it
 };
 
 void openPredictorStore(const ctl::ParsedCommand& o, bool writeFiles, PredictorStore& p)
@@ -185,8 +186,13 @@ void openPredictorStore(const ctl::ParsedCommand& o, bool writeFiles, PredictorS
         p.database.emplace(conninfo);
     if (!p.modelIn.empty())
         p.pretrained = std::make_shared<const WaitPredictor>(WaitPredictor::load(p.modelIn));
-    else if (!p.dbModel.empty())
-        p.pretrained = std::make_shared<const WaitPredictor>(loadStoredModel(*p.database, p.dbModel));
+    else if (!p.dbModel.empty()) {
+        const auto row = db::ModelTable(*p.database).latest(p.dbModel);
+        if (!row)
+            throw std::runtime_error("no model named '" + p.dbModel + "' in the database");
+        p.pretrained = std::make_shared<const WaitPredictor>(predictorOf(*row));
+        p.storedMetrics = row->metrics;
+    }
 }
 
 // The comparison's setting: cluster, periods, probes.
@@ -226,6 +232,8 @@ void printTraining(const Comparison& r, const ComparisonConfig& config)
             g.episodes, r.gradientEpisodeSeconds, g.seconds, g.expectedReward.size(), g.greedyRewardBefore,
             g.greedyRewardAfter);
     }
+    if (r.rulesStored)
+        std::printf("predict, checkpoint-aware: the rules stored with the model\n");
     if (r.candidates.empty())
         return;
     if (config.predictMeanInterruption)
@@ -250,6 +258,7 @@ nlohmann::json evaluationJson(const Comparison& r)
     for (const auto& row : r.rows) {
         const auto& m = row.metrics;
         evaluation[row.name] = { { "q", std::isnan(row.q) ? nlohmann::json() : nlohmann::json(row.q) },
+            { "persist", row.persist > 0 ? nlohmann::json(row.persist) : nlohmann::json() },
             { "rules", rulesToJson(row.rules) }, { "mean_s", m.mean }, { "median_s", m.median },
             { "p90_s", m.p90 }, { "fraction_zero", m.fractionZero }, { "fraction_within", m.fractionWithin },
             { "mean_overlap_s", m.meanOverlap }, { "effective_fraction_within", m.effectiveWithin } };
@@ -295,6 +304,7 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
     config.policies = std::move(policies);
     PredictorStore store;
     openPredictorStore(o, writeFiles, store);
+    config.storedModelMetrics = store.storedMetrics;
     std::shared_ptr<const WaitPredictor> used;
     const auto r = runComparison(trace, config, store.pretrained, &used);
 

@@ -44,4 +44,36 @@ WaitPredictor predictorOf(const db::Model& m)
     }
 }
 
+std::optional<StoredRule> storedRuleFor(const nlohmann::json& metrics, const std::string& policy)
+{
+    const auto evaluation = metrics.find("evaluation");
+    if (evaluation == metrics.end() || !evaluation->is_object())
+        return std::nullopt;
+    const auto row = evaluation->find(policy);
+    if (row == evaluation->end() || !row->is_object())
+        return std::nullopt;
+    StoredRule rule;
+    if (const auto rules = row->find("rules"); rules != row->end() && rules->is_array() && !rules->empty()) {
+        try {
+            rule.perSize = rulesFromJson(*rules);
+        } catch (const std::invalid_argument& error) {
+            rule.unreadable = error.what();
+        }
+    }
+    if (const auto q = row->find("q"); q != row->end() && q->is_number())
+        rule.q = q->get<double>();
+    if (const auto persist = row->find("persist"); persist != row->end() && persist->is_number_integer()
+        && persist->get<std::int64_t>() >= 1 && persist->get<std::int64_t>() <= 3600)
+        rule.persist = persist->get<int>();
+    if (rule.perSize.empty() && !rule.q)
+        return std::nullopt;
+    return rule;
+}
+
+double storedTolerance(const nlohmann::json& metrics)
+{
+    const auto stored = metrics.find("tolerance_s");
+    return stored != metrics.end() && stored->is_number() ? stored->get<double>() : 600.0;
+}
+
 } // namespace baton::sim

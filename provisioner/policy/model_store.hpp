@@ -3,6 +3,7 @@
 // chosen quantiles into `metrics`, and the file it was also saved to (if any) into `path`.
 #pragma once
 
+#include "policy.hpp"
 #include "predictor.hpp"
 
 #include "db/connection.hpp"
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace baton::sim {
 
@@ -30,5 +32,19 @@ StoredModel storeModel(db::Connection& connection, const WaitPredictor& predicto
 WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name);
 // The predictor of a `models` row; throws std::runtime_error if it is not one or is malformed.
 WaitPredictor predictorOf(const db::Model& model);
+
+// The decision rule that `sim compare --db-save` chose for a learned policy and stored with the model
+// (metrics.evaluation.POLICY): one rule per job size, or one quantile with its persistence. batond
+// decides by it, and so does `sim run --db-model`, so that the simulator decides as the service does.
+struct StoredRule {
+    std::vector<ShapeRulesPolicy::ForShape> perSize; // empty: the quantile rule
+    std::optional<double> q;
+    int persist = 1;
+    std::string unreadable; // why per-size rules that are stored were left out for the quantile
+};
+// nullopt where the model stores no usable rule for `policy`.
+std::optional<StoredRule> storedRuleFor(const nlohmann::json& metrics, const std::string& policy);
+// The tolerance the rules were chosen under (metrics.tolerance_s; 600 s where absent).
+double storedTolerance(const nlohmann::json& metrics);
 
 } // namespace baton::sim

@@ -32,33 +32,22 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
     }
     // The rule chosen for this policy when the model was evaluated (one per job size, or one quantile),
     // else the configured quantile.
-    double q = config.quantile;
-    const auto chosen = model->metrics.find("evaluation");
-    if (chosen != model->metrics.end() && chosen->is_object() && chosen->contains(config.policy)) {
-        const auto& row = (*chosen)[config.policy];
-        const auto rules = row.find("rules");
-        if (rules != row.end() && rules->is_array() && !rules->empty()) {
-            try {
-                const auto stored = model->metrics.find("tolerance_s");
-                const double tolerance
-                    = stored != model->metrics.end() && stored->is_number() ? stored->get<double>() : 600.0;
-                auto policy = std::make_shared<sim::ShapeRulesPolicy>(
-                    config.policy, predictor, sim::rulesFromJson(*rules), tolerance);
-                logInfo("policy " + config.policy + ": model " + config.modelName + " version "
-                    + std::to_string(model->version) + ", " + sim::describeRules(policy->rules()));
-                return { policy, predictor };
-            } catch (const std::invalid_argument& error) {
-                logWarning("policy " + config.policy + ": model " + config.modelName + " version "
-                    + std::to_string(model->version) + " has unusable rules (" + error.what()
-                    + "); using its quantile");
-            }
-        }
-        if (row.contains("q") && row["q"].is_number())
-            q = row["q"].get<double>();
+    const std::string modelLabel = config.modelName + " version " + std::to_string(model->version);
+    const std::optional<sim::StoredRule> stored = sim::storedRuleFor(model->metrics, config.policy);
+    if (stored && !stored->unreadable.empty())
+        logWarning("policy " + config.policy + ": model " + modelLabel + " has unusable rules ("
+            + stored->unreadable + "); using its quantile");
+    if (stored && !stored->perSize.empty()) {
+        auto policy = std::make_shared<sim::ShapeRulesPolicy>(
+            config.policy, predictor, stored->perSize, sim::storedTolerance(model->metrics));
+        logInfo("policy " + config.policy + ": model " + modelLabel + ", " + sim::describeRules(policy->rules()));
+        return { policy, predictor };
     }
-    logInfo("policy " + config.policy + ": model " + config.modelName + " version "
-        + std::to_string(model->version) + ", q = " + std::to_string(q));
-    return { std::make_shared<sim::QuantilePolicy>(config.policy, predictor, q), predictor };
+    const double q = stored && stored->q ? *stored->q : config.quantile;
+    const int persist = stored ? stored->persist : 1;
+    logInfo("policy " + config.policy + ": model " + modelLabel + ", q = " + std::to_string(q)
+        + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : ""));
+    return { std::make_shared<sim::QuantilePolicy>(config.policy, predictor, q, 0.0, persist), predictor };
 }
 
 DecisionPointBuilder liveDecisionPoints(

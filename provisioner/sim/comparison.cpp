@@ -2,6 +2,8 @@
 
 #include "validation.hpp"
 
+#include "policy/model_store.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
@@ -93,6 +95,31 @@ struct ChosenRules {
     DecisionRule predictAll; // one quantile rule for every size
     std::vector<ShapeRulesPolicy::ForShape> predictRules; // or one rule per size
 };
+
+// The learned policies' rules as stored with the model, when every learned policy compared has one.
+bool storedRules(const ComparisonConfig& config, ChosenRules& chosen)
+{
+    if (!config.storedModelMetrics.is_object())
+        return false;
+    for (const auto& name : config.policies) {
+        if (name != "predict" && name != "checkpoint-aware")
+            continue;
+        const auto rule = storedRuleFor(config.storedModelMetrics, name);
+        if (!rule || (rule->perSize.empty() && !rule->q))
+            return false;
+        if (name == "checkpoint-aware" && !rule->q)
+            return false; // a quantile rule by construction
+        if (name == "checkpoint-aware") {
+            chosen.qCheckpoint = *rule->q;
+            chosen.persistCheckpoint = rule->persist;
+        } else if (!rule->perSize.empty()) {
+            chosen.predictRules = rule->perSize;
+        } else {
+            chosen.predictAll = DecisionRule { DecisionRule::Kind::Quantile, *rule->q, rule->persist };
+        }
+    }
+    return true;
+}
 
 // The candidates: every quantile and persistence, then (for predict's per-size choice) every window.
 std::vector<DecisionRule> candidateRules(const ComparisonConfig& config, std::size_t& quantileCount)
@@ -333,7 +360,8 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     if (trained)
         *trained = predictor;
     ChosenRules chosen;
-    if (learned) {
+    out.rulesStored = learned && storedRules(config, chosen);
+    if (learned && !out.rulesStored) {
         const auto t0 = std::chrono::steady_clock::now();
         chosen = chooseRules(trace, config, predictor, calibrationFrom, trainEnd, out);
         out.calibrateSeconds = secondsSince(t0);

@@ -7,6 +7,7 @@
 #include "protocol.hpp"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ struct ComparisonConfig {
     // last 24 h of the predecessor; its seed is training.seed.
     GradientOptions gradient;
     std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+    // The metrics of a stored model (`--db-model`): the learned policies then decide by the rules
+    // stored with it, as batond does, instead of rules chosen anew on this trace's training period.
+    nlohmann::json storedModelMetrics;
 };
 
 struct PolicyRow {
@@ -90,6 +94,7 @@ struct Comparison {
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
     double overlapBudget = 0; // the budget checkpoint-aware's choice used, seconds
+    bool rulesStored = false; // the learned policies' rules came with the model (storedModelMetrics)
     std::optional<GradientTraining> gradient; // with the policy-gradient policy
     double gradientEpisodeSeconds = 0; // recording its training episodes (the training is in gradient)
     std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started

@@ -46,6 +46,16 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     const auto* quantile = dynamic_cast<const baton::sim::QuantilePolicy*>(fallback.policy.get());
     ASSERT_NE(quantile, nullptr);
     EXPECT_DOUBLE_EQ(quantile->q(), 0.3);
+
+    // checkpoint-aware: its quantile and the persistence chosen with it.
+    baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
+        Json { { "evaluation", { { "checkpoint-aware", { { "q", 0.2 }, { "persist", 3 } } } } } });
+    config_.policy = "checkpoint-aware";
+    const LivePolicy checkpoint = makeLivePolicy(config_, connection_);
+    const auto* persistent = dynamic_cast<const baton::sim::QuantilePolicy*>(checkpoint.policy.get());
+    ASSERT_NE(persistent, nullptr);
+    EXPECT_DOUBLE_EQ(persistent->q(), 0.2);
+    EXPECT_EQ(persistent->persist(), 3);
 }
 
 // A checkpoint report whose values no column can hold (a user's manifest said so) is set aside with its

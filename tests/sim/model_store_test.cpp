@@ -12,8 +12,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <regex>
 
 using namespace baton::sim;
+using Json = nlohmann::json;
 
 namespace {
 
@@ -147,4 +149,50 @@ TEST(ModelStore, BatonctlSimStoresAndReusesAModel)
     const double efficiency = row->metrics.at("evaluation").at("predict").at("chain").at("efficiency");
     EXPECT_GT(efficiency, 0);
     EXPECT_LE(efficiency, 1);
+
+    // The reusing run decided by the rule stored with the model, as batond does, not by one chosen anew.
+    EXPECT_NE(ran.output.find("predict, checkpoint-aware: the rules stored with the model"), std::string::npos)
+        << ran.output;
+    EXPECT_EQ(ran.output.find("overlap budget"), std::string::npos) << ran.output;
+    const auto& rule = row->metrics.at("evaluation").at("checkpoint-aware");
+    EXPECT_EQ(rule.at("persist"), 1);
+    char q[32];
+    std::snprintf(q, sizeof q, "%.2f", rule.at("q").get<double>());
+    const std::regex caRow("\\ncheckpoint-aware +([0-9.]+) ");
+    std::smatch shown;
+    ASSERT_TRUE(std::regex_search(ran.output, shown, caRow)) << ran.output;
+    EXPECT_EQ(shown[1].str(), q) << ran.output;
+}
+
+TEST(ModelStore, StoredRulesAreReadAsBatondDecidesByThem)
+{
+    const Json metrics { { "tolerance_s", 300 },
+        { "evaluation",
+            { { "predict",
+                  { { "q", nullptr },
+                      { "rules", Json::array({ { { "nodes", 1 }, { "rule", "window" }, { "value", 0.65 } } }) } } },
+                { "checkpoint-aware", { { "q", 0.35 }, { "persist", 10 }, { "rules", Json::array() } } },
+                { "avg", { { "q", nullptr } } },
+                { "damaged", { { "q", 0.4 }, { "rules", Json::array({ { { "nodes", 1 }, { "rule", "guess" } } }) } } },
+                { "odd-persist", { { "q", 0.5 }, { "persist", -3 } } } } } };
+    const auto predict = storedRuleFor(metrics, "predict");
+    ASSERT_TRUE(predict);
+    EXPECT_EQ(describeRules(predict->perSize), "1 node: window tau=0.65");
+    const auto checkpoint = storedRuleFor(metrics, "checkpoint-aware");
+    ASSERT_TRUE(checkpoint);
+    EXPECT_TRUE(checkpoint->perSize.empty());
+    EXPECT_DOUBLE_EQ(checkpoint->q.value_or(0), 0.35);
+    EXPECT_EQ(checkpoint->persist, 10);
+    EXPECT_FALSE(storedRuleFor(metrics, "avg")) << "no rule stored";
+    EXPECT_FALSE(storedRuleFor(metrics, "absent"));
+    EXPECT_FALSE(storedRuleFor(Json::object(), "predict"));
+    EXPECT_FALSE(storedRuleFor(Json { { "evaluation", "text" } }, "predict"));
+    const auto damaged = storedRuleFor(metrics, "damaged");
+    ASSERT_TRUE(damaged);
+    EXPECT_TRUE(damaged->perSize.empty());
+    EXPECT_FALSE(damaged->unreadable.empty());
+    EXPECT_DOUBLE_EQ(damaged->q.value_or(0), 0.4) << "its quantile instead";
+    EXPECT_EQ(storedRuleFor(metrics, "odd-persist")->persist, 1);
+    EXPECT_DOUBLE_EQ(storedTolerance(metrics), 300);
+    EXPECT_DOUBLE_EQ(storedTolerance(Json::object()), 600);
 }
