@@ -291,7 +291,8 @@ class Bench:
                 continue
             previous_end = None
             for run in runs[chain.name]:
-                end = run.end if run.end is not None else self.probes_until
+                # A run without a known end held its node until the end of the run, at most its limit.
+                end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
                 submitted = self.poller.job(run.job_id).get("submit") or run.start
                 eligible = submitted
                 if chain.arm in ("requeue", "singleton") and previous_end is not None:
@@ -299,7 +300,7 @@ class Bench:
                 previous_end = end
                 held = max(1, round(end - run.start))
                 rows.append((OTHER_CHAIN_JOB_IDS + len(rows), int(sim_time(min(eligible, run.start))), held,
-                             max(LIMIT_MIN * 60, held), 1))
+                             LIMIT_MIN * 60, 1))
         return rows
 
     def simulate_probes(self):
