@@ -267,6 +267,7 @@ class Bench:
 
     def results(self):
         runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
+        self.runs = runs  # simulate_probes() puts them in the simulator's queue
         iteration_s = report.iteration_seconds([r for rs in runs.values() for r in rs])
         metrics = [report.chain_metrics(c, runs[c.name], iteration_s, self.poller) for c in self.chains]
         order = [f"baton-{p}" for p in self.profile["policies"]] + arms.ANCHORS
@@ -306,10 +307,9 @@ class Bench:
     def simulate_probes(self):
         """The simulator at the live run's own probes: for each baton chain, `sim run` of its policy with
         one chain that starts when the live one was submitted, on the replayed background and the other
-        chains' jobs as they ran. Returns {policy: {chain_efficiency, mean_interruption_s, ...}}."""
+        chains' jobs as they ran (read by results()). Returns {policy: {chain_efficiency, ...}}."""
         if not self.sim:  # no predictor was stored (sim compare failed): nothing to compare with
             return {}
-        runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
         window_start = self.origin + self.load.warmup / SCALE  # real time of the window's first moment
         found = {}
         for chain in self.chains:
@@ -320,7 +320,7 @@ class Bench:
             shift = chain.submitted_at - window_start
             path = f"{self.out}/sim-probe-{policy}.csv"
             self.load.write_sim_csv(path, SIM_EPOCH - shift, replayed_only=True,
-                                    extra=self.other_chains_jobs(chain, runs,
+                                    extra=self.other_chains_jobs(chain, self.runs,
                                                                  lambda t: SIM_EPOCH + t - chain.submitted_at))
             # One probe: the first moment is the split, the next one past the trace's end.
             got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,

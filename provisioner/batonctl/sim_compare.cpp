@@ -187,11 +187,9 @@ void openPredictorStore(const ctl::ParsedCommand& o, bool writeFiles, PredictorS
     if (!p.modelIn.empty())
         p.pretrained = std::make_shared<const WaitPredictor>(WaitPredictor::load(p.modelIn));
     else if (!p.dbModel.empty()) {
-        const auto row = db::ModelTable(*p.database).latest(p.dbModel);
-        if (!row)
-            throw std::runtime_error("no model named '" + p.dbModel + "' in the database");
-        p.pretrained = std::make_shared<const WaitPredictor>(predictorOf(*row));
-        p.storedMetrics = row->metrics;
+        const db::Model row = latestStoredModel(*p.database, p.dbModel);
+        p.pretrained = std::make_shared<const WaitPredictor>(predictorOf(row));
+        p.storedMetrics = row.metrics;
     }
 }
 

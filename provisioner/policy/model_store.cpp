@@ -24,13 +24,17 @@ StoredModel storeModel(db::Connection& connection, const WaitPredictor& predicto
     return { models.insert(m), m.version };
 }
 
-WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name)
+db::Model latestStoredModel(db::Connection& connection, const std::string& name)
 {
-    db::ModelTable models(connection);
-    const auto m = models.latest(name);
+    auto m = db::ModelTable(connection).latest(name);
     if (!m)
         throw std::runtime_error("no model named '" + name + "' in the database");
-    return predictorOf(*m);
+    return std::move(*m);
+}
+
+WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name)
+{
+    return predictorOf(latestStoredModel(connection, name));
 }
 
 WaitPredictor predictorOf(const db::Model& m)

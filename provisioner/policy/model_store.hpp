@@ -28,7 +28,9 @@ struct StoredModel {
 StoredModel storeModel(db::Connection& connection, const WaitPredictor& predictor, const std::string& name,
     const std::optional<std::string>& path, const nlohmann::json& extraMetrics = {});
 
-// The highest version of `name`; throws std::runtime_error if there is none or it is not a predictor.
+// The highest version of `name`'s row; throws std::runtime_error if there is none.
+db::Model latestStoredModel(db::Connection& connection, const std::string& name);
+// Its predictor; throws std::runtime_error if there is none or it is not a predictor.
 WaitPredictor loadStoredModel(db::Connection& connection, const std::string& name);
 // The predictor of a `models` row; throws std::runtime_error if it is not one or is malformed.
 WaitPredictor predictorOf(const db::Model& model);

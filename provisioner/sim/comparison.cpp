@@ -102,13 +102,11 @@ bool storedRules(const ComparisonConfig& config, ChosenRules& chosen)
     if (!config.storedModelMetrics.is_object())
         return false;
     for (const auto& name : config.policies) {
-        if (name != "predict" && name != "checkpoint-aware")
+        if (!isLearnedPolicy(name))
             continue;
         const auto rule = storedRuleFor(config.storedModelMetrics, name);
-        if (!rule || (rule->perSize.empty() && !rule->q))
+        if (!rule || (name == "checkpoint-aware" && !rule->q)) // checkpoint-aware: a quantile rule
             return false;
-        if (name == "checkpoint-aware" && !rule->q)
-            return false; // a quantile rule by construction
         if (name == "checkpoint-aware") {
             chosen.qCheckpoint = *rule->q;
             chosen.persistCheckpoint = rule->persist;
