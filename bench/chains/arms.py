@@ -7,6 +7,8 @@ import re
 import subprocess
 
 ANCHORS = ["requeue", "singleton", "resubmit"]
+HELD = ["afterany", "released"]  # experiments: a successor held from its predecessor's start
+RELEASE_LEAD_S = 20
 MARGIN_S = 10  # the final checkpoint before the limit, as the plugin's margin for baton's jobs
 SIGNAL_LEAD_S = 30  # requeue: --signal=B:USR1@30 (Slurm sends it up to a minute earlier still)
 
@@ -41,6 +43,26 @@ sleep 60
 SINGLETON_BODY = """{train}
 echo "bench end $(date +%s.%N)"
 if finished; then scancel --state=PENDING --name="$SLURM_JOB_NAME" --user="$(id -un)"; fi
+"""
+# The successor is submitted at the job's start, held by --dependency=afterany on it; `released` removes
+# the dependency RELEASE_LEAD_S before the limit, as a provisioner would. A successor that starts before
+# its predecessor has ended waits (at most 60 s, as the plugin's handover wait) for that end, so that it
+# restores the final checkpoint.
+HELD_BODY = """if [ -n "$BENCH_PREDECESSOR" ]; then
+  for _ in $(seq 300); do
+    squeue -h -j "$BENCH_PREDECESSOR" -t RUNNING,COMPLETING 2>/dev/null | grep -q . || break
+    sleep 0.2
+  done
+fi
+succ=$(sbatch {sbatch_args} --export=ALL,BENCH_PREDECESSOR=$SLURM_JOB_ID --dependency=afterany:$SLURM_JOB_ID {script})
+echo "bench successor $succ"
+if [ {release} -gt 0 ]; then
+  (sleep $(( BATON_DEADLINE - {release} - $(date +%s) )); scontrol update JobId=$succ Dependency=; \\
+   echo "bench released $(date +%s.%N)") &
+fi
+{train}
+echo "bench end $(date +%s.%N)"
+if finished; then scancel "$succ"; fi
 """
 # The script submits its own successor at its end.
 RESUBMIT_BODY = """{train}
@@ -120,6 +142,13 @@ class Submitter:
             args = " ".join(self.job_args(chain) + ["--parsable"])
             write_script(script, self.anchor_prelude(chain, deadline=True)
                          + RESUBMIT_BODY.format(train=self.train(chain), sbatch_args=args, script=script))
+            self.sbatch(chain, script, [])
+        elif chain.arm in HELD:
+            args = " ".join(self.job_args(chain) + ["--parsable"])
+            release = RELEASE_LEAD_S if chain.arm == "released" else 0
+            write_script(script, self.anchor_prelude(chain, deadline=True)
+                         + HELD_BODY.format(train=self.train(chain), sbatch_args=args, script=script,
+                                            release=release))
             self.sbatch(chain, script, [])
         else:
             raise ValueError(chain.arm)

@@ -25,6 +25,9 @@ Arms, each chain one node, whole (--exclusive), the same program (tests/spank_pl
   singleton     K jobs at once with --dependency=singleton (K = the jobs the training needs, plus one);
                 the one that finishes the training cancels the rest
   resubmit      the script runs `sbatch` on itself at its end
+  released      (full run; an experiment for baton) each job submits its successor at its start, held
+                by --dependency=afterany on it, and removes that dependency 20 s before its limit
+  afterany      (experiment, --anchors) the same, never released: the successor starts at the end
 batond takes one policy at a time, so baton's policies run one after the other (phases); at the start of
 each phase (a probe moment) one chain of each anchor arm starts too, so the anchors have one chain per
 phase and every chain shares the queue with the others that run then.
@@ -35,7 +38,7 @@ start to the training's end, as the simulator's), interruption at each handover 
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
-The simulator (the same age priority with backfill, deciding on batond's tick under its lead floor, by
+The simulator (the same order, by submission, with backfill, deciding on batond's tick under its lead floor, by
 the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
 from the moment the live one was submitted, on the replayed background and the other chains' jobs as
 they ran (`sim-probe-POLICY.csv`); and, for the spread, with a chain from every minute of the window on
@@ -65,19 +68,18 @@ import workload  # noqa: E402
 NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
 TRACES = ["ls6-a100.log", "lublin_256.swf"]
-# Priority by age alone (multifactor, as most sites run it): a job's age counts from when it became
-# eligible, so a job held by a dependency (singleton) gains none while it waits for its predecessor.
-# priority/basic would order by submit time and give such a job its whole time in the queue as age.
-# The age saturates after 7 trace days; the priorities are recomputed every minute, Slurm's shortest.
+# The queue's order is the submission order (priority/basic, Slurm's default): this cluster has no
+# accounting database, and without one Slurm ignores an age weight (priority/multifactor's
+# PriorityWeightAge: "can only be used with SlurmDBD"), so every job would have the same priority and
+# the order would be the same. A job held by a dependency (singleton) keeps its place while it waits.
 SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=60,bf_continue",
-             "PriorityType=priority/multifactor", "PriorityWeightAge=10000",
-             f"PriorityMaxAge={7 * 24 * 60 // SCALE}", "PriorityCalcPeriod=1"]
+             "PriorityType=priority/basic"]
 PROFILES = {
     # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
-    "full": {"traces": TRACES, "policies": POLICIES, "compute_s": 300, "phase_s": 480, "tail_s": 240,
-             "warmup_s": 120, "train_days": 20},
-    "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "compute_s": 200, "phase_s": 330,
-              "tail_s": 90, "warmup_s": 120, "train_days": 7},
+    "full": {"traces": TRACES, "policies": POLICIES, "anchors": arms.ANCHORS + ["released"], "compute_s": 300,
+             "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
+    "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "anchors": arms.ANCHORS, "compute_s": 200,
+              "phase_s": 330, "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
 TICK_S = 1  # batond's --tick-seconds (as demo starts it), and the simulator's
@@ -85,6 +87,7 @@ HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint 
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
 SIM_SPLIT = "2030-01-02"
 OTHER_CHAIN_JOB_IDS = 10 ** 9  # the other chains' jobs in the simulator's CSV: ids no trace job has
+HELD_BY_PREDECESSOR = ("requeue", "singleton", "afterany", "released")
 USER = demo.USER
 
 
@@ -103,8 +106,8 @@ def sim_common(csv_path, profile, interval_s):
             "--tick-seconds", str(TICK_S), "--submit-lead-seconds", str(SUBMIT_LEAD_S),
             "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
             "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
-            "--age-weight", "10000", "--max-age-days", f"{7 / SCALE:.8f}", "--size-weight", "0",
-            "--priority-weight", "0"]
+            # The cluster's order (SCHEDULER): no priority factor, so ties, i.e. the submission order.
+            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
 
 
 def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path):
@@ -159,6 +162,7 @@ class Bench:
         self.chains = []
         self.policy = None
         self.alone = args.part == "alone"  # the background without chains
+        self.anchors = args.anchors.split(",") if args.anchors else profile["anchors"]
 
     def start(self):
         self.services.start_postgres()
@@ -201,7 +205,7 @@ class Bench:
         per_job = LIMIT_MIN * 60 - arms.MARGIN_S - 15
         # The arms' first jobs are submitted in an order that turns with the phase: on a full queue the
         # first one submitted gets the first free node.
-        order = [f"baton-{policy}"] + arms.ANCHORS
+        order = [f"baton-{policy}"] + self.anchors
         order = order[phase % len(order):] + order[:phase % len(order)]
         started = []
         for arm in order:
@@ -270,7 +274,7 @@ class Bench:
         self.runs = runs  # simulate_probes() puts them in the simulator's queue
         iteration_s = report.iteration_seconds([r for rs in runs.values() for r in rs])
         metrics = [report.chain_metrics(c, runs[c.name], iteration_s, self.poller) for c in self.chains]
-        order = [f"baton-{p}" for p in self.profile["policies"]] + arms.ANCHORS
+        order = [f"baton-{p}" for p in self.profile["policies"]] + self.anchors
         summaries = [report.summarise(metrics, arm) for arm in order]
         total, background = self.poller.utilisation(self.probes_from, self.probes_until)
         waits = list(self.poller.background_waits(self.origin - 1, self.probes_until).values())
@@ -282,27 +286,75 @@ class Bench:
                  "replay_failures": self.replay.failures}
         return metrics, summaries, facts
 
-    def other_chains_jobs(self, probe, runs, sim_time):
+    def other_chains_jobs(self, probe, runs, sim_time, recorded=False):
         """The jobs of every chain but `probe` as they ran, for the simulator: one 1-node job per run,
-        eligible when it was submitted (or, for requeue and singleton, when the run before it ended),
-        holding its node for as long as it ran."""
+        submitted when it was (in the queue's order from then on), holding its node for as long as it
+        ran. The arms whose next job waits in the queue for the run before it (requeue: the same job
+        again; singleton and the held arms: submitted early, held by a dependency) wait for that run's
+        end in the simulator too. `recorded`: with the start each run had (recorded_start)."""
         rows = []
+        self.row_arms = {}
         for chain in self.chains:
             if chain is probe:
                 continue
-            previous_end = None
+            previous = None
             for run in runs[chain.name]:
                 # A run without a known end held its node until the end of the run, at most its limit.
                 end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
                 submitted = self.poller.job(run.job_id).get("submit") or run.start
-                eligible = submitted
-                if chain.arm in ("requeue", "singleton") and previous_end is not None:
-                    eligible = max(submitted, previous_end)
-                previous_end = end
-                held = max(1, round(end - run.start))
-                rows.append((OTHER_CHAIN_JOB_IDS + len(rows), int(sim_time(min(eligible, run.start))), held,
-                             LIMIT_MIN * 60, 1))
+                row_id = OTHER_CHAIN_JOB_IDS + len(rows)
+                after = previous if chain.arm in HELD_BY_PREDECESSOR else None
+                rows.append((row_id, int(sim_time(min(submitted, run.start))), max(1, round(end - run.start)),
+                             LIMIT_MIN * 60, 1, "", int(sim_time(run.start)) if recorded else "",
+                             "" if after is None else after))
+                previous = row_id
+                self.row_arms[row_id] = chain.arm
         return rows
+
+    def live_schedule_rows(self):
+        """Every job that started in the live run, as the simulator's job CSV rows with the start Slurm
+        gave it (recorded_start): background jobs by their Slurm id, the chains' runs as in
+        other_chains_jobs."""
+        rows = []
+        for job_id, job in sorted(self.poller.jobs.items()):
+            if job["name"].startswith("bg-") and job["submit"] and job["start"] and job["end"] and job["limit"]:
+                held = max(1, round(job["end"] - job["start"]))
+                rows.append((job_id, int(job["submit"]), held, max(job["limit"], held), job["nodes"], "",
+                             int(job["start"]), ""))
+        return rows + self.other_chains_jobs(None, self.runs, lambda t: t, recorded=True)
+
+    def fidelity(self):
+        """The simulator against this run's own schedule: every job that started, submitted when it was
+        and holding its node as long as it did, replayed by `sim fit` on the same 12 nodes in the same
+        order; the waits it gives against the waits Slurm gave, job by job (TRACE/residuals.csv). Returns
+        the best-fit row's figures, or {}."""
+        path = f"{self.out}/live-jobs.csv"
+        with open(path, "w") as f:
+            f.write("id,submit,run_time,limit,nodes,priority,recorded_start,after\n")
+            for row in self.live_schedule_rows():
+                f.write(",".join(str(v) for v in row) + "\n")
+        argv = [self.services.layout.batonctl, "sim", "fit", "--trace", path, "--nodes", str(NODES), "--unit",
+                "nodes", "--weights", "0/0/0", "--warmup-hours", "0", "--residuals", f"{self.out}/residuals.csv"]
+        result = demo.run(argv, timeout=300, check=False)
+        with open(f"{self.out}/sim.log", "a") as f:
+            f.write(" ".join(argv[1:]) + "\n" + result.stdout)
+        rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] == [str(NODES)]]
+        if result.returncode != 0 or not rows:
+            return {}
+        keys = ["nodes", "neverfit", "age", "size", "prio", "jobs", "median_abs_error_s", "p90_abs_error_s",
+                "corr", "log_corr", "live_mean_wait_s", "sim_mean_wait_s"]
+        found = dict(zip(keys, (float(v) for v in rows[-1])))
+        # The chains' jobs by arm: mean wait live and simulated (from submission, or for the held ones
+        # from the submission too: the simulator holds them as Slurm did).
+        by_arm = {}
+        with open(f"{self.out}/residuals.csv") as f:
+            for row in report.csv.DictReader(f):
+                arm = self.row_arms.get(int(row["id"]))
+                if arm:
+                    by_arm.setdefault(arm, []).append((float(row["recorded_wait_s"]), float(row["simulated_wait_s"])))
+        found["arms"] = {arm: (len(w), sum(a for a, _ in w) / len(w), sum(b for _, b in w) / len(w))
+                         for arm, w in by_arm.items()}
+        return found
 
     def simulate_probes(self):
         """The simulator at the live run's own probes: for each baton chain, `sim run` of its policy with
@@ -334,7 +386,7 @@ class Bench:
         demo.stop_services(self.services, self.args.keep_state, log)
 
 
-def show(trace, summaries, facts, sim, sim_window, out):
+def show(trace, summaries, facts, fidelity, sim, sim_window, out):
     lines = [f"## {trace}",
              f"background: {facts['background_jobs']} jobs replayed ({facts['replay_failures']} sbatch failures); "
              f"during the probes the nodes were {100 * facts['utilisation']:.0f} % held "
@@ -343,11 +395,23 @@ def show(trace, summaries, facts, sim, sim_window, out):
                 is not None else "-")
              + f" over {facts['background_started']} started jobs, {facts['background_pending_at_end']} still pending "
              f"at the end; training pace {1000 * facts['iteration_s']:.1f} ms/iteration", "",
-             report.table(summaries, sim, sim_window)]
+             fidelity_line(fidelity), "", report.table(summaries, sim, sim_window)]
     text = "\n".join(lines)
     with open(f"{out}/table.md", "w") as f:
         f.write(text + "\n")
     print(text, flush=True)
+
+
+def fidelity_line(found):
+    if not found:
+        return "simulator against this run's schedule: not computed (see sim.log)"
+    arms_text = "; ".join(f"{arm} {n} jobs {live:.0f} s live, {sim:.0f} s simulated"
+                          for arm, (n, live, sim) in found["arms"].items())
+    return (f"simulator against this run's schedule (every started job at its live submission and run time, "
+            f"the same order and nodes; `residuals.csv`): {found['jobs']:.0f} jobs, median |wait error| "
+            f"{found['median_abs_error_s']:.0f} s, p90 {found['p90_abs_error_s']:.0f} s, correlation of log waits "
+            f"{found['log_corr']:.2f}; mean wait {found['live_mean_wait_s']:.0f} s live, "
+            f"{found['sim_mean_wait_s']:.0f} s simulated. The chains' jobs: {arms_text}")
 
 
 def run_trace(args, profile, trace_path, out):
@@ -362,14 +426,15 @@ def run_trace(args, profile, trace_path, out):
             return True
         metrics, summaries, facts = bench.results()
         probes = bench.simulate_probes()
+        fidelity = bench.fidelity()
     finally:
         bench.close()
     report.write_csv(f"{out}/chains.csv", metrics)
     report.write_csv(f"{out}/summary.csv", [dict(s, trace=facts["trace"], **{
         "sim_efficiency": probes.get(s["arm"][6:], {}).get("chain_efficiency"),
         "sim_window_efficiency": bench.sim.get(s["arm"][6:], {}).get("chain_efficiency")}) for s in summaries])
-    report.write_csv(f"{out}/facts.csv", [facts])
-    show(facts["trace"], summaries, facts, probes, bench.sim, out)
+    report.write_csv(f"{out}/facts.csv", [dict(facts, **{f"sim_fit_{k}": v for k, v in fidelity.items() if k != "arms"})])
+    show(facts["trace"], summaries, facts, fidelity, probes, bench.sim, out)
     log(f"{facts['trace']}: {time.monotonic() - started:.0f} s")
     broken = report.broken_arms(metrics)
     for arm in broken:
@@ -398,11 +463,16 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one trace, checkpoint-aware and the anchors")
     parser.add_argument("--trace", action="append", help="trace file name(s) in BATON_TRACE_DIR")
     parser.add_argument("--out", default="chain-bench", help="results folder")
+    parser.add_argument("--anchors", help="the other arms, comma-separated, instead of the profile's: "
+                        f"{', '.join(arms.ANCHORS + arms.HELD)}")
     parser.add_argument("--keep-state", action="store_true")
     parser.add_argument("--part", choices=["chains", "alone"],
                         help="one trace's run for the parent that started it: with the chains, or its background "
                         "alone until SIGTERM")
     args = parser.parse_args()
+    unknown = set((args.anchors or "").split(",")) - set(arms.ANCHORS + arms.HELD) - {""}
+    if unknown:
+        parser.error(f"--anchors: no arm {', '.join(sorted(unknown))}")
     args.build_dir, args.chain_job, args.out = map(os.path.abspath, (args.build_dir, args.chain_job, args.out))
     profile = dict(PROFILES["quick" if args.quick else "full"])
     traces = args.trace or profile["traces"]
@@ -451,7 +521,7 @@ def main():
 def child(args, trace, kind):
     """This script for one trace in a process of its own; its log goes to OUT/TRACE-KIND.log."""
     argv = [sys.executable, os.path.abspath(__file__), "--build-dir", args.build_dir, "--chain-job",
-            args.chain_job, "--trace", trace, "--out", args.out, "--part", kind] + (["--quick"] if args.quick else []) \
+            args.chain_job, "--trace", trace, "--out", args.out, "--part", kind] + (["--anchors", args.anchors] if args.anchors else []) + (["--quick"] if args.quick else []) \
         + (["--keep-state"] if args.keep_state else [])
     with open(f"{args.out}/{trace}-{kind}.log", "w") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)

@@ -6,6 +6,7 @@ jobs that hold their nodes; and a poller that records what squeue says of every 
 import math
 import os
 import pwd
+import re
 import threading
 import time
 
@@ -179,6 +180,15 @@ def parse_time(text):
         return None
 
 
+def parse_limit(text):
+    """squeue's time limit ([D-]H:MM:SS or M:SS) in seconds; None for UNLIMITED or anything else."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text.strip())
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
 class Poller(threading.Thread):
     """squeue every `period` s: each job's last row (state, submit, start, end, nodes, name, user) and the
     share of the nodes that running jobs hold."""
@@ -192,16 +202,17 @@ class Poller(threading.Thread):
         self.lock = threading.Lock()
 
     def poll(self):
-        out = run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%u|%T|%V|%S|%e|%D"], check=False, timeout=20).stdout
+        out = run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%u|%T|%V|%S|%e|%D|%l"], check=False, timeout=20).stdout
         held = held_bg = 0
         now = time.time()
         with self.lock:
             for line in out.splitlines():
                 words = line.split("|")
-                if len(words) != 8 or not words[0].isdigit():
+                if len(words) != 9 or not words[0].isdigit():
                     continue
                 job = {"name": words[1], "user": words[2], "state": words[3], "submit": parse_time(words[4]),
-                       "start": parse_time(words[5]), "end": parse_time(words[6]), "nodes": int(words[7] or 0)}
+                       "start": parse_time(words[5]), "end": parse_time(words[6]), "nodes": int(words[7] or 0),
+                       "limit": parse_limit(words[8])}
                 if job["state"] == "PENDING":
                     job["start"] = job["end"] = None
                 self.jobs[int(words[0])] = job

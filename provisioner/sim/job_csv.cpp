@@ -42,8 +42,8 @@ std::vector<Job> readJobCsv(const std::filesystem::path& path)
                 break;
             rest.remove_prefix(comma + 1);
         }
-        if (f.size() < 5 || f.size() > 7)
-            throw std::runtime_error(where + ": expected 5 to 7 fields, got " + std::to_string(f.size()));
+        if (f.size() < 5 || f.size() > 8)
+            throw std::runtime_error(where + ": expected 5 to 8 fields, got " + std::to_string(f.size()));
         Job j;
         j.id = field<std::int64_t>(f[0], where);
         j.submit = field<std::int64_t>(f[1], where);
@@ -54,6 +54,8 @@ std::vector<Job> readJobCsv(const std::filesystem::path& path)
             j.recordedPriority = field<double>(f[5], where);
         if (f.size() > 6 && !f[6].empty())
             j.recordedStart = field<std::int64_t>(f[6], where);
+        if (f.size() > 7 && !f[7].empty())
+            j.afterId = field<std::int64_t>(f[7], where);
         if (j.runTime < 0 || j.limit <= 0 || j.nodes <= 0)
             throw std::runtime_error(where + ": run time, limit and nodes must be positive");
         jobs.push_back(j);

@@ -1,6 +1,7 @@
-// The simulator's own job list as CSV (header `id,submit,run_time,limit,nodes,priority,recorded_start`,
-// times in epoch seconds): small hand-written inputs for tests and experiments. Real traces come
-// through the trace readers instead.
+// The simulator's own job list as CSV (header `id,submit,run_time,limit,nodes,priority,recorded_start,
+// after`, times in epoch seconds; the last three may be left out or empty; `after` is the id of the job
+// this one waits for, as Slurm's --dependency=afterany): small hand-written inputs for tests and
+// experiments. Real traces come through the trace readers instead.
 #pragma once
 
 #include "policy/job.hpp"

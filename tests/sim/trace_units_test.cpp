@@ -1,5 +1,6 @@
 // Jobs sized in nodes, cores or GPUs as the trace gives them; partitions as separate pools; jobs
 // that can never fit; per-user limits and dependencies in the replay.
+#include "sim/job_csv.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace_input.hpp"
 #include "tests/support/process.hpp"
@@ -179,6 +180,27 @@ TEST(TraceUnits, DependenciesWaitForTheirPredecessorsEnd)
     // A dependency on a job not in the trace is ignored.
     second.afterId = 99;
     EXPECT_EQ(replay({ first, second }, cluster(4)).at(2), 10);
+}
+
+// The simulator's own CSV names a dependency in its eighth column; the columns before it may be empty.
+TEST(TraceUnits, JobCsvCarriesDependencies)
+{
+    baton::test::TempDir dir;
+    const auto path = dir.path() / "jobs.csv";
+    std::ofstream(path) << "id,submit,run_time,limit,nodes,priority,recorded_start,after\n"
+                           "1,0,300,300,1\n2,10,100,100,1,,,1\n3,20,100,100,1,,\n";
+    const auto jobs = baton::sim::readJobCsv(path);
+    ASSERT_EQ(jobs.size(), 3u);
+    EXPECT_EQ(jobs[0].afterId, -1);
+    EXPECT_EQ(jobs[1].afterId, 1);
+    EXPECT_EQ(jobs[2].afterId, -1);
+    const auto starts = replay(jobs, cluster(4));
+    EXPECT_EQ(starts.at(2), 300); // held by job 1
+    EXPECT_EQ(starts.at(3), 20);
+    std::ofstream(path) << "id,submit,run_time,limit,nodes\n1,0,300,300,1,,,x\n";
+    EXPECT_THROW(baton::sim::readJobCsv(path), std::runtime_error);
+    std::ofstream(path) << "id,submit,run_time,limit,nodes\n1,0,300,300,1,,,1,9\n";
+    EXPECT_THROW(baton::sim::readJobCsv(path), std::runtime_error);
 }
 
 TEST(TraceUnits, DependenciesInferredFromTheRecordedSchedule)
