@@ -41,8 +41,11 @@ replayed alone on a cluster of its own (not in --quick): what the chains cost th
 The simulator (the same order, by submission, with backfill, deciding on batond's tick under its lead floor, by
 the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
 from the moment the live one was submitted, on the replayed background and the other chains' jobs as
-they ran (`sim-probe-POLICY.csv`); and, for the spread, with a chain from every minute of the window on
-the background alone.
+they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
+`sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the window on
+the background alone. Then the simulator replays the live run's own schedule (every job that started, at
+its live submission, for as long as it held its nodes) and its waits are compared with Slurm's, job by
+job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
 
 Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
 """
@@ -110,11 +113,12 @@ def sim_common(csv_path, profile, interval_s):
             "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
 
 
-def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path):
+def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path, handovers=None):
     """`sim run` of one policy with the predictor batond uses and the rules stored with it (as batond
-    decides); {chain_efficiency, mean_interruption_s, chains, jobs}, or None."""
+    decides); {chain_efficiency, mean_interruption_s, chains, jobs}, or None. `handovers`: where the
+    simulated chains' successors are written (`sim run --handovers`)."""
     argv = [batonctl, "sim", "run", *sim_common(csv_path, profile, interval_s), "--policy", policy,
-            "--db-model", "bench", "--database", conninfo]
+            "--db-model", "bench", "--database", conninfo] + (["--handovers", handovers] if handovers else [])
     result = demo.run(argv, timeout=600, check=False)
     with open(log_path, "a") as f:
         f.write(" ".join(argv[1:]) + "\n" + result.stdout)
@@ -302,6 +306,8 @@ class Bench:
                 # A run without a known end held its node until the end of the run, at most its limit.
                 end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
                 submitted = self.poller.job(run.job_id).get("submit") or run.start
+                if chain.arm == "requeue":  # the same job again: it keeps the place of its submission
+                    submitted = chain.submitted_at
                 row_id = OTHER_CHAIN_JOB_IDS + len(rows)
                 after = previous if chain.arm in HELD_BY_PREDECESSOR else None
                 rows.append((row_id, int(sim_time(min(submitted, run.start))), max(1, round(end - run.start)),
@@ -375,15 +381,49 @@ class Bench:
                                     extra=self.other_chains_jobs(chain, self.runs,
                                                                  lambda t: SIM_EPOCH + t - chain.submitted_at))
             # One probe: the first moment is the split, the next one past the trace's end.
+            handovers = f"{self.out}/sim-probe-{policy}-handovers.csv"
             got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,
-                             1e7, f"{self.out}/sim.log")
+                             1e7, f"{self.out}/sim.log", handovers)
             if got:
+                got["decisions"] = (self.live_decisions(chain), simulated_decisions(handovers))
                 found[policy] = got
         log(f"simulator, at the live probes: {found}")
         return found
 
+    def live_decisions(self, chain):
+        """Each successor of a live chain: (seconds it was submitted before its predecessor's limit,
+        seconds from the predecessor's end to its start)."""
+        runs = self.runs[chain.name]
+        found = []
+        for before, after in zip(runs, runs[1:]):
+            submitted = self.poller.job(after.job_id).get("submit")
+            if submitted is not None and before.end is not None:
+                found.append((before.start + LIMIT_MIN * 60 - submitted, after.start - before.end))
+        return found
+
     def close(self):
         demo.stop_services(self.services, self.args.keep_state, log)
+
+
+def simulated_decisions(path):
+    """The same as Bench.live_decisions for the simulator's one chain, from `sim run --handovers`."""
+    try:
+        with open(path) as f:
+            return [(int(r["predecessor_limit_end"]) - int(r["submitted"]), int(r["started"]) - int(r["predecessor_end"]))
+                    for r in report.csv.DictReader(f)]
+    except (OSError, KeyError, ValueError):
+        return []
+
+
+def decisions_line(sim):
+    """When baton's successors were submitted and how long after their predecessor's end they started,
+    live and simulated at the same probe: where the two chains part."""
+    def text(pairs):
+        return ", ".join(f"{lead:.0f} s before the limit, started {gap:+.0f} s" for lead, gap in pairs) or "none"
+    parts = [f"{policy}: live {text(got['decisions'][0])}; simulated {text(got['decisions'][1])}"
+             for policy, got in sim.items() if "decisions" in got]
+    return "baton's successors (submitted before the predecessor's limit, start after its end): " + \
+        (" | ".join(parts) if parts else "-")
 
 
 def show(trace, summaries, facts, fidelity, sim, sim_window, out):
@@ -395,7 +435,7 @@ def show(trace, summaries, facts, fidelity, sim, sim_window, out):
                 is not None else "-")
              + f" over {facts['background_started']} started jobs, {facts['background_pending_at_end']} still pending "
              f"at the end; training pace {1000 * facts['iteration_s']:.1f} ms/iteration", "",
-             fidelity_line(fidelity), "", report.table(summaries, sim, sim_window)]
+             fidelity_line(fidelity), "", decisions_line(sim), "", report.table(summaries, sim, sim_window)]
     text = "\n".join(lines)
     with open(f"{out}/table.md", "w") as f:
         f.write(text + "\n")

@@ -3,6 +3,7 @@ the CSV files and the SVG picture."""
 
 import csv
 import glob
+import math
 import os
 import re
 import statistics
@@ -164,16 +165,22 @@ def background_cost(out, scale):
 def svg(path, groups):
     """Chain efficiency per arm, live (filled) and simulated (outlined), one panel per trace:
     groups = [(trace, [(arm, live or None, sim or None)])]."""
-    width, bar, gap, height, top = 760, 18, 10, 220, 30
+    bar, gap, height, top = 18, 10, 220, 30
+    step = 2 * bar + gap + 60  # one arm's bars and the space after them
+    width = max(760, 60 + step * max((len(rows) for _, rows in groups), default=0))
     panel_h = height + 70
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{panel_h * len(groups) + 20}" '
            'font-family="sans-serif" font-size="11">']
-    low = 0.5  # the axis starts at 50 %: the arms differ by a few points
+    # The axis starts at the lowest ten below every value shown (at most 50 %): the arms differ by a few
+    # points on a quiet queue and by tens on a full one.
+    values = [v for _, rows in groups for _, live, sim in rows for v in (live, sim) if v is not None]
+    low = min([0.5] + [math.floor(10 * v) / 10 for v in values])
+    ticks = range(round(100 * low), 101, 10)
     for g, (trace, rows) in enumerate(groups):
         y0 = g * panel_h + top
         out.append(f'<text x="10" y="{y0 - 12}" font-size="13">{trace}: chain efficiency, live (filled) and '
                    'simulated (outlined)</text>')
-        for pct in (50, 60, 70, 80, 90, 100):
+        for pct in ticks:
             y = y0 + height - (pct / 100 - low) / (1 - low) * height
             out.append(f'<line x1="50" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
                        f'<text x="45" y="{y + 4:.1f}" text-anchor="end">{pct} %</text>')

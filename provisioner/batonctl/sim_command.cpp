@@ -80,6 +80,9 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "chain efficiency: a training of D days of compute as limit-length jobs from\n"
             "every probe moment, one chain per policy (0: skip)",
             "7")
+        .option("handovers", "FILE",
+            "write every simulated chain's successors (policy, chain, job, submitted, started,\n"
+            "the predecessor's limit and end; epoch seconds) as CSV")
         .option("model", "FILE", "use this trained predictor instead of training one")
         .option("save-model", "FILE",
             "write the trained predictor here (compare: default DIR/wait-predictor.json)")

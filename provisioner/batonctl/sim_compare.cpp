@@ -87,6 +87,25 @@ void printTable(const Comparison& r, bool withGrants, std::ostream& out)
     }
 }
 
+// Every simulated chain's successors, for comparing a policy's decisions with a live run's: when each
+// was submitted and started, and its predecessor's limit and end (epoch seconds).
+void writeHandovers(const Comparison& r, const std::filesystem::path& path)
+{
+    std::ofstream csv(path);
+    if (!csv)
+        throw std::runtime_error("cannot write " + path.string());
+    csv << "policy,chain,job,submitted,started,predecessor_limit_end,predecessor_end\n";
+    for (const auto& row : r.rows)
+        for (std::size_t c = 0; c < row.chains.size(); ++c)
+            for (std::size_t j = 0; j < row.chains[c].handovers.size(); ++j) {
+                const auto& h = row.chains[c].handovers[j];
+                csv << row.name << ',' << c + 1 << ',' << j + 2 << ',' << h.submitted << ',' << h.started << ','
+                    << h.predecessorLimitEnd << ',' << h.predecessorEnd << '\n';
+            }
+    if (!csv.flush())
+        throw std::runtime_error("cannot write " + path.string());
+}
+
 void writeOutputs(const Comparison& r, const std::filesystem::path& dir, const ComparisonConfig& config)
 {
     std::filesystem::create_directories(dir);
@@ -321,6 +340,10 @@ int compareCommand(const ctl::ParsedCommand& o, std::vector<std::string> policie
         writeOutputs(r, outDir, config);
         std::cout << "wrote " << outDir << "/compare.csv, interruptions.csv, interruptions.svg"
                   << (r.candidates.empty() ? "" : ", candidates.csv (held-out training probes)") << '\n';
+    }
+    if (const auto handovers = o.text("handovers"); !handovers.empty()) {
+        writeHandovers(r, handovers);
+        std::cout << "wrote " << handovers << " (every simulated chain's successors)\n";
     }
     if (used)
         keepPredictor(store, *used, r, config.tolerance);

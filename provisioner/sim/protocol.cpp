@@ -413,6 +413,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
         ledger.firstJobStarted(*firstStart, config.limit);
         std::int64_t running = firstChainJobId;
         bool stalled = false;
+        std::vector<ChainHandover> handovers;
         while (ledger.needsSuccessor()) {
             // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
             const std::int64_t end = ledger.limitEnd();
@@ -434,12 +435,15 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 break;
             }
             const std::int64_t predecessorEnd = ledger.successorStarted(*started, *sim.grantedLimitOf(next));
+            handovers.push_back({ submitted, *started, end, predecessorEnd });
             sim.endRunningAt(running, predecessorEnd);
             running = next;
         }
         if (!stalled)
             ledger.finish();
-        result.chains[k].push_back(ledger.outcome());
+        ChainOutcome outcome = ledger.outcome();
+        outcome.handovers = std::move(handovers);
+        result.chains[k].push_back(std::move(outcome));
     }
 }
 

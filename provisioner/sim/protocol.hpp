@@ -140,12 +140,19 @@ struct ChainConfig {
     int threads = 2;
 };
 
+// One successor of a simulated chain: when the policy submitted it, when it started, and its
+// predecessor's limit and end (the end is the handover when the successor started before the limit).
+struct ChainHandover {
+    std::int64_t submitted = 0, started = 0, predecessorLimitEnd = 0, predecessorEnd = 0;
+};
+
 struct ChainOutcome {
     bool finished = false; // every job started within the horizon and the training completed
     int jobs = 0; // jobs that started
     std::int64_t compute = 0; // seconds trained
     std::int64_t elapsed = 0; // first job's start to the end of the training (or of the last job)
     double idleNodeSeconds = 0; // node-seconds held by the chain's jobs while not training
+    std::vector<ChainHandover> handovers; // in job order
 };
 
 // The accounting of one chain, fed the start of each job. Job k starts at s_k with limit L_k and

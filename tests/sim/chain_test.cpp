@@ -67,9 +67,9 @@ TEST(Chain, LedgerSuccessorStartingDuringTheLimitCheckpoint)
 
 TEST(Chain, SummaryPoolsFinishedChains)
 {
-    ChainOutcome a { true, 3, 360000, 360720, 360 };
-    ChainOutcome b { true, 1, 36000, 36000, 0 };
-    ChainOutcome stuck { false, 2, 1000, 5000, 60 };
+    ChainOutcome a { true, 3, 360000, 360720, 360, {} };
+    ChainOutcome b { true, 1, 36000, 36000, 0, {} };
+    ChainOutcome stuck { false, 2, 1000, 5000, 60, {} };
     const std::vector<ChainOutcome> all { a, b, stuck };
     const auto m = summarizeChains(all);
     EXPECT_EQ(m.chains, 2u);

@@ -457,6 +457,50 @@ TEST(SimCommand, BadInputGivesClearErrors)
 
 // A trace of a few days needs a shorter warm-up and shorter probe jobs than ls6's week and 48 h: both
 // are options, and the chain and the time-min check follow the limit given.
+// --handovers: every simulated chain's successors, for comparing a policy's decisions with a live run's.
+// reactive submits at its predecessor's limit, and the predecessor runs to it.
+TEST(SimCommand, RunWritesEachSimulatedChainsHandovers)
+{
+    TempDir dir("baton-sim-cli");
+    const auto path = dir.path() / "handovers.csv";
+    const std::vector<std::string> argv { batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16",
+        "--shapes", "1", "--interval-hours", "12", "--warmup-hours", "24", "--limit-hours", "6", "--chain-days",
+        "1", "--policy", "reactive" };
+    auto withFile = argv;
+    withFile.insert(withFile.end(), { "--handovers", path.string() });
+    const auto r = run(withFile);
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    std::istringstream csv(slurp(path));
+    std::string line;
+    std::getline(csv, line);
+    EXPECT_EQ(line, "policy,chain,job,submitted,started,predecessor_limit_end,predecessor_end");
+    std::size_t rows = 0;
+    int lastChain = 0, lastJob = 0;
+    while (std::getline(csv, line)) {
+        std::replace(line.begin(), line.end(), ',', ' ');
+        std::istringstream fields(line);
+        std::string policy;
+        int chain = 0, job = 0;
+        std::int64_t submitted = 0, started = 0, limitEnd = 0, end = 0;
+        ASSERT_TRUE(fields >> policy >> chain >> job >> submitted >> started >> limitEnd >> end) << line;
+        EXPECT_EQ(policy, "reactive");
+        EXPECT_EQ(job, chain == lastChain ? lastJob + 1 : 2) << line; // a chain's successors in order
+        EXPECT_EQ(submitted, limitEnd) << line;
+        EXPECT_EQ(end, limitEnd) << line;
+        EXPECT_GE(started, submitted) << line;
+        lastChain = chain;
+        lastJob = job;
+        ++rows;
+    }
+    EXPECT_GE(rows, 3u) << "a day of compute in 6 h jobs needs at least three successors per chain";
+
+    auto unwritable = argv;
+    unwritable.insert(unwritable.end(), { "--handovers", (dir.path() / "missing/handovers.csv").string() });
+    const auto failed = run(unwritable);
+    EXPECT_EQ(failed.exitCode, 1) << failed.output;
+    EXPECT_NE(failed.output.find("cannot write"), std::string::npos) << failed.output;
+}
+
 TEST(SimCommand, WarmupAndLimitForShortTraces)
 {
     TempDir dir("baton-sim-cli");
