@@ -51,6 +51,7 @@ Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the
 """
 
 import argparse
+import math
 import os
 import shutil
 import signal
@@ -305,8 +306,11 @@ class Bench:
             for run in runs[chain.name]:
                 # A run without a known end held its node until the end of the run, at most its limit.
                 end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
-                submitted = self.poller.job(run.job_id).get("submit") or run.start
-                if chain.arm == "requeue":  # the same job again: it keeps the place of its submission
+                submitted = self.poller.job(run.job_id).get("submit") or run.start  # whole seconds
+                # The first job's submission to the fraction of a second (the arms' first jobs are
+                # submitted one after the other in the same second); a requeued job is that job again and
+                # keeps the place of its submission.
+                if previous is None or chain.arm == "requeue":
                     submitted = chain.submitted_at
                 row_id = OTHER_CHAIN_JOB_IDS + len(rows)
                 after = previous if chain.arm in HELD_BY_PREDECESSOR else None
@@ -315,6 +319,23 @@ class Bench:
                              "" if after is None else after))
                 previous = row_id
                 self.row_arms[row_id] = chain.arm
+        return rows
+
+    def background_as_submitted(self, epoch, sim_time):
+        """The replayed background as the live run submitted it, for the simulator at a live probe: each
+        job the replay submitted at its live submission, holding its nodes as long as it did (its
+        trace's scaled run time if it had not ended); the jobs the run did not get to, from the trace."""
+        live = {trace_id: (slurm_id, at) for slurm_id, (trace_id, at) in self.replay.submitted.items()}
+        rows = []
+        for job_id, submit, runtime, limit, n in self.load.sim_rows(epoch, replayed_only=True):
+            if job_id in live:
+                slurm_id, at = live[job_id]
+                job = self.poller.job(slurm_id)
+                submit = int(sim_time(at))
+                if job.get("start") and job.get("end"):
+                    runtime = max(1, round(job["end"] - job["start"]))
+                    limit = max(limit, runtime)
+            rows.append((job_id, submit, runtime, limit, n))
         return rows
 
     def live_schedule_rows(self):
@@ -335,10 +356,7 @@ class Bench:
         order; the waits it gives against the waits Slurm gave, job by job (TRACE/residuals.csv). Returns
         the best-fit row's figures, or {}."""
         path = f"{self.out}/live-jobs.csv"
-        with open(path, "w") as f:
-            f.write("id,submit,run_time,limit,nodes,priority,recorded_start,after\n")
-            for row in self.live_schedule_rows():
-                f.write(",".join(str(v) for v in row) + "\n")
+        workload.write_job_csv(path, self.live_schedule_rows())
         argv = [self.services.layout.batonctl, "sim", "fit", "--trace", path, "--nodes", str(NODES), "--unit",
                 "nodes", "--weights", "0/0/0", "--warmup-hours", "0", "--residuals", f"{self.out}/residuals.csv"]
         result = demo.run(argv, timeout=300, check=False)
@@ -377,9 +395,13 @@ class Bench:
             # Simulated time: the chain's submission at SIM_EPOCH, the split, so that its one probe is there.
             shift = chain.submitted_at - window_start
             path = f"{self.out}/sim-probe-{policy}.csv"
-            self.load.write_sim_csv(path, SIM_EPOCH - shift, replayed_only=True,
-                                    extra=self.other_chains_jobs(chain, self.runs,
-                                                                 lambda t: SIM_EPOCH + t - chain.submitted_at))
+
+            def sim_time(t, chain=chain):
+                # Whole seconds, rounded up: a job submitted in the same second as the chain but after it
+                # (the other arms' first jobs at the phase's start) stays after it in the simulator.
+                return math.ceil(SIM_EPOCH + t - chain.submitted_at)
+            workload.write_job_csv(path, self.background_as_submitted(SIM_EPOCH - shift, sim_time)
+                                   + self.other_chains_jobs(chain, self.runs, sim_time))
             # One probe: the first moment is the split, the next one past the trace's end.
             handovers = f"{self.out}/sim-probe-{policy}-handovers.csv"
             got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,

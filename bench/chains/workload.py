@@ -119,19 +119,20 @@ class Workload:
                 jobs.append((job_id, origin, runtime if start is not None else submit + runtime - origin, limit, n))
         return jobs
 
+    def sim_rows(self, epoch, replayed_only=False):
+        """The simulator's job rows (id, submit, run time, limit, nodes) in real (scaled) seconds, the
+        window starting at `epoch`: with the training period, or only the jobs the live run replays."""
+        rows = []
+        for job_id, submit, runtime, limit, n in (self.replayed() if replayed_only else self.jobs):
+            at = epoch + (submit - self.start) / self.scale
+            rt = max(1, round(runtime / self.scale))
+            lim = 60 * max(1, math.ceil(limit / self.scale / 60))
+            rows.append((job_id, int(at), rt, max(lim, rt), n))
+        return rows
+
     def write_sim_csv(self, path, epoch, replayed_only=False, extra=()):
-        """The simulator's job CSV in real (scaled) seconds, the window starting at `epoch`: with the
-        training period, or only the jobs the live run replays; `extra` rows (id, submit, run time,
-        limit, nodes) are added as they are."""
-        with open(path, "w") as f:
-            f.write("id,submit,run_time,limit,nodes\n")
-            for job_id, submit, runtime, limit, n in (self.replayed() if replayed_only else self.jobs):
-                at = epoch + (submit - self.start) / self.scale
-                rt = max(1, round(runtime / self.scale))
-                lim = 60 * max(1, math.ceil(limit / self.scale / 60))
-                f.write(f"{job_id},{int(at)},{rt},{max(lim, rt)},{n}\n")
-            for row in extra:
-                f.write(",".join(str(v) for v in row) + "\n")
+        """sim_rows() as the simulator's job CSV; `extra` rows are added as they are."""
+        write_job_csv(path, self.sim_rows(epoch, replayed_only) + list(extra))
 
     def describe(self):
         return (f"{self.name}: window {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.start))} UTC + "
@@ -140,6 +141,14 @@ class Workload:
                 f"{100 * self.fraction:.0f} % of its jobs kept: {len(self.replayed())} jobs replayed "
                 f"({len(self.backlog())} of them the backlog at its start), "
                 f"{len(self.jobs)} with the training period")
+
+
+def write_job_csv(path, rows):
+    """The simulator's job CSV (id, submit, run time, limit, nodes[, priority, recorded start, after])."""
+    with open(path, "w") as f:
+        f.write("id,submit,run_time,limit,nodes,priority,recorded_start,after\n")
+        for row in rows:
+            f.write(",".join(str(v) for v in row) + "\n")
 
 
 class Replay(threading.Thread):
