@@ -368,8 +368,7 @@ class Bench:
         keys = ["nodes", "neverfit", "age", "size", "prio", "jobs", "median_abs_error_s", "p90_abs_error_s",
                 "corr", "log_corr", "live_mean_wait_s", "sim_mean_wait_s"]
         found = dict(zip(keys, (float(v) for v in rows[-1])))
-        # The chains' jobs by arm: mean wait live and simulated (from submission, or for the held ones
-        # from the submission too: the simulator holds them as Slurm did).
+        # The chains' jobs by arm: mean wait from submission, live and simulated.
         by_arm = {}
         with open(f"{self.out}/residuals.csv") as f:
             for row in report.csv.DictReader(f):
@@ -382,8 +381,9 @@ class Bench:
 
     def simulate_probes(self):
         """The simulator at the live run's own probes: for each baton chain, `sim run` of its policy with
-        one chain that starts when the live one was submitted, on the replayed background and the other
-        chains' jobs as they ran (read by results()). Returns {policy: {chain_efficiency, ...}}."""
+        one chain that starts when the live one was submitted, on the background as the live run
+        submitted it and the other chains' jobs as they ran (read by results()). Returns
+        {policy: {chain_efficiency, ..., decisions}}."""
         if not self.sim:  # no predictor was stored (sim compare failed): nothing to compare with
             return {}
         window_start = self.origin + self.load.warmup / SCALE  # real time of the window's first moment
