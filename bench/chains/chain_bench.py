@@ -276,7 +276,7 @@ class Bench:
 
     def results(self):
         runs = {c.name: report.chain_runs(c, self.work, self.poller) for c in self.chains}
-        self.runs = runs  # simulate_probes() puts them in the simulator's queue
+        self.runs = runs  # the simulator's queue takes them (other_chains_jobs)
         iteration_s = report.iteration_seconds([r for rs in runs.values() for r in rs])
         metrics = [report.chain_metrics(c, runs[c.name], iteration_s, self.poller) for c in self.chains]
         order = [f"baton-{p}" for p in self.profile["policies"]] + self.anchors
@@ -291,19 +291,19 @@ class Bench:
                  "replay_failures": self.replay.failures}
         return metrics, summaries, facts
 
-    def other_chains_jobs(self, probe, runs, sim_time, recorded=False):
+    def other_chains_jobs(self, probe, sim_time, recorded=False):
         """The jobs of every chain but `probe` as they ran, for the simulator: one 1-node job per run,
         submitted when it was (in the queue's order from then on), holding its node for as long as it
         ran. The arms whose next job waits in the queue for the run before it (requeue: the same job
         again; singleton and the held arms: submitted early, held by a dependency) wait for that run's
-        end in the simulator too. `recorded`: with the start each run had (recorded_start)."""
+        end in the simulator too. `recorded`: with the start each run had (recorded_start). Returns
+        (arm, row) pairs."""
         rows = []
-        self.row_arms = {}
         for chain in self.chains:
             if chain is probe:
                 continue
             previous = None
-            for run in runs[chain.name]:
+            for run in self.runs[chain.name]:
                 # A run without a known end held its node until the end of the run, at most its limit.
                 end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
                 submitted = self.poller.job(run.job_id).get("submit") or run.start  # whole seconds
@@ -314,11 +314,11 @@ class Bench:
                     submitted = chain.submitted_at
                 row_id = OTHER_CHAIN_JOB_IDS + len(rows)
                 after = previous if chain.arm in HELD_BY_PREDECESSOR else None
-                rows.append((row_id, int(sim_time(min(submitted, run.start))), max(1, round(end - run.start)),
-                             LIMIT_MIN * 60, 1, "", int(sim_time(run.start)) if recorded else "",
-                             "" if after is None else after))
+                rows.append((chain.arm, (row_id, int(sim_time(min(submitted, run.start))),
+                                         max(1, round(end - run.start)), LIMIT_MIN * 60, 1, "",
+                                         int(sim_time(run.start)) if recorded else "",
+                                         "" if after is None else after)))
                 previous = row_id
-                self.row_arms[row_id] = chain.arm
         return rows
 
     def background_as_submitted(self, epoch, sim_time):
@@ -341,14 +341,14 @@ class Bench:
     def live_schedule_rows(self):
         """Every job that started in the live run, as the simulator's job CSV rows with the start Slurm
         gave it (recorded_start): background jobs by their Slurm id, the chains' runs as in
-        other_chains_jobs."""
+        other_chains_jobs. Returns (arm, row) pairs, the arm None for background jobs."""
         rows = []
         for job_id, job in sorted(self.poller.jobs.items()):
             if job["name"].startswith("bg-") and job["submit"] and job["start"] and job["end"] and job["limit"]:
                 held = max(1, round(job["end"] - job["start"]))
-                rows.append((job_id, int(job["submit"]), held, max(job["limit"], held), job["nodes"], "",
-                             int(job["start"]), ""))
-        return rows + self.other_chains_jobs(None, self.runs, lambda t: t, recorded=True)
+                rows.append((None, (job_id, int(job["submit"]), held, max(job["limit"], held), job["nodes"], "",
+                                    int(job["start"]), "")))
+        return rows + self.other_chains_jobs(None, lambda t: t, recorded=True)
 
     def fidelity(self):
         """The simulator against this run's own schedule: every job that started, submitted when it was
@@ -356,7 +356,9 @@ class Bench:
         order; the waits it gives against the waits Slurm gave, job by job (TRACE/residuals.csv). Returns
         the best-fit row's figures, or {}."""
         path = f"{self.out}/live-jobs.csv"
-        workload.write_job_csv(path, self.live_schedule_rows())
+        tagged = self.live_schedule_rows()
+        workload.write_job_csv(path, [row for _, row in tagged])
+        arm_of = {row[0]: arm for arm, row in tagged if arm}
         argv = [self.services.layout.batonctl, "sim", "fit", "--trace", path, "--nodes", str(NODES), "--unit",
                 "nodes", "--weights", "0/0/0", "--warmup-hours", "0", "--residuals", f"{self.out}/residuals.csv"]
         result = demo.run(argv, timeout=300, check=False)
@@ -372,7 +374,7 @@ class Bench:
         by_arm = {}
         with open(f"{self.out}/residuals.csv") as f:
             for row in report.csv.DictReader(f):
-                arm = self.row_arms.get(int(row["id"]))
+                arm = arm_of.get(int(row["id"]))
                 if arm:
                     by_arm.setdefault(arm, []).append((float(row["recorded_wait_s"]), float(row["simulated_wait_s"])))
         found["arms"] = {arm: (len(w), sum(a for a, _ in w) / len(w), sum(b for _, b in w) / len(w))
@@ -401,7 +403,7 @@ class Bench:
                 # (the other arms' first jobs at the phase's start) stays after it in the simulator.
                 return math.ceil(SIM_EPOCH + t - chain.submitted_at)
             workload.write_job_csv(path, self.background_as_submitted(SIM_EPOCH - shift, sim_time)
-                                   + self.other_chains_jobs(chain, self.runs, sim_time))
+                                   + [row for _, row in self.other_chains_jobs(chain, sim_time)])
             # One probe: the first moment is the split, the next one past the trace's end.
             handovers = f"{self.out}/sim-probe-{policy}-handovers.csv"
             got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,

@@ -130,9 +130,9 @@ class Workload:
             rows.append((job_id, int(at), rt, max(lim, rt), n))
         return rows
 
-    def write_sim_csv(self, path, epoch, replayed_only=False, extra=()):
-        """sim_rows() as the simulator's job CSV; `extra` rows are added as they are."""
-        write_job_csv(path, self.sim_rows(epoch, replayed_only) + list(extra))
+    def write_sim_csv(self, path, epoch, replayed_only=False):
+        """sim_rows() as the simulator's job CSV."""
+        write_job_csv(path, self.sim_rows(epoch, replayed_only))
 
     def describe(self):
         return (f"{self.name}: window {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.start))} UTC + "
