@@ -72,12 +72,19 @@ import workload  # noqa: E402
 NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
 TRACES = ["ls6-a100.log", "lublin_256.swf"]
-# The queue's order is the submission order (priority/basic, Slurm's default): this cluster has no
-# accounting database, and without one Slurm ignores an age weight (priority/multifactor's
-# PriorityWeightAge: "can only be used with SlurmDBD"), so every job would have the same priority and
-# the order would be the same. A job held by a dependency (singleton) keeps its place while it waits.
+# The queue's order, as at a production site: an accounting database (slurmdbd; without one Slurm
+# ignores the age weight) and priority/multifactor by age alone, recomputed every minute (Slurm's
+# shortest period). Age counts from when a job became eligible: a job held by a dependency (singleton,
+# a requeued job's wait) gains none until it is released. It saturates at PriorityMaxAge, 7 days scaled
+# (84 min). Equal priorities go by job id, i.e. by submission.
+MAX_AGE_S = 7 * 86400 // SCALE
 SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=60,bf_continue",
-             "PriorityType=priority/basic"]
+             "PriorityType=priority/multifactor", "PriorityWeightAge=100000",
+             f"PriorityMaxAge={MAX_AGE_S // 60}", "PriorityCalcPeriod=1"]
+# The simulator's same rule: age only (weights age/size/recorded 1000/0/0), from eligibility,
+# saturating at MAX_AGE_S.
+SIM_AGE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end"]
+SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_AGE]
 PROFILES = {
     # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
     "full": {"traces": TRACES, "policies": POLICIES, "anchors": arms.ANCHORS + ["released"], "compute_s": 300,
@@ -110,8 +117,7 @@ def sim_common(csv_path, profile, interval_s):
             "--tick-seconds", str(TICK_S), "--submit-lead-seconds", str(SUBMIT_LEAD_S),
             "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
             "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
-            # The cluster's order (SCHEDULER): no priority factor, so ties, i.e. the submission order.
-            "--age-weight", "0", "--size-weight", "0", "--priority-weight", "0"]
+            *SIM_PRIORITY]
 
 
 def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path, handovers=None):
@@ -182,7 +188,7 @@ class Bench:
         log(self.load.describe())
         self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, self.out)
         workload.ensure_users()
-        self.services.start_slurm(NODES, conf_lines=SCHEDULER)
+        self.services.start_slurm(NODES, conf_lines=SCHEDULER, accounting=True)
         log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")
         if self.alone:
             return
@@ -360,7 +366,8 @@ class Bench:
         workload.write_job_csv(path, [row for _, row in tagged])
         arm_of = {row[0]: arm for arm, row in tagged if arm}
         argv = [self.services.layout.batonctl, "sim", "fit", "--trace", path, "--nodes", str(NODES), "--unit",
-                "nodes", "--weights", "0/0/0", "--warmup-hours", "0", "--residuals", f"{self.out}/residuals.csv"]
+                "nodes", "--weights", "1000/0/0", *SIM_AGE, "--warmup-hours", "0",
+                "--residuals", f"{self.out}/residuals.csv"]
         result = demo.run(argv, timeout=300, check=False)
         with open(f"{self.out}/sim.log", "a") as f:
             f.write(" ".join(argv[1:]) + "\n" + result.stdout)

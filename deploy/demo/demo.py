@@ -183,10 +183,10 @@ class Services:
         if self.layout.schema:
             check_schema(self.layout.batonctl, self.conninfo, self.layout.schema)
 
-    def start_slurm(self, nodes=1, plugstack_extra="", conf_lines=()):
+    def start_slurm(self, nodes=1, plugstack_extra="", conf_lines=(), accounting=False):
         """One node on loopback (slurm.sh), or `nodes` nodes in network namespaces (cluster.sh), where
         the plugin reaches batond at this machine's address on the cluster's network; conf_lines are
-        added to the multi-node cluster's slurm.conf."""
+        added to the multi-node cluster's slurm.conf, and `accounting` gives it slurmdbd."""
         # The scripts start munged when none answers; then it is stopped again at the end.
         self.started_munge = not munge_answers()
         self.port = free_port()
@@ -200,7 +200,7 @@ class Services:
             # its own directory (cluster.sh's DIR/local/NODE) and drain to the chain directory.
             plugstack += f" local_root={self.state}/slurm/local/%n/%u"
             argv = ["bash", f"{ROOT}/deploy/local/cluster.sh", "start", f"{self.state}/slurm", "--nodes",
-                    str(nodes), *(a for line in conf_lines for a in ("--conf", line)), plugstack]
+                    str(nodes), *(["--accounting"] if accounting else []), *(a for line in conf_lines for a in ("--conf", line)), plugstack]
         else:
             argv = ["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack]
         lines = run(argv, timeout=180).stdout.strip().splitlines()

@@ -6,9 +6,13 @@
 # nothing else: their namespaces have no route beyond the cluster's own subnet. State, logs and pid files
 # are in DIR, so that two clusters run side by side. Needs root, iproute2 and util-linux.
 #
-#   cluster.sh start DIR [--nodes N] [--conf LINE ...] [PLUGSTACK_LINE ...]
+#   cluster.sh start DIR [--nodes N] [--accounting] [--conf LINE ...] [PLUGSTACK_LINE ...]
 #       N nodes (default 2), named node1..nodeN, in partition "debug"; DIR/slurm.conf (each --conf LINE
 #       added to it, e.g. SchedulerParameters=...), DIR/plugstack.conf (one line per extra argument).
+#       --accounting: an accounting database as production sites have (MariaDB, DIR/mysql, on a Unix
+#       socket only, and slurmdbd on this machine's loopback, DIR/slurmdbd.conf); with it Slurm applies
+#       priority/multifactor's age factor, which it ignores without slurmdbd. Needs mariadb-server and
+#       slurmdbd.
 #       Starts the daemons and waits until every node is idle. Prints
 #       CONTROLLER=ADDRESS, this machine's address on the cluster's network (the nodes know it as
 #       "controller": a service the jobs reach, such as batond, listens there), then
@@ -25,7 +29,7 @@
 set -euo pipefail
 
 usage() {
-    echo "usage: $0 start DIR [--nodes N] [--conf LINE ...] [PLUGSTACK_LINE ...] | stop DIR | status DIR |" \
+    echo "usage: $0 start DIR [--nodes N] [--accounting] [--conf LINE ...] [PLUGSTACK_LINE ...] | stop DIR | status DIR |" \
         "fail DIR NODE | revive DIR NODE | exec DIR NODE COMMAND [ARG...]" >&2
     exit 2
 }
@@ -77,13 +81,15 @@ sys.exit(1)
 PY
 }
 
-write_config() { # write_config NODES [CONF_LINE ...]
+write_config() { # write_config NODES ACCOUNTING(0|1) [CONF_LINE ...]
     local ctld_port slurmd_port hardware node nodelist line
     cluster_id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     net=$(pick_subnet) || die "no free private subnet in 10.0.0.0/8"
     nodes=$1
-    shift
-    printf 'cluster_id=%s\nnet=%s\nnodes=%s\n' "$cluster_id" "$net" "$nodes" > "$dir/cluster.env"
+    accounting=$2
+    shift 2
+    printf 'cluster_id=%s\nnet=%s\nnodes=%s\naccounting=%s\n' "$cluster_id" "$net" "$nodes" "$accounting" \
+        > "$dir/cluster.env"
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
     hardware=$(node_hardware)
@@ -108,7 +114,15 @@ write_config() { # write_config NODES [CONF_LINE ...]
         # A job that Slurm requeues waits the credential's lifetime (120 s by default) before it runs
         # again: 30 s here, for the tests' sake.
         echo "AuthInfo=cred_expire=30"
-        echo "AccountingStorageType=accounting_storage/none"
+        if [ "$accounting" = 1 ]; then
+            dbd_port=$(free_port)
+            echo "AccountingStorageType=accounting_storage/slurmdbd"
+            echo "AccountingStorageHost=localhost"
+            echo "AccountingStoragePort=$dbd_port"
+            write_slurmdbd_conf "$dbd_port"
+        else
+            echo "AccountingStorageType=accounting_storage/none"
+        fi
         for node in $(node_names); do
             echo "NodeName=$node NodeHostname=$node NodeAddr=$(addr_of "$node") ${hardware}State=UNKNOWN"
         done
@@ -121,6 +135,69 @@ write_config() { # write_config NODES [CONF_LINE ...]
     { cat /etc/hosts; echo "$net.1 controller"; for node in $(node_names); do
         echo "$(addr_of "$node") $node"; done; } > "$dir/hosts"
     echo "export SLURM_CONF=$conf" > "$dir/env"
+}
+
+# slurmdbd's configuration: slurmdbd reads slurmdbd.conf beside SLURM_CONF, only if SlurmUser owns it
+# and no one else can read it.
+write_slurmdbd_conf() { # write_slurmdbd_conf PORT
+    install -m 0600 /dev/null "$dir/slurmdbd.conf"
+    cat > "$dir/slurmdbd.conf" <<CONF
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$1
+SlurmUser=root
+AuthType=auth/munge
+PidFile=$dir/slurmdbd.pid
+LogFile=$dir/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StorageUser=root
+StorageLoc=slurm_acct_db
+CONF
+}
+
+# MariaDB for slurmdbd: its own data directory and a Unix socket in DIR/mysql (owned by the mysql user,
+# closed to others), no network; root of this machine connects through the socket without a password.
+# slurmdbd's client library finds the socket through MYSQL_UNIX_PORT.
+mysql_dir() { echo "$dir/mysql"; }
+start_accounting() {
+    local m
+    m=$(mysql_dir)
+    export MYSQL_UNIX_PORT=$m/socket
+    command -v mariadbd >/dev/null && command -v slurmdbd >/dev/null ||
+        die "--accounting needs mariadb-server and slurmdbd (run deploy/bootstrap.sh)"
+    if [ ! -d "$m/data" ]; then
+        install -d -o mysql -g mysql -m 0700 "$m"
+        runuser -u mysql -- test -w "$m" ||
+            die "the mysql user cannot reach $m: every directory above it must be searchable by others"
+        mariadb-install-db --no-defaults --user=mysql --datadir="$m/data" --skip-test-db \
+            >"$dir/mysql-install.log" 2>&1 || die "mariadb-install-db failed; see $dir/mysql-install.log"
+    fi
+    if ! pid_alive "$m/pid"; then
+        mariadbd --no-defaults --user=mysql --datadir="$m/data" --socket="$m/socket" --skip-networking \
+            --pid-file="$m/pid" --log-error="$m/error.log" >/dev/null 2>&1 &
+        for _ in $(seq 300); do
+            mariadb-admin --no-defaults --socket="$m/socket" ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+        mariadb-admin --no-defaults --socket="$m/socket" ping >/dev/null 2>&1 ||
+            die "MariaDB did not start; see $m/error.log"
+    fi
+    pid_alive "$dir/slurmdbd.pid" || slurmdbd || die "slurmdbd did not start; see $dir/slurmdbd.log"
+    # slurmctld registers with slurmdbd only as a cluster the database knows.
+    for _ in $(seq 100); do
+        timeout 10 sacctmgr -i -n add cluster "baton$cluster_id" >/dev/null 2>&1 && break
+        timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "baton$cluster_id" && break
+        sleep 0.2
+    done
+    timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "baton$cluster_id" ||
+        die "slurmdbd does not answer; see $dir/slurmdbd.log"
+}
+
+stop_accounting() {
+    stop_pid "$dir/slurmdbd.pid"
+    stop_pid "$(mysql_dir)/pid"
 }
 
 create_network() {
@@ -201,6 +278,11 @@ start)
         count=$2
         shift 2
     fi
+    with_accounting=0
+    if [ "${1:-}" = --accounting ]; then
+        with_accounting=1
+        shift
+    fi
     conf_lines=()
     while [ "${1:-}" = --conf ]; do
         [ $# -ge 2 ] || die "--conf takes a slurm.conf line"
@@ -212,12 +294,14 @@ start)
     if [ -f "$dir/cluster.env" ]; then
         load_cluster
         [ "$nodes" -eq "$count" ] || die "$dir holds a cluster of $nodes nodes, not $count"
+        [ "${accounting:-0}" -eq "$with_accounting" ] || die "$dir holds a cluster with accounting=${accounting:-0}"
     else
-        write_config "$count" ${conf_lines[@]+"${conf_lines[@]}"}
+        write_config "$count" "$with_accounting" ${conf_lines[@]+"${conf_lines[@]}"}
     fi
     write_plugstack "$dir" "$@"
     create_network
     ensure_munge
+    [ "${accounting:-0}" = 0 ] || start_accounting
     pid_alive "$dir/slurmctld.pid" || slurmctld -i || die "slurmctld did not start; see $dir/slurmctld.log"
     for node in $(node_names); do start_node "$node"; done
     wait_up $(node_names)
@@ -247,6 +331,7 @@ stop)
         break
     done
     stop_pid "$dir/slurmctld.pid"
+    [ "${accounting:-0}" = 0 ] || stop_accounting
     # A namespace is torn down by the kernel later: its link goes with this machine's end, at once.
     for node in $(node_names); do
         ns=$(netns_of "$node")

@@ -22,6 +22,10 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "replay this partition only (each partition is its own pool of nodes)\n"
             "and place the probes in it (default: the partition with most jobs)")
         .option("user-running-jobs", "N", "at most N running jobs per user (QOS MaxJobsPerUser)", "0")
+        .option("held-age-from", "submit|end",
+            "a job held by a dependency ages from its submission (Slurm's\n"
+            "PriorityFlags=ACCRUE_ALWAYS) or from its predecessor's end (Slurm's default)",
+            "submit")
         .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
         .option("infer-dependencies-seconds", "S",
             "a job that started within S s of the end of another job of its user,\n"

@@ -95,7 +95,7 @@ std::vector<FitRow> replayGrid(const ctl::ParsedCommand& o, const std::vector<Jo
             c.ageWeight = w.age;
             c.sizeWeight = w.size;
             c.recordedWeight = w.recorded;
-            applyUserLimits(o, c);
+            applyQueueRules(o, c);
             const auto r = validateReplay(trace, c, from);
             char line[256];
             std::snprintf(line, sizeof line,

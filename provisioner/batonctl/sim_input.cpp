@@ -174,10 +174,14 @@ std::optional<int> headerCapacity(const LoadedJobs& loaded)
     return std::nullopt;
 }
 
-void applyUserLimits(const ctl::ParsedCommand& o, SchedulerConfig& c)
+void applyQueueRules(const ctl::ParsedCommand& o, SchedulerConfig& c)
 {
     c.userRunningJobs = nonNegativeInteger(o, "user-running-jobs");
     c.userRunningUnits = nonNegativeInteger(o, "user-running-units");
+    const auto ageFrom = o.text("held-age-from");
+    if (ageFrom != "submit" && ageFrom != "end")
+        throw std::invalid_argument("--held-age-from must be submit or end, not '" + ageFrom + "'");
+    c.heldJobsAge = ageFrom == "submit";
 }
 
 SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)
@@ -190,7 +194,7 @@ SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loa
     c.maxAge = static_cast<std::int64_t>(o.number("max-age-days") * 86400);
     if (c.maxAge <= 0)
         throw std::invalid_argument("--max-age-days must be positive");
-    applyUserLimits(o, c);
+    applyQueueRules(o, c);
     return c;
 }
 

@@ -13,6 +13,9 @@ struct SchedulerConfig {
     double sizeWeight = 100;
     double recordedWeight = 0;
     std::int64_t maxAge = 7 * 24 * 3600; // PriorityMaxAge
+    // A job held by a dependency ages from its submission (Slurm's PriorityFlags=ACCRUE_ALWAYS), or,
+    // when false, only once the job it waits for has ended (Slurm's default: no age while ineligible).
+    bool heldJobsAge = true;
     bool backfill = true; // EASY backfill behind the first blocked job
     // Per-user limits, as a QOS's MaxJobsPerUser and MaxTRESPerUser: a user's job beyond them waits
     // without holding a reservation, as Slurm's pending reason QOSMaxJobsPerUserLimit. 0 = no limit.

@@ -63,7 +63,7 @@ Simulator::Simulator(std::shared_ptr<const std::vector<Job>> trace, SchedulerCon
     }
     if (!after.empty()) {
         afterIndex_ = std::make_shared<const std::vector<std::int64_t>>(std::move(after));
-        ended_.assign(trace_->size(), 0);
+        endedAt_.assign(trace_->size(), -1);
     }
 }
 
@@ -76,7 +76,12 @@ Simulator Simulator::fork() const
 
 double Simulator::priorityOf(const Job& job, std::int64_t at) const
 {
-    const double age = static_cast<double>(std::max<std::int64_t>(at - job.submit, 0));
+    return priority(job, job.submit, at);
+}
+
+double Simulator::priority(const Job& job, std::int64_t ageSince, std::int64_t at) const
+{
+    const double age = static_cast<double>(std::max<std::int64_t>(at - ageSince, 0));
     const double ageFactor = std::min(age / static_cast<double>(config_.maxAge), 1.0);
     return config_.ageWeight * ageFactor + config_.sizeWeight * job.nodes / config_.nodes
         + config_.recordedWeight * job.recordedPriority;
@@ -181,8 +186,8 @@ void Simulator::processEventsAt(std::int64_t t)
             return false;
         freeNodes_ += r.nodes;
         countUser(r.user, -1, -r.nodes);
-        if (!ended_.empty() && r.traceIndex >= 0)
-            ended_[static_cast<std::size_t>(r.traceIndex)] = 1;
+        if (!endedAt_.empty() && r.traceIndex >= 0)
+            endedAt_[static_cast<std::size_t>(r.traceIndex)] = r.end;
         return true;
     });
     for (; nextArrival_ < trace_->size() && (*trace_)[nextArrival_].submit <= t; ++nextArrival_)
@@ -234,7 +239,18 @@ bool Simulator::waitsForDependency(const PendingJob& p) const
     if (!afterIndex_ || p.traceIndex < 0)
         return false;
     const auto after = (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)];
-    return after >= 0 && !ended_[static_cast<std::size_t>(after)];
+    return after >= 0 && endedAt_[static_cast<std::size_t>(after)] < 0;
+}
+
+std::int64_t Simulator::eligibleSince(const PendingJob& p) const
+{
+    if (config_.heldJobsAge || !afterIndex_ || p.traceIndex < 0)
+        return p.job.submit;
+    const auto after = (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)];
+    if (after < 0)
+        return p.job.submit;
+    const auto ended = endedAt_[static_cast<std::size_t>(after)];
+    return ended < 0 ? now_ : std::max(p.job.submit, ended);
 }
 
 bool Simulator::overUserLimit(const Job& job) const
@@ -253,7 +269,7 @@ void Simulator::schedule()
         return;
     order_.clear();
     for (std::uint32_t i = 0; i < pending_.size(); ++i)
-        order_.emplace_back(priorityOf(pending_[i].job, now_), i);
+        order_.emplace_back(priority(pending_[i].job, eligibleSince(pending_[i]), now_), i);
     // Highest priority first; ties go to the earlier submission, then the lower id.
     std::sort(order_.begin(), order_.end(), [&](const auto& a, const auto& b) {
         if (a.first != b.first)

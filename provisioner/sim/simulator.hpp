@@ -1,6 +1,7 @@
 // Event-driven replay of a job trace on a cluster of identical nodes with Slurm-like scheduling:
 // multifactor priority (age, size, an optional recorded factor), FCFS plus EASY backfill on the
-// requested limits. The whole state is a plain value, so a simulation forks by copying it: the
+// requested limits. A job held by a dependency ages from its submission, or only from its predecessor's
+// end (SchedulerConfig::heldJobsAge). The whole state is a plain value, so a simulation forks by copying it: the
 // evaluation protocol snapshots the base replay and runs one counterfactual per probe from there.
 #pragma once
 
@@ -76,6 +77,8 @@ private:
     void start(const PendingJob& job, std::int64_t limit);
     bool overUserLimit(const Job& job) const;
     bool waitsForDependency(const PendingJob& job) const;
+    std::int64_t eligibleSince(const PendingJob& job) const;
+    double priority(const Job& job, std::int64_t ageSince, std::int64_t at) const;
     void countUser(std::int32_t user, int jobs, int units);
 
     std::shared_ptr<const std::vector<Job>> trace_;
@@ -88,7 +91,8 @@ private:
     int freeNodes_ = 0;
     // Per trace job: index of the job it waits for, or -1; shared by forks (it never changes).
     std::shared_ptr<const std::vector<std::int64_t>> afterIndex_;
-    std::vector<std::uint8_t> ended_; // per trace job, kept only when the trace has dependencies
+    // Per trace job: when it ended, or -1; kept only when the trace has dependencies.
+    std::vector<std::int64_t> endedAt_;
     std::vector<int> userJobs_, userUnits_; // running jobs and units per user (kept when limits are on)
     std::vector<std::int64_t>* startLog_ = nullptr;
     struct InsertedStart {

@@ -14,6 +14,8 @@ with PostgreSQL, batond and the plugin as in the demo. One case per run:
                 to a straight two-rank run
   cleanup       cluster.sh stop leaves no namespace, link, process or file behind, also after a start
                 that was killed
+  accounting    cluster.sh --accounting: slurmdbd on MariaDB records the jobs, a job held by a
+                dependency accrues age only from its predecessor's end, stop ends both daemons
 
 Exits 77 where this machine cannot hold the cluster (not root, no network namespaces)."""
 
@@ -508,8 +510,70 @@ def case_cleanup(args):
         shutil.rmtree(base, ignore_errors=True)
 
 
+def case_accounting(args):
+    """cluster.sh --accounting: slurmdbd on MariaDB records the jobs (sacct), a job held by a dependency
+    accrues age only from when it became eligible (what the chain benchmark's priority rests on), and
+    stop leaves neither database process behind."""
+    base = tempfile.mkdtemp(prefix="baton-cluster-accounting-")
+    os.chmod(base, 0o755)  # MariaDB runs as its own user, under it
+    state = f"{base}/slurm"
+    try:
+        run(["bash", CLUSTER, "start", state, "--nodes", "1", "--accounting",
+             "--conf", "PriorityType=priority/multifactor", "--conf", "PriorityWeightAge=1000"], timeout=180)
+        cluster_id = re.search(r"cluster_id=(\w+)", open(f"{state}/cluster.env").read()).group(1)
+        env = dict(os.environ, SLURM_CONF=f"{state}/slurm.conf")
+
+        def sbatch(*extra):
+            return run(["sbatch", "--parsable", "-N", "1", "--exclusive", "-t", "2", "-o", "/dev/null", *extra],
+                       env=env).stdout.strip()
+
+        first = sbatch("--wrap", "sleep 4")
+        held = sbatch("--dependency=afterany:" + first, "--wrap", "true")
+        plain = sbatch("--wrap", "true")
+        for _ in range(200):
+            if run(["squeue", "-h", "-j", f"{held},{plain}", "-o", "%i"], env=env, check=False).stdout.strip() == "":
+                break
+            time.sleep(0.2)
+        else:
+            raise Failure("the jobs did not finish within 40 s")
+
+        def fields(job):
+            out = run(["scontrol", "show", "job", job], env=env).stdout
+            return dict(re.findall(r"(SubmitTime|AccrueTime|EndTime)=(\S+)", out))
+
+        first_end, held_times, plain_times = fields(first)["EndTime"], fields(held), fields(plain)
+        if plain_times["AccrueTime"] != plain_times["SubmitTime"]:
+            raise Failure(f"a job free to run accrues from its submission: {plain_times}")
+        if held_times["AccrueTime"] < first_end or held_times["AccrueTime"] == held_times["SubmitTime"]:
+            raise Failure(f"job {held} accrued before its dependency {first} ended at {first_end}: {held_times}")
+        log(f"PASS: the held job accrued from {held_times['AccrueTime']} (its predecessor ended {first_end}, "
+            f"it was submitted {held_times['SubmitTime']})")
+        for _ in range(100):
+            recorded = run(["sacct", "-n", "-X", "-P", "-o", "JobID,State", "-j", f"{first},{held},{plain}"],
+                           env=env, check=False).stdout.split()
+            if len(recorded) == 3 and all(line.endswith("|COMPLETED") for line in recorded):
+                break
+            time.sleep(0.2)
+        else:
+            raise Failure(f"sacct does not show the three jobs completed: {recorded}")
+        log("PASS: slurmdbd recorded the three jobs")
+        daemons = [f"{state}/slurmdbd.pid", f"{state}/mysql/pid"]
+        pids = [int(open(path).read()) for path in daemons]
+        run(["bash", CLUSTER, "stop", state], timeout=120)
+        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+        left = leftovers(cluster_id, state) + [f"process {pid}" for pid in alive]
+        if left:
+            raise Failure(f"left behind after stop: {left}")
+        log("PASS: slurmdbd and MariaDB stopped with the cluster")
+    finally:
+        if os.path.exists(f"{state}/cluster.env"):
+            run(["bash", CLUSTER, "stop", state], timeout=120, check=False)
+        if not args.keep_state:
+            shutil.rmtree(base, ignore_errors=True)
+
+
 CASES = {"handover": case_handover, "node-failure": case_node_failure, "requeue": case_requeue,
-         "ddp": case_ddp, "cleanup": case_cleanup}
+         "ddp": case_ddp, "cleanup": case_cleanup, "accounting": case_accounting}
 
 
 def main():

@@ -447,6 +447,11 @@ TEST(SimCommand, BadInputGivesClearErrors)
         "--predict-objective must be within or mean, not 'median'");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--predict-overlap-seconds", "-1" }, 2,
         "--predict-overlap-seconds must not be negative");
+    for (const auto* command : { "fit", "compare" })
+        expectFailure({ batonctl(), "sim", command, "--trace", trace(), "--nodes", "16", "--held-age-from",
+                          "eligible" },
+            2,
+            "--held-age-from must be submit or end, not 'eligible'");
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";

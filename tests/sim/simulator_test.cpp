@@ -43,6 +43,24 @@ TEST(Simulator, TiesGoToTheLowerIdAmongEqualSubmissions)
     EXPECT_EQ(s.at(5), 200);
 }
 
+TEST(Simulator, AHeldJobAgesFromItsSubmissionOrFromItsPredecessorsEnd)
+{
+    // A and B fill both nodes; H, submitted at 1, waits for A (ends at 50); C, submitted at 10, waits
+    // for a node. At 50 one node frees. Aging from submission (ACCRUE_ALWAYS), H is older and starts;
+    // aging from A's end (Slurm's default), H has no age yet, C (40 s) starts and H follows at C's end.
+    auto held = job(3, 1, 1, 10, 10);
+    held.afterId = 1;
+    const std::vector<Job> jobs { job(1, 0, 1, 50, 50), job(2, 0, 1, 200, 200), held, job(4, 10, 1, 10, 10) };
+    auto config = cluster(2, 1000);
+    const auto fromSubmit = replay(jobs, config);
+    EXPECT_EQ(fromSubmit.at(3), 50);
+    EXPECT_EQ(fromSubmit.at(4), 60);
+    config.heldJobsAge = false;
+    const auto fromEnd = replay(jobs, config);
+    EXPECT_EQ(fromEnd.at(4), 50);
+    EXPECT_EQ(fromEnd.at(3), 60);
+}
+
 TEST(Simulator, BackfillsOnlyJobsThatEndBeforeTheReservation)
 {
     // A holds 3 of 4 nodes until 100; B needs all 4, so it is reserved at 100 with no spare node.
