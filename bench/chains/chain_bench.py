@@ -8,7 +8,9 @@ Time: the trace is replayed SCALE times faster (120: one trace hour is 30 s; a 4
 24 min). Slurm's limits have 1-minute granularity, so the chains' jobs have a 2-minute limit (4 trace
 hours) and the training needs COMPUTE seconds (300 s in the full run: at least three jobs). Background
 jobs keep their trace limit, scaled and rounded up to whole minutes; they run `sleep` for their scaled
-run time. The scheduler runs every second, backfill every 2 s (SchedulerParameters below, printed).
+run time. The scheduler runs every second, backfill every 2 s (SchedulerParameters below, printed). The
+queue is ordered as at a production site: slurmdbd (cluster.sh --accounting) and priority/multifactor by
+age, which counts from when a job became eligible (a job held by a dependency gains none while held).
 
 Size: NODES nodes (12); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
 processors) to NODES, at least one node, and a fixed pseudo-random share of the jobs is kept so that the
@@ -38,8 +40,8 @@ start to the training's end, as the simulator's), interruption at each handover 
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
-The simulator (the same order, by submission, with backfill, deciding on batond's tick under its lead floor, by
-the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
+The simulator (the same order, by age from eligibility, with backfill, deciding on batond's tick under its
+lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
 from the moment the live one was submitted, on the replayed background and the other chains' jobs as
 they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
 `sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the window on
@@ -314,8 +316,8 @@ class Bench:
                 end = min(run.end if run.end is not None else self.probes_until, run.start + LIMIT_MIN * 60)
                 submitted = self.poller.job(run.job_id).get("submit") or run.start  # whole seconds
                 # The first job's submission to the fraction of a second (the arms' first jobs are
-                # submitted one after the other in the same second); a requeued job is that job again and
-                # keeps the place of its submission.
+                # submitted one after the other in the same second); a requeued job is that job again: its
+                # submission (its id, for ties) is the chain's first, its age counts from the run before.
                 if previous is None or chain.arm == "requeue":
                     submitted = chain.submitted_at
                 row_id = OTHER_CHAIN_JOB_IDS + len(rows)

@@ -26,6 +26,10 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "a job held by a dependency ages from its submission (Slurm's\n"
             "PriorityFlags=ACCRUE_ALWAYS) or from its predecessor's end (Slurm's default)",
             "submit")
+        .option("priority-period-seconds", "S",
+            "the order is by age as of the last of Slurm's priority computations, every\n"
+            "S s (PriorityCalcPeriod; 0: continuously)",
+            "0")
         .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
         .option("infer-dependencies-seconds", "S",
             "a job that started within S s of the end of another job of its user,\n"

@@ -34,7 +34,7 @@ std::string choosePartition(const ctl::ParsedCommand& o, const LoadedJobs& loade
 void requireNodeSize(const LoadedJobs& loaded);
 // The SWF header's machine size in units, if it gives one.
 std::optional<int> headerCapacity(const LoadedJobs& loaded);
-// Per-user limits and how held jobs age, from the options every replay shares.
+// Per-user limits and how jobs age, from the options every replay shares.
 void applyQueueRules(const ctl::ParsedCommand& o, SchedulerConfig& c);
 SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded);
 // The partition's jobs, prepared for a cluster of `capacity` units; what was dropped is said on stderr.

@@ -182,6 +182,7 @@ void applyQueueRules(const ctl::ParsedCommand& o, SchedulerConfig& c)
     if (ageFrom != "submit" && ageFrom != "end")
         throw std::invalid_argument("--held-age-from must be submit or end, not '" + ageFrom + "'");
     c.heldJobsAge = ageFrom == "submit";
+    c.priorityPeriod = nonNegativeInteger(o, "priority-period-seconds");
 }
 
 SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)

@@ -268,8 +268,9 @@ void Simulator::schedule()
     if (pending_.empty() || freeNodes_ == 0)
         return;
     order_.clear();
+    const auto agedUntil = config_.priorityPeriod > 0 ? now_ - now_ % config_.priorityPeriod : now_;
     for (std::uint32_t i = 0; i < pending_.size(); ++i)
-        order_.emplace_back(priority(pending_[i].job, eligibleSince(pending_[i]), now_), i);
+        order_.emplace_back(priority(pending_[i].job, eligibleSince(pending_[i]), agedUntil), i);
     // Highest priority first; ties go to the earlier submission, then the lower id.
     std::sort(order_.begin(), order_.end(), [&](const auto& a, const auto& b) {
         if (a.first != b.first)

@@ -61,6 +61,26 @@ TEST(Simulator, AHeldJobAgesFromItsSubmissionOrFromItsPredecessorsEnd)
     EXPECT_EQ(fromEnd.at(3), 60);
 }
 
+TEST(Simulator, PrioritiesAreTheAgesAtTheLastComputation)
+{
+    // X holds a node until 200, A the other until 100; H waits for A, C is submitted at 90. At 100 H
+    // has no age (it was held), C 10 s: C starts. With priorities computed every 60 s (Slurm's
+    // PriorityCalcPeriod), the last computation was at 60, before C's submission: neither has any age,
+    // and the tie goes to the earlier submission, H.
+    auto held = job(3, 1, 1, 10, 10);
+    held.afterId = 2;
+    const std::vector<Job> jobs { job(1, 0, 1, 200, 200), job(2, 0, 1, 100, 100), held, job(4, 90, 1, 10, 10) };
+    auto config = cluster(2, 1000);
+    config.heldJobsAge = false;
+    const auto continuous = replay(jobs, config);
+    EXPECT_EQ(continuous.at(4), 100);
+    EXPECT_EQ(continuous.at(3), 110);
+    config.priorityPeriod = 60;
+    const auto everyMinute = replay(jobs, config);
+    EXPECT_EQ(everyMinute.at(3), 100);
+    EXPECT_EQ(everyMinute.at(4), 110);
+}
+
 TEST(Simulator, BackfillsOnlyJobsThatEndBeforeTheReservation)
 {
     // A holds 3 of 4 nodes until 100; B needs all 4, so it is reserved at 100 with no spare node.
