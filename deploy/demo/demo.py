@@ -200,7 +200,8 @@ class Services:
             # its own directory (cluster.sh's DIR/local/NODE) and drain to the chain directory.
             plugstack += f" local_root={self.state}/slurm/local/%n/%u"
             argv = ["bash", f"{ROOT}/deploy/local/cluster.sh", "start", f"{self.state}/slurm", "--nodes",
-                    str(nodes), *(["--accounting"] if accounting else []), *(a for line in conf_lines for a in ("--conf", line)), plugstack]
+                    str(nodes), *(["--accounting"] if accounting else []),
+                    *(a for line in conf_lines for a in ("--conf", line)), plugstack]
         else:
             argv = ["bash", f"{ROOT}/deploy/local/slurm.sh", "start", f"{self.state}/slurm", plugstack]
         lines = run(argv, timeout=180).stdout.strip().splitlines()

@@ -82,7 +82,7 @@ PY
 }
 
 write_config() { # write_config NODES ACCOUNTING(0|1) [CONF_LINE ...]
-    local ctld_port slurmd_port hardware node nodelist line
+    local ctld_port slurmd_port dbd_port hardware node nodelist line
     cluster_id=$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
     net=$(pick_subnet) || die "no free private subnet in 10.0.0.0/8"
     nodes=$1
@@ -161,6 +161,10 @@ CONF
 # closed to others), no network; root of this machine connects through the socket without a password.
 # slurmdbd's client library finds the socket through MYSQL_UNIX_PORT.
 mysql_dir() { echo "$dir/mysql"; }
+mariadb_answers() { mariadb-admin --no-defaults --socket="$(mysql_dir)/socket" ping >/dev/null 2>&1; }
+cluster_registered() {
+    timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "baton$cluster_id"
+}
 start_accounting() {
     local m
     m=$(mysql_dir)
@@ -177,22 +181,16 @@ start_accounting() {
     if ! pid_alive "$m/pid"; then
         mariadbd --no-defaults --user=mysql --datadir="$m/data" --socket="$m/socket" --skip-networking \
             --pid-file="$m/pid" --log-error="$m/error.log" >/dev/null 2>&1 &
-        for _ in $(seq 300); do
-            mariadb-admin --no-defaults --socket="$m/socket" ping >/dev/null 2>&1 && break
-            sleep 0.1
-        done
-        mariadb-admin --no-defaults --socket="$m/socket" ping >/dev/null 2>&1 ||
-            die "MariaDB did not start; see $m/error.log"
+        for _ in $(seq 300); do mariadb_answers && break; sleep 0.1; done
+        mariadb_answers || die "MariaDB did not start; see $m/error.log"
     fi
     pid_alive "$dir/slurmdbd.pid" || slurmdbd || die "slurmdbd did not start; see $dir/slurmdbd.log"
     # slurmctld registers with slurmdbd only as a cluster the database knows.
     for _ in $(seq 100); do
-        timeout 10 sacctmgr -i -n add cluster "baton$cluster_id" >/dev/null 2>&1 && break
-        timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "baton$cluster_id" && break
-        sleep 0.2
+        cluster_registered && return
+        timeout 10 sacctmgr -i -n add cluster "baton$cluster_id" >/dev/null 2>&1 || sleep 0.2
     done
-    timeout 10 sacctmgr -n -P list cluster format=cluster 2>/dev/null | grep -qx "baton$cluster_id" ||
-        die "slurmdbd does not answer; see $dir/slurmdbd.log"
+    cluster_registered || die "slurmdbd does not answer; see $dir/slurmdbd.log"
 }
 
 stop_accounting() {
@@ -294,7 +292,8 @@ start)
     if [ -f "$dir/cluster.env" ]; then
         load_cluster
         [ "$nodes" -eq "$count" ] || die "$dir holds a cluster of $nodes nodes, not $count"
-        [ "${accounting:-0}" -eq "$with_accounting" ] || die "$dir holds a cluster with accounting=${accounting:-0}"
+        [ "${accounting:-0}" -eq "$with_accounting" ] ||
+            die "$dir holds a cluster with accounting=${accounting:-0}"
     else
         write_config "$count" "$with_accounting" ${conf_lines[@]+"${conf_lines[@]}"}
     fi

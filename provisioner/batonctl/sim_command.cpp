@@ -22,6 +22,7 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "replay this partition only (each partition is its own pool of nodes)\n"
             "and place the probes in it (default: the partition with most jobs)")
         .option("user-running-jobs", "N", "at most N running jobs per user (QOS MaxJobsPerUser)", "0")
+        .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
         .option("held-age-from", "submit|end",
             "a job held by a dependency ages from its submission (Slurm's\n"
             "PriorityFlags=ACCRUE_ALWAYS) or from its predecessor's end (Slurm's default)",
@@ -30,7 +31,6 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "the order is by age as of the last of Slurm's priority computations, every\n"
             "S s (PriorityCalcPeriod; 0: continuously)",
             "0")
-        .option("user-running-units", "N", "at most N units held per user (QOS MaxTRESPerUser)", "0")
         .option("infer-dependencies-seconds", "S",
             "a job that started within S s of the end of another job of its user,\n"
             "submitted before that end, waits for it (0: off)",

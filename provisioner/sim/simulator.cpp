@@ -234,20 +234,21 @@ void Simulator::countUser(std::int32_t user, int jobs, int units)
     userUnits_[u] += units;
 }
 
+std::int64_t Simulator::predecessorOf(const PendingJob& p) const
+{
+    return afterIndex_ && p.traceIndex >= 0 ? (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)] : -1;
+}
+
 bool Simulator::waitsForDependency(const PendingJob& p) const
 {
-    if (!afterIndex_ || p.traceIndex < 0)
-        return false;
-    const auto after = (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)];
+    const auto after = predecessorOf(p);
     return after >= 0 && endedAt_[static_cast<std::size_t>(after)] < 0;
 }
 
 std::int64_t Simulator::eligibleSince(const PendingJob& p) const
 {
-    if (config_.heldJobsAge || !afterIndex_ || p.traceIndex < 0)
-        return p.job.submit;
-    const auto after = (*afterIndex_)[static_cast<std::size_t>(p.traceIndex)];
-    if (after < 0)
+    const auto after = predecessorOf(p);
+    if (config_.heldJobsAge || after < 0)
         return p.job.submit;
     const auto ended = endedAt_[static_cast<std::size_t>(after)];
     return ended < 0 ? now_ : std::max(p.job.submit, ended);

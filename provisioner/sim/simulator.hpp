@@ -76,6 +76,7 @@ private:
     void schedule();
     void start(const PendingJob& job, std::int64_t limit);
     bool overUserLimit(const Job& job) const;
+    std::int64_t predecessorOf(const PendingJob& job) const; // its trace index, or -1
     bool waitsForDependency(const PendingJob& job) const;
     std::int64_t eligibleSince(const PendingJob& job) const;
     double priority(const Job& job, std::int64_t ageSince, std::int64_t at) const;
