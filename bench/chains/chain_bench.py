@@ -14,14 +14,16 @@ age, which counts from when a job became eligible (a job held by a dependency ga
 
 Size: NODES nodes (12); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
 processors) to NODES, at least one node, and a fixed pseudo-random share of the jobs is kept so that the
-background offers LOAD (60 %) of the cluster in the window (the window: the upper quartile of the
-trace's second half by offered load). The chains add their own load on top, so the queue is full.
+background offers LOAD of the cluster in the window (the window: the upper quartile of the trace's
+second half by offered load): 48 %, so that with the chains' up to 42 % (five one-node chains at a time)
+the queue is offered 90 %, busy but not growing without end.
 
 Arms, each chain one node, whole (--exclusive), the same program (tests/spank_plugin/ckpt_chain_job:
 50-ms iterations, baton's checkpointer, resumes from the last checkpoint; iteration counts prove it):
   baton-POLICY  `batonctl submit`, batond with that policy (reactive, avg, predict, checkpoint-aware;
                 the learned ones with a predictor fitted by `sim compare` on the trace's 20 days before
-                the window, scaled the same way)
+                the window, scaled the same way, with the anchors' chains running throughout as other
+                users' chains, since a site's history has its chains in it and the trace lacks ours)
   requeue       --requeue --signal=B:USR1@30: the script forwards the signal, the training writes its
                 final checkpoint and the job runs `scontrol requeue` on itself (submitit, Lightning)
   singleton     K jobs at once with --dependency=singleton (K = the jobs the training needs, plus one);
@@ -45,7 +47,7 @@ lead floor, by the rules stored with batond's model) predicts each baton chain a
 from the moment the live one was submitted, on the replayed background and the other chains' jobs as
 they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
 `sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the window on
-the background alone. Then the simulator replays the live run's own schedule (every job that started, at
+the background and the anchors' chains running throughout. Then the simulator replays the live run's own schedule (every job that started, at
 its live submission, for as long as it held its nodes) and its waits are compared with Slurm's, job by
 job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
 
@@ -71,7 +73,7 @@ import demo  # noqa: E402  (PostgreSQL, the cluster and batond, started as the t
 import chain_report as report  # noqa: E402
 import workload  # noqa: E402
 
-NODES, SCALE, LIMIT_MIN, LOAD = 12, 120, 2, 0.6
+NODES, SCALE, LIMIT_MIN = 12, 120, 2
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
 TRACES = ["ls6-a100.log", "lublin_256.swf"]
 # The queue's order, as at a production site: an accounting database (slurmdbd; without one Slurm
@@ -94,12 +96,18 @@ PROFILES = {
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "anchors": arms.ANCHORS, "compute_s": 200,
               "phase_s": 330, "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
+# The queue's load: the background and the chains together offer TOTAL_LOAD of the nodes, busy and
+# steady. A phase runs baton's chain and the full run's four anchors, one node each: up to 5 of the 12
+# nodes; the background offers the rest (48 %). The same share in the quick run (its window's start).
+TOTAL_LOAD = 0.9
+LOAD = TOTAL_LOAD - (1 + len(PROFILES["full"]["anchors"])) / NODES
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
 TICK_S = 1  # batond's --tick-seconds (as demo starts it), and the simulator's
 HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
 SIM_SPLIT = "2030-01-02"
 OTHER_CHAIN_JOB_IDS = 10 ** 9  # the other chains' jobs in the simulator's CSV: ids no trace job has
+STREAM_JOB_IDS = 2 * 10 ** 9  # and the other chains the predictor is trained with (with_other_chains)
 HELD_BY_PREDECESSOR = ("requeue", "singleton", "afterany", "released")
 USER = demo.USER
 
@@ -138,14 +146,24 @@ def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_pa
             "chain_efficiency": float(rows[1][2]) / 100, "jobs": rows[1][4]}
 
 
-def simulate(services, load, profile, out):
+def with_other_chains(rows, count):
+    """The simulator's job rows and `count` other chains running from the first submission to the last
+    job's end (workload.chain_streams)."""
+    first, last = min(r[1] for r in rows), max(r[1] + r[2] for r in rows)
+    return rows + workload.chain_streams(count, first, last, LIMIT_MIN * 60, STREAM_JOB_IDS)
+
+
+def simulate(services, load, profile, other_chains, out):
     """The predictor batond's learned policies use: `sim compare` on the scaled jobs of the training
-    period and the window, stored as `bench`. Then the simulator's view of the whole window: `sim run` of
-    each policy on exactly the jobs the live run replays (the backlog, the window), with a chain from
-    every minute of it. Returns {policy: {chain_efficiency, mean_interruption_s, chains}}."""
+    period and the window with `other_chains` chains running throughout (the anchors' load, which the
+    trace does not have and the live queue does), stored as `bench`. Then the simulator's view of the
+    whole window: `sim run` of each policy on exactly the jobs the live run replays (the backlog, the
+    window) and the same other chains, with a chain from every minute of it. Returns
+    {policy: {chain_efficiency, mean_interruption_s, chains}}."""
     batonctl = services.layout.batonctl
-    load.write_sim_csv(f"{out}/workload.csv", SIM_EPOCH)
-    load.write_sim_csv(f"{out}/replayed.csv", SIM_EPOCH, replayed_only=True)
+    workload.write_job_csv(f"{out}/workload.csv", with_other_chains(load.sim_rows(SIM_EPOCH), other_chains))
+    workload.write_job_csv(f"{out}/replayed.csv",
+                           with_other_chains(load.sim_rows(SIM_EPOCH, replayed_only=True), other_chains))
     argv = [batonctl, "sim", "compare", *sim_common(f"{out}/workload.csv", profile, profile["phase_s"] / 4),
             "--db-save", "bench", "--database", services.conninfo, "--out", f"{out}/sim"]
     log("predictor: " + " ".join(argv[1:]))
@@ -188,7 +206,7 @@ class Bench:
         self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, full["warmup_s"] * SCALE,
                                       self.profile["train_days"] * 86400, LOAD)
         log(self.load.describe())
-        self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, self.out)
+        self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, len(self.anchors), self.out)
         workload.ensure_users()
         self.services.start_slurm(NODES, conf_lines=SCHEDULER, accounting=True)
         log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")

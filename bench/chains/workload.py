@@ -130,10 +130,6 @@ class Workload:
             rows.append((job_id, int(at), rt, max(lim, rt), n))
         return rows
 
-    def write_sim_csv(self, path, epoch, replayed_only=False):
-        """sim_rows() as the simulator's job CSV."""
-        write_job_csv(path, self.sim_rows(epoch, replayed_only))
-
     def describe(self):
         return (f"{self.name}: window {time.strftime('%Y-%m-%d %H:%M', time.gmtime(self.start))} UTC + "
                 f"{self.span / 3600:.0f} trace h (warm-up {self.warmup / 3600:.1f} h before), offered "
@@ -141,6 +137,20 @@ class Workload:
                 f"{100 * self.fraction:.0f} % of its jobs kept: {len(self.replayed())} jobs replayed "
                 f"({len(self.backlog())} of them the backlog at its start), "
                 f"{len(self.jobs)} with the training period")
+
+
+def chain_streams(count, first, last, limit_s, first_id):
+    """`count` chains of other users running throughout [first, last), as the simulator's job rows:
+    1-node jobs of the chains' limit one after another, each held by a dependency on the one before, so
+    that it becomes eligible (and starts ageing) at that job's end, as a resubmitted or requeued job does.
+    The queue a site's history records has its chains in it; the trace's does not have the benchmark's."""
+    rows, job_id = [], first_id
+    for _ in range(count):
+        previous, t = "", first
+        while t < last:
+            rows.append((job_id, first, limit_s, limit_s, 1, "", "", previous))
+            previous, job_id, t = job_id, job_id + 1, t + limit_s
+    return rows
 
 
 def write_job_csv(path, rows):
