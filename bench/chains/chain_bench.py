@@ -580,6 +580,8 @@ def main():
     log(f"profile {'quick' if args.quick else 'full'}: {profile}; {NODES} nodes, scale {SCALE}, limit "
         f"{LIMIT_MIN} min, background load {LOAD:.0%}; results in {args.out}")
     os.makedirs(args.out, exist_ok=True)
+    for trace in traces:  # a part that fails must leave no earlier run's figures to be read as its own
+        shutil.rmtree(f"{args.out}/{trace}", ignore_errors=True)
     workload.ensure_users()  # before the children, which would race to make them
     # Each trace's background also replays alone, on a cluster of its own at the same time, for what the
     # chains cost the other users (not in the quick run, whose 10 minutes it would not fit).

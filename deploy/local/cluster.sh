@@ -159,7 +159,8 @@ CONF
 
 # MariaDB for slurmdbd: its own data directory and a Unix socket in DIR/mysql (owned by the mysql user,
 # closed to others), no network; root of this machine connects through the socket without a password.
-# slurmdbd's client library finds the socket through MYSQL_UNIX_PORT.
+# slurmdbd's client library finds the socket through MYSQL_UNIX_PORT. Its temporary files go to DIR/mysql/tmp:
+# in a shared /tmp, clusters set up at the same time collide on their names (mariadb-install-db fails).
 mysql_dir() { echo "$dir/mysql"; }
 mariadb_answers() { mariadb-admin --no-defaults --socket="$(mysql_dir)/socket" ping >/dev/null 2>&1; }
 cluster_registered() {
@@ -172,14 +173,14 @@ start_accounting() {
     command -v mariadbd >/dev/null && command -v slurmdbd >/dev/null ||
         die "--accounting needs mariadb-server and slurmdbd (run deploy/bootstrap.sh)"
     if [ ! -d "$m/data" ]; then
-        install -d -o mysql -g mysql -m 0700 "$m"
+        install -d -o mysql -g mysql -m 0700 "$m" "$m/tmp"
         runuser -u mysql -- test -w "$m" ||
             die "the mysql user cannot reach $m: every directory above it must be searchable by others"
-        mariadb-install-db --no-defaults --user=mysql --datadir="$m/data" --skip-test-db \
+        mariadb-install-db --no-defaults --user=mysql --datadir="$m/data" --tmpdir="$m/tmp" --skip-test-db \
             >"$dir/mysql-install.log" 2>&1 || die "mariadb-install-db failed; see $dir/mysql-install.log"
     fi
     if ! pid_alive "$m/pid"; then
-        mariadbd --no-defaults --user=mysql --datadir="$m/data" --socket="$m/socket" --skip-networking \
+        mariadbd --no-defaults --user=mysql --datadir="$m/data" --tmpdir="$m/tmp" --socket="$m/socket" --skip-networking \
             --pid-file="$m/pid" --log-error="$m/error.log" >/dev/null 2>&1 &
         for _ in $(seq 300); do mariadb_answers && break; sleep 0.1; done
         mariadb_answers || die "MariaDB did not start; see $m/error.log"

@@ -62,8 +62,34 @@ double LiveQueue::normalisedPriority(std::int64_t slurmPriority)
     return std::clamp(static_cast<double>(slurmPriority) / top, 0.0, 1.0);
 }
 
-LiveQueue::LiveQueue(
-    const QueueSnapshot& snapshot, const LiveQueueOptions& options, PriorityFunction priority)
+RecentStarts::RecentStarts(std::size_t window)
+    : window_(std::max<std::size_t>(window, 1))
+{
+}
+
+void RecentStarts::add(const QueueSnapshot& snapshot)
+{
+    for (const QueueJob& j : snapshot.jobs) {
+        if (!j.started() || j.startTime > snapshot.takenAt || j.submitTime <= 0)
+            continue;
+        waits_.try_emplace({ j.startTime, j.jobId }, std::max<std::int64_t>(j.startTime - j.submitTime, 0));
+        if (waits_.size() > window_)
+            waits_.erase(waits_.begin()); // the oldest start
+    }
+}
+
+double RecentStarts::meanWait() const
+{
+    if (waits_.empty())
+        return 0;
+    double sum = 0;
+    for (const auto& [key, wait] : waits_)
+        sum += static_cast<double>(wait);
+    return sum / static_cast<double>(waits_.size());
+}
+
+LiveQueue::LiveQueue(const QueueSnapshot& snapshot, const LiveQueueOptions& options, PriorityFunction priority,
+    RecentStarts* history)
     : now_(snapshot.takenAt)
     , priority_(std::move(priority))
 {
@@ -75,7 +101,6 @@ LiveQueue::LiveQueue(
     };
 
     int busy = 0;
-    std::vector<std::pair<std::int64_t, std::int64_t>> started; // (start, wait)
     for (const QueueJob& j : snapshot.jobs) {
         if (j.pending()) {
             if (!competes(j))
@@ -100,21 +125,13 @@ LiveQueue::LiveQueue(
             running_.push_back({ j.jobId, start, limitEnd, limitEnd, nodes });
             busy += nodes;
         }
-        if (j.started() && j.startTime <= now_ && j.submitTime > 0)
-            started.emplace_back(j.startTime, std::max<std::int64_t>(j.startTime - j.submitTime, 0));
     }
     freeNodes_ = std::max(options.totalNodes - busy, 0);
 
-    // The most recent starts, as the simulator's window of the last jobs it started.
-    const std::size_t window = std::min(options.recentWindow, started.size());
-    if (window > 0) {
-        std::partial_sort(started.begin(), started.begin() + static_cast<std::ptrdiff_t>(window),
-            started.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-        double sum = 0;
-        for (std::size_t i = 0; i < window; ++i)
-            sum += static_cast<double>(started[i].second);
-        recentMeanWait_ = sum / static_cast<double>(window);
-    }
+    RecentStarts snapshotOnly(options.recentWindow);
+    RecentStarts& starts = history ? *history : snapshotOnly;
+    starts.add(snapshot);
+    recentMeanWait_ = starts.meanWait();
 }
 
 double LiveQueue::priorityOf(const sim::Job& job, std::int64_t at) const

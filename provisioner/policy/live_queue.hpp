@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 namespace baton::slurm {
@@ -20,6 +21,22 @@ struct LiveQueueOptions {
     std::size_t maxArrayTasks = 10000; // pending tasks counted per array record at most
 };
 
+// The waits of the last `window` jobs that started, kept across squeue snapshots. squeue shows a
+// finished job only for MinJobAge seconds (600 in the shipped slurm.conf), while the simulator, and so
+// the predictors' training and avg's rule, average the last `window` starts however long ago they were.
+class RecentStarts {
+public:
+    explicit RecentStarts(std::size_t window = 100);
+    // Remembers the starts in the snapshot not yet seen (a requeued job's new start is a new one).
+    void add(const QueueSnapshot& snapshot);
+    double meanWait() const; // 0 before any start
+    std::size_t size() const { return waits_.size(); }
+
+private:
+    std::size_t window_;
+    std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> waits_; // (start, job id) -> wait
+};
+
 // A job's priority at a time. The default is the job's recordedPriority, which LiveQueue sets to
 // Slurm's reported priority / 2^32-1; a job submitted now (recordedPriority 0) then ranks behind every
 // pending job, as a fresh job does under FIFO or age-dominated multifactor priority.
@@ -29,7 +46,10 @@ class LiveQueue final : public sim::QueueView {
 public:
     // Pending: PENDING jobs that compete for nodes now (not held, not waiting for a dependency or a
     // begin time); a pending array record counts once per remaining task. Running: jobs that hold nodes.
-    LiveQueue(const QueueSnapshot& snapshot, const LiveQueueOptions& options, PriorityFunction priority = {});
+    // The recent mean wait is `history`'s after adding the snapshot to it (a live provisioner keeps one
+    // across ticks), or the snapshot's own starts' without one.
+    LiveQueue(const QueueSnapshot& snapshot, const LiveQueueOptions& options, PriorityFunction priority = {},
+        RecentStarts* history = nullptr);
 
     std::int64_t now() const override { return now_; }
     int freeNodes() const override { return freeNodes_; }

@@ -53,11 +53,13 @@ LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connectio
 DecisionPointBuilder liveDecisionPoints(
     std::function<int()> usableNodes, std::shared_ptr<const sim::WaitPredictor> predictor)
 {
-    return [usableNodes = std::move(usableNodes), predictor](
+    // The starts of every tick since this process began leading, as the simulator remembers them.
+    auto recentStarts = std::make_shared<slurm::RecentStarts>(slurm::LiveQueueOptions {}.recentWindow);
+    return [usableNodes = std::move(usableNodes), predictor, recentStarts](
                const ClusterQueue& snapshot, std::span<const ClusterJob> current, std::int64_t now) {
         slurm::LiveQueueOptions options;
         options.totalNodes = usableNodes();
-        const slurm::LiveQueue queue(snapshot.squeue, options);
+        const slurm::LiveQueue queue(snapshot.squeue, options, {}, recentStarts.get());
         std::vector<sim::JobShape> shapes;
         shapes.reserve(current.size());
         for (const ClusterJob& job : current)

@@ -181,6 +181,56 @@ TEST(LiveQueue, ReadsTheRecordedQueue)
     EXPECT_EQ(at(f, Feature::AheadJobs), 2.0f);
 }
 
+QueueJob startedJob(std::int64_t id, std::int64_t submit, std::int64_t start, const char* state = "COMPLETED")
+{
+    QueueJob j;
+    j.jobId = id;
+    j.state = state;
+    j.submitTime = submit;
+    j.startTime = start;
+    j.nodeCount = 1;
+    j.nodes = "n1";
+    j.timeLimitMinutes = 10;
+    return j;
+}
+
+QueueSnapshot snapshotAt(std::int64_t takenAt, std::vector<QueueJob> jobs)
+{
+    QueueSnapshot s;
+    s.takenAt = takenAt;
+    s.jobs = std::move(jobs);
+    return s;
+}
+
+TEST(LiveQueue, RemembersTheStartsThatLeftSqueue)
+{
+    const auto first = snapshotAt(1000, { startedJob(1, 100, 110), startedJob(2, 100, 130, "RUNNING") });
+    // Job 1 has left squeue (MinJobAge); job 2 is seen again; job 3 started since.
+    const auto second = snapshotAt(2000, { startedJob(2, 100, 130), startedJob(3, 200, 260, "RUNNING") });
+    RecentStarts history;
+    EXPECT_DOUBLE_EQ(LiveQueue(first, { .totalNodes = 4 }, {}, &history).recentMeanWait(), 20.0);
+    const LiveQueue later(second, { .totalNodes = 4 }, {}, &history);
+    EXPECT_DOUBLE_EQ(later.recentMeanWait(), (10.0 + 30 + 60) / 3); // job 2 counted once
+    EXPECT_EQ(history.size(), 3u);
+    // Without the history only the snapshot's own starts count.
+    EXPECT_DOUBLE_EQ(LiveQueue(second, { .totalNodes = 4 }).recentMeanWait(), 45.0);
+
+    // The window keeps the latest starts, whatever the order they are seen in; a requeued job's new
+    // start is a start of its own.
+    RecentStarts lastTwo(2);
+    lastTwo.add(second);
+    lastTwo.add(first);
+    EXPECT_DOUBLE_EQ(lastTwo.meanWait(), 45.0);
+    lastTwo.add(snapshotAt(3000, { startedJob(2, 2500, 2900, "RUNNING") }));
+    EXPECT_DOUBLE_EQ(lastTwo.meanWait(), (60.0 + 400) / 2);
+    // Neither a job that never ran nor a start after the snapshot counts.
+    QueueJob cancelled = startedJob(4, 100, 150);
+    cancelled.nodes.clear();
+    lastTwo.add(snapshotAt(3000, { cancelled, startedJob(5, 100, 3500, "RUNNING") }));
+    EXPECT_EQ(lastTwo.size(), 2u);
+    EXPECT_DOUBLE_EQ(RecentStarts().meanWait(), 0.0);
+}
+
 TEST(LiveQueue, NeedsTheClusterSize)
 {
     EXPECT_THROW(LiveQueue(QueueSnapshot {}, {}), std::invalid_argument);
