@@ -43,13 +43,13 @@ end, negative: overlap), node-minutes held without training, jobs used, iteratio
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
 The simulator (the same order, by age from eligibility, with backfill, deciding on batond's tick under its
-lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own probe: one chain
-from the moment the live one was submitted, on the replayed background and the other chains' jobs as
-they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
-`sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the window on
-the background and the anchors' chains running throughout. Then the simulator replays the live run's own schedule (every job that started, at
-its live submission, for as long as it held its nodes) and its waits are compared with Slurm's, job by
-job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
+lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own
+probe: one chain from the moment the live one was submitted, on the replayed background and the other
+chains' jobs as they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and
+simulated, `sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the
+window on the background and the anchors' chains running throughout. Then the simulator replays the live
+run's own schedule (every job that started, at its live submission, for as long as it held its nodes) and
+its waits are compared with Slurm's, job by job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
 
 Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
 """

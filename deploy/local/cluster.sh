@@ -180,8 +180,8 @@ start_accounting() {
             >"$dir/mysql-install.log" 2>&1 || die "mariadb-install-db failed; see $dir/mysql-install.log"
     fi
     if ! pid_alive "$m/pid"; then
-        mariadbd --no-defaults --user=mysql --datadir="$m/data" --tmpdir="$m/tmp" --socket="$m/socket" --skip-networking \
-            --pid-file="$m/pid" --log-error="$m/error.log" >/dev/null 2>&1 &
+        mariadbd --no-defaults --user=mysql --datadir="$m/data" --tmpdir="$m/tmp" --socket="$m/socket" \
+            --skip-networking --pid-file="$m/pid" --log-error="$m/error.log" >/dev/null 2>&1 &
         for _ in $(seq 300); do mariadb_answers && break; sleep 0.1; done
         mariadb_answers || die "MariaDB did not start; see $m/error.log"
     fi
