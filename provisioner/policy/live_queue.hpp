@@ -13,11 +13,14 @@
 
 namespace baton::slurm {
 
+// Started jobs averaged for the recent mean wait, as the simulator's window (Simulator::waitWindow).
+inline constexpr std::size_t recentStartsWindow = 100;
+
 struct LiveQueueOptions {
     int totalNodes = 0; // nodes that can run jobs (SlurmClient::usableNodes() or configured); > 0
     // What planning assumes for a job without a time limit.
     std::int64_t unlimitedSeconds = 7 * 24 * 3600;
-    std::size_t recentWindow = 100; // started jobs averaged for the recent mean wait, as the simulator
+    std::size_t recentWindow = recentStartsWindow;
     std::size_t maxArrayTasks = 10000; // pending tasks counted per array record at most
 };
 
@@ -26,7 +29,7 @@ struct LiveQueueOptions {
 // the predictors' training and avg's rule, average the last `window` starts however long ago they were.
 class RecentStarts {
 public:
-    explicit RecentStarts(std::size_t window = 100);
+    explicit RecentStarts(std::size_t window = recentStartsWindow);
     // Remembers the starts in the snapshot not yet seen (a requeued job's new start is a new one).
     void add(const QueueSnapshot& snapshot);
     double meanWait() const; // 0 before any start

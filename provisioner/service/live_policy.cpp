@@ -54,7 +54,7 @@ DecisionPointBuilder liveDecisionPoints(
     std::function<int()> usableNodes, std::shared_ptr<const sim::WaitPredictor> predictor)
 {
     // The starts of every tick since this process began leading, as the simulator remembers them.
-    auto recentStarts = std::make_shared<slurm::RecentStarts>(slurm::LiveQueueOptions {}.recentWindow);
+    auto recentStarts = std::make_shared<slurm::RecentStarts>();
     return [usableNodes = std::move(usableNodes), predictor, recentStarts](
                const ClusterQueue& snapshot, std::span<const ClusterJob> current, std::int64_t now) {
         slurm::LiveQueueOptions options;
