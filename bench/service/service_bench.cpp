@@ -352,7 +352,7 @@ private:
         addChains();
         // One provisioner for every tick of a round, as batond keeps it, on the live policy path (the
         // features of the parsed queue for every waiting chain); each tick 60 s after the last.
-        Provisioner provisioner(config_, tables_, cluster_, metrics_, std::make_shared<LeadOnly>(),
+        Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(std::make_shared<LeadOnly>()),
             liveDecisionPoints([] { return DocumentCluster::clusterNodes; }, nullptr));
         // The first round's first ticks work off the events posted above (1,000 a tick); every
         // round's first tick writes a "wait" row for each of its 1,000 chains. Then the steady ticks.

@@ -1,5 +1,5 @@
-// The chain commands: submit, chains, show and the transitions (resubmit, preempt, pause, resume, cancel),
-// all requests to batond's HTTP API. batond decides what each user may see and do; batonctl only shows
+// The chain commands: submit, chains, show, policy and the transitions (resubmit, preempt, pause, resume,
+// cancel), all requests to batond's HTTP API. batond decides what each user may see and do; batonctl only shows
 // its answers. The JSON field names read here are those of the batond contract; detail rows accept a few
 // alternative names (`job_id` or `slurm_job_id`, `*_unix` or `*_time`) so that a renamed column shows as
 // "-" rather than failing the command.
@@ -175,6 +175,14 @@ std::string chainLabel(const json& chain)
     return formatValue(field(chain, { "owner", "owner_uid" })) + "/" + formatValue(field(chain, { "name" }));
 }
 
+// The policy that decides for the chain, and whether it is the chain's own or the service's.
+std::string policyLabel(const json& chain)
+{
+    const json* from = field(chain, { "policy_from" });
+    return formatValue(field(chain, { "policy" }))
+        + (from && from->is_string() && from->get<std::string>() == "service" ? " (the service's)" : "");
+}
+
 void printChainHeader(const json& chain, std::ostream& out)
 {
     out << "chain " << chainLabel(chain) << "\n";
@@ -184,6 +192,7 @@ void printChainHeader(const json& chain, std::ostream& out)
         << formatValue(field(chain, { "retries" })) << "\n";
     out << "  current job " << formatValue(field(chain, { "current_job" })) << ", pending job "
         << formatValue(field(chain, { "pending_job" })) << "\n";
+    out << "  policy " << policyLabel(chain) << "\n";
     if (const json* reason = field(chain, { "reason" }))
         out << "  reason: " << formatValue(reason) << "\n";
     if (const json* dir = field(chain, { "chain_dir" }))
@@ -296,8 +305,10 @@ int runSubmit(const ParsedCommand& command)
     workdir = absolute.string();
     if (workdir.size() > 1 && workdir.back() == '/')
         workdir.pop_back();
-    const json request { { "name", name }, { "script", readScript(command.argument("SCRIPT")) },
+    json request { { "name", name }, { "script", readScript(command.argument("SCRIPT")) },
         { "sbatch_args", command.trailing() }, { "workdir", workdir } };
+    if (command.has("policy"))
+        request["policy"] = command.text("policy");
     auto client = clientFor(command);
     const std::string body = client.post("/v1/chains", request.dump());
     if (command.flag("json")) {
@@ -336,13 +347,13 @@ int runChains(const ParsedCommand& command)
         std::cout << "no chains\n";
         return exitOk;
     }
-    Table table({ "owner", "name", "state", "seq", "current job", "pending job", "updated (UTC)" });
+    Table table({ "owner", "name", "state", "seq", "current job", "pending job", "policy", "updated (UTC)" });
     for (const auto& chain : chains)
         table.add(
             { formatValue(field(chain, { "owner", "owner_uid" })), formatValue(field(chain, { "name" })),
                 formatValue(field(chain, { "state" })), formatValue(field(chain, { "seq" })),
                 formatValue(field(chain, { "current_job" })), formatValue(field(chain, { "pending_job" })),
-                formatTime(field(chain, { "updated_unix", "updated_at" })) });
+                policyLabel(chain), formatTime(field(chain, { "updated_unix", "updated_at" })) });
     table.print(std::cout);
     return exitOk;
 }
@@ -377,6 +388,22 @@ int runTransition(const ParsedCommand& command, const std::string& action)
     return exitOk;
 }
 
+int runPolicy(const ParsedCommand& command)
+{
+    const ChainRef ref = parseChainRef(command, command.argument("CHAIN"));
+    const std::string policy = command.argument("POLICY");
+    auto client = clientFor(command);
+    const json request { { "policy", policy == "default" ? json() : json(policy) } };
+    const std::string body = client.post(chainPath(ref) + "/policy", request.dump());
+    if (command.flag("json")) {
+        std::cout << body << (body.empty() || body.back() != '\n' ? "\n" : "");
+        return exitOk;
+    }
+    const json chain = parseDocument(body).value("chain", json::object());
+    std::cout << "chain " << ref.owner << "/" << ref.name << ": policy " << policyLabel(chain) << "\n";
+    return exitOk;
+}
+
 CommandSpec transitionSpec(const std::string& action, const std::string& summary)
 {
     CommandSpec spec("batonctl " + action, summary);
@@ -404,6 +431,9 @@ int submitCommand(std::span<const std::string> args)
             .trailing("SBATCH_ARGS", "sbatch options for every job of the chain, e.g. -- --time=2:00:00 -N 2")
             .option("chain", "NAME", "the chain's name (unique among your chains); required")
             .option("workdir", "DIR", "the jobs' working directory (default: the current directory)")
+            .option("policy", "NAME",
+                "when batond submits its successors: reactive, avg, predict or checkpoint-aware (default: "
+                "the service's policy)")
             .flag("json", "print batond's answer as is");
         addServerOptions(spec);
         spec.note("example: batonctl submit --chain train job.sh -- --time=4:00:00 --nodes=2");
@@ -435,6 +465,22 @@ int showCommand(std::span<const std::string> args)
         return spec;
     }();
     return runCommand(spec, args, runShow);
+}
+
+int policyCommand(std::span<const std::string> args)
+{
+    static const CommandSpec spec = [] {
+        CommandSpec spec("batonctl policy",
+            "Choose when batond submits a chain's successors, from its next decision on; also for chains "
+            "begun with sbatch --baton.");
+        spec.argument("CHAIN", "[OWNER/]NAME; without OWNER, your own chain")
+            .argument("POLICY", "reactive, avg, predict or checkpoint-aware; default: the service's policy")
+            .flag("json", "print batond's answer as is");
+        addServerOptions(spec);
+        spec.note("example: batonctl policy train checkpoint-aware");
+        return spec;
+    }();
+    return runCommand(spec, args, runPolicy);
 }
 
 int resubmitCommand(std::span<const std::string> args)

@@ -32,6 +32,7 @@ int simCommand(std::span<const std::string> args);
 int submitCommand(std::span<const std::string> args);
 int chainsCommand(std::span<const std::string> args);
 int showCommand(std::span<const std::string> args);
+int policyCommand(std::span<const std::string> args);
 int resubmitCommand(std::span<const std::string> args);
 int preemptCommand(std::span<const std::string> args);
 int pauseCommand(std::span<const std::string> args);

@@ -11,6 +11,7 @@ std::span<const CommandGroup> commandGroups()
         { "submit", "start a chain: submit its first job through batond", submitCommand },
         { "chains", "list chains (your own; all for operators)", chainsCommand },
         { "show", "one chain: jobs, checkpoints, handovers, decisions", showCommand },
+        { "policy", "choose when batond submits a chain's successors", policyCommand },
         { "resubmit", "submit a chain's next job now", resubmitCommand },
         { "preempt", "hand a running chain over to its successor now", preemptCommand },
         { "pause", "stop submitting successors of a chain", pauseCommand },

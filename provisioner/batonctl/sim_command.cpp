@@ -159,7 +159,7 @@ const std::vector<ctl::Subcommand>& simCommands()
                 } },
             { compare,
                 [](const ctl::ParsedCommand& o) {
-                    std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+                    std::vector<std::string> policies { sim::livePolicyNames.begin(), sim::livePolicyNames.end() };
                     const auto oracle = o.text("oracle");
                     if (oracle != "yes" && oracle != "no")
                         throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");

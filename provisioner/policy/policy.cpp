@@ -29,6 +29,16 @@ std::vector<double> batchMeanLog(const WaitPredictor& predictor, std::span<const
 
 } // namespace
 
+bool isLivePolicy(std::string_view name)
+{
+    return std::find(livePolicyNames.begin(), livePolicyNames.end(), name) != livePolicyNames.end();
+}
+
+bool isLearnedPolicy(std::string_view name)
+{
+    return name == "predict" || name == "checkpoint-aware";
+}
+
 std::int64_t submitLeadFor(std::int64_t lead, std::int64_t limitSeconds)
 {
     return limitSeconds > 0 ? std::min(lead, limitSeconds / 2) : lead;

@@ -4,15 +4,23 @@
 #include "features.hpp"
 #include "predictor.hpp"
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton::sim {
+
+// The policies batond runs: the service's configured one, and any a chain names for itself.
+inline constexpr std::array<std::string_view, 4> livePolicyNames { "reactive", "avg", "predict", "checkpoint-aware" };
+bool isLivePolicy(std::string_view name);
+// Those whose decisions come from a fitted wait model.
+bool isLearnedPolicy(std::string_view name);
 
 // What a policy sees on one tick while the predecessor runs.
 struct DecisionPoint {

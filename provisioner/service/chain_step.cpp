@@ -144,7 +144,7 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
     if (live.trainingDone) {
         if (tables_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
             tables_.decisions.record(
-                chain.id, config_.policy, "finish", Json { { "job_id", current.id } }, "finished");
+                chain.id, policyName(chain), "finish", Json { { "job_id", current.id } }, "finished");
             logInfo("chain " + chain.ownerName + "/" + chain.name + " finished");
         }
         return;
@@ -157,7 +157,7 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
         if (tables_.chains.transition(chain, ChainEvent::JobCancelledOutside,
                 "job " + std::to_string(current.id) + " was cancelled outside baton"))
             tables_.decisions.record(
-                chain.id, config_.policy, "pause", Json { { "job_id", current.id } }, "job cancelled");
+                chain.id, policyName(chain), "pause", Json { { "job_id", current.id } }, "job cancelled");
         return;
     }
     std::string reason = chain.resubmitRequested ? "resubmit" : "reactive";
@@ -187,7 +187,7 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
                 + ") without a checkpoint; retry budget of " + std::to_string(config_.retryBudget) + " spent";
             if (tables_.chains.transition(chain, ChainEvent::RetryBudgetSpent, why)) {
                 tables_.decisions.record(
-                    chain.id, config_.policy, "fail", Json { { "job_id", current.id } }, why);
+                    chain.id, policyName(chain), "fail", Json { { "job_id", current.id } }, why);
                 logWarning("chain " + chain.ownerName + "/" + chain.name + " failed: " + why);
             }
             return;
@@ -324,7 +324,7 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
             return; // an intent that may still be in sbatch: judged next tick
         if (tables_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
             tables_.decisions.record(
-                chain.id, config_.policy, "finish", Json::object(), "pending successor cancelled");
+                chain.id, policyName(chain), "finish", Json::object(), "pending successor cancelled");
             logInfo("chain " + label + " finished; its pending successor was cancelled");
         }
         return;
@@ -345,7 +345,7 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
         tables_.submissions.markState(
             chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
         if (tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
-            tables_.decisions.record(chain.id, config_.policy, "withdrawn",
+            tables_.decisions.record(chain.id, policyName(chain), "withdrawn",
                 Json { { "successor_job_id", successor->id }, { "successor_state", successor->state } },
                 "successor ended without running");
         return;
@@ -384,7 +384,7 @@ void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current
             return;
         tables_.chains.setLastHandoverSeq(chain.id, chain.seq);
         tables_.handovers.start(chain.id, chain.seq, current.id, successor.id, now_);
-        tables_.decisions.record(chain.id, config_.policy, "handover",
+        tables_.decisions.record(chain.id, policyName(chain), "handover",
             Json { { "predecessor_job_id", current.id }, { "successor_job_id", successor.id },
                 { "signal_scope", signalScope } },
             std::string("predecessor signalled TERM (") + signalScope + ")");

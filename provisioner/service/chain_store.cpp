@@ -26,8 +26,8 @@ constexpr auto toWithdrawSql = db::joinSql(chainColumns,
     " FROM chains c WHERE c.withdraw_jobs ORDER BY c.id");
 
 constexpr db::Statement insertChain { "chain_insert",
-    "INSERT INTO chains (owner_uid, owner_name, name, chain_dir, spec, state) VALUES ($1, $2, $3, $4, $5,"
-    " 'running') ON CONFLICT (owner_uid, name) DO NOTHING" };
+    "INSERT INTO chains (owner_uid, owner_name, name, chain_dir, spec, policy, state) VALUES ($1, $2, $3,"
+    " $4, $5, $6, 'running') ON CONFLICT (owner_uid, name) DO NOTHING" };
 constexpr db::Statement selectChainById { "chain_by_id", chainByIdSql.data(), true };
 constexpr db::Statement selectChainByKey { "chain_by_key", chainByKeySql.data(), true };
 constexpr db::Statement selectChains { "chain_list", chainListSql.data(), true };
@@ -57,6 +57,8 @@ constexpr db::Statement updateResubmit { "chain_resubmit",
     "UPDATE chains SET resubmit_requested = $2, updated_at = now() WHERE id = $1", true };
 constexpr db::Statement updateChainDir { "chain_dir",
     "UPDATE chains SET chain_dir = $2 WHERE id = $1 AND chain_dir IS DISTINCT FROM $2", true };
+constexpr db::Statement updatePolicy { "chain_policy",
+    "UPDATE chains SET policy = $2, updated_at = now() WHERE id = $1", true };
 constexpr db::Statement selectChainsToWithdraw { "chain_to_withdraw", toWithdrawSql.data(), true };
 constexpr db::Statement updateWithdrawJobs { "chain_withdraw_jobs",
     "UPDATE chains SET withdraw_jobs = $2 WHERE id = $1 AND withdraw_jobs IS DISTINCT FROM $2", true };
@@ -123,6 +125,7 @@ ChainRow ChainColumns::read(const db::Result& r, int row) const
     chain.resubmitRequested = r.boolean(row, at_[Resubmit]);
     chain.updatedAt = r.int64(row, at_[Updated]);
     chain.token = std::string(r.text(row, at_[Token]));
+    chain.policy = r.optText(row, at_[Policy]);
     return chain;
 }
 
@@ -138,9 +141,9 @@ std::optional<ChainRow> firstChain(const db::Result& result)
 } // namespace
 
 ChainRow ChainStore::create(std::int64_t ownerUid, const std::string& ownerName, const std::string& name,
-    const std::optional<std::string>& chainDir, const Json& spec)
+    const std::optional<std::string>& chainDir, const Json& spec, const std::optional<std::string>& policy)
 {
-    connection_.exec(insertChain, db::Params(ownerUid, ownerName, name, chainDir, spec));
+    connection_.exec(insertChain, db::Params(ownerUid, ownerName, name, chainDir, spec, policy));
     auto created = find(ownerUid, name);
     if (!created)
         throw db::DbError("chain " + name + " vanished right after it was created");
@@ -230,6 +233,11 @@ void ChainStore::setResubmitRequested(std::int64_t chainId, bool requested)
 void ChainStore::setChainDir(std::int64_t chainId, const std::string& dir)
 {
     connection_.exec(updateChainDir, db::Params(chainId, dir));
+}
+
+void ChainStore::setPolicy(std::int64_t chainId, const std::optional<std::string>& policy)
+{
+    connection_.exec(updatePolicy, db::Params(chainId, policy));
 }
 
 std::vector<ChainStore::ToWithdraw> ChainStore::toWithdraw()

@@ -35,6 +35,7 @@ struct ChainRow {
     bool resubmitRequested = false;
     std::int64_t updatedAt = 0;
     std::string token; // in the keys of its submissions: unguessable by other users
+    std::optional<std::string> policy; // its own provisioning policy; none: the service's
 };
 
 // The columns of a chain row in a result (those of chainColumns, and `spec` where the statement reads
@@ -46,10 +47,10 @@ public:
 
 private:
     enum Column { Id, OwnerUid, OwnerName, Name, State, Seq, LastHandoverSeq, Retries, Reason, ChainDir,
-        Resubmit, Updated, Token, Count };
+        Resubmit, Updated, Token, Policy, Count };
     static constexpr std::array<std::string_view, Count> names { "id", "owner_uid", "owner_name", "name",
         "state", "seq", "last_handover_seq", "retries", "reason", "chain_dir", "resubmit_requested",
-        "updated_unix", "token" };
+        "updated_unix", "token", "policy" };
     std::array<int, Count> at_;
     int spec_; // -1 where the statement does not read it
 };
@@ -58,7 +59,7 @@ private:
 inline constexpr char chainColumns[]
     = "SELECT c.id, c.owner_uid, coalesce(c.owner_name, '') AS owner_name, c.name, c.state, c.seq,"
       " c.last_handover_seq, c.retries, c.reason, c.chain_dir, c.resubmit_requested,"
-      " extract(epoch FROM c.updated_at)::bigint AS updated_unix, c.token";
+      " extract(epoch FROM c.updated_at)::bigint AS updated_unix, c.token, c.policy";
 
 class ChainStore : public db::TableStore {
 public:
@@ -66,7 +67,8 @@ public:
 
     // Creates the chain unless (owner, name) exists; returns the chain either way.
     ChainRow create(std::int64_t ownerUid, const std::string& ownerName, const std::string& name,
-        const std::optional<std::string>& chainDir, const nlohmann::json& spec);
+        const std::optional<std::string>& chainDir, const nlohmann::json& spec,
+        const std::optional<std::string>& policy = std::nullopt);
     std::optional<ChainRow> find(std::int64_t id);
     std::optional<ChainRow> find(std::int64_t ownerUid, const std::string& name);
     // Every chain, or the owner's; optionally only those in `state`; in id order, at most `limit` of them
@@ -93,6 +95,8 @@ public:
     void setLastHandoverSeq(std::int64_t chainId, int seq);
     void setResubmitRequested(std::int64_t chainId, bool requested);
     void setChainDir(std::int64_t chainId, const std::string& dir);
+    // The chain's own policy, or none to follow the service's (read by the next tick, in any state).
+    void setPolicy(std::int64_t chainId, const std::optional<std::string>& policy);
 
     // Cancelled chains whose jobs may still be queued or running, with the job ids and submission keys
     // of their current and next seq (see chains.withdraw_jobs).

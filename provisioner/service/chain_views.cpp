@@ -40,7 +40,7 @@ Json checkpointView(const CheckpointRow& checkpoint)
 
 } // namespace
 
-Json chainView(const ChainRow& chain)
+Json chainView(const ChainRow& chain, const std::string& servicePolicy)
 {
     return Json {
         { "id", chain.id },
@@ -54,6 +54,8 @@ Json chainView(const ChainRow& chain)
         { "reason", orNull(chain.reason) },
         { "chain_dir", orNull(chain.chainDir) },
         { "updated_unix", chain.updatedAt },
+        { "policy", chain.policy.value_or(servicePolicy) },
+        { "policy_from", chain.policy ? "chain" : "service" },
     };
 }
 
@@ -76,7 +78,7 @@ void addCurrentJobs(Json& view, const ChainRow& chain, const std::vector<JobRow>
 
 Json ChainViews::summary(const ChainRow& chain)
 {
-    Json row = chainView(chain);
+    Json row = chainView(chain, servicePolicy_);
     addCurrentJobs(row, chain, JobStore(connection_).ofChain(chain.id));
     if (const auto newest = CheckpointStore(connection_).latest(chain.id))
         row["checkpoint"] = checkpointView(*newest);
@@ -92,7 +94,7 @@ Json ChainViews::detail(const ChainRow& chain)
             if (spec.contains(key))
                 submitsWith[key] = spec[key];
     const std::vector<JobRow> jobRows = JobStore(connection_).ofChain(chain.id);
-    Json view = chainView(chain);
+    Json view = chainView(chain, servicePolicy_);
     addCurrentJobs(view, chain, jobRows);
     return Json { { "chain", view }, { "jobs", jobs(jobRows) }, { "checkpoints", checkpoints(chain) },
         { "decisions", decisions(chain) }, { "handovers", handovers(chain) }, { "submits_with", submitsWith } };

@@ -10,17 +10,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
 #include <vector>
 
 namespace baton::service {
 
-// A chain's own row as the API shows it.
-nlohmann::json chainView(const ChainRow& chain);
+// A chain's own row as the API shows it, with the policy that decides for it: its own, or `servicePolicy`.
+nlohmann::json chainView(const ChainRow& chain, const std::string& servicePolicy);
 
 class ChainViews {
 public:
-    explicit ChainViews(db::Connection& connection)
+    ChainViews(db::Connection& connection, std::string servicePolicy)
         : connection_(connection)
+        , servicePolicy_(std::move(servicePolicy))
     { }
 
     // An entry of GET /v1/chains: the chain, its current and pending job and its newest checkpoint.
@@ -36,6 +38,7 @@ private:
     nlohmann::json handovers(const ChainRow& chain);
 
     db::Connection& connection_;
+    std::string servicePolicy_;
 };
 
 } // namespace baton::service

@@ -1,5 +1,7 @@
 #include "config.hpp"
 
+#include "policy/policy.hpp"
+
 #include <algorithm>
 #include <fstream>
 #include <functional>
@@ -53,7 +55,7 @@ LogLevel parseLogLevel(const std::string& text, const std::string& key)
 
 std::string parsePolicy(const std::string& text, const std::string& key)
 {
-    if (text != "reactive" && text != "avg" && text != "predict" && text != "checkpoint-aware")
+    if (!sim::isLivePolicy(text))
         throw ConfigError(key + ": '" + text + "' is not one of reactive, avg, predict, checkpoint-aware");
     return text;
 }

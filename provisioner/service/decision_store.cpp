@@ -8,7 +8,7 @@ namespace {
 
 constexpr db::Statement insertDecisions { "decision_insert",
     "INSERT INTO decisions (chain_id, decided_at, policy, action, inputs, outcome)"
-    " SELECT (d->>0)::bigint, to_timestamp($3), $2, d->>1, d->2, d->>3 FROM jsonb_array_elements($1::jsonb) d",
+    " SELECT (d->>0)::bigint, to_timestamp($2), d->>1, d->>2, d->3, d->>4 FROM jsonb_array_elements($1::jsonb) d",
     true };
 constexpr db::Statement selectPausedForJob { "decision_paused_for_job",
     "SELECT EXISTS (SELECT 1 FROM decisions WHERE chain_id = $1 AND action = 'pause'"
@@ -24,17 +24,17 @@ constexpr db::Statement pruneDecisions { "decision_prune",
 void DecisionStore::record(std::int64_t chainId, const std::string& policy, const std::string& action,
     const Json& inputs, const std::string& outcome)
 {
-    recordMany(policy, { DecisionInput { chainId, action, inputs, outcome } });
+    recordMany({ DecisionInput { chainId, policy, action, inputs, outcome } });
 }
 
-void DecisionStore::recordMany(const std::string& policy, const std::vector<DecisionInput>& decisions)
+void DecisionStore::recordMany(const std::vector<DecisionInput>& decisions)
 {
     if (decisions.empty())
         return;
     Json rows = Json::array();
     for (const DecisionInput& d : decisions)
-        rows.push_back(Json::array({ d.chainId, d.action, d.inputs, d.outcome }));
-    connection_.exec(insertDecisions, db::Params(rows, policy, db::epochSeconds()));
+        rows.push_back(Json::array({ d.chainId, d.policy, d.action, d.inputs, d.outcome }));
+    connection_.exec(insertDecisions, db::Params(rows, db::epochSeconds()));
 }
 
 bool DecisionStore::pausedForJob(std::int64_t chainId, std::int64_t slurmJobId)

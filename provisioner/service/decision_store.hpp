@@ -14,6 +14,7 @@ namespace baton::service {
 // One decision of a tick, for recordMany.
 struct DecisionInput {
     std::int64_t chainId = 0;
+    std::string policy; // the policy that decides for the chain
     std::string action;
     nlohmann::json inputs;
     std::string outcome;
@@ -25,7 +26,7 @@ public:
 
     void record(std::int64_t chainId, const std::string& policy, const std::string& action,
         const nlohmann::json& inputs, const std::string& outcome);
-    void recordMany(const std::string& policy, const std::vector<DecisionInput>& decisions); // in one statement
+    void recordMany(const std::vector<DecisionInput>& decisions); // in one statement
     // Whether the chain was already paused because of this job (a decision 'pause' naming it).
     bool pausedForJob(std::int64_t chainId, std::int64_t slurmJobId);
     // Deletes up to `batch` decisions older than `retentionDays`, the oldest first.

@@ -15,6 +15,7 @@ using Json = nlohmann::json;
 const std::string chainPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256}))");
 const std::string actionPath(
     R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/(resubmit|preempt|pause|resume|cancel))");
+const std::string policyPath(R"(/v1/chains/([A-Za-z0-9._-]{1,64})/([^/]{1,256})/policy)");
 
 } // namespace
 
@@ -89,6 +90,7 @@ void HttpApi::routes()
     server_->Get(chainPath, authenticated(&HttpApi::showChain));
     server_->Post("/v1/chains", authenticated(&HttpApi::createChain));
     server_->Post(actionPath, authenticated(&HttpApi::actOnChain));
+    server_->Post(policyPath, authenticated(&HttpApi::setChainPolicy));
 
     server_->set_error_handler([](const httplib::Request&, httplib::Response& response) {
         if (response.body.empty()) {

@@ -58,6 +58,8 @@ private:
     void showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
     void createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
     void actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    // POST /v1/chains/{owner}/{name}/policy {"policy": NAME or null}: the chain's own policy, or the service's.
+    void setChainPolicy(const httplib::Request& request, httplib::Response& response, const Caller& caller);
 
     const ServiceConfig& config_;
     ConnectionPool& pool_;

@@ -6,6 +6,8 @@
 #include "http_reply.hpp"
 #include "plugin_event.hpp"
 #include "submitter.hpp"
+
+#include "policy/policy.hpp"
 #include "tables.hpp"
 
 #include "common/baton_contract.hpp"
@@ -26,7 +28,19 @@ using Json = nlohmann::json;
 struct NewChain {
     std::string name;
     Json spec; // script, sbatch_args, workdir, source
+    std::optional<std::string> policy; // its own; none: the service's
 };
+
+// A chain's own policy as a request gives it: one that batond runs, or null (absent) for the service's.
+std::optional<std::string> policyOf(const Json& body)
+{
+    const auto given = body.find("policy");
+    if (given == body.end() || given->is_null())
+        return std::nullopt;
+    if (!given->is_string() || !sim::isLivePolicy(given->get<std::string>()))
+        throw std::invalid_argument("'policy' must be null or one of reactive, avg, predict, checkpoint-aware");
+    return given->get<std::string>();
+}
 
 NewChain newChainOf(const Json& body)
 {
@@ -59,7 +73,8 @@ NewChain newChainOf(const Json& body)
         throw std::invalid_argument(*refused);
     return NewChain { name,
         Json { { "script", script }, { "sbatch_args", args }, { "workdir", workdir },
-            { "source", "batonctl submit" } } };
+            { "source", "batonctl submit" } },
+        policyOf(body) };
 }
 
 // A query parameter that must be a whole number 0..max; `fallback` when it is not given.
@@ -212,7 +227,7 @@ void HttpApi::listChains(const httplib::Request& request, httplib::Response& res
     const std::int64_t limit = std::max<std::int64_t>(1, integerParam(request, "limit", maxPage, maxPage));
     const std::int64_t after = integerParam(request, "after", 0, std::numeric_limits<std::int64_t>::max());
     auto lease = pool_.borrow();
-    ChainViews views(*lease);
+    ChainViews views(*lease, config_.policy);
     Json chains = Json::array();
     const std::vector<ChainRow> page = ChainStore(*lease).list(
         caller.isOperator ? std::nullopt : std::optional(caller.uid), state, after, limit + 1);
@@ -229,7 +244,7 @@ void HttpApi::showChain(const httplib::Request& request, httplib::Response& resp
     auto lease = pool_.borrow();
     Tables tables(*lease);
     const ChainRow chain = findChain(tables, request, caller);
-    reply(response, 200, ChainViews(*lease).detail(chain));
+    reply(response, 200, ChainViews(*lease, config_.policy).detail(chain));
 }
 
 void HttpApi::createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -277,13 +292,14 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
     ChainRow chain;
     {
         db::Transaction transaction(*lease);
-        chain = tables.chains.create(caller.uid, caller.userName, name, std::nullopt, spec);
+        chain = tables.chains.create(caller.uid, caller.userName, name, std::nullopt, spec, wanted.policy);
         if (existing) { // an ended chain of that name starts over, after every seq it used
             const auto seq = tables.chains.restart(
                 *existing, ChainEvent::Resubmit, "resubmitted by " + caller.userName, spec);
             if (!seq)
                 throw exists(*tables.chains.find(existing->id));
             chain.seq = *seq;
+            tables.chains.setPolicy(chain.id, wanted.policy);
         }
         // Two requests for one name (a retry, a double click) record one intent: the second is
         // refused here instead of submitting a second first job.
@@ -305,7 +321,7 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
         throw HttpError(502, "sbatch refused the job: " + why);
     }
     reply(
-        response, 201, Json { { "chain", chainView(*tables.chains.find(chain.id)) }, { "job_id", *jobId } });
+        response, 201, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) }, { "job_id", *jobId } });
 }
 
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -327,7 +343,26 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     applyAction(tables, cluster_, chain, event, action, caller, currentEnded);
     transaction.commit();
     tables.decisions.record(chain.id, "user", action, who, "requested");
-    reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id)) } });
+    reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) } });
+}
+
+void HttpApi::setChainPolicy(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+{
+    const Json body = parseBoundedJson(request.body, config_.maxJsonDepth);
+    if (!body.is_object() || !body.contains("policy"))
+        throw std::invalid_argument("expected an object with 'policy' (a policy's name, or null for the service's)");
+    const std::optional<std::string> policy = policyOf(body);
+    auto lease = pool_.borrow();
+    Tables tables(*lease);
+    const ChainRow chain = findChain(tables, request, caller);
+    // The next tick decides by it, whatever the chain's state; the change is on the chain's record.
+    db::Transaction transaction(*lease);
+    tables.chains.setPolicy(chain.id, policy);
+    tables.decisions.record(chain.id, "user", "policy",
+        Json { { "by", caller.userName }, { "operator", caller.isOperator }, { "policy", policy ? Json(*policy) : Json() } },
+        "requested");
+    transaction.commit();
+    reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) } });
 }
 
 } // namespace baton::service

@@ -10,44 +10,58 @@
 
 namespace baton::service {
 
-LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connection)
+namespace {
+
+// predict or checkpoint-aware on `predictor`, by the rule stored with its model for that policy (one per
+// job size, or one quantile), else the configured quantile.
+std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const ServiceConfig& config,
+    const db::Model& model, const std::shared_ptr<const sim::WaitPredictor>& predictor)
 {
-    if (config.policy == "reactive")
-        return { std::make_shared<sim::ReactivePolicy>(), nullptr };
-    if (config.policy == "avg")
-        return { std::make_shared<sim::AveragePolicy>(), nullptr };
-    const auto model = db::ModelTable(connection).latest(config.modelName);
-    if (!model) {
-        logWarning("policy " + config.policy + ": no model named '" + config.modelName
-            + "' in the models table (train one with `batonctl sim compare --db-save`); using avg until "
-              "there is");
-        return { std::make_shared<sim::AveragePolicy>(), nullptr };
-    }
-    std::shared_ptr<const sim::WaitPredictor> predictor;
-    try {
-        predictor = std::make_shared<const sim::WaitPredictor>(sim::predictorOf(*model));
-    } catch (const std::runtime_error& error) {
-        logError("policy " + config.policy + ": " + error.what() + "; using avg until there is a usable one");
-        return { std::make_shared<sim::AveragePolicy>(), nullptr };
-    }
-    // The rule chosen for this policy when the model was evaluated (one per job size, or one quantile),
-    // else the configured quantile.
-    const std::string modelLabel = config.modelName + " version " + std::to_string(model->version);
-    const std::optional<sim::StoredRule> stored = sim::storedRuleFor(model->metrics, config.policy);
+    const std::string modelLabel = config.modelName + " version " + std::to_string(model.version);
+    const std::optional<sim::StoredRule> stored = sim::storedRuleFor(model.metrics, name);
     if (stored && !stored->unreadable.empty())
-        logWarning("policy " + config.policy + ": model " + modelLabel + " has unusable rules ("
-            + stored->unreadable + "); using its quantile");
+        logWarning("policy " + name + ": model " + modelLabel + " has unusable rules (" + stored->unreadable
+            + "); using its quantile");
     if (stored && !stored->perSize.empty()) {
         auto policy = std::make_shared<sim::ShapeRulesPolicy>(
-            config.policy, predictor, stored->perSize, sim::storedTolerance(model->metrics));
-        logInfo("policy " + config.policy + ": model " + modelLabel + ", " + sim::describeRules(policy->rules()));
-        return { policy, predictor };
+            name, predictor, stored->perSize, sim::storedTolerance(model.metrics));
+        logInfo("policy " + name + ": model " + modelLabel + ", " + sim::describeRules(policy->rules()));
+        return policy;
     }
     const double q = stored && stored->q ? *stored->q : config.quantile;
     const int persist = stored ? stored->persist : 1;
-    logInfo("policy " + config.policy + ": model " + modelLabel + ", q = " + std::to_string(q)
+    logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(q)
         + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : ""));
-    return { std::make_shared<sim::QuantilePolicy>(config.policy, predictor, q, 0.0, persist), predictor };
+    return std::make_shared<sim::QuantilePolicy>(name, predictor, q, 0.0, persist);
+}
+
+} // namespace
+
+LivePolicies makeLivePolicies(const ServiceConfig& config, db::Connection& connection)
+{
+    // A missing model matters most where the service's own policy needs it; chains may name one anyway.
+    const bool configuredLearns = sim::isLearnedPolicy(config.policy);
+    const auto model = db::ModelTable(connection).latest(config.modelName);
+    std::shared_ptr<const sim::WaitPredictor> predictor;
+    if (!model) {
+        (configuredLearns ? logWarning : logInfo)("predict and checkpoint-aware: no model named '" + config.modelName
+            + "' in the models table (train one with `batonctl sim compare --db-save`); they decide as avg "
+              "until there is");
+    } else {
+        try {
+            predictor = std::make_shared<const sim::WaitPredictor>(sim::predictorOf(*model));
+        } catch (const std::runtime_error& error) {
+            (configuredLearns ? logError : logWarning)("predict and checkpoint-aware: " + std::string(error.what())
+                + "; they decide as avg until there is a usable model");
+        }
+    }
+    const auto average = std::make_shared<sim::AveragePolicy>();
+    std::map<std::string, std::shared_ptr<const sim::Policy>, std::less<>> named {
+        { "reactive", std::make_shared<sim::ReactivePolicy>() }, { "avg", average } };
+    for (const char* name : { "predict", "checkpoint-aware" })
+        named[name] = predictor ? learnedPolicy(name, config, *model, predictor) : average;
+    auto configured = named.at(config.policy);
+    return LivePolicies { ChainPolicies(std::move(configured), std::move(named)), predictor };
 }
 
 DecisionPointBuilder liveDecisionPoints(

@@ -1,5 +1,5 @@
-// The configured policy, live: the same policy classes and queue features as the simulator, fed from
-// the squeue snapshot instead of a replay.
+// The policies, live: the same policy classes and queue features as the simulator, fed from the squeue
+// snapshot instead of a replay.
 #pragma once
 
 #include "config.hpp"
@@ -12,15 +12,15 @@
 
 namespace baton::service {
 
-// reactive and avg need nothing; predict and checkpoint-aware load the newest version of the
-// configured model from the `models` table with the rule chosen for them when it was evaluated (one
-// per job size, or one quantile).
-// Without a model they fall back to avg, with a warning.
-struct LivePolicy {
-    std::shared_ptr<const sim::Policy> policy;
-    std::shared_ptr<const sim::WaitPredictor> predictor; // null for reactive and avg
+// Every policy a chain may follow, the configured one for those that name none. reactive and avg need
+// nothing; predict and checkpoint-aware share the newest version of the configured model from the
+// `models` table, each with the rule chosen for it when the model was evaluated (one per job size, or
+// one quantile). Without a usable model they decide as avg, with a warning.
+struct LivePolicies {
+    ChainPolicies policies;
+    std::shared_ptr<const sim::WaitPredictor> predictor; // null without a usable model
 };
-LivePolicy makeLivePolicy(const ServiceConfig& config, db::Connection& connection);
+LivePolicies makeLivePolicies(const ServiceConfig& config, db::Connection& connection);
 
 // The decision points of the chains' current jobs, with the queue features of the tick's squeue snapshot
 // computed for all of them in one pass, on `usableNodes()` nodes; with a predictor, each mean log-wait

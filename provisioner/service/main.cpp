@@ -260,11 +260,11 @@ private:
     void lead()
     {
         if (!policy_)
-            policy_ = makeLivePolicy(config_, *connection_);
+            policy_ = makeLivePolicies(config_, *connection_);
         if (!provisioner_) {
             tables_ = std::make_unique<Tables>(*connection_);
             provisioner_
-                = std::make_unique<Provisioner>(config_, *tables_, cluster_, metrics_, policy_->policy,
+                = std::make_unique<Provisioner>(config_, *tables_, cluster_, metrics_, policy_->policies,
                     liveDecisionPoints([this] { return cluster_.usableNodes(); }, policy_->predictor));
             provisioner_->setLeadershipCheck([this] { return leader_.check(); });
         }
@@ -279,7 +279,7 @@ private:
     LeaderLock leader_;
     baton::db::ConnectionOptions loopOptions_;
     std::unique_ptr<baton::db::Connection> connection_;
-    std::optional<LivePolicy> policy_;
+    std::optional<LivePolicies> policy_;
     // Kept from tick to tick (it remembers which decisions it wrote), renewed with the connection.
     std::unique_ptr<Tables> tables_;
     std::unique_ptr<Provisioner> provisioner_;

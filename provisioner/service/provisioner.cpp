@@ -73,12 +73,12 @@ Json specFromJob(const ClusterJob& job, const std::string& script)
 }
 
 Provisioner::Provisioner(const ServiceConfig& config, Tables& tables, Cluster& cluster, Metrics& metrics,
-    std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint)
+    ChainPolicies policies, DecisionPointBuilder decisionPoint)
     : config_(config)
     , tables_(tables)
     , cluster_(cluster)
     , metrics_(metrics)
-    , policy_(std::move(policy))
+    , policies_(std::move(policies))
     , decisionPoint_(std::move(decisionPoint))
     , submitter_(tables, cluster, metrics)
 { }
@@ -269,7 +269,7 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
         + "): " + what.substr(0, 500);
     chainFailures_.erase(chain.id);
     if (tables_.chains.transition(chain, ChainEvent::Quarantine, why)) {
-        tables_.decisions.record(chain.id, config_.policy, "quarantine", Json { { "reason", reason } }, why);
+        tables_.decisions.record(chain.id, policyName(chain), "quarantine", Json { { "reason", reason } }, why);
         logWarning("chain " + label + " " + why);
     }
 }

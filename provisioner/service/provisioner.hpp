@@ -44,7 +44,7 @@ struct AwaitingDecision {
 class Provisioner {
 public:
     Provisioner(const ServiceConfig& config, Tables& tables, Cluster& cluster, Metrics& metrics,
-        std::shared_ptr<const sim::Policy> policy, DecisionPointBuilder decisionPoint);
+        ChainPolicies policies, DecisionPointBuilder decisionPoint);
 
     // One tick; throws db::DbError or SlurmError when the database or Slurm cannot be reached.
     void tick();
@@ -127,7 +127,10 @@ private:
     Tables& tables_;
     Cluster& cluster_;
     Metrics& metrics_;
-    std::shared_ptr<const sim::Policy> policy_;
+    // The name of the policy that decides for `chain` (its own, or the service's), as decisions record it.
+    const std::string& policyName(const ChainRow& chain) const { return chain.policy ? *chain.policy : config_.policy; }
+
+    ChainPolicies policies_;
     DecisionPointBuilder decisionPoint_;
     Submitter submitter_;
     std::int64_t now_ = 0;

@@ -28,7 +28,7 @@ std::size_t Provisioner::startSubmissions(
     std::span<const SubmissionStart> starts, const ClusterQueue& queue, std::vector<DecisionInput> decisions)
 {
     if (starts.empty()) {
-        tables_.decisions.recordMany(config_.policy, decisions);
+        tables_.decisions.recordMany(decisions);
         return 0;
     }
     std::unordered_map<std::int64_t, SubmissionStore::RecordedIntent> specs; // of the chains whose intent was written
@@ -45,8 +45,9 @@ std::size_t Provisioner::startSubmissions(
         specs = tables_.submissions.recordIntents(requests);
         for (const SubmissionStart& start : starts)
             if (specs.contains(start.chain->id))
-                decisions.push_back(DecisionInput { start.chain->id, "submit", start.inputs, start.reason });
-        tables_.decisions.recordMany(config_.policy, decisions);
+                decisions.push_back(
+                    DecisionInput { start.chain->id, policyName(*start.chain), "submit", start.inputs, start.reason });
+        tables_.decisions.recordMany(decisions);
         transaction.commit();
     }
     std::vector<SubmittedJob> submitted;
@@ -102,10 +103,12 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
     for (std::size_t i = 0; i < awaiting.size(); ++i) {
         const ChainRow& chain = awaiting[i].chain;
         const sim::DecisionPoint& point = points.at(i);
+        const std::string& policyName = this->policyName(chain);
         try {
             const std::int64_t lead
                 = sim::submitLeadFor(config_.submitLead.count(), awaiting[i].current.timeLimitSeconds);
-            const bool submit = sim::firstSubmitWithLead(*policy_, { &point, 1 }, lead) == 0;
+            const bool submit
+                = sim::firstSubmitWithLead(policies_.forChain(chain.policy), { &point, 1 }, lead) == 0;
             // What the decision row says the policy saw; built only for the rows that are written.
             const auto inputs = [&] {
                 using sim::Feature;
@@ -114,9 +117,9 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
                     { "queue_ahead", at(point.features, Feature::AheadJobs) },
                     { "free_nodes", at(point.features, Feature::FreeNodes) } };
                 // What the policy expects the successor to wait: the model's, or avg's recent mean.
-                if (std::isfinite(point.meanLogWait))
+                if (sim::isLearnedPolicy(policyName) && std::isfinite(point.meanLogWait))
                     seen["predicted_wait_s"] = std::expm1(point.meanLogWait);
-                else if (config_.policy != "reactive")
+                else if (policyName != "reactive")
                     seen["predicted_wait_s"] = point.recentMeanWait;
                 return seen;
             };
@@ -128,7 +131,7 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
             waitSlots.emplace(chain.id, slot);
             if (const auto last = waitSlot_.find(chain.id); last != waitSlot_.end() && last->second == slot)
                 continue;
-            waits.push_back(DecisionInput { chain.id, "wait", inputs(), "" });
+            waits.push_back(DecisionInput { chain.id, policyName, "wait", inputs(), "" });
         } catch (const db::DbError&) {
             throw;
         } catch (const std::exception& error) {

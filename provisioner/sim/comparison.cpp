@@ -55,11 +55,6 @@ double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before
     return quantile(std::move(p), 0.5);
 }
 
-bool isLearnedPolicy(const std::string& name)
-{
-    return name == "predict" || name == "checkpoint-aware";
-}
-
 ComparisonConfig defaultComparisonConfig(
     const std::vector<Job>& trace, std::int64_t warmup, std::int64_t limit)
 {
@@ -343,7 +338,8 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     if (!(config.warmupEnd < config.split && config.split < config.evaluationEnd))
         throw std::invalid_argument("need warm-up end < split < evaluation end");
     Comparison out;
-    const bool learned = std::any_of(config.policies.begin(), config.policies.end(), isLearnedPolicy);
+    const bool learned = std::any_of(config.policies.begin(), config.policies.end(),
+        [](const std::string& name) { return isLearnedPolicy(name); });
     // Training probes stop early enough that their counterfactuals stay (mostly) before the split.
     const std::int64_t trainEnd = config.split - config.protocol.limit - config.trainingMargin;
     const std::int64_t calibrationFrom = trainEnd

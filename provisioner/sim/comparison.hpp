@@ -57,7 +57,7 @@ struct ComparisonConfig {
     // `policy-gradient` (opt-in): trained on the training period's probes, decisions every 10 min in the
     // last 24 h of the predecessor; its seed is training.seed.
     GradientOptions gradient;
-    std::vector<std::string> policies { "reactive", "avg", "predict", "checkpoint-aware" };
+    std::vector<std::string> policies { livePolicyNames.begin(), livePolicyNames.end() };
     // The metrics of a stored model (`--db-model`): the learned policies then decide by the rules
     // stored with it, as batond does, instead of rules chosen anew on this trace's training period.
     nlohmann::json storedModelMetrics;
@@ -100,8 +100,6 @@ struct Comparison {
     std::size_t chainStarts = 0; // probe moments × shapes whose first chain job started
     double sampleSeconds = 0, trainSeconds = 0, calibrateSeconds = 0, evaluateSeconds = 0, chainSeconds = 0;
 };
-
-bool isLearnedPolicy(const std::string& name);
 
 // The median recorded-priority input of the jobs submitted before `before`: what probe jobs get.
 double medianRecordedPriority(const std::vector<Job>& trace, std::int64_t before);

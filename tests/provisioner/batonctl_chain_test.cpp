@@ -143,15 +143,17 @@ private:
 
 const char* chainsDocument = R"({"chains":[
   {"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"last_handover_seq":1,
-   "chain_dir":"/c/train","retries":0,"reason":null,"current_job":123,"pending_job":124,"updated_unix":1700000000},
+   "chain_dir":"/c/train","retries":0,"reason":null,"current_job":123,"pending_job":124,"updated_unix":1700000000,
+   "policy":"checkpoint-aware","policy_from":"service"},
   {"owner":"bob","owner_uid":1001,"name":"a-much-longer-chain-name","state":"paused","seq":7,"last_handover_seq":6,
-   "chain_dir":"/c/x","retries":1,"reason":"paused by owner","current_job":99,"pending_job":null,"updated_unix":1700003600}
+   "chain_dir":"/c/x","retries":1,"reason":"paused by owner","current_job":99,"pending_job":null,"updated_unix":1700003600,
+   "policy":"reactive","policy_from":"chain"}
 ]})";
 
 const char* detailDocument = R"({
   "chain":{"owner":"alice","owner_uid":1000,"name":"train","state":"running","seq":2,"last_handover_seq":1,
            "chain_dir":"/c/train","retries":0,"reason":null,"current_job":123,"pending_job":124,
-           "updated_unix":1700000000},
+           "updated_unix":1700000000,"policy":"avg","policy_from":"chain"},
   "jobs":[
     {"seq":0,"job_id":100,"state":"COMPLETED","submit_unix":1700000000,"start_unix":1700000100,"end_unix":1700003700},
     {"seq":1,"job_id":101,"state":"COMPLETED","submit_unix":1700003000,"start_unix":1700003580,"end_unix":1700007000},
@@ -204,9 +206,12 @@ TEST_F(BatonctlChains, ChainsPrintsATable)
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(
         r.output.find(
-            "owner  name                      state    seq  current job  pending job  updated (UTC)\n"
-            "alice  train                     running  2    123          124          2023-11-14 22:13:20\n"
-            "bob    a-much-longer-chain-name  paused   7    99           -            2023-11-14 23:13:20\n"),
+            "owner  name                      state    seq  current job  pending job  policy                            "
+            "updated (UTC)\n"
+            "alice  train                     running  2    123          124          checkpoint-aware (the service's)  "
+            "2023-11-14 22:13:20\n"
+            "bob    a-much-longer-chain-name  paused   7    99           -            reactive                          "
+            "2023-11-14 23:13:20\n"),
         std::string::npos)
         << r.output;
 }
@@ -230,7 +235,7 @@ TEST_F(BatonctlChains, ShowPrintsTheChainAndItsTables)
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_EQ(
         r.output.rfind("chain alice/train\n  state running, seq 2, last handover from seq 1, retries 0\n"
-                       "  current job 123, pending job 124\n",
+                       "  current job 123, pending job 124\n  policy avg\n",
             0),
         0u)
         << r.output;
@@ -295,6 +300,29 @@ TEST_F(BatonctlChains, SubmitSendsTheScriptAndSbatchArguments)
     const auto second = json::parse(server_->received().back().body);
     EXPECT_EQ(second["workdir"], std::filesystem::current_path().string());
     EXPECT_EQ(second["sbatch_args"], json::array());
+    EXPECT_FALSE(second.contains("policy")) << "without --policy, the service's";
+
+    // --policy names the chain's own.
+    const auto own = batonctlRun({ "submit", "--chain", "train", "--policy", "reactive", script.string() });
+    ASSERT_EQ(own.exitCode, 0) << own.output;
+    EXPECT_EQ(json::parse(server_->received().back().body)["policy"], "reactive");
+}
+
+TEST_F(BatonctlChains, PolicyPostsTheChainsOwnOrNullForTheServices)
+{
+    server_->reply("POST", "/v1/chains/alice/train/policy", 200,
+        R"({"chain":{"owner":"alice","name":"train","policy":"avg","policy_from":"chain"}})");
+    const auto r = batonctlRun({ "policy", "alice/train", "avg" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_EQ(r.output, "chain alice/train: policy avg\n");
+    EXPECT_EQ(json::parse(server_->received().back().body), (json { { "policy", "avg" } }));
+
+    server_->reply("POST", "/v1/chains/alice/train/policy", 200,
+        R"({"chain":{"owner":"alice","name":"train","policy":"predict","policy_from":"service"}})");
+    const auto back = batonctlRun({ "policy", "alice/train", "default" });
+    ASSERT_EQ(back.exitCode, 0) << back.output;
+    EXPECT_EQ(back.output, "chain alice/train: policy predict (the service's)\n");
+    EXPECT_EQ(json::parse(server_->received().back().body), (json { { "policy", nullptr } }));
 }
 
 TEST_F(BatonctlChains, TransitionsPostToTheChain)

@@ -190,6 +190,15 @@ TEST(RoundTrip, ChainsJobsAndInjectionStrings)
     EXPECT_EQ(paused.reason, "paused by alice");
     EXPECT_FALSE(tables.chains.transition(paused, ChainEvent::SuccessorStarted)); // not allowed there
 
+    // Its own policy: none (the service's) until it names one; only the policies batond runs.
+    EXPECT_FALSE(paused.policy);
+    tables.chains.setPolicy(chain.id, "reactive");
+    EXPECT_EQ(tables.chains.find(chain.id)->policy, "reactive");
+    EXPECT_THROW(tables.chains.setPolicy(chain.id, "' OR '1'='1"), DbError);
+    tables.chains.setPolicy(chain.id, std::nullopt);
+    EXPECT_FALSE(tables.chains.find(chain.id)->policy);
+    EXPECT_EQ(tables.chains.create(1000, "alice", "own-policy", std::nullopt, Json::object(), "avg").policy, "avg");
+
     // A successor job, then Slurm's report of its start and end.
     ClusterJob successor = clusterJob(5000, "PENDING");
     EXPECT_TRUE(tables.jobs.upsert(chain.id, 1, successor).empty());
@@ -322,15 +331,17 @@ TEST(RoundTrip, DecisionsAndModels)
     Connection connection = migrated(freshDatabase());
     const auto chainId = addChain(connection, "bert");
     DecisionStore decisions(connection);
-    decisions.recordMany("predict", { DecisionInput { chainId, "wait", { { "remaining_s", 3600 } }, "" },
-                                        DecisionInput { chainId, "pause", { { "job_id", 78 } }, "job cancelled" } });
+    decisions.recordMany({ DecisionInput { chainId, "predict", "wait", { { "remaining_s", 3600 } }, "" },
+        DecisionInput { chainId, "reactive", "pause", { { "job_id", 78 } }, "job cancelled" } });
     EXPECT_TRUE(decisions.pausedForJob(chainId, 78));
     EXPECT_FALSE(decisions.pausedForJob(chainId, 79));
     EXPECT_THROW(decisions.record(chainId, "predict", "explode", Json::object(), ""), DbError);
-    const Json shown = ChainViews(connection).detail(*ChainStore(connection).find(chainId));
+    const Json shown = ChainViews(connection, "avg").detail(*ChainStore(connection).find(chainId));
     ASSERT_EQ(shown["decisions"].size(), 2u);
     EXPECT_EQ(shown["decisions"][0]["action"], "pause"); // the newest first
     EXPECT_EQ(shown["decisions"][0]["outcome"], "job cancelled");
+    EXPECT_EQ(shown["decisions"][0]["policy"], "reactive"); // each row its own
+    EXPECT_EQ(shown["decisions"][1]["policy"], "predict");
 
     ModelTable models(connection);
     Model model { 0, "wait-q90", 1, "xgboost", "/var/lib/baton/models/wait-q90-1.json", 0,

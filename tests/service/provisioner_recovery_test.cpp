@@ -28,13 +28,18 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
             { "tolerance_s", 600 } });
     config_.policy = "predict";
     config_.modelName = "waits";
-    const LivePolicy live = makeLivePolicy(config_, connection_);
+    const LivePolicies live = makeLivePolicies(config_, connection_);
     ASSERT_NE(live.predictor, nullptr);
-    const auto* perSize = dynamic_cast<const baton::sim::ShapeRulesPolicy*>(live.policy.get());
+    const auto* perSize = dynamic_cast<const baton::sim::ShapeRulesPolicy*>(live.policies.configured.get());
     ASSERT_NE(perSize, nullptr);
     EXPECT_EQ(
         baton::sim::describeRules(perSize->rules()), "1 node: window tau=0.65; 8 nodes: quantile q=0.25");
-    EXPECT_EQ(live.policy->name(), "predict");
+    EXPECT_EQ(live.policies.configured->name(), "predict");
+    // Every policy is there for the chains that name their own; the service's for those that do not.
+    EXPECT_EQ(live.policies.forChain("reactive").name(), "reactive");
+    EXPECT_EQ(live.policies.forChain("avg").name(), "avg");
+    EXPECT_EQ(live.policies.forChain("checkpoint-aware").name(), "checkpoint-aware");
+    EXPECT_EQ(live.policies.forChain(std::nullopt).name(), "predict");
 
     // A newer version whose rules are damaged: its quantile.
     baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
@@ -42,8 +47,8 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
             { { "predict",
                 { { "q", 0.3 },
                     { "rules", Json::array({ { { "nodes", 1 }, { "rule", "guess" } } }) } } } } } });
-    const LivePolicy fallback = makeLivePolicy(config_, connection_);
-    const auto* quantile = dynamic_cast<const baton::sim::QuantilePolicy*>(fallback.policy.get());
+    const LivePolicies fallback = makeLivePolicies(config_, connection_);
+    const auto* quantile = dynamic_cast<const baton::sim::QuantilePolicy*>(fallback.policies.configured.get());
     ASSERT_NE(quantile, nullptr);
     EXPECT_DOUBLE_EQ(quantile->q(), 0.3);
 
@@ -51,11 +56,18 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
         Json { { "evaluation", { { "checkpoint-aware", { { "q", 0.2 }, { "persist", 3 } } } } } });
     config_.policy = "checkpoint-aware";
-    const LivePolicy checkpoint = makeLivePolicy(config_, connection_);
-    const auto* persistent = dynamic_cast<const baton::sim::QuantilePolicy*>(checkpoint.policy.get());
+    const LivePolicies checkpoint = makeLivePolicies(config_, connection_);
+    const auto* persistent = dynamic_cast<const baton::sim::QuantilePolicy*>(checkpoint.policies.configured.get());
     ASSERT_NE(persistent, nullptr);
     EXPECT_DOUBLE_EQ(persistent->q(), 0.2);
     EXPECT_EQ(persistent->persist(), 3);
+
+    // Without a model of that name the learned policies decide as avg.
+    config_.modelName = "none-such";
+    const LivePolicies without = makeLivePolicies(config_, connection_);
+    EXPECT_EQ(without.predictor, nullptr);
+    EXPECT_EQ(without.policies.forChain("predict").name(), "avg");
+    EXPECT_EQ(without.policies.forChain("reactive").name(), "reactive");
 }
 
 // A checkpoint report whose values no column can hold (a user's manifest said so) is set aside with its
@@ -316,7 +328,7 @@ TEST_F(ProvisionerTest, AChainWhoseActionsKeepFailingIsQuarantinedAlone)
     tables_.handovers.start(stuck.id, 0, 45, 47, cluster_.now - 100000); // long past the handover timeout
     tables_.handovers.recordSignal(stuck.id, 0, cluster_.now - 100000);
     cluster_.uncancellable = { 45 };
-    Provisioner provisioner(config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(std::make_shared<AlwaysSubmit>()), timeOnlyDecisionPoints);
     for (int i = 0; i < Provisioner::quarantineAfterFailures; ++i) {
         EXPECT_NE(stateOf(stuck), ChainState::Quarantined) << "after " << i << " failures";
         cluster_.now += 10;

@@ -36,7 +36,7 @@ TEST_F(ProvisionerTest, HandoverThenAdvance)
     EXPECT_EQ(after.state, ChainState::Running);
     EXPECT_EQ(after.seq, 1);
     EXPECT_EQ(after.lastHandoverSeq, 0);
-    const Json detail = ChainViews(connection_).detail(after);
+    const Json detail = ChainViews(connection_, config_.policy).detail(after);
     ASSERT_EQ(detail["handovers"].size(), 1u);
     EXPECT_DOUBLE_EQ(detail["handovers"][0]["handover_s"].get<double>(), 7.0);
     EXPECT_EQ(detail["handovers"][0]["predecessor_seq"], 0);
@@ -74,7 +74,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     EXPECT_EQ(stateOf(chain), ChainState::Handover);
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
-    EXPECT_EQ(ChainViews(connection_).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
+    EXPECT_EQ(ChainViews(connection_, config_.policy).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
         "predecessor signalled TERM (steps)");
 }
 

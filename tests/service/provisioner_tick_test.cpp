@@ -29,7 +29,7 @@ TEST_F(ProvisionerTest, UnchangedJobsAreNotWrittenAndWaitsAreRecordedOncePerInte
             .int64(0, 0);
     };
     Provisioner provisioner(
-        config_, tables_, cluster_, metrics_, std::make_shared<NeverSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, ChainPolicies(std::make_shared<NeverSubmit>()), timeOnlyDecisionPoints);
     // Start at the beginning of the chain's interval.
     cluster_.now -= (cluster_.now + Provisioner::waitRecordPhase(chain.id)) % Provisioner::waitRecordSeconds;
     provisioner.tick();
@@ -74,6 +74,38 @@ TEST_F(ProvisionerTest, TheLeadTakesAtMostHalfOfAShortLimit)
     cluster_.now += 2950; // 590 s left
     tick(never);
     EXPECT_EQ(stateOf(longer), ChainState::SuccessorPending);
+}
+
+// A chain that names its own policy is decided by it, and its decisions say so; the others follow the
+// service's, and a change of a chain's policy counts from the next tick.
+TEST_F(ProvisionerTest, AChainIsDecidedByItsOwnPolicy)
+{
+    config_.policy = "avg";
+    const ChainRow own = chainWithRunningJob(31, "-own");
+    const ChainRow follower = chainWithRunningJob(32, "-follows");
+    tables_.chains.setPolicy(own.id, "predict");
+    const ChainPolicies policies(std::make_shared<NeverSubmit>(), { { "predict", std::make_shared<AlwaysSubmit>() } });
+    const auto decided = [&](const ChainRow& chain) {
+        return std::string(connection_
+            .exec(baton::db::Statement { "test_decided_by",
+                      "SELECT string_agg(policy || ':' || action, ',' ORDER BY id) FROM decisions WHERE chain_id = $1",
+                      true },
+                baton::db::Params(chain.id))
+                .text(0, 0));
+    };
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, policies, timeOnlyDecisionPoints);
+    provisioner.tick();
+    EXPECT_EQ(stateOf(own), ChainState::SuccessorPending);
+    EXPECT_EQ(stateOf(follower), ChainState::Running);
+    EXPECT_EQ(decided(own), "predict:submit");
+    EXPECT_EQ(decided(follower), "avg:wait");
+
+    // The follower names the same policy: the next tick submits its successor.
+    tables_.chains.setPolicy(follower.id, "predict");
+    cluster_.now += 30;
+    provisioner.tick();
+    EXPECT_EQ(stateOf(follower), ChainState::SuccessorPending);
+    EXPECT_EQ(decided(follower), "avg:wait,predict:submit");
 }
 
 // The tick's set-based read sees what the per-chain reads see: the current and next job and
@@ -131,7 +163,7 @@ TEST_F(ProvisionerTest, LiveChainsAreReadAgainOnlyWhenTheirRowsChanged)
         EXPECT_EQ(cache.chains.size(), fresh.size()) << "ended chains are dropped";
         EXPECT_EQ(kept.size(), fresh.size());
         for (std::size_t i = 0; i < std::min(kept.size(), fresh.size()); ++i) {
-            EXPECT_EQ(chainView(kept[i].chain), chainView(fresh[i].chain));
+            EXPECT_EQ(chainView(kept[i].chain, "avg"), chainView(fresh[i].chain, "avg"));
             EXPECT_EQ(kept[i].trainingDone, fresh[i].trainingDone);
             EXPECT_EQ(kept[i].next.has_value(), fresh[i].next.has_value());
             EXPECT_EQ(kept[i].current.has_value(), fresh[i].current.has_value());
@@ -212,7 +244,7 @@ TEST_F(ProvisionerTest, OneProvisionerFollowsAChainThroughHandover)
 {
     const ChainRow chain = chainWithRunningJob(51);
     Provisioner provisioner(
-        config_, tables_, cluster_, metrics_, std::make_shared<AlwaysSubmit>(), timeOnlyDecisionPoints);
+        config_, tables_, cluster_, metrics_, ChainPolicies(std::make_shared<AlwaysSubmit>()), timeOnlyDecisionPoints);
     provisioner.tick();
     ASSERT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
@@ -240,7 +272,7 @@ TEST_F(ProvisionerTest, CheckpointAgeGaugesFollowEachChainsNewestCheckpoint)
     const ChainRow b = chainWithRunningJob(62, "-b");
     chainWithRunningJob(63, "-c"); // no checkpoint: counts as age 0
     Provisioner provisioner(config_, tables_, cluster_, metrics_,
-        std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
+        ChainPolicies(std::make_shared<baton::sim::ReactivePolicy>()), timeOnlyDecisionPoints);
     const auto checkpoint = [&](const ChainRow& chain, int iteration, std::int64_t ago) {
         tables_.checkpoints.record(chain.id, std::nullopt,
             Json { { "name", baton::contract::checkpointDirName(static_cast<std::uint64_t>(iteration)) },
@@ -276,7 +308,7 @@ TEST_F(ProvisionerTest, EndedChainsAreRecountedWhenAChainEndsOrComesBack)
     const ChainRow history = tables_.chains.create(65534, "nobody", "history", "/chains/history", Json());
     ASSERT_TRUE(forceState(history.id, ChainState::Running, ChainState::Finished));
     Provisioner provisioner(config_, tables_, cluster_, metrics_,
-        std::make_shared<baton::sim::ReactivePolicy>(), timeOnlyDecisionPoints);
+        ChainPolicies(std::make_shared<baton::sim::ReactivePolicy>()), timeOnlyDecisionPoints);
     const auto gauge = [&](ChainState state) { return metrics_.chains(state).Value(); };
     const auto nextTick = [&] {
         cluster_.now += 30;
@@ -361,7 +393,7 @@ TEST_F(ProvisionerTest, HistoryPastTheRetentionPeriodIsPrunedInBatches)
     // One service: a full batch is followed by another prune the next tick, a partial one only
     // pruneEveryTicks later.
     config_.retentionDays = 90;
-    Provisioner service(config_, tables_, cluster_, metrics_, std::make_shared<baton::sim::ReactivePolicy>(),
+    Provisioner service(config_, tables_, cluster_, metrics_, ChainPolicies(std::make_shared<baton::sim::ReactivePolicy>()),
         timeOnlyDecisionPoints);
     const std::int64_t before = decisions();
     service.tick();
