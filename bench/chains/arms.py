@@ -124,8 +124,8 @@ class Submitter:
         if chain.arm.startswith("baton"):
             write_script(script, PRELUDE + f"exec {self.train(chain)}\n")
             result = subprocess.run(self.as_user(
-                [self.batonctl, "submit", "--chain", chain.name, "--workdir", self.work, "--server", self.url_of(),
-                 script, "--", *self.job_args(chain)]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                [self.batonctl, "submit", "--chain", chain.name, "--policy", chain.arm[len("baton-"):],
+                 "--workdir", self.work, "--server", self.url_of(), script, "--", *self.job_args(chain)]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, timeout=60)
             if result.returncode != 0:
                 raise RuntimeError(f"batonctl submit {chain.name} failed: {result.stdout}")

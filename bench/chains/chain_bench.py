@@ -12,10 +12,10 @@ run time. The scheduler runs every second, backfill every 2 s (SchedulerParamete
 queue is ordered as at a production site: slurmdbd (cluster.sh --accounting) and priority/multifactor by
 age, which counts from when a job became eligible (a job held by a dependency gains none while held).
 
-Size: NODES nodes (12); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
+Size: NODES nodes (16); a job's size is scaled from the trace's cluster (ls6: 74 nodes; Lublin: 256
 processors) to NODES, at least one node, and a fixed pseudo-random share of the jobs is kept so that the
 background offers LOAD of the cluster in the window (the window: the upper quartile of the trace's
-second half by offered load): 48 %, so that with the chains' up to 42 % (five one-node chains at a time)
+second half by offered load): 40 %, so that with the chains' up to 50 % (eight one-node chains at a time)
 the queue is offered 90 %, busy but not growing without end.
 
 Arms, each chain one node, whole (--exclusive), the same program (tests/spank_plugin/ckpt_chain_job:
@@ -32,9 +32,8 @@ Arms, each chain one node, whole (--exclusive), the same program (tests/spank_pl
   released      (full run; an experiment for baton) each job submits its successor at its start, held
                 by --dependency=afterany on it, and removes that dependency 20 s before its limit
   afterany      (experiment, --anchors) the same, never released: the successor starts at the end
-batond takes one policy at a time, so baton's policies run one after the other (phases); at the start of
-each phase (a probe moment) one chain of each anchor arm starts too, so the anchors have one chain per
-phase and every chain shares the queue with the others that run then.
+Each chain names its own policy (`batonctl submit --policy`), so every arm has one chain in each phase
+(a probe moment: three in the full run): every baton policy meets the same queue as every anchor.
 
 Measured per arm, from the jobs' own output (start, restore, final checkpoint, end) and squeue: chain
 efficiency (compute = iterations x the training's own pace, over the wall-clock from the first job's
@@ -73,7 +72,7 @@ import demo  # noqa: E402  (PostgreSQL, the cluster and batond, started as the t
 import chain_report as report  # noqa: E402
 import workload  # noqa: E402
 
-NODES, SCALE, LIMIT_MIN = 12, 120, 2
+NODES, SCALE, LIMIT_MIN = 16, 120, 2
 POLICIES = ["reactive", "avg", "predict", "checkpoint-aware"]
 TRACES = ["ls6-a100.log", "lublin_256.swf"]
 # The queue's order, as at a production site: an accounting database (slurmdbd; without one Slurm
@@ -90,17 +89,19 @@ SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=6
 SIM_AGE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end"]
 SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_AGE]
 PROFILES = {
-    # phase_s: the longest a phase waits for its baton chain; tail_s: for the anchors after the last
+    # phases: probe moments, each with a chain of every arm; phase_s: the longest a phase waits for its
+    # baton chains; tail_s: for the anchors after the last
     "full": {"traces": TRACES, "policies": POLICIES, "anchors": arms.ANCHORS + ["released"], "compute_s": 300,
-             "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
+             "phases": 3, "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "anchors": arms.ANCHORS, "compute_s": 200,
-              "phase_s": 330, "tail_s": 90, "warmup_s": 120, "train_days": 7},
+              "phases": 1, "phase_s": 330, "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
 # The queue's load: the background and the chains together offer TOTAL_LOAD of the nodes, busy and
-# steady. A phase runs baton's chain and the full run's four anchors, one node each: up to 5 of the 12
-# nodes; the background offers the rest (48 %). The same share in the quick run (its window's start).
+# steady. A phase runs a chain of each of baton's four policies and of the full run's four anchors, one
+# node each: up to 8 of the 16 nodes; the background offers the rest (40 %). The same share in the quick
+# run (its window's start).
 TOTAL_LOAD = 0.9
-LOAD = TOTAL_LOAD - (1 + len(PROFILES["full"]["anchors"])) / NODES
+LOAD = TOTAL_LOAD - (len(PROFILES["full"]["policies"]) + len(PROFILES["full"]["anchors"])) / NODES
 SUBMIT_LEAD_S = 20  # batond's floor (deploy/config: 60 s at real scale): 40 trace minutes here
 TICK_S = 1  # batond's --tick-seconds (as demo starts it), and the simulator's
 HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint and a restart
@@ -191,7 +192,6 @@ class Bench:
         self.services = demo.Services(self.state, demo.Layout.build(args.build_dir))
         self.work = f"{self.state}/work"
         self.chains = []
-        self.policy = None
         self.alone = args.part == "alone"  # the background without chains
         self.anchors = args.anchors.split(",") if args.anchors else profile["anchors"]
 
@@ -202,11 +202,12 @@ class Bench:
         # The full run's window and share of the jobs, also in the quick run (which replays its start):
         # a shorter window offers another load, and keeps another share of the backlog.
         full = PROFILES["full"]
-        replay_s = full["warmup_s"] + len(full["policies"]) * full["phase_s"] + full["tail_s"]
+        replay_s = full["warmup_s"] + full["phases"] * full["phase_s"] + full["tail_s"]
         self.load = workload.Workload(name, jobs, NODES, SCALE, replay_s * SCALE, full["warmup_s"] * SCALE,
                                       self.profile["train_days"] * 86400, LOAD)
         log(self.load.describe())
-        self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, len(self.anchors), self.out)
+        others = len(self.anchors) + len(self.profile["policies"]) - 1  # the chains beside a probe's
+        self.sim = {} if self.alone else simulate(self.services, self.load, self.profile, others, self.out)
         workload.ensure_users()
         self.services.start_slurm(NODES, conf_lines=SCHEDULER, accounting=True)
         log(f"{NODES} nodes; slurm.conf adds: {'; '.join(SCHEDULER)}")
@@ -219,25 +220,26 @@ class Bench:
         os.makedirs(f"{self.state}/chains/anchors")
         shutil.chown(f"{self.state}/chains/anchors", USER)
 
-    def set_policy(self, policy):
-        if self.policy == policy:
-            return
+    def start_batond(self):
+        """One batond for every policy: each baton chain names its own (`batonctl submit --policy`); the
+        learned ones decide with the model `simulate` stored (without one they decide as avg)."""
         demo.stop_process(self.services.batond)
-        extra = ["--model", "bench"] if policy in ("predict", "checkpoint-aware") and self.sim else []
-        self.services.start_batond(SUBMIT_LEAD_S, policy=policy, extra_args=extra)
-        self.policy = policy
+        self.services.start_batond(SUBMIT_LEAD_S, policy="checkpoint-aware",
+                                   extra_args=["--model", "bench"] if self.sim else [])
 
     def finished(self, chain):
         return any("training done" in open(p, errors="replace").read()
                    for p in report.glob.glob(f"{self.work}/{chain.name}-*.out"))
 
-    def start_chains(self, phase, policy):
+    def start_chains(self, phase):
+        """A chain of every arm; returns baton's."""
         iterations = int(self.profile["compute_s"] / 0.05)
         per_job = LIMIT_MIN * 60 - arms.MARGIN_S - 15
-        # The arms' first jobs are submitted in an order that turns with the phase: on a full queue the
-        # first one submitted gets the first free node.
-        order = [f"baton-{policy}"] + self.anchors
-        order = order[phase % len(order):] + order[:phase % len(order)]
+        # The arms' first jobs are submitted in an order that turns with the phase, by a share of the arms
+        # each time: on a full queue the first one submitted gets the first free node.
+        order = [f"baton-{policy}" for policy in self.profile["policies"]] + self.anchors
+        turn = phase * len(order) // self.profile["phases"]
+        order = order[turn:] + order[:turn]
         started = []
         for arm in order:
             chain = arms.Chain(arm, f"{arm}-p{phase}", phase, iterations)
@@ -245,7 +247,7 @@ class Bench:
             started.append(chain)
         self.chains += started
         log(f"phase {phase}: chains {', '.join(c.name for c in started)}")
-        return next(c for c in started if c.arm.startswith("baton-"))
+        return [c for c in started if c.arm.startswith("baton-")]
 
     def wait(self, chains, budget_s):
         deadline = time.monotonic() + budget_s
@@ -271,23 +273,17 @@ class Bench:
             self.stop_polling()
             return
         log(f"replaying {len(self.load.replayed())} background jobs; chains start after {self.profile['warmup_s']} s")
+        self.start_batond()
         time.sleep(self.profile["warmup_s"])
         self.probes_from = time.time()
-        for phase, policy in enumerate(self.policy_order()):
-            self.set_policy(policy)
-            baton_chain = self.start_chains(phase, policy)
-            if not self.wait([baton_chain], self.profile["phase_s"]):
-                log(f"phase {phase}: {baton_chain.name} unfinished after {self.profile['phase_s']} s")
+        for phase in range(self.profile["phases"]):
+            baton_chains = self.start_chains(phase)
+            if not self.wait(baton_chains, self.profile["phase_s"]):
+                unfinished = [c.name for c in baton_chains if not self.finished(c)]
+                log(f"phase {phase}: {', '.join(unfinished)} unfinished after {self.profile['phase_s']} s")
         self.wait([c for c in self.chains if not c.arm.startswith("baton")], self.profile["tail_s"])
         self.probes_until = time.time()
         self.stop_polling()
-
-    def policy_order(self):
-        """baton's policies one per phase; the queue fills as the run goes on, so the second trace runs
-        them in the reverse order (lublin: checkpoint-aware first), and no policy always meets the fullest
-        queue."""
-        policies = list(self.profile["policies"])
-        return policies[::-1] if os.path.basename(self.trace_path) == TRACES[1] else policies
 
     def stop_polling(self):
         self.replay.stopping.set()
@@ -411,19 +407,21 @@ class Bench:
     def simulate_probes(self):
         """The simulator at the live run's own probes: for each baton chain, `sim run` of its policy with
         one chain that starts when the live one was submitted, on the background as the live run
-        submitted it and the other chains' jobs as they ran (read by results()). Returns
-        {policy: {chain_efficiency, ..., decisions}}."""
+        submitted it and the other chains' jobs as they ran (read by results()). Returns {policy:
+        {chain_efficiency, mean_interruption_s, chains, decisions}}, pooled over the policy's chains as
+        the live table pools them (the same compute each: Σ compute / Σ elapsed), with each chain's
+        successors live and simulated in `decisions`."""
         if not self.sim:  # no predictor was stored (sim compare failed): nothing to compare with
             return {}
         window_start = self.origin + self.load.warmup / SCALE  # real time of the window's first moment
-        found = {}
+        by_policy = {}
         for chain in self.chains:
             if not chain.arm.startswith("baton-"):
                 continue
             policy = chain.arm[len("baton-"):]
             # Simulated time: the chain's submission at SIM_EPOCH, the split, so that its one probe is there.
             shift = chain.submitted_at - window_start
-            path = f"{self.out}/sim-probe-{policy}.csv"
+            path = f"{self.out}/sim-probe-{chain.name}.csv"
 
             def sim_time(t, chain=chain):
                 # Whole seconds, rounded up: a job submitted in the same second as the chain but after it
@@ -432,12 +430,19 @@ class Bench:
             workload.write_job_csv(path, self.background_as_submitted(SIM_EPOCH - shift, sim_time)
                                    + [row for _, row in self.other_chains_jobs(chain, sim_time)])
             # One probe: the first moment is the split, the next one past the trace's end.
-            handovers = f"{self.out}/sim-probe-{policy}-handovers.csv"
+            handovers = f"{self.out}/sim-probe-{chain.name}-handovers.csv"
             got = sim_policy(self.services.layout.batonctl, self.services.conninfo, path, self.profile, policy,
                              1e7, f"{self.out}/sim.log", handovers)
             if got:
-                got["decisions"] = (self.live_decisions(chain), simulated_decisions(handovers))
-                found[policy] = got
+                got["decisions"] = (chain.name, self.live_decisions(chain), simulated_decisions(handovers))
+                by_policy.setdefault(policy, []).append(got)
+        found = {}
+        for policy, chains in by_policy.items():
+            efficiencies = [c["chain_efficiency"] for c in chains]
+            found[policy] = {
+                "chain_efficiency": len(efficiencies) / sum(1 / e for e in efficiencies) if all(efficiencies) else 0.0,
+                "mean_interruption_s": sum(c["mean_interruption_s"] for c in chains) / len(chains),
+                "chains": len(chains), "decisions": [c["decisions"] for c in chains]}
         log(f"simulator, at the live probes: {found}")
         return found
 
@@ -468,11 +473,11 @@ def simulated_decisions(path):
 
 def decisions_line(sim):
     """When baton's successors were submitted and how long after their predecessor's end they started,
-    live and simulated at the same probe: where the two chains part."""
+    live and simulated at the same probe, chain by chain: where the two chains part."""
     def text(pairs):
         return ", ".join(f"{lead:.0f} s before the limit, started {gap:+.0f} s" for lead, gap in pairs) or "none"
-    parts = [f"{policy}: live {text(got['decisions'][0])}; simulated {text(got['decisions'][1])}"
-             for policy, got in sim.items() if "decisions" in got]
+    parts = [f"{name}: live {text(live)}; simulated {text(simulated)}"
+             for got in sim.values() for name, live, simulated in got.get("decisions", [])]
     return "baton's successors (submitted before the predecessor's limit, start after its end): " + \
         (" | ".join(parts) if parts else "-")
 

@@ -121,15 +121,18 @@ protected:
     static int ports_[2];
 
     // Submits a chain of 1-minute jobs as `nobody` that trains for `iterations` x 50 ms.
-    static HttpReply submitChain(int port, const std::string& name, int iterations)
+    static HttpReply submitChain(
+        int port, const std::string& name, int iterations, const std::optional<std::string>& policy = std::nullopt)
     {
         const fs::path work = base_->path() / "work";
         const std::string script = "#!/bin/bash\nexec " + std::string(CKPT_CHAIN_JOB_PATH)
             + " --total-iterations=" + std::to_string(iterations) + "\n";
-        const Json submit { { "name", name }, { "script", script }, { "workdir", work.string() },
+        Json submit { { "name", name }, { "script", script }, { "workdir", work.string() },
             { "sbatch_args",
                 { "--time=1", "--ntasks=1", "--cpus-per-task=1",
                     "--output=" + (work / "job-%j.out").string() } } };
+        if (policy)
+            submit["policy"] = *policy;
         return signedRequest(port, "POST", "/v1/chains", submit.dump(), nobody);
     }
     static bool chainFinished(const std::string& name)
@@ -249,6 +252,9 @@ void BatondService::expectChainsOfOthersHidden(int port)
             "INSERT INTO chains (owner_uid, owner_name, name) VALUES (0, 'root', 'private')");
     }
     EXPECT_EQ(signedRequest(port, "GET", "/v1/chains/root/private", "", nobody).status, 404);
+    EXPECT_EQ(
+        signedRequest(port, "POST", "/v1/chains/root/private/policy", R"({"policy": "reactive"})", nobody).status,
+        404);
     for (const char* action : { "pause", "cancel", "resubmit", "preempt" })
         EXPECT_EQ(
             signedRequest(port, "POST", std::string("/v1/chains/root/private/") + action, "", nobody).status,
@@ -263,9 +269,25 @@ void BatondService::expectChainsOfOthersHidden(int port)
         60s);
     EXPECT_EQ(paused.exitCode, 3) << paused.output;
     EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND state = 'running'"), 1);
+    EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND policy IS NULL"), 1);
     // Its owner can.
     const HttpReply own = signedRequest(port, "GET", "/v1/chains/root/private", "", 0);
     EXPECT_EQ(own.status, 200) << own.body;
+    // Choose its policy: one that batond runs, or null for the service's; anything else is refused.
+    const HttpReply chosen
+        = signedRequest(port, "POST", "/v1/chains/root/private/policy", R"({"policy": "reactive"})", 0);
+    ASSERT_EQ(chosen.status, 200) << chosen.body;
+    EXPECT_EQ(chosen.json()["chain"]["policy"], "reactive") << chosen.body;
+    EXPECT_EQ(chosen.json()["chain"]["policy_from"], "chain") << chosen.body;
+    for (const char* refused : { R"({"policy": "oracle"})", R"({"policy": 3})", R"({})", R"([])" })
+        EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/policy", refused, 0).status, 400) << refused;
+    EXPECT_EQ(count("SELECT count(*) FROM chains WHERE name = 'private' AND policy = 'reactive'"), 1);
+    const HttpReply reset = signedRequest(port, "POST", "/v1/chains/root/private/policy", R"({"policy": null})", 0);
+    ASSERT_EQ(reset.status, 200) << reset.body;
+    EXPECT_EQ(reset.json()["chain"]["policy_from"], "service") << reset.body;
+    EXPECT_EQ(count("SELECT count(*) FROM decisions d JOIN chains c ON c.id = d.chain_id"
+                    " WHERE c.name = 'private' AND d.action = 'policy'"),
+        2);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 200);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/pause", "", 0).status, 409);
     EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/root/private/cancel", "", 0).status, 200);
@@ -406,10 +428,13 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
         [&] { return count("SELECT count(*) FROM chains WHERE name = 'twice' AND withdraw_jobs") == 0; },
         60s));
 
-    // Submitted again by name: seq 1 (its job 0 holds seq 0), and its row is written like any other.
-    const HttpReply again = submitChain(port, "twice", 100000);
+    // Submitted again by name: seq 1 (its job 0 holds seq 0), and its row is written like any other; the
+    // request's policy is the chain's from now on.
+    EXPECT_EQ(submitChain(port, "twice", 100000, "oracle").status, 400);
+    const HttpReply again = submitChain(port, "twice", 100000, "avg");
     ASSERT_EQ(again.status, 201) << again.body << batond.log();
     EXPECT_EQ(again.json()["chain"]["seq"], 1) << again.body;
+    EXPECT_EQ(again.json()["chain"]["policy"], "avg") << again.body;
     EXPECT_TRUE(waitFor(
         [&] {
             return count("SELECT count(*) FROM jobs j JOIN chains c ON c.id = j.chain_id"
