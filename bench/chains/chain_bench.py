@@ -90,7 +90,7 @@ SIM_AGE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end
 SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_AGE]
 PROFILES = {
     # phases: probe moments, each with a chain of every arm; phase_s: the longest a phase waits for its
-    # baton chains; tail_s: for the anchors after the last
+    # baton chains; tail_s: for every chain still running after the last
     "full": {"traces": TRACES, "policies": POLICIES, "anchors": arms.ANCHORS + ["released"], "compute_s": 300,
              "phases": 3, "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "anchors": arms.ANCHORS, "compute_s": 200,
@@ -281,7 +281,9 @@ class Bench:
             if not self.wait(baton_chains, self.profile["phase_s"]):
                 unfinished = [c.name for c in baton_chains if not self.finished(c)]
                 log(f"phase {phase}: {', '.join(unfinished)} unfinished after {self.profile['phase_s']} s")
-        self.wait([c for c in self.chains if not c.arm.startswith("baton")], self.profile["tail_s"])
+        # Every chain still running (the anchors, and baton's chains of a phase that ran out of time) gets
+        # the tail to finish.
+        self.wait(self.chains, self.profile["tail_s"])
         self.probes_until = time.time()
         self.stop_polling()
 
