@@ -33,7 +33,7 @@ Arms, each chain one node, whole (--exclusive), the same program (tests/spank_pl
                 by --dependency=afterany on it, and removes that dependency 20 s before its limit
   afterany      (experiment, --anchors) the same, never released: the successor starts at the end
 Each chain names its own policy (`batonctl submit --policy`), so every arm has one chain in each phase
-(a probe moment: three in the full run): every baton policy meets the same queue as every anchor.
+(a probe moment: four in the full run): every baton policy meets the same queue as every anchor.
 
 Measured per arm, from the jobs' own output (start, restore, final checkpoint, end) and squeue: chain
 efficiency (compute = iterations x the training's own pace, over the wall-clock from the first job's
@@ -92,7 +92,7 @@ PROFILES = {
     # phases: probe moments, each with a chain of every arm; phase_s: the longest a phase waits for its
     # baton chains; tail_s: for every chain still running after the last
     "full": {"traces": TRACES, "policies": POLICIES, "anchors": arms.ANCHORS + ["released"], "compute_s": 300,
-             "phases": 3, "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
+             "phases": 4, "phase_s": 480, "tail_s": 240, "warmup_s": 120, "train_days": 20},
     "quick": {"traces": TRACES[:1], "policies": ["checkpoint-aware"], "anchors": arms.ANCHORS, "compute_s": 200,
               "phases": 1, "phase_s": 330, "tail_s": 90, "warmup_s": 120, "train_days": 7},
 }
