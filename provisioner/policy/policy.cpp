@@ -34,6 +34,14 @@ bool isLivePolicy(std::string_view name)
     return std::find(livePolicyNames.begin(), livePolicyNames.end(), name) != livePolicyNames.end();
 }
 
+std::string livePolicyList()
+{
+    std::string list;
+    for (const std::string_view name : livePolicyNames)
+        list += (list.empty() ? "" : ", ") + std::string(name);
+    return list;
+}
+
 bool isLearnedPolicy(std::string_view name)
 {
     return name == "predict" || name == "checkpoint-aware";
@@ -44,7 +52,8 @@ std::int64_t submitLeadFor(std::int64_t lead, std::int64_t limitSeconds)
     return limitSeconds > 0 ? std::min(lead, limitSeconds / 2) : lead;
 }
 
-std::size_t firstSubmitWithLead(const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead)
+std::size_t firstSubmitWithLead(
+    const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead)
 {
     const std::size_t first = policy.firstSubmit(points);
     if (lead <= 0 || policy.name() == "reactive")

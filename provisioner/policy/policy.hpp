@@ -17,8 +17,11 @@
 namespace baton::sim {
 
 // The policies batond runs: the service's configured one, and any a chain names for itself.
-inline constexpr std::array<std::string_view, 4> livePolicyNames { "reactive", "avg", "predict", "checkpoint-aware" };
+inline constexpr std::array<std::string_view, 4> livePolicyNames { "reactive", "avg", "predict",
+    "checkpoint-aware" };
 bool isLivePolicy(std::string_view name);
+// "reactive, avg, predict, checkpoint-aware", for messages that list them.
+std::string livePolicyList();
 // Those whose decisions come from a fitted wait model.
 bool isLearnedPolicy(std::string_view name);
 
@@ -54,7 +57,8 @@ public:
 // job hands over, so a lead near the limit would end every job of a short-limit chain before it trained.
 std::int64_t submitLeadFor(std::int64_t lead, std::int64_t limitSeconds);
 // policy.firstSubmit(points), or the first tick within `lead` of the end if that comes earlier.
-std::size_t firstSubmitWithLead(const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead);
+std::size_t firstSubmitWithLead(
+    const Policy& policy, std::span<const DecisionPoint> points, std::int64_t lead);
 
 // Mirage's baseline: submit when the predecessor ends.
 class ReactivePolicy final : public Policy {

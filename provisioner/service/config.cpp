@@ -56,7 +56,7 @@ LogLevel parseLogLevel(const std::string& text, const std::string& key)
 std::string parsePolicy(const std::string& text, const std::string& key)
 {
     if (!sim::isLivePolicy(text))
-        throw ConfigError(key + ": '" + text + "' is not one of reactive, avg, predict, checkpoint-aware");
+        throw ConfigError(key + ": '" + text + "' is not one of " + sim::livePolicyList());
     return text;
 }
 

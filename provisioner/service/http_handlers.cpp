@@ -31,6 +31,12 @@ struct NewChain {
     std::optional<std::string> policy; // its own; none: the service's
 };
 
+// Who asked for a change of a chain, as its decision row records it.
+Json requestedBy(const Caller& caller)
+{
+    return Json { { "by", caller.userName }, { "operator", caller.isOperator } };
+}
+
 // A chain's own policy as a request gives it: one that batond runs, or null (absent) for the service's.
 std::optional<std::string> policyOf(const Json& body)
 {
@@ -38,7 +44,7 @@ std::optional<std::string> policyOf(const Json& body)
     if (given == body.end() || given->is_null())
         return std::nullopt;
     if (!given->is_string() || !sim::isLivePolicy(given->get<std::string>()))
-        throw std::invalid_argument("'policy' must be null or one of reactive, avg, predict, checkpoint-aware");
+        throw std::invalid_argument("'policy' must be null or one of " + sim::livePolicyList());
     return given->get<std::string>();
 }
 
@@ -320,8 +326,8 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
             tables.chains.transition(*now, ChainEvent::RetryBudgetSpent, "sbatch refused its job: " + why);
         throw HttpError(502, "sbatch refused the job: " + why);
     }
-    reply(
-        response, 201, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) }, { "job_id", *jobId } });
+    reply(response, 201,
+        Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) }, { "job_id", *jobId } });
 }
 
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -330,7 +336,7 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     Tables tables(*lease);
     const ChainRow chain = findChain(tables, request, caller);
     const std::string action = request.matches[3];
-    const Json who { { "by", caller.userName }, { "operator", caller.isOperator } };
+    const Json who = requestedBy(caller);
     const ChainEvent event = eventOfAction(action);
     // The state machine's table decides; every write below is fenced on the state and seq read
     // above, so a request that raced the tick or another request is refused, not half applied.
@@ -346,11 +352,13 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) } });
 }
 
-void HttpApi::setChainPolicy(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::setChainPolicy(
+    const httplib::Request& request, httplib::Response& response, const Caller& caller)
 {
     const Json body = parseBoundedJson(request.body, config_.maxJsonDepth);
     if (!body.is_object() || !body.contains("policy"))
-        throw std::invalid_argument("expected an object with 'policy' (a policy's name, or null for the service's)");
+        throw std::invalid_argument(
+            "expected an object with 'policy' (a policy's name, or null for the service's)");
     const std::optional<std::string> policy = policyOf(body);
     auto lease = pool_.borrow();
     Tables tables(*lease);
@@ -358,9 +366,9 @@ void HttpApi::setChainPolicy(const httplib::Request& request, httplib::Response&
     // The next tick decides by it, whatever the chain's state; the change is on the chain's record.
     db::Transaction transaction(*lease);
     tables.chains.setPolicy(chain.id, policy);
-    tables.decisions.record(chain.id, "user", "policy",
-        Json { { "by", caller.userName }, { "operator", caller.isOperator }, { "policy", policy ? Json(*policy) : Json() } },
-        "requested");
+    Json inputs = requestedBy(caller);
+    inputs["policy"] = policy ? Json(*policy) : Json();
+    tables.decisions.record(chain.id, "user", "policy", inputs, "requested");
     transaction.commit();
     reply(response, 200, Json { { "chain", chainView(*tables.chains.find(chain.id), config_.policy) } });
 }
