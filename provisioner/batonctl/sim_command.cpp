@@ -58,6 +58,10 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "48")
         .option("interval-hours", "H", "spacing of probes", "4")
         .option("tick-seconds", "S", "how often the policies decide (batond's --tick-seconds)", "60")
+        .option("sample-every-hours", "H",
+            "the predictor's training rows: a successor's wait every H hours of each\n"
+            "training probe's predecessor run, from its start (a multiple of the tick)",
+            "3")
         .option("submit-lead-seconds", "S",
             "batond's --submit-lead-seconds: every policy but reactive submits by S s\n"
             "before the limit at the latest, S at most half the limit (0: Mirage's protocol)",
@@ -101,7 +105,12 @@ void addComparisonOptions(ctl::CommandSpec& spec)
         .option(
             "db-save", "NAME", "store the trained predictor, with its metrics, as the next version of NAME")
         .option("database", "CONNINFO", "for --db-*: else $BATON_DATABASE, else the PG* environment")
-        .option("seed", "N", "training seed", "0");
+        .option("seed", "N", "training seed", "0")
+        .option("wait-offset", "none|recent",
+            "what the trained predictor's trees predict the log-wait relative to: nothing,\n"
+            "or the queue's recent mean wait (its predictions then follow a queue that\n"
+            "grows beyond anything in the training period)",
+            "none");
 }
 
 const std::vector<ctl::Subcommand>& simCommands()

@@ -234,6 +234,10 @@ ComparisonConfig comparisonFrom(
         throw std::invalid_argument("--tick-seconds must lie between 1 and the limit");
     if (c.protocol.submitLead < 0)
         throw std::invalid_argument("--submit-lead-seconds must not be negative");
+    const double sampleEveryHours = o.number("sample-every-hours");
+    c.sampleEvery = static_cast<std::int64_t>(std::llround(sampleEveryHours * 3600));
+    if (!(sampleEveryHours > 0) || c.sampleEvery < 1 || c.sampleEvery % c.protocol.tick != 0)
+        throw std::invalid_argument("--sample-every-hours must be a positive multiple of --tick-seconds");
     c.protocol.shapes = o.positiveIntegers("shapes");
     c.tolerance = o.number("tolerance-seconds");
     c.handoverSeconds = o.number("handover-seconds");
@@ -257,6 +261,10 @@ ComparisonConfig comparisonFrom(
             + std::to_string(c.protocol.limit / 3600) + " h)");
     c.protocol.successorMinLimit = static_cast<std::int64_t>(timeMinHours * 3600);
     c.training.seed = static_cast<unsigned>(o.number("seed"));
+    const std::string offset = o.text("wait-offset");
+    if (offset != "none" && offset != "recent")
+        throw std::invalid_argument("--wait-offset must be none or recent, not '" + offset + "'");
+    c.training.offset = offset == "recent" ? WaitOffset::RecentWait : WaitOffset::None;
     const double chainDays = o.number("chain-days");
     if (!(chainDays >= 0 && chainDays <= 365))
         throw std::invalid_argument("--chain-days must lie between 0 and 365");

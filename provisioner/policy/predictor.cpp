@@ -25,14 +25,34 @@ void check(int rc, const char* what)
 
 using Matrix = std::unique_ptr<void, int (*)(DMatrixHandle)>;
 
-Matrix makeMatrix(std::span<const Features> rows)
+// Each row's base margin: log1p of its recent mean wait in seconds, or none.
+std::vector<float> offsetsOf(std::span<const Features> rows, WaitOffset offset)
+{
+    std::vector<float> margins;
+    if (offset == WaitOffset::None)
+        return margins;
+    for (const Features& row : rows)
+        margins.push_back(static_cast<float>(
+            std::log1p(std::max(0.0, static_cast<double>(at(row, Feature::RecentMeanWaitHours)) * 3600.0))));
+    return margins;
+}
+
+Matrix makeMatrix(std::span<const Features> rows, WaitOffset offset)
 {
     DMatrixHandle h = nullptr;
     check(XGDMatrixCreateFromMat(
               rows.empty() ? nullptr : rows.front().data(), rows.size(), featureCount, std::nanf(""), &h),
         "creating a matrix");
-    return Matrix(h, XGDMatrixFree);
+    Matrix matrix(h, XGDMatrixFree);
+    if (const auto margins = offsetsOf(rows, offset); !margins.empty())
+        check(XGDMatrixSetFloatInfo(h, "base_margin", margins.data(), margins.size()), "setting offsets");
+    return matrix;
 }
+
+constexpr std::pair<WaitOffset, const char*> offsetNames[] {
+    { WaitOffset::None, "none" },
+    { WaitOffset::RecentWait, "recent_mean_wait" },
+};
 
 std::shared_ptr<void> makeBooster(DMatrixHandle train)
 {
@@ -42,11 +62,11 @@ std::shared_ptr<void> makeBooster(DMatrixHandle train)
     return std::shared_ptr<void>(h, XGBoosterFree);
 }
 
-std::vector<double> predictWith(void* booster, std::span<const Features> rows)
+std::vector<double> predictWith(void* booster, std::span<const Features> rows, WaitOffset offset)
 {
     if (rows.empty())
         return {};
-    auto m = makeMatrix(rows);
+    auto m = makeMatrix(rows, offset);
     bst_ulong n = 0;
     const float* out = nullptr;
     // XGBoosterPredict returns a buffer the booster owns and the C API does not promise that concurrent
@@ -74,10 +94,11 @@ WaitPredictor WaitPredictor::train(std::span<const WaitSample> samples, const Tr
         y.push_back(static_cast<float>(std::log1p(std::max(s.waitSeconds, 0.0))));
     }
     const std::span<const Features> trainRows(x.data(), nTrain);
-    auto dtrain = makeMatrix(trainRows);
+    auto dtrain = makeMatrix(trainRows, options.offset);
     check(XGDMatrixSetFloatInfo(dtrain.get(), "label", y.data(), nTrain), "setting labels");
 
     WaitPredictor p;
+    p.offset_ = options.offset;
     p.booster_ = makeBooster(dtrain.get());
     const std::pair<const char*, std::string> params[] = {
         { "objective", "reg:squarederror" },
@@ -96,7 +117,7 @@ WaitPredictor WaitPredictor::train(std::span<const WaitSample> samples, const Tr
 
     // Calibrate the residual distribution on the held-out (later) rows.
     const std::span<const Features> heldRows(x.data() + nTrain, heldOut);
-    const auto mu = predictWith(p.booster_.get(), heldRows);
+    const auto mu = predictWith(p.booster_.get(), heldRows, p.offset_);
     std::vector<double> residuals, absLog;
     for (std::size_t i = 0; i < heldOut; ++i) {
         const double r = y[nTrain + i] - mu[i];
@@ -125,7 +146,7 @@ WaitPredictor WaitPredictor::train(std::span<const WaitSample> samples, const Tr
 
 std::vector<double> WaitPredictor::predictLog(std::span<const Features> rows) const
 {
-    return predictWith(booster_.get(), rows);
+    return predictWith(booster_.get(), rows, offset_);
 }
 
 double WaitPredictor::quantileSeconds(double meanLog, double q) const
@@ -160,8 +181,12 @@ nlohmann::json WaitPredictor::toJson() const
     check(XGBoosterSaveModelToBuffer(booster_.get(), R"({"format": "json"})", &len, &buf), "saving");
     nlohmann::json doc;
     doc["format"] = "baton-wait-predictor";
-    doc["version"] = 1;
+    // Version 2 marks a relative model, so that a reader that knows only version 1 refuses it.
+    doc["version"] = offset_ == WaitOffset::None ? 1 : 2;
     doc["target"] = "log1p(wait_seconds)";
+    for (const auto& [value, name] : offsetNames)
+        if (value == offset_)
+            doc["offset"] = name;
     doc["features"] = featureNames;
     doc["residual_quantiles"] = residualQuantiles_;
     doc["metrics"] = {
@@ -180,12 +205,19 @@ WaitPredictor WaitPredictor::fromJson(const nlohmann::json& doc)
 {
     if (!doc.is_object() || doc.value("format", "") != "baton-wait-predictor")
         throw std::runtime_error("not a baton wait-predictor model");
-    if (doc.value("version", 0) != 1)
+    const int version = doc.value("version", 0);
+    if (version != 1 && version != 2)
         throw std::runtime_error("unsupported wait-predictor model version");
+    WaitPredictor p;
+    const std::string offset = doc.value("offset", std::string("none"));
+    const auto known = std::find_if(std::begin(offsetNames), std::end(offsetNames),
+        [&](const auto& entry) { return offset == entry.second; });
+    if (known == std::end(offsetNames) || (version == 2) != (known->first != WaitOffset::None))
+        throw std::runtime_error("unsupported wait-predictor offset '" + offset + "'");
+    p.offset_ = known->first;
     if (doc.at("features").get<std::vector<std::string>>()
         != std::vector<std::string>(featureNames.begin(), featureNames.end()))
         throw std::runtime_error("the model was trained on different features");
-    WaitPredictor p;
     p.residualQuantiles_ = doc.at("residual_quantiles").get<std::vector<double>>();
     if (p.residualQuantiles_.size() != residualSteps)
         throw std::runtime_error("the model's residual quantiles are incomplete");

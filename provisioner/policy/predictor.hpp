@@ -3,6 +3,12 @@
 // xgboost 1.7 has no quantile objective ('reg:quantileerror' arrived in 2.0), so the q-quantile of the
 // wait is exp(mean log-wait + residual q-quantile) - 1: a conditional location model with a
 // calibrated, shared residual distribution.
+//
+// Trees cannot predict beyond the waits they were trained on: a queue that grows past its training
+// period gets waits capped at the longest seen. Trained relative to the recent wait
+// (WaitOffset::RecentWait), the trees learn log1p(wait) - log1p(recent mean wait), the offset fed to
+// xgboost as each row's base margin, so that a prediction moves with the queue's recent level beyond
+// anything seen in training.
 #pragma once
 
 #include "features.hpp"
@@ -21,7 +27,11 @@ struct WaitSample {
     double waitSeconds = 0;
 };
 
+// What the trees predict the log-wait relative to: nothing, or the row's recent mean wait.
+enum class WaitOffset { None, RecentWait };
+
 struct TrainOptions {
+    WaitOffset offset = WaitOffset::None;
     int rounds = 200;
     int maxDepth = 6;
     double learningRate = 0.05;
@@ -57,10 +67,12 @@ public:
     // 0.01-0.99, so the answer does too, clamped at the ends.
     double probabilityAtMost(double meanLog, double seconds) const;
     const PredictorMetrics& metrics() const { return metrics_; }
+    WaitOffset offset() const { return offset_; }
 
 private:
     WaitPredictor() = default;
     std::shared_ptr<void> booster_;
+    WaitOffset offset_ = WaitOffset::None;
     std::vector<double> residualQuantiles_; // at q = 0.01, 0.02, ..., 0.99
     PredictorMetrics metrics_;
 };

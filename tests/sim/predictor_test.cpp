@@ -117,3 +117,56 @@ TEST(Predictor, RejectsBadFilesClearly)
     EXPECT_THROW(model.save(dir.path() / "no-such-dir" / "model.json"), std::runtime_error);
     EXPECT_FALSE(std::filesystem::exists(dir.path() / "no-such-dir"));
 }
+
+// Waits that follow the queue's recent level: a tree predicts no wait beyond those it was trained on,
+// a model relative to the recent wait follows the level past them.
+TEST(Predictor, RelativeToTheRecentWaitFollowsAQueueThatGrows)
+{
+    std::mt19937 rng(6);
+    std::uniform_real_distribution<double> level(60, 600); // the recent mean wait in training: 1-10 min
+    std::normal_distribution<double> noise(0, 0.2);
+    std::vector<WaitSample> samples;
+    for (int i = 0; i < 2000; ++i) {
+        WaitSample s;
+        const double recent = level(rng);
+        at(s.x, Feature::Nodes) = 1;
+        at(s.x, Feature::RecentMeanWaitHours) = static_cast<float>(recent / 3600);
+        s.waitSeconds = std::expm1(std::log1p(2 * recent) + noise(rng));
+        samples.push_back(s);
+    }
+    TrainOptions relative = quick();
+    relative.offset = WaitOffset::RecentWait;
+    const auto plain = WaitPredictor::train(samples, quick());
+    const auto followed = WaitPredictor::train(samples, relative);
+    EXPECT_EQ(followed.offset(), WaitOffset::RecentWait);
+
+    Features inRange {}, beyond {};
+    at(inRange, Feature::Nodes) = at(beyond, Feature::Nodes) = 1;
+    at(inRange, Feature::RecentMeanWaitHours) = 300.0f / 3600;
+    at(beyond, Feature::RecentMeanWaitHours) = 3000.0f / 3600; // five times the longest trained on
+    const std::vector<Features> rows { inRange, beyond };
+    const auto plainLog = plain.predictLog(rows);
+    const auto followedLog = followed.predictLog(rows);
+    // Within the training range both predict about twice the recent wait.
+    EXPECT_NEAR(plain.quantileSeconds(plainLog[0], 0.5), 600, 120);
+    EXPECT_NEAR(followed.quantileSeconds(followedLog[0], 0.5), 600, 120);
+    // Beyond it the plain trees stay at the longest waits they saw (~1,200 s); the relative model does not.
+    EXPECT_LT(plain.quantileSeconds(plainLog[1], 0.5), 1500);
+    EXPECT_NEAR(followed.quantileSeconds(followedLog[1], 0.5), 6000, 1500);
+
+    // The offset is part of the model: a file keeps it and predicts the same.
+    baton::test::TempDir dir("baton-sim-model");
+    followed.save(dir.path() / "relative.json");
+    const auto loaded = WaitPredictor::load(dir.path() / "relative.json");
+    EXPECT_EQ(loaded.offset(), WaitOffset::RecentWait);
+    EXPECT_FLOAT_EQ(static_cast<float>(loaded.predictLog(rows)[1]), static_cast<float>(followedLog[1]));
+    auto doc = followed.toJson();
+    EXPECT_EQ(doc["version"], 2);
+    EXPECT_EQ(doc["offset"], "recent_mean_wait");
+    doc["offset"] = "tomorrow's weather";
+    EXPECT_THROW(WaitPredictor::fromJson(doc), std::runtime_error);
+    doc["version"] = 1; // a version-1 reader would ignore the offset: version 1 never carries one
+    doc["offset"] = "recent_mean_wait";
+    EXPECT_THROW(WaitPredictor::fromJson(doc), std::runtime_error);
+    EXPECT_EQ(plain.toJson()["version"], 1);
+}

@@ -223,6 +223,21 @@ TEST(SimCommand, CompareWritesTableCsvAndPlotThenRunReusesTheModel)
     EXPECT_NE(again.output.find("predict"), std::string::npos);
 }
 
+TEST(SimCommand, TrainsThePredictorRelativeToTheRecentWait)
+{
+    baton::test::TempDir dir("baton-sim-cmd");
+    const auto out = (dir.path() / "out").string();
+    const auto r = run({ batonctl(), "sim", "compare", "--trace", trace(), "--nodes", "16", "--shapes", "1",
+        "--interval-hours", "12", "--chain-days", "0", "--sample-every-hours", "1", "--wait-offset", "recent",
+        "--out", out });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("; relative to the recent mean wait"), std::string::npos) << r.output;
+    std::ifstream model(dir.path() / "out/wait-predictor.json");
+    const auto doc = nlohmann::json::parse(model);
+    EXPECT_EQ(doc["version"], 2);
+    EXPECT_EQ(doc["offset"], "recent_mean_wait");
+}
+
 TEST(SimCommand, RunsTheHindsightBound)
 {
     // The bound simulates the queue once per minute of every probe: few probes keep it quick.
@@ -447,6 +462,11 @@ TEST(SimCommand, BadInputGivesClearErrors)
         "--predict-objective must be within or mean, not 'median'");
     expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--predict-overlap-seconds", "-1" }, 2,
         "--predict-overlap-seconds must not be negative");
+    expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--wait-offset", "yesterday" }, 2,
+        "--wait-offset must be none or recent, not 'yesterday'");
+    for (const char* every : { "0", "0.01" }) // none; 36 s, not a multiple of the 60-s tick
+        expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--sample-every-hours", every }, 2,
+            "--sample-every-hours must be a positive multiple of --tick-seconds");
     for (const auto* command : { "fit", "compare" })
         expectFailure({ batonctl(), "sim", command, "--trace", trace(), "--nodes", "16", "--held-age-from",
                           "eligible" },
