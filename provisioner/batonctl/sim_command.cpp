@@ -92,6 +92,10 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "chain efficiency: a training of D days of compute as limit-length jobs from\n"
             "every probe moment, one chain per policy (0: skip)",
             "7")
+        .option("successors-in-flight", "N",
+            "chains: successors kept in the queue at once (1 or 2; with 2, while one waits\n"
+            "the policy decides on the next as for a predecessor ending one limit later)",
+            "1")
         .option("handovers", "FILE",
             "write every simulated chain's successors (policy, chain, job, submitted, started,\n"
             "the predecessor's limit and end; epoch seconds) as CSV")

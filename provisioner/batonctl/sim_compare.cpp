@@ -39,7 +39,8 @@ void printChainTable(const Comparison& r, const ComparisonConfig& config, std::o
     out << "chains: " << config.chain.compute / 86400.0 << " days of compute as "
         << config.protocol.limit / 3600.0 << " h jobs from each probe moment before "
         << formatDate(std::min(config.evaluationEnd, config.chainEnd)) << " (" << r.chainStarts
-        << " per policy); handover " << config.chain.handover << " s\n";
+        << " per policy); handover " << config.chain.handover << " s"
+        << (config.chain.successorsInFlight > 1 ? "; two successors in flight" : "") << '\n';
     char line[256];
     std::snprintf(line, sizeof line, "%-17s %7s %11s %9s %6s %12s %10s", "policy", "chains", "efficiency%",
         "worst%", "jobs", "idle(node-h)", "unfinished");

@@ -272,6 +272,10 @@ ComparisonConfig comparisonFrom(
     if (c.chains) {
         c.chain.compute = static_cast<std::int64_t>(chainDays * 86400);
         c.chain.handover = static_cast<std::int64_t>(c.handoverSeconds);
+        const double inFlight = o.number("successors-in-flight");
+        if (inFlight != 1 && inFlight != 2)
+            throw std::invalid_argument("--successors-in-flight must be 1 or 2");
+        c.chain.successorsInFlight = static_cast<int>(inFlight);
         c.chainEnd = trace.back().submit - c.chain.compute - c.protocol.limit;
         if (c.handoverSeconds >= static_cast<double>(c.protocol.limit))
             throw std::invalid_argument("--handover-seconds must be shorter than the limit");

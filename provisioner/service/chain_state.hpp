@@ -7,6 +7,8 @@
 //      │  └─job ended, no successor: resubmit─┘    └─successor withdrawn or          │
 //      │                                             sbatch failed: back to running  │
 //      └─────────────predecessor ended (or successor started after it)───────────────┘
+//   successor_pending ──the policy queues a second successor behind the first──> successor_pending
+//      (successors_in_flight = 2; when the first becomes the current job the second is its successor)
 //   running, successor_pending, handover ──pause──> paused ──resume──> running
 //   the current job ended and its owner submitted the next by hand: adopted, running
 //   a chain whose step keeps failing ──> quarantined (reason kept) ──resume or resubmit──> running
@@ -67,6 +69,7 @@ constexpr bool isTerminal(ChainState state)
 // What moves a chain: the tick's findings and what owners and operators ask for.
 enum class ChainEvent {
     SubmitSuccessor, // the policy (or an ended job) starts the next job's submission
+    QueueSecondSuccessor, // while the successor waits, the policy submits the job after it too
     SuccessorFound, // a live successor exists while the chain runs (e.g. after a resume)
     SuccessorWithdrawn, // the successor ended without running, or its sbatch failed
     SuccessorStarted, // the successor runs while the predecessor does: hand over
@@ -83,8 +86,9 @@ enum class ChainEvent {
     Preempt, // ask the current job to checkpoint and exit (no change of state)
 };
 
-inline constexpr std::array<std::pair<ChainEvent, std::string_view>, 15> chainEventNames { {
+inline constexpr std::array<std::pair<ChainEvent, std::string_view>, 16> chainEventNames { {
     { ChainEvent::SubmitSuccessor, "submit_successor" },
+    { ChainEvent::QueueSecondSuccessor, "queue_second_successor" },
     { ChainEvent::SuccessorFound, "successor_found" },
     { ChainEvent::SuccessorWithdrawn, "successor_withdrawn" },
     { ChainEvent::SuccessorStarted, "successor_started" },
@@ -137,8 +141,9 @@ inline constexpr ChainStates ended { S::Finished, S::Failed, S::Cancelled };
 } // namespace detail
 
 // The whole state machine. Every compare-and-set of chains.state takes its allowed "from" states here.
-inline constexpr std::array<ChainTransition, 15> chainTransitions { {
+inline constexpr std::array<ChainTransition, 16> chainTransitions { {
     { detail::E::SubmitSuccessor, { detail::S::Running }, detail::S::SuccessorPending },
+    { detail::E::QueueSecondSuccessor, { detail::S::SuccessorPending }, std::nullopt },
     { detail::E::SuccessorFound, { detail::S::Running }, detail::S::SuccessorPending },
     { detail::E::SuccessorWithdrawn, { detail::S::SuccessorPending }, detail::S::Running },
     { detail::E::SuccessorStarted, { detail::S::SuccessorPending }, detail::S::Handover },

@@ -27,6 +27,12 @@ bool failedState(const std::string& state)
 // Ends that slurmctld gives a job whose node failed under it or never booted: not the chain's doing.
 bool nodeFailure(const std::string& state) { return state == "NODE_FAIL" || state == "BOOT_FAIL"; }
 
+// A submission still meant to run: a cancelled or failed one's job is history.
+bool isLive(const std::optional<SubmissionRow>& submission)
+{
+    return submission && (submission->state == "intent" || submission->state == "submitted");
+}
+
 } // namespace
 
 std::optional<ClusterJob> Provisioner::refreshJob(const ChainRow& chain, int seq, const ClusterQueue& queue,
@@ -216,8 +222,16 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
     if (job && !job->ended()) {
         cluster_.cancel(job->id, chain.ownerUid);
     }
-    tables_.submissions.markState(chain.id, chain.seq + 1, "cancelled", why);
+    tables_.submissions.markState(chain.id, next->seq, "cancelled", why);
     return true;
+}
+
+// Both successors of a chain, the second first (it follows the first; never the other way round).
+bool Provisioner::withdrawSuccessors(
+    const LiveChain& live, const ClusterQueue& queue, const std::string& why, bool evenIfStarted)
+{
+    return withdrawSuccessor(live.chain, live.second, queue, why, evenIfStarted)
+        && withdrawSuccessor(live.chain, live.next, queue, why, evenIfStarted);
 }
 
 // Signals the predecessor of a handover to checkpoint and exit; recorded only once scancel delivered it,
@@ -255,19 +269,25 @@ void Provisioner::step(LiveChain live, const ClusterQueue& queue, std::vector<Aw
     const auto current = refreshJob(chain, chain.seq, queue, live.jobs, live.current);
     if (chain.state == ChainState::Paused) {
         // Paused means no job after the current one: a successor not yet running is withdrawn.
-        withdrawSuccessor(chain, live.next, queue, "chain paused", false);
+        withdrawSuccessors(live, queue, "chain paused", false);
         return;
     }
     // Only a submission still meant to run has a successor: a cancelled or failed one's job is history.
-    const bool nextLive = live.next && (live.next->state == "intent" || live.next->state == "submitted");
     const auto successor
-        = nextLive ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
+        = isLive(live.next) ? refreshJob(chain, chain.seq + 1, queue, live.jobs, live.next) : std::nullopt;
+    // A second successor is only ever queued behind a waiting first one (successors_in_flight = 2).
+    const auto second
+        = isLive(live.second) ? refreshJob(chain, chain.seq + 2, queue, live.jobs, live.second) : std::nullopt;
     switch (chain.state) {
     case ChainState::Running:
+        if (isLive(live.second)) { // it followed a successor that is gone: nothing for it to follow
+            withdrawSuccessor(chain, live.second, queue, "the successor it followed is gone", true);
+            return;
+        }
         stepRunning(live, current, successor, queue, awaiting);
         return;
     case ChainState::SuccessorPending:
-        stepSuccessorPending(live, current, successor, queue);
+        stepSuccessorPending(live, current, successor, second, queue, awaiting);
         return;
     case ChainState::Handover:
         stepHandover(live, current, successor);
@@ -313,14 +333,15 @@ void Provisioner::stepRunning(LiveChain& live, const std::optional<ClusterJob>& 
 }
 
 void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<ClusterJob>& current,
-    const std::optional<ClusterJob>& successor, const ClusterQueue& queue)
+    const std::optional<ClusterJob>& successor, const std::optional<ClusterJob>& second,
+    const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting)
 {
     const ChainRow& chain = live.chain;
     const std::string label = chain.ownerName + "/" + chain.name;
     if (current && current->ended())
         collectSpoolHints(live);
     if (current && current->ended() && live.trainingDone) {
-        if (!withdrawSuccessor(chain, live.next, queue, "training finished", true))
+        if (!withdrawSuccessors(live, queue, "training finished", true))
             return; // an intent that may still be in sbatch: judged next tick
         if (tables_.chains.transition(chain, ChainEvent::TrainingDone, "training finished")) {
             tables_.decisions.record(
@@ -330,10 +351,13 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
         return;
     }
     if (!successor) {
-        // sbatch failed (or the submission went away): back to running, which submits anew.
+        // sbatch failed (or the submission went away): back to running, which submits anew; a second
+        // successor queued behind it goes first (it would follow a job that is not there).
         const auto& next = live.next;
-        const bool nextLive = next && (next->state == "intent" || next->state == "submitted");
-        if (!nextLive && tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
+        if (isLive(next)
+            || !withdrawSuccessor(chain, live.second, queue, "the successor it followed was withdrawn", true))
+            return;
+        if (tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
             logInfo("chain " + label + ": its successor's submission "
                 + (next ? next->state + (next->error.empty() ? "" : " (" + next->error + ")") : std::string("is missing"))
                 + "; it is submitted again");
@@ -342,6 +366,8 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
     if (successor->withdrawn()) {
         // Ended without running (cancelled while queued, or refused): it never held the training,
         // so the predecessor goes on; back to running, which submits anew when the policy says so.
+        if (!withdrawSuccessor(chain, live.second, queue, "the successor it followed was withdrawn", true))
+            return;
         tables_.submissions.markState(
             chain.id, chain.seq + 1, "cancelled", "job ended without running: " + successor->state);
         if (tables_.chains.transition(chain, ChainEvent::SuccessorWithdrawn))
@@ -350,8 +376,10 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
                 "successor ended without running");
         return;
     }
-    if (!successor->started())
+    if (!successor->started()) {
+        queueSecondSuccessor(live, current, second, queue, awaiting);
         return; // still queued
+    }
     const auto waited = static_cast<double>(successor->startTime - successor->submitTime);
     if (const auto predicted = tables_.submissions.resolvePrediction(successor->id, waited))
         metrics_.predictionError().Observe(std::abs(*predicted - waited));
@@ -371,6 +399,38 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
         metrics_.interruption().Observe(
             static_cast<double>(std::max<std::int64_t>(0, successor->startTime - current->endTime)));
     tables_.chains.advance(chain, ChainEvent::PredecessorEnded);
+}
+
+// While the successor waits, a second one behind it (successors_in_flight = 2): a queue that waits longer
+// than a job starts each successor late however early the one before it went in, unless the next is
+// already queued. The policy decides on it as on a predecessor that reaches its limit one limit after the
+// current job's (the successor, were it to start as the current job ends), and not past that: a
+// successor still waiting then is followed as usual, once it runs.
+void Provisioner::queueSecondSuccessor(const LiveChain& live, const std::optional<ClusterJob>& current,
+    const std::optional<ClusterJob>& second, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting)
+{
+    const ChainRow& chain = live.chain;
+    if (second && second->withdrawn()) { // cancelled while queued: the policy may queue another
+        tables_.submissions.markState(
+            chain.id, chain.seq + 2, "cancelled", "job ended without running: " + second->state);
+        return;
+    }
+    if (second && second->started() && !second->ended()) {
+        // It started before the successor it was to follow (one priority order rarely does that): it is
+        // cancelled, and the chain goes on with the first.
+        logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(second->id)
+            + " started before the successor it follows; cancelling it");
+        withdrawSuccessor(chain, live.second, queue, "started before the successor it follows", true);
+        return;
+    }
+    if (config_.successorsInFlight < 2 || isLive(live.second) || live.trainingDone || !current
+        || current->startTime <= 0 || current->timeLimitSeconds <= 0)
+        return;
+    ClusterJob successorAsItWouldRun = *current; // its shape, starting as the current job reaches its limit
+    successorAsItWouldRun.startTime = current->startTime + current->timeLimitSeconds;
+    if (successorAsItWouldRun.startTime + successorAsItWouldRun.timeLimitSeconds <= now_)
+        return;
+    awaiting.push_back(AwaitingDecision { chain, successorAsItWouldRun, 2 });
 }
 
 // The successor runs while its predecessor does: fence the handover (durably: it is acted on), then signal.

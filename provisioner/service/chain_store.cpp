@@ -16,13 +16,15 @@ constexpr auto chainByKeySql = db::joinSql(chainColumns, withSpec, " WHERE owner
 constexpr auto chainListSql = db::joinSql(chainColumns, withSpec,
     " WHERE ($1::bigint IS NULL OR owner_uid = $1) AND ($2::text IS NULL OR state = $2)"
     " AND id > $3 ORDER BY id LIMIT $4");
-// The cancelled chains that may still have jobs, with the jobs and keys of their current and next seq.
+// The cancelled chains that may still have jobs, with the jobs and keys of their current and next seqs
+// (seq + 2: a second successor).
 constexpr auto toWithdrawSql = db::joinSql(chainColumns,
     ", coalesce((SELECT array_agg(DISTINCT x) FROM (SELECT slurm_job_id AS x FROM jobs"
-    " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) UNION ALL SELECT slurm_job_id"
-    " FROM submissions WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1) AND slurm_job_id IS NOT NULL) j),"
+    " WHERE chain_id = c.id AND seq BETWEEN c.seq AND c.seq + 2 UNION ALL SELECT slurm_job_id"
+    " FROM submissions WHERE chain_id = c.id AND seq BETWEEN c.seq AND c.seq + 2"
+    " AND slurm_job_id IS NOT NULL) j),"
     " '{}')::text AS job_ids, coalesce((SELECT array_agg(idempotency_key) FROM submissions"
-    " WHERE chain_id = c.id AND seq IN (c.seq, c.seq + 1)), '{}')::text AS keys"
+    " WHERE chain_id = c.id AND seq BETWEEN c.seq AND c.seq + 2), '{}')::text AS keys"
     " FROM chains c WHERE c.withdraw_jobs ORDER BY c.id");
 
 constexpr db::Statement insertChain { "chain_insert",

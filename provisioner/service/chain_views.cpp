@@ -61,7 +61,8 @@ Json chainView(const ChainRow& chain, const std::string& servicePolicy)
 
 namespace {
 
-// The job ids of a chain's current and pending job (its seq and seq + 1), where it has them.
+// The job ids of a chain's current and pending jobs (its seq, seq + 1 and a second successor's seq + 2),
+// where it has them.
 void addCurrentJobs(Json& view, const ChainRow& chain, const std::vector<JobRow>& jobs)
 {
     for (const JobRow& job : jobs) {
@@ -71,6 +72,8 @@ void addCurrentJobs(Json& view, const ChainRow& chain, const std::vector<JobRow>
             view["current_job"] = job.slurmJobId;
         if (job.seq == chain.seq + 1)
             view["pending_job"] = job.slurmJobId;
+        if (job.seq == chain.seq + 2)
+            view["second_pending_job"] = job.slurmJobId;
     }
 }
 

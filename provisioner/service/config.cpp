@@ -110,6 +110,7 @@ const std::map<std::string, Setter>& keyTable()
                     c.slurmUsers.push_back(expectString(name, k));
             } },
         { "submit_lead_seconds", seconds(&ServiceConfig::submitLead, 0, 86400) },
+        { "successors_in_flight", whole(&ServiceConfig::successorsInFlight, 1, 2) },
         { "retry_budget", whole(&ServiceConfig::retryBudget, 0, 100) },
         { "handover_timeout_seconds", seconds(&ServiceConfig::handoverTimeout, 10, 86400) },
         { "slurm_timeout_seconds", seconds(&ServiceConfig::slurmTimeout, 1, 600) },

@@ -27,6 +27,9 @@ struct ServiceConfig {
     std::vector<std::string> slurmUsers { "root" }; // who may send plugin events (uid 0 always may)
     // Successors go in at least this long before the predecessor's limit (at most half of that limit).
     std::chrono::seconds submitLead { 60 };
+    // Successors a chain keeps in the queue at once: 2 lets the policy queue the job after a waiting
+    // successor too, for queues that wait longer than a job's limit.
+    int successorsInFlight = 1;
     int retryBudget = 3; // resubmissions of a job that failed without progress
     std::chrono::seconds handoverTimeout {
         600

@@ -9,7 +9,8 @@ namespace {
 // changes no result (a chain has one row per seq) but keeps the planner from flattening the probes into
 // a join that it may hash over the whole table.
 // Everything a tick reads of the live chains, in one statement (one snapshot, one round trip): each
-// chain with its jobs (j0_, j1_) and submissions (s0_, s1_) of seq and seq + 1, whether its training is
+// chain with its jobs (j0_, j1_, j2_) and submissions (s0_, s1_, s2_) of seq, seq + 1 and seq + 2 (a second
+// successor queued behind the first), whether its training is
 // done, and when its newest checkpoint was written. These are looked up only for the chains whose
 // revision or seq differs from the ones the caller read them at ($1: chain ids, $2: their revisions,
 // $3: their seqs; a new seq alone changes which rows are the current and next job's).
@@ -34,6 +35,11 @@ constexpr auto tickChainsSql = db::joinSql(
     " extract(epoch FROM j1.start_time)::bigint AS j1_start_unix,"
     " extract(epoch FROM j1.end_time)::bigint AS j1_end_unix, j1.time_limit_s AS j1_time_limit_s,"
     " j1.exit_code AS j1_exit_code, j1.withdrawn AS j1_withdrawn,"
+    " j2.seq AS j2_seq, j2.slurm_job_id AS j2_slurm_job_id, j2.state AS j2_state,"
+    " extract(epoch FROM j2.submit_time)::bigint AS j2_submit_unix,"
+    " extract(epoch FROM j2.start_time)::bigint AS j2_start_unix,"
+    " extract(epoch FROM j2.end_time)::bigint AS j2_end_unix, j2.time_limit_s AS j2_time_limit_s,"
+    " j2.exit_code AS j2_exit_code, j2.withdrawn AS j2_withdrawn,"
     " s0.seq AS s0_seq, s0.idempotency_key AS s0_idempotency_key, s0.reason AS s0_reason, s0.state AS "
     "s0_state,"
     " s0.slurm_job_id AS s0_slurm_job_id, extract(epoch FROM s0.created_at)::bigint AS s0_created_unix,"
@@ -42,6 +48,10 @@ constexpr auto tickChainsSql = db::joinSql(
     "s1_state,"
     " s1.slurm_job_id AS s1_slurm_job_id, extract(epoch FROM s1.created_at)::bigint AS s1_created_unix,"
     " coalesce(s1.error, '') AS s1_error,"
+    " s2.seq AS s2_seq, s2.idempotency_key AS s2_idempotency_key, s2.reason AS s2_reason, s2.state AS "
+    "s2_state,"
+    " s2.slurm_job_id AS s2_slurm_job_id, extract(epoch FROM s2.created_at)::bigint AS s2_created_unix,"
+    " coalesce(s2.error, '') AS s2_error,"
     " k.done IS NOT NULL AS training_done, extract(epoch FROM n.created_at) AS newest_checkpoint_unix,"
     " n.iteration AS newest_checkpoint_iteration, n.slurm_job_id AS newest_checkpoint_job,"
     " h.signalled_unix AS handover_signalled_unix, h.sent_unix AS handover_sent_unix,"
@@ -51,10 +61,15 @@ constexpr auto tickChainsSql = db::joinSql(
     " LEFT JOIN LATERAL (SELECT * FROM jobs"
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 1 ORDER BY withdrawn, id DESC LIMIT 1) j1"
     " ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM jobs"
+    " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 2 ORDER BY withdrawn, id DESC LIMIT 1) j2"
+    " ON true"
     " LEFT JOIN LATERAL (SELECT * FROM submissions"
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq LIMIT 1) s0 ON true"
     " LEFT JOIN LATERAL (SELECT * FROM submissions"
     " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 1 LIMIT 1) s1 ON true"
+    " LEFT JOIN LATERAL (SELECT * FROM submissions"
+    " WHERE c.stale AND chain_id = c.id AND seq = c.seq + 2 LIMIT 1) s2 ON true"
     " LEFT JOIN LATERAL (SELECT true AS done FROM checkpoints"
     " WHERE c.stale AND chain_id = c.id AND training_done LIMIT 1) k ON true"
     " LEFT JOIN LATERAL (SELECT created_at, iteration, slurm_job_id FROM checkpoints"
@@ -89,9 +104,10 @@ class TickColumns {
 public:
     explicit TickColumns(const db::Result& r)
         : chain(r)
-        , jobs_ { JobColumns(r, "j0_"), JobColumns(r, "j1_") }
+        , jobs_ { JobColumns(r, "j0_"), JobColumns(r, "j1_"), JobColumns(r, "j2_") }
         , current_(r, "s0_")
         , next_(r, "s1_")
+        , second_(r, "s2_")
         , at_(r.columns(names))
     { }
 
@@ -114,6 +130,8 @@ public:
             entry.rows.current = current_.read(r, row);
         if (next_.present(r, row))
             entry.rows.next = next_.read(r, row);
+        if (second_.present(r, row))
+            entry.rows.second = second_.read(r, row);
         return entry;
     }
 
@@ -134,8 +152,8 @@ private:
     static constexpr std::array<std::string_view, Count> names { "revision", "stale", "training_done",
         "newest_checkpoint_unix", "newest_checkpoint_iteration", "newest_checkpoint_job",
         "handover_signalled_unix", "handover_sent_unix", "handover_signal_attempts" };
-    JobColumns jobs_[2];
-    SubmissionColumns current_, next_;
+    JobColumns jobs_[3];
+    SubmissionColumns current_, next_, second_;
     std::array<int, Count> at_;
 };
 

@@ -18,12 +18,13 @@
 namespace baton::service {
 
 // What one tick knows of a live chain: the chain (its spec left out: ChainStore::spec reads it when a job
-// is submitted), the job rows and submissions of its current and next job, and whether a checkpoint said
+// is submitted), the job rows and submissions of its current and next jobs, and whether a checkpoint said
 // the training is done.
 struct LiveChain {
     ChainRow chain;
-    std::vector<JobRow> jobs; // of seq and seq + 1
-    std::optional<SubmissionRow> current, next; // the submissions of seq and seq + 1
+    std::vector<JobRow> jobs; // of seq, seq + 1 and seq + 2
+    // The submissions of seq, seq + 1 and seq + 2 (a second successor, queued while the first waits).
+    std::optional<SubmissionRow> current, next, second;
     bool trainingDone = false;
     // Its newest checkpoint: when it was written (epoch seconds), its iteration and the job that wrote it.
     std::optional<double> newestCheckpointAt;

@@ -87,6 +87,10 @@ baton::ctl::CommandSpec commandSpec()
             "submit successors at least this long before the predecessor's limit\n"
             "(at most half of that limit)",
             seconds(d.submitLead))
+        .option("successors-in-flight", "N",
+            "successors a chain keeps queued at once: 1, or 2 to queue the job after a\n"
+            "waiting successor too (for queues that wait longer than a job's limit)",
+            std::to_string(d.successorsInFlight))
         .option("retry-budget", "N", "resubmissions of a job that failed without progress",
             std::to_string(d.retryBudget))
         .option("handover-timeout-seconds", "S", "cancel a signalled predecessor still running after this",

@@ -33,12 +33,16 @@ struct SubmissionStart {
     const ChainRow* chain = nullptr;
     std::string reason;
     nlohmann::json inputs; // what the decision saw
+    int ahead = 1; // the job's seq less the current one's: 2 for a second successor
 };
 
-// A chain whose policy decides this tick whether to submit its successor.
+// A chain whose policy decides this tick whether to submit its successor, or (ahead = 2) while that
+// successor waits, the job after it: then `current` stands for the successor as it would run, started
+// as the current job reaches its limit.
 struct AwaitingDecision {
     ChainRow chain;
     ClusterJob current;
+    int ahead = 1;
 };
 
 class Provisioner {
@@ -92,7 +96,10 @@ private:
         const std::optional<ClusterJob>& successor, const ClusterQueue& queue,
         std::vector<AwaitingDecision>& awaiting);
     void stepSuccessorPending(LiveChain& live, const std::optional<ClusterJob>& current,
-        const std::optional<ClusterJob>& successor, const ClusterQueue& queue);
+        const std::optional<ClusterJob>& successor, const std::optional<ClusterJob>& second,
+        const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting);
+    void queueSecondSuccessor(const LiveChain& live, const std::optional<ClusterJob>& current,
+        const std::optional<ClusterJob>& second, const ClusterQueue& queue, std::vector<AwaitingDecision>& awaiting);
     void stepHandover(
         const LiveChain& live, const std::optional<ClusterJob>& current, const std::optional<ClusterJob>& successor);
     // The job of `seq`, refreshed from the queue, with a pending intent reconciled or retried.
@@ -102,8 +109,10 @@ private:
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(LiveChain& live);
     void onCurrentEnded(LiveChain& live, const ClusterJob& current, const ClusterQueue& queue);
+    // Cancels a submitted successor (`next`, or a second one) that is not to run.
     bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
         const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
+    bool withdrawSuccessors(const LiveChain& live, const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
     void startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor);
     void signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope);
     // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.

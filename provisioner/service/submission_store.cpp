@@ -10,14 +10,17 @@ constexpr db::Statement insertIntent { "submission_intent",
     "INSERT INTO submissions (chain_id, seq, idempotency_key, reason) VALUES ($1, $2, $3, $4)"
     " ON CONFLICT DO NOTHING" };
 // The intents of a tick in one statement: lock the chains still in their expected state and without a
-// live submission of the next seq (in id order, as every writer locks chains), write their intents
+// live submission of the seq asked for (in id order, as every writer locks chains), write their intents
 // (replacing a failed or cancelled one), move them to successor_pending with their resubmit request
-// answered, and return their specs for sbatch.
+// answered, and return their specs for sbatch. The seq asked for is the next one, or the one after it
+// (a second successor) while the next one's submission is live.
 constexpr db::Statement recordIntentsStatement { "submission_intents",
     "WITH r AS (SELECT * FROM jsonb_to_recordset($1::jsonb)"
     "   AS r(chain_id bigint, state text, seq int, key text, reason text)),"
     " locked AS (SELECT c.id, r.seq, r.key, r.reason FROM chains c"
-    "   JOIN r ON c.id = r.chain_id AND c.state = r.state AND c.seq + 1 = r.seq"
+    "   JOIN r ON c.id = r.chain_id AND c.state = r.state AND (c.seq + 1 = r.seq OR (c.seq + 2 = r.seq"
+    "   AND EXISTS (SELECT 1 FROM submissions n WHERE n.chain_id = c.id AND n.seq = c.seq + 1"
+    "   AND n.state IN ('intent', 'submitted'))))"
     "   WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.chain_id = c.id AND s.seq = r.seq"
     "   AND s.state NOT IN ('failed', 'cancelled')) ORDER BY c.id FOR UPDATE OF c),"
     // A failed submission keeps its key (its sbatch may have been accepted after all: the queue is

@@ -43,7 +43,8 @@ private:
     std::array<int, Count> at_;
 };
 
-// A chain that is to submit job `seq` (its current seq + 1), if it is still in `from`.
+// A chain that is to submit job `seq` (its current seq + 1, or seq + 2 behind a live seq + 1), if it is
+// still in `from`.
 struct IntentRequest {
     std::int64_t chainId = 0;
     ChainState from = ChainState::Running;

@@ -35,9 +35,10 @@ std::size_t Provisioner::startSubmissions(
     {
         std::vector<IntentRequest> requests;
         for (const SubmissionStart& start : starts) {
-            if (!isAllowed(start.chain->state, ChainEvent::SubmitSuccessor))
+            const ChainEvent event = start.ahead == 1 ? ChainEvent::SubmitSuccessor : ChainEvent::QueueSecondSuccessor;
+            if (!isAllowed(start.chain->state, event))
                 continue;
-            const int seq = start.chain->seq + 1;
+            const int seq = start.chain->seq + start.ahead;
             requests.push_back(IntentRequest {
                 start.chain->id, start.chain->state, seq, Submitter::submissionKey(*start.chain, seq), start.reason });
         }
@@ -56,7 +57,7 @@ std::size_t Provisioner::startSubmissions(
         const auto spec = specs.find(chain.id);
         if (spec == specs.end())
             continue;
-        const int seq = chain.seq + 1;
+        const int seq = chain.seq + start.ahead;
         const std::string& key = spec->second.key;
         const auto predicted = start.inputs.find("predicted_wait_s");
         const std::optional<double> predictedWait = predicted != start.inputs.end() && predicted->is_number()
@@ -104,11 +105,14 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
         const ChainRow& chain = awaiting[i].chain;
         const sim::DecisionPoint& point = points.at(i);
         const std::string& policyName = this->policyName(chain);
+        const int ahead = awaiting[i].ahead;
         try {
+            const sim::Policy& policy = policies_.forChain(chain.policy);
+            // The lead floor is the last moment for the successor; a second one has a whole limit more.
             const std::int64_t lead
                 = sim::submitLeadFor(config_.submitLead.count(), awaiting[i].current.timeLimitSeconds);
             const bool submit
-                = sim::firstSubmitWithLead(policies_.forChain(chain.policy), { &point, 1 }, lead) == 0;
+                = ahead == 1 ? sim::firstSubmitWithLead(policy, { &point, 1 }, lead) == 0 : policy.submitNow(point);
             // What the decision row says the policy saw; built only for the rows that are written.
             const auto inputs = [&] {
                 using sim::Feature;
@@ -121,10 +125,12 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
                     seen["predicted_wait_s"] = std::expm1(point.meanLogWait);
                 else if (policyName != "reactive")
                     seen["predicted_wait_s"] = point.recentMeanWait;
+                if (ahead > 1)
+                    seen["ahead"] = ahead;
                 return seen;
             };
             if (submit) {
-                submissions.push_back(SubmissionStart { &chain, "policy", inputs() });
+                submissions.push_back(SubmissionStart { &chain, ahead == 1 ? "policy" : "ahead", inputs(), ahead });
                 continue;
             }
             const std::int64_t slot = (now_ + waitRecordPhase(chain.id)) / waitRecordSeconds;

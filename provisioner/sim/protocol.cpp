@@ -345,6 +345,11 @@ bool ChainLedger::needsSuccessor() const
     return total_ - outcome_.compute > limitEnd() - handover_ - resume_;
 }
 
+bool ChainLedger::needsSecondSuccessor(std::int64_t limit) const
+{
+    return total_ - outcome_.compute > (limitEnd() - handover_ - resume_) + (limit - handover_);
+}
+
 std::int64_t ChainLedger::successorStarted(std::int64_t at, std::int64_t limit)
 {
     if (limit <= handover_)
@@ -411,28 +416,65 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
         Simulator sim = first.fork();
         ChainLedger ledger(chain.compute, chain.handover, nodes);
         ledger.firstJobStarted(*firstStart, config.limit);
-        std::int64_t running = firstChainJobId;
+        std::int64_t running = firstChainJobId, lastId = firstChainJobId;
+        struct Queued {
+            std::int64_t id, submitted;
+        };
+        std::optional<Queued> queued; // a second successor, submitted while the one before it waited
         bool stalled = false;
         std::vector<ChainHandover> handovers;
         while (ledger.needsSuccessor()) {
-            // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
             const std::int64_t end = ledger.limitEnd();
-            std::vector<DecisionPoint> points;
-            Simulator look = sim.fork();
-            for (std::int64_t t = look.now(); t < end; t += config.tick) {
-                look.advanceTo(t);
-                points.push_back(decisionPointAt(look, t, end, shape, features));
+            std::int64_t next = 0, submitted = 0;
+            if (queued) {
+                next = queued->id;
+                submitted = queued->submitted;
+                queued.reset();
+            } else {
+                // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
+                std::vector<DecisionPoint> points;
+                Simulator look = sim.fork();
+                for (std::int64_t t = look.now(); t < end; t += config.tick) {
+                    look.advanceTo(t);
+                    points.push_back(decisionPointAt(look, t, end, shape, features));
+                }
+                const std::size_t i
+                    = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
+                submitted = i < points.size() ? points[i].now : end;
+                sim.advanceTo(submitted);
+                next = --lastId;
+                sim.submit(chainJob(next, submitted, nodes, config.successorMinLimit, config));
             }
-            const std::size_t i
-                = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
-            const std::int64_t submitted = i < points.size() ? points[i].now : end;
-            sim.advanceTo(submitted);
-            const std::int64_t next = running - 1;
-            sim.submit(chainJob(next, submitted, nodes, config.successorMinLimit, config));
+            if (chain.successorsInFlight > 1 && ledger.needsSecondSuccessor(config.limit)) {
+                // While `next` waits, the policy decides on the job after it as on a predecessor that
+                // reaches its limit one limit after the running one: the ticks until `next` starts
+                // (not past that limit: a successor still waiting then is followed as usual).
+                const std::int64_t secondEnd = end + config.limit;
+                std::vector<DecisionPoint> points;
+                Simulator look = sim.fork();
+                const std::int64_t until = std::min(secondEnd, submitted + config.horizon);
+                for (std::int64_t t = std::max(look.now(), submitted); t < until; t += config.tick) {
+                    look.advanceTo(t);
+                    if (look.startOf(next))
+                        break;
+                    points.push_back(decisionPointAt(look, t, secondEnd, shape, features));
+                }
+                if (const std::size_t i = policy.firstSubmit(points); i < points.size()) {
+                    sim.advanceTo(points[i].now);
+                    queued = Queued { --lastId, points[i].now };
+                    sim.submit(chainJob(queued->id, queued->submitted, nodes, config.successorMinLimit, config));
+                }
+            }
             const auto started = sim.runUntilStarted(next, submitted + config.horizon);
             if (!started) {
                 stalled = true;
                 break;
+            }
+            if (queued && sim.startOf(queued->id)) {
+                // It started before the successor it was to follow (a queue of one priority order
+                // rarely does that): cancelled, as batond does.
+                sim.endRunningAt(queued->id, sim.now());
+                queued.reset();
             }
             const std::int64_t predecessorEnd = ledger.successorStarted(*started, *sim.grantedLimitOf(next));
             handovers.push_back({ submitted, *started, end, predecessorEnd });

@@ -135,6 +135,11 @@ namespace baton::sim {
 struct ChainConfig {
     std::int64_t compute = 7 * 86400;
     std::int64_t handover = 60;
+    // Successors a chain keeps in the queue at once. With 2, while one successor waits the policy also
+    // decides on the next, as if for a predecessor ending one limit later: a queue that waits longer
+    // than a job then still starts each successor near its predecessor's end. The second one is
+    // submitted only when the training needs it; should it start before the first, it is cancelled.
+    int successorsInFlight = 1;
     // Probe moments are split into this many contiguous runs, each replayed by its own thread; the
     // result does not depend on it. Policies must then be safe to call from several threads (const).
     int threads = 2;
@@ -167,6 +172,8 @@ public:
     void firstJobStarted(std::int64_t at, std::int64_t limit);
     // Whether the running job cannot complete the training before it must checkpoint at its limit.
     bool needsSuccessor() const;
+    // Whether the training needs a job after the running job's successor, too (one of `limit`).
+    bool needsSecondSuccessor(std::int64_t limit) const;
     std::int64_t limitEnd() const { return start_ + limit_; }
     // The successor started at `at` with `limit`; returns when the predecessor ends (its nodes free).
     std::int64_t successorStarted(std::int64_t at, std::int64_t limit);

@@ -272,3 +272,148 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
 }
 
 } // namespace
+
+namespace {
+
+using namespace baton::service;
+using namespace baton::service::fixture;
+
+// Submits when the predecessor (or, for a second successor, the successor as it would run) has at most
+// `seconds` left.
+class SubmitWithin final : public baton::sim::Policy {
+public:
+    explicit SubmitWithin(std::int64_t seconds)
+        : seconds_(seconds)
+    { }
+    std::string name() const override { return "within"; }
+    std::size_t firstSubmit(std::span<const baton::sim::DecisionPoint> points) const override
+    {
+        for (std::size_t i = 0; i < points.size(); ++i)
+            if (points[i].remaining <= seconds_)
+                return i;
+        return points.size();
+    }
+
+private:
+    std::int64_t seconds_;
+};
+
+std::vector<std::string> submissionReasons(baton::db::Connection& connection, std::int64_t chainId)
+{
+    static constexpr baton::db::Statement reasons { "test_submission_reasons",
+        "SELECT seq || ':' || reason || ':' || state FROM submissions WHERE chain_id = $1 ORDER BY seq", true };
+    const auto result = connection.exec(reasons, baton::db::Params(chainId));
+    std::vector<std::string> rows;
+    for (int row = 0; row < result.rows(); ++row)
+        rows.emplace_back(result.text(row, 0));
+    return rows;
+}
+
+} // namespace
+
+// successors_in_flight = 2: while the successor waits, the policy decides on the job after it as on a
+// predecessor ending one limit later; when the successor takes over, the second is its successor.
+TEST_F(ProvisionerTest, ASecondSuccessorQueuesBehindAWaitingOne)
+{
+    config_.successorsInFlight = 2;
+    const ChainRow chain = chainWithRunningJob(61); // 3,600 s limit, 3,540 s left
+    const auto policy = std::make_shared<SubmitWithin>(4000);
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(policy), timeOnlyDecisionPoints);
+    provisioner.tick();
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    provisioner.tick(); // the second: 3,540 + 3,600 s ahead, more than the policy's 4,000
+    EXPECT_EQ(cluster_.submissions.size(), 1u);
+    cluster_.now += 3200; // 340 s left: the successor as it would run has 3,940 s left
+    provisioner.tick();
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:submitted", "2:ahead:submitted" }));
+    const std::int64_t successor = cluster_.jobs[1].id, second = cluster_.jobs[2].id; // in submission order
+    provisioner.tick();
+    EXPECT_EQ(cluster_.submissions.size(), 2u) << "two in flight at most";
+    const Json shown = ChainViews(connection_, "checkpoint-aware").summary(*tables_.chains.find(chain.id));
+    EXPECT_EQ(shown["pending_job"], successor);
+    EXPECT_EQ(shown["second_pending_job"], second);
+
+    // The successor starts: handover; the second stays queued and follows it.
+    cluster_.now += 100;
+    cluster_.start(successor);
+    provisioner.tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    cluster_.now += 20;
+    cluster_.end(61, "COMPLETED");
+    provisioner.tick();
+    EXPECT_EQ(tables_.chains.find(chain.id)->seq, 1);
+    provisioner.tick();
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending) << "the queued second is the new successor";
+    EXPECT_EQ(cluster_.submissions.size(), 2u);
+    EXPECT_TRUE(cluster_.cancelled.empty());
+    cluster_.now += 3000;
+    cluster_.start(second);
+    provisioner.tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Handover);
+    EXPECT_EQ(cluster_.signals.back().jobId, successor);
+}
+
+// A second successor goes when the one it follows goes (cancelled while queued), when the training
+// finishes, and when it starts first; one service with a single successor in flight never queues it.
+TEST_F(ProvisionerTest, ASecondSuccessorIsWithdrawnWithTheOneItFollows)
+{
+    const auto always = std::make_shared<AlwaysSubmit>();
+    {
+        config_.successorsInFlight = 1;
+        const ChainRow one = chainWithRunningJob(71, "-one");
+        tick(always);
+        tick(always);
+        EXPECT_EQ(submissionReasons(connection_, one.id), (std::vector<std::string> { "1:policy:submitted" }));
+    }
+    config_.successorsInFlight = 2;
+    const ChainRow chain = chainWithRunningJob(72);
+    tick(always);
+    tick(always);
+    ASSERT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:submitted", "2:ahead:submitted" }));
+    const std::int64_t successor = cluster_.jobs[cluster_.jobs.size() - 2].id, second = cluster_.jobs.back().id;
+
+    // The successor is cancelled by hand while queued: the second goes too, and the chain submits anew.
+    cluster_.cancel(successor, 0);
+    cluster_.cancelled.clear();
+    tick(std::make_shared<NeverSubmit>());
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { second });
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    EXPECT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:cancelled", "2:ahead:cancelled" }));
+    tick(always);
+    tick(always);
+    ASSERT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:submitted", "2:ahead:submitted" }));
+
+    // The second starts before the successor it follows: it is cancelled, the chain keeps the first.
+    const std::int64_t early = cluster_.jobs.back().id;
+    cluster_.cancelled.clear();
+    cluster_.now += 10;
+    cluster_.start(early);
+    tick(std::make_shared<NeverSubmit>());
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { early });
+    EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:submitted", "2:ahead:cancelled" }));
+
+    // Queued again; then the training finishes in the current job: both successors are cancelled.
+    tick(always);
+    ASSERT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:submitted", "2:ahead:submitted" }));
+    tables_.checkpoints.record(chain.id, 72,
+        Json { { "name", "ckpt-000000000009" }, { "iteration", 9 }, { "training_done", true } }, "/c");
+    cluster_.cancelled.clear();
+    cluster_.now += 10;
+    cluster_.end(72, "COMPLETED");
+    tick(std::make_shared<NeverSubmit>());
+    EXPECT_EQ(stateOf(chain), ChainState::Finished);
+    EXPECT_EQ(cluster_.cancelled.size(), 2u);
+    EXPECT_EQ(submissionReasons(connection_, chain.id),
+        (std::vector<std::string> { "1:policy:cancelled", "2:ahead:cancelled" }));
+}

@@ -64,6 +64,7 @@ TEST(ChainStateMachine, EveryStateAgainstEveryEvent)
     };
     const Row table[] = {
         { E::SubmitSuccessor, { S::SuccessorPending, no, no, no, no, no, no, no } },
+        { E::QueueSecondSuccessor, { no, S::SuccessorPending, no, no, no, no, no, no } },
         { E::SuccessorFound, { S::SuccessorPending, no, no, no, no, no, no, no } },
         { E::SuccessorWithdrawn, { no, S::Running, no, no, no, no, no, no } },
         { E::SuccessorStarted, { no, S::Handover, no, no, no, no, no, no } },
