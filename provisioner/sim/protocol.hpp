@@ -135,14 +135,14 @@ namespace baton::sim {
 struct ChainConfig {
     std::int64_t compute = 7 * 86400;
     std::int64_t handover = 60;
+    // Probe moments are split into this many contiguous runs, each replayed by its own thread; the
+    // result does not depend on it. Policies must then be safe to call from several threads (const).
+    int threads = 2;
     // Successors a chain keeps in the queue at once. With 2, while one successor waits the policy also
     // decides on the next, as if for a predecessor ending one limit later: a queue that waits longer
     // than a job then still starts each successor near its predecessor's end. The second one is
     // submitted only when the training needs it; should it start before the first, it is cancelled.
     int successorsInFlight = 1;
-    // Probe moments are split into this many contiguous runs, each replayed by its own thread; the
-    // result does not depend on it. Policies must then be safe to call from several threads (const).
-    int threads = 2;
 };
 
 // One successor of a simulated chain: when the policy submitted it, when it started, and its

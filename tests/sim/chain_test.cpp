@@ -121,6 +121,55 @@ TEST(Chain, HandComputedChainsOnATinyQueue)
     EXPECT_DOUBLE_EQ(summarizeChains(r.chains[1]).efficiency, 1500.0 / 1560.0);
 }
 
+// A queue that waits longer than a job: one node serves the chain (W holds the other until 3000); X
+// (800, 700 s) competes for it. 2500 s of compute as 1000 s jobs, handover 60 s, a 1500 s lead (more
+// than a limit: each successor is submitted as soon as its predecessor runs).
+//  - one in flight: S1 submitted at 0 starts at 1000 (no gap); S2, submitted when S1 starts (1000), is
+//    younger than X, which takes the node at 2000; S2 starts when X ends, 2700: job 2 trained 940 s
+//    (1000 .. 1940), job 3 trains the last 620 s from 2700: done at 3320.
+//  - two in flight: while S1 waits, S2 is decided as for a predecessor ending at 2000: 1500 s before
+//    that is 500, before X came; S2 takes the node at 2000 and the training is done at 2620.
+TEST(Chain, ASecondSuccessorInFlightBeatsAQueueLongerThanAJob)
+{
+    auto trace = std::make_shared<const std::vector<Job>>(
+        std::vector<Job> { job(1, 0, 1, 3000, 3000), job(2, 800, 1, 700, 700) });
+    SchedulerConfig sc;
+    sc.nodes = 2;
+    sc.ageWeight = 1000;
+    sc.sizeWeight = 0;
+    ProtocolConfig pc;
+    pc.from = 0;
+    pc.to = 1;
+    pc.shapes = { 1 };
+    pc.limit = 1000;
+    pc.tick = 10;
+    pc.horizon = 10000;
+    FixedLeadPolicy lead1500(1500);
+    const Policy* policies[] = { &lead1500 };
+    ChainConfig cc { 2500, 60, 1 };
+    const auto one = runChains(trace, sc, pc, cc, policies);
+    cc.successorsInFlight = 2;
+    const auto two = runChains(trace, sc, pc, cc, policies);
+    ASSERT_EQ(one.chains[0].size(), 1u);
+    ASSERT_EQ(two.chains[0].size(), 1u);
+    const ChainOutcome& single = one.chains[0][0];
+    const ChainOutcome& ahead = two.chains[0][0];
+    EXPECT_TRUE(single.finished);
+    EXPECT_EQ(single.elapsed, 3320);
+    ASSERT_EQ(single.handovers.size(), 2u);
+    EXPECT_EQ(single.handovers[1].submitted, 1000);
+    EXPECT_EQ(single.handovers[1].started, 2700);
+    EXPECT_TRUE(ahead.finished);
+    EXPECT_EQ(ahead.jobs, 3);
+    EXPECT_EQ(ahead.elapsed, 2620);
+    ASSERT_EQ(ahead.handovers.size(), 2u);
+    EXPECT_EQ(ahead.handovers[0].submitted, 0);
+    EXPECT_EQ(ahead.handovers[0].started, 1000);
+    EXPECT_EQ(ahead.handovers[1].submitted, 500) << "queued while the first successor waited";
+    EXPECT_EQ(ahead.handovers[1].started, 2000);
+    EXPECT_EQ(ahead.compute, 2500);
+}
+
 // Chains are independent given the trace: splitting the probe moments over threads changes nothing.
 TEST(Chain, ThreadsDoNotChangeTheChains)
 {
