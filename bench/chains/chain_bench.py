@@ -110,6 +110,9 @@ HANDOVER_S = 2  # the simulator's price of a handover: a 1 MiB final checkpoint 
 # relative to the queue's recent mean wait, so that a queue growing beyond the training period's longest
 # waits moves the prediction with it (trees alone stop at the longest wait they saw).
 SAMPLE_EVERY_S = 30
+# This queue waits longer than a chain job (a successor 2-5 minutes, the limit 2): batond and the simulator
+# keep a second successor queued behind a waiting one (`--successors-in-flight 2`).
+SUCCESSORS_IN_FLIGHT = 2
 SIM_EPOCH = 1893542400  # 2030-01-02 00:00 UTC: the window's start in the simulator's job CSV
 SIM_SPLIT = "2030-01-02"
 OTHER_CHAIN_JOB_IDS = 10 ** 9  # the other chains' jobs in the simulator's CSV: ids no trace job has
@@ -133,7 +136,7 @@ def sim_common(csv_path, profile, interval_s):
             "--tick-seconds", str(TICK_S), "--submit-lead-seconds", str(SUBMIT_LEAD_S),
             "--shapes", "1", "--warmup-hours", "0", "--chain-days", f"{profile['compute_s'] / 86400:.8f}",
             "--handover-seconds", str(HANDOVER_S), "--tolerance-seconds", "10",
-            *SIM_PRIORITY]
+            "--successors-in-flight", str(SUCCESSORS_IN_FLIGHT), *SIM_PRIORITY]
 
 
 def sim_policy(batonctl, conninfo, csv_path, profile, policy, interval_s, log_path, handovers=None):
@@ -231,7 +234,8 @@ class Bench:
         learned ones decide with the model `simulate` stored (without one they decide as avg)."""
         demo.stop_process(self.services.batond)
         self.services.start_batond(SUBMIT_LEAD_S, policy="checkpoint-aware",
-                                   extra_args=["--model", "bench"] if self.sim else [])
+                                   extra_args=["--successors-in-flight", str(SUCCESSORS_IN_FLIGHT)]
+                                   + (["--model", "bench"] if self.sim else []))
 
     def finished(self, chain):
         return any("training done" in open(p, errors="replace").read()
