@@ -191,7 +191,10 @@ void printChainHeader(const json& chain, std::ostream& out)
         << formatValue(field(chain, { "last_handover_seq" })) << ", retries "
         << formatValue(field(chain, { "retries" })) << "\n";
     out << "  current job " << formatValue(field(chain, { "current_job" })) << ", pending job "
-        << formatValue(field(chain, { "pending_job" })) << "\n";
+        << formatValue(field(chain, { "pending_job" }));
+    if (const json* second = field(chain, { "second_pending_job" }); second && !second->is_null())
+        out << ", then job " << formatValue(second); // queued behind the pending one (successors_in_flight 2)
+    out << "\n";
     out << "  policy " << policyLabel(chain) << "\n";
     if (const json* reason = field(chain, { "reason" }))
         out << "  reason: " << formatValue(reason) << "\n";

@@ -228,6 +228,18 @@ TEST_F(BatonctlChains, StateFilterIsSentAsAQueryAndJsonHasEveryPage)
     EXPECT_EQ(table.output, "no chains\n");
 }
 
+// A second successor queued behind the pending one (successors_in_flight 2) is named after it.
+TEST_F(BatonctlChains, ShowNamesASecondPendingJob)
+{
+    std::string document = detailDocument;
+    const std::string pending = "\"pending_job\":124,";
+    document.replace(document.find(pending), pending.size(), pending + "\"second_pending_job\":125,");
+    server_->reply("GET", "/v1/chains/alice/train", 200, document);
+    const auto r = batonctlRun({ "show", "alice/train" });
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_NE(r.output.find("  current job 123, pending job 124, then job 125\n"), std::string::npos) << r.output;
+}
+
 TEST_F(BatonctlChains, ShowPrintsTheChainAndItsTables)
 {
     server_->reply("GET", "/v1/chains/alice/train", 200, detailDocument);
