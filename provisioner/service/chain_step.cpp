@@ -415,9 +415,9 @@ void Provisioner::queueSecondSuccessor(const LiveChain& live, const std::optiona
             chain.id, chain.seq + 2, "cancelled", "job ended without running: " + second->state);
         return;
     }
-    if (second && second->started() && !second->ended()) {
+    if (second && second->started()) {
         // It started before the successor it was to follow (one priority order rarely does that): it is
-        // cancelled, and the chain goes on with the first.
+        // cancelled (or, ended already, given up), and the chain goes on with the first.
         logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(second->id)
             + " started before the successor it follows; cancelling it");
         withdrawSuccessor(chain, live.second, queue, "started before the successor it follows", true);

@@ -89,7 +89,7 @@ Metrics::Metrics()
         checkpointAge_[state] = &age.Add({ { "state", std::string(name) } });
     }
     submissionFamily_ = &family(prometheus::BuildCounter(), submissionsText, registry);
-    for (const char* reason : { "first", "policy", "reactive", "retry", "node_failure", "resubmit", "restart" })
+    for (const char* reason : { "first", "policy", "ahead", "reactive", "retry", "node_failure", "resubmit", "restart" })
         submissions(reason);
     submissionFailures_ = &family(prometheus::BuildCounter(), submissionFailuresText, registry).Add({});
     handoverFamily_ = &family(prometheus::BuildCounter(), handoversText, registry);

@@ -27,7 +27,7 @@ public:
 
     prometheus::Gauge& chains(ChainState state) { return *chains_.at(state); }
     prometheus::Gauge& checkpointAge(ChainState state) { return *checkpointAge_.at(state); }
-    prometheus::Counter& submissions(const std::string& reason); // first, policy, reactive, retry, node_failure, resubmit, restart
+    prometheus::Counter& submissions(const std::string& reason); // first, policy, ahead, reactive, retry, node_failure, resubmit, restart
     prometheus::Counter& submissionFailures() { return *submissionFailures_; }
     prometheus::Counter& handovers(const std::string& outcome); // started, completed, timed_out, requeued
     prometheus::Histogram& interruption() { return *interruption_; }
