@@ -453,7 +453,9 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 std::vector<DecisionPoint> points;
                 Simulator look = sim.fork();
                 const std::int64_t until = std::min(secondEnd, submitted + config.horizon);
-                for (std::int64_t t = std::max(look.now(), submitted); t < until; t += config.tick) {
+                // From the tick after the successor's submission, as batond decides (the chain is then
+                // in successor_pending).
+                for (std::int64_t t = std::max(look.now(), submitted + config.tick); t < until; t += config.tick) {
                     look.advanceTo(t);
                     if (look.startOf(next))
                         break;

@@ -78,9 +78,23 @@ def compare_with_straight_run(example, steps, base, finals):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the ephemeral range: one the kernel hands out (bind to port 0) may be taken by an
+    outgoing connection of another process before the ranks bind it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    chooser = random.Random()  # not the test's seeded one: the ports need not repeat
+    for _ in range(200):
+        port = chooser.randrange(10000, max(ephemeral_low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise Failure("no free port below the ephemeral range")
 
 
 class Launch:
