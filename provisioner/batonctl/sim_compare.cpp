@@ -240,7 +240,7 @@ void printTraining(const Comparison& r, const ComparisonConfig& config)
         std::cout << "predictor: " << m.trainRows << " training rows, " << m.heldOutRows
                   << " held out; held-out MAE(log) " << m.heldOutMaeLog << ", median abs error "
                   << m.heldOutMedianAbsErrorSeconds / 60 << " min, q0.9 coverage " << m.heldOutCoverage90
-                  << (config.training.offset == WaitOffset::RecentWait ? "; relative to the recent mean wait" : "")
+                  << (r.predictorOffset == WaitOffset::RecentWait ? "; relative to the recent mean wait" : "")
                   << '\n';
     }
     if (r.gradient) {

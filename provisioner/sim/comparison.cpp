@@ -349,8 +349,10 @@ Comparison runComparison(std::shared_ptr<const std::vector<Job>> trace, const Co
     std::shared_ptr<const WaitPredictor> predictor = pretrained;
     if (learned && !predictor)
         predictor = trainPredictor(trace, config, trainEnd, out);
-    if (predictor)
+    if (predictor) {
         out.predictor = predictor->metrics();
+        out.predictorOffset = predictor->offset();
+    }
     if (trained)
         *trained = predictor;
     ChosenRules chosen;

@@ -91,6 +91,7 @@ struct Comparison {
     std::vector<PolicyRow> rows;
     std::vector<CandidateRow> candidates; // what chose the quantiles
     std::optional<PredictorMetrics> predictor;
+    WaitOffset predictorOffset = WaitOffset::None; // what the predictor's trees are relative to
     std::size_t trainingSamples = 0;
     std::size_t evaluationProbes = 0;
     double overlapBudget = 0; // the budget checkpoint-aware's choice used, seconds

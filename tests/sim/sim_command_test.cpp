@@ -236,6 +236,12 @@ TEST(SimCommand, TrainsThePredictorRelativeToTheRecentWait)
     const auto doc = nlohmann::json::parse(model);
     EXPECT_EQ(doc["version"], 2);
     EXPECT_EQ(doc["offset"], "recent_mean_wait");
+    // A run with that model says what it is relative to, whatever the run's own training option.
+    const auto again = run({ batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16", "--shapes", "1",
+        "--interval-hours", "12", "--chain-days", "0", "--policy", "predict", "--model",
+        (dir.path() / "out/wait-predictor.json").string() });
+    ASSERT_EQ(again.exitCode, 0) << again.output;
+    EXPECT_NE(again.output.find("; relative to the recent mean wait"), std::string::npos) << again.output;
 }
 
 TEST(SimCommand, RunsTheHindsightBound)
