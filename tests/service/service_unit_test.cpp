@@ -145,8 +145,10 @@ TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
         << R"({"listen_port": 9000, "policy": "avg", "tick_seconds": 2.5, "slurm_users": ["root"]})";
     ServiceConfig config;
     const std::vector<std::string> args { "--config", path, "--listen-port=9100", "--retry-budget", "5",
-        "--retention-days", "0" };
+        "--retention-days", "0", "--successors-in-flight", "2" };
+    EXPECT_EQ(config.successorsInFlight, 1);
     ASSERT_TRUE(applyFlags(config, args));
+    EXPECT_EQ(config.successorsInFlight, 2);
     EXPECT_EQ(config.listenPort, 9100);
     EXPECT_EQ(config.policy, "avg");
     EXPECT_EQ(config.tick.count(), 2500);
@@ -162,7 +164,8 @@ TEST(ServiceConfig, FileThenFlagsWithEveryKeyValidated)
             << error.what();
     }
     for (const char* bad : { R"({"listen_port": 70000})", R"({"policy": "fastest"})",
-             R"({"tick_seconds": "1"})", R"({"retention_days": -1})", R"([1, 2])", "{not json" }) {
+             R"({"tick_seconds": "1"})", R"({"retention_days": -1})", R"({"successors_in_flight": 3})",
+             R"({"successors_in_flight": 0})", R"([1, 2])", "{not json" }) {
         std::ofstream(path) << bad;
         EXPECT_THROW(loadConfigFile(path), ConfigError) << bad;
     }
