@@ -80,6 +80,29 @@ TEST(Chain, SummaryPoolsFinishedChains)
     EXPECT_DOUBLE_EQ(m.meanIdleNodeHours, 180.0 / 3600);
 }
 
+// The tiny queues' cluster: two nodes, ordered by age.
+SchedulerConfig twoNodes()
+{
+    SchedulerConfig sc;
+    sc.nodes = 2;
+    sc.ageWeight = 1000;
+    sc.sizeWeight = 0;
+    return sc;
+}
+
+// One 1-node chain from time 0 in 1000 s jobs, deciding every 10 s.
+ProtocolConfig oneChainAtZero()
+{
+    ProtocolConfig pc;
+    pc.from = 0;
+    pc.to = 1;
+    pc.shapes = { 1 };
+    pc.limit = 1000;
+    pc.tick = 10;
+    pc.horizon = 10000;
+    return pc;
+}
+
 // Two nodes; 1500 s of compute as 1000 s jobs, handover 60 s, one chain from time 0 (W holds the
 // other node until 100). X (900, 500 s) takes the free node; Y (950, 250 s) waits.
 //  - reactive: at 1000 Y (older) takes the predecessor's node; the successor starts when Y ends, 1250;
@@ -90,17 +113,8 @@ TEST(Chain, HandComputedChainsOnATinyQueue)
 {
     auto trace = std::make_shared<const std::vector<Job>>(
         std::vector<Job> { job(1, 0, 1, 100, 100), job(2, 900, 1, 500, 500), job(3, 950, 1, 250, 250) });
-    SchedulerConfig sc;
-    sc.nodes = 2;
-    sc.ageWeight = 1000;
-    sc.sizeWeight = 0;
-    ProtocolConfig pc;
-    pc.from = 0;
-    pc.to = 1;
-    pc.shapes = { 1 };
-    pc.limit = 1000;
-    pc.tick = 10;
-    pc.horizon = 10000;
+    const SchedulerConfig sc = twoNodes();
+    const ProtocolConfig pc = oneChainAtZero();
     ChainConfig cc { 1500, 60, 1 };
     ReactivePolicy reactive;
     FixedLeadPolicy lead200(200);
@@ -133,17 +147,8 @@ TEST(Chain, ASecondSuccessorInFlightBeatsAQueueLongerThanAJob)
 {
     auto trace = std::make_shared<const std::vector<Job>>(
         std::vector<Job> { job(1, 0, 1, 3000, 3000), job(2, 800, 1, 700, 700) });
-    SchedulerConfig sc;
-    sc.nodes = 2;
-    sc.ageWeight = 1000;
-    sc.sizeWeight = 0;
-    ProtocolConfig pc;
-    pc.from = 0;
-    pc.to = 1;
-    pc.shapes = { 1 };
-    pc.limit = 1000;
-    pc.tick = 10;
-    pc.horizon = 10000;
+    const SchedulerConfig sc = twoNodes();
+    const ProtocolConfig pc = oneChainAtZero();
     FixedLeadPolicy lead1500(1500);
     const Policy* policies[] = { &lead1500 };
     ChainConfig cc { 2500, 60, 1 };
