@@ -593,6 +593,22 @@ def main():
         return 77
     if args.part:
         return 0 if run_trace(args, profile, os.path.join(trace_dir(), traces[0]), f"{args.out}/{traces[0]}") else 1
+    # The parts' clusters share this machine's munged: deploy/local's scripts start one where none answers,
+    # and the part that started it would stop it at its end, under the parts still running. Started here,
+    # it outlives them all.
+    started_munge = not demo.munge_answers()
+    if started_munge:
+        demo.run(["bash", "-c", 'die() { echo "$*" >&2; exit 1; }; . "$1"; ensure_munge', "ensure_munge",
+                  f"{ROOT}/deploy/local/slurm-common.sh"], timeout=60)
+    try:
+        return run_parts(args, profile, traces)
+    finally:
+        if started_munge:
+            demo.stop_munged()
+
+
+def run_parts(args, profile, traces):
+    """Every trace's part, side by side; 0 when all of them ran."""
     started = time.monotonic()
     log(f"profile {'quick' if args.quick else 'full'}: {profile}; {NODES} nodes, scale {SCALE}, limit "
         f"{LIMIT_MIN} min, background load {LOAD:.0%}; results in {args.out}")
