@@ -219,8 +219,18 @@ bool Provisioner::withdrawSuccessor(const ChainRow& chain, const std::optional<S
         return false; // it runs: the training is its now
     if (!job && next->state == "intent" && now_ - next->createdAt < config_.submitGrace.count())
         return false;
-    if (job && !job->ended()) {
+    if (job && !job->ended())
         cluster_.cancel(job->id, chain.ownerUid);
+    if (job && !job->started()) {
+        // Its row gives the seq back now, as the next squeue would show it (cancelled while queued,
+        // slurmctld sets its start to its end): a chain that goes on (a resume) may submit that seq anew
+        // before the row would be read again.
+        ClusterJob withdrawn = *job;
+        if (!withdrawn.ended()) {
+            withdrawn.state = "CANCELLED";
+            withdrawn.startTime = withdrawn.endTime = now_;
+        }
+        jobWrites_.push_back(JobStore::Write { chain.id, next->seq, withdrawn });
     }
     tables_.submissions.markState(chain.id, next->seq, "cancelled", why);
     return true;

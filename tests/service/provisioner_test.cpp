@@ -271,6 +271,34 @@ TEST_F(ProvisionerTest, PausedChainWithdrawsItsPendingSuccessorAndSubmitsNothing
     EXPECT_EQ(stateOf(chain), ChainState::Paused);
 }
 
+// A resumed chain submits its next job again: the successor withdrawn at the pause gave its seq back,
+// so the new job's row is written (it was refused as "a second job of seq 1", every tick).
+TEST_F(ProvisionerTest, AResumedChainSubmitsTheSeqItsPauseWithdrew)
+{
+    const ChainRow chain = chainWithRunningJob(7);
+    const auto always = std::make_shared<AlwaysSubmit>();
+    tick(always);
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    const std::int64_t withdrawn = cluster_.jobs.back().id;
+    tick(always); // its pending row is written
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Pause, "test"));
+    tick(always);
+    EXPECT_EQ(cluster_.cancelled, std::vector<std::int64_t> { withdrawn });
+    ASSERT_TRUE(tables_.chains.transition(*tables_.chains.find(chain.id), ChainEvent::Resume, "test"));
+    cluster_.now += 10;
+    tick(always);
+    ASSERT_EQ(cluster_.submissions.size(), 2u);
+    tick(always);
+    const std::int64_t again = cluster_.jobs.back().id;
+    bool withdrawnRow = false, againRow = false;
+    for (const JobRow& job : tables_.jobs.ofChain(chain.id)) {
+        withdrawnRow = withdrawnRow || (job.slurmJobId == withdrawn && job.seq == 1 && job.withdrawn);
+        againRow = againRow || (job.slurmJobId == again && job.seq == 1 && !job.withdrawn);
+    }
+    EXPECT_TRUE(withdrawnRow) << "the withdrawn successor's row gives seq 1 back";
+    EXPECT_TRUE(againRow) << "the new successor's row is written";
+}
+
 } // namespace
 
 namespace {
