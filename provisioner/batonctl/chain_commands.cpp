@@ -245,12 +245,17 @@ void printDetail(const json& document, std::ostream& out)
     Table jobs({ "seq", "job", "state", "submit", "start", "end", "interruption(s)" });
     const json* previous = nullptr;
     for (const auto& job : arrayOf(document, "jobs")) {
+        // A withdrawn job (cancelled while queued, or refused) never ran: it is no link of the chain.
+        const json* flag = field(job, { "withdrawn" });
+        const bool withdrawn = flag && flag->is_boolean() && flag->get<bool>();
         jobs.add({ formatValue(field(job, { "seq" })), formatValue(field(job, { "job_id", "slurm_job_id" })),
             formatValue(field(job, { "state" })),
             formatTime(field(job, { "submit_unix", "submit_time", "submit" })),
             formatTime(field(job, { "start_unix", "start_time", "start" })),
-            formatTime(field(job, { "end_unix", "end_time", "end" })), interruption(job, previous) });
-        previous = &job;
+            formatTime(field(job, { "end_unix", "end_time", "end" })),
+            withdrawn ? std::string("withdrawn") : interruption(job, previous) });
+        if (!withdrawn)
+            previous = &job;
     }
     jobs.print(out);
 

@@ -234,10 +234,20 @@ TEST_F(BatonctlChains, ShowNamesASecondPendingJob)
     std::string document = detailDocument;
     const std::string pending = "\"pending_job\":124,";
     document.replace(document.find(pending), pending.size(), pending + "\"second_pending_job\":125,");
+    // A successor cancelled while queued between jobs 101 and 123: no link of the chain.
+    const std::string third = "\n    {\"seq\":2,\"job_id\":123,";
+    document.insert(document.find(third), "\n    {\"seq\":2,\"job_id\":122,\"state\":\"CANCELLED\","
+                                          "\"submit_unix\":1700005000,\"start_unix\":1700006500,"
+                                          "\"end_unix\":1700006500,\"withdrawn\":true},");
     server_->reply("GET", "/v1/chains/alice/train", 200, document);
     const auto r = batonctlRun({ "show", "alice/train" });
     ASSERT_EQ(r.exitCode, 0) << r.output;
     EXPECT_NE(r.output.find("  current job 123, pending job 124, then job 125\n"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("CANCELLED  2023-11-14 23:36:40  2023-11-15 00:01:40  2023-11-15 00:01:40  withdrawn\n"),
+        std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("  +300\n"), std::string::npos) << "job 123 follows job 101, not the withdrawn one\n"
+                                                          << r.output;
 }
 
 TEST_F(BatonctlChains, ShowPrintsTheChainAndItsTables)
