@@ -423,6 +423,20 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
         std::optional<Queued> queued; // a second successor, submitted while the one before it waited
         bool stalled = false;
         std::vector<ChainHandover> handovers;
+        // What the policy sees on every tick in [from, until) of a fork (nothing is submitted in it) about a
+        // predecessor that reaches its limit at `limitEnd`; up to the tick at which job `waiting` started.
+        const auto ticks = [&](std::int64_t from, std::int64_t until, std::int64_t limitEnd,
+                               std::optional<std::int64_t> waiting) {
+            std::vector<DecisionPoint> points;
+            Simulator look = sim.fork();
+            for (std::int64_t t = std::max(look.now(), from); t < until; t += config.tick) {
+                look.advanceTo(t);
+                if (waiting && look.startOf(*waiting))
+                    break;
+                points.push_back(decisionPointAt(look, t, limitEnd, shape, features));
+            }
+            return points;
+        };
         while (ledger.needsSuccessor()) {
             const std::int64_t end = ledger.limitEnd();
             std::int64_t next = 0, submitted = 0;
@@ -431,13 +445,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 submitted = queued->submitted;
                 queued.reset();
             } else {
-                // What the policy sees on every tick of the running job (a fork: nothing is submitted yet).
-                std::vector<DecisionPoint> points;
-                Simulator look = sim.fork();
-                for (std::int64_t t = look.now(); t < end; t += config.tick) {
-                    look.advanceTo(t);
-                    points.push_back(decisionPointAt(look, t, end, shape, features));
-                }
+                const auto points = ticks(sim.now(), end, end, std::nullopt); // of the running job
                 const std::size_t i
                     = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
                 submitted = i < points.size() ? points[i].now : end;
@@ -449,18 +457,11 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 // While `next` waits, the policy decides on the job after it as on a predecessor that
                 // reaches its limit one limit after the running one: the ticks until `next` starts
                 // (not past that limit: a successor still waiting then is followed as usual).
-                const std::int64_t secondEnd = end + config.limit;
-                std::vector<DecisionPoint> points;
-                Simulator look = sim.fork();
-                const std::int64_t until = std::min(secondEnd, submitted + config.horizon);
                 // From the tick after the successor's submission, as batond decides (the chain is then
                 // in successor_pending).
-                for (std::int64_t t = std::max(look.now(), submitted + config.tick); t < until; t += config.tick) {
-                    look.advanceTo(t);
-                    if (look.startOf(next))
-                        break;
-                    points.push_back(decisionPointAt(look, t, secondEnd, shape, features));
-                }
+                const std::int64_t secondEnd = end + config.limit;
+                const auto points
+                    = ticks(submitted + config.tick, std::min(secondEnd, submitted + config.horizon), secondEnd, next);
                 if (const std::size_t i = policy.firstSubmit(points); i < points.size()) {
                     sim.advanceTo(points[i].now);
                     queued = Queued { --lastId, points[i].now };
