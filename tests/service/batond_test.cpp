@@ -443,7 +443,11 @@ TEST_F(BatondService, OneFirstJobPerNameAndAnEndedChainStartsAfterItsLastSeq)
         },
         60s))
         << batond.log();
-    EXPECT_EQ(signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody).status, 200);
+    // An action's reply shows the chain as GET does, with the job it acted on.
+    const HttpReply cancelled = signedRequest(port, "POST", "/v1/chains/nobody/twice/cancel", "", nobody);
+    EXPECT_EQ(cancelled.status, 200);
+    EXPECT_EQ(cancelled.json()["chain"]["state"], "cancelled") << cancelled.body;
+    EXPECT_TRUE(cancelled.json()["chain"]["current_job"].is_number_integer()) << cancelled.body;
     EXPECT_TRUE(waitFor([&] { return liveJobs() == 0; }, 60s)) << batond.log();
 
     // Names outside the one rule of plugin and service.
