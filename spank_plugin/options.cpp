@@ -9,7 +9,7 @@ namespace baton::spank {
 
 namespace {
 
-enum OptionId { OptBaton = 1, OptDir, OptOverhead, OptMargin, OptHandoverWait };
+enum OptionId { OptBaton = 1, OptDir, OptOverhead, OptMargin, OptHandoverWait, OptSeq };
 
 int onOption(int id, const char* optarg, int remote)
 {
@@ -24,7 +24,8 @@ int onOption(int id, const char* optarg, int remote)
         : id == OptDir                ? "--baton-dir"
         : id == OptOverhead           ? "--baton-overhead"
         : id == OptMargin             ? "--baton-margin"
-                                      : "--baton-handover-wait";
+        : id == OptHandoverWait       ? "--baton-handover-wait"
+                                      : "--baton-seq";
     try {
         switch (id) {
         case OptBaton:
@@ -44,6 +45,9 @@ int onOption(int id, const char* optarg, int remote)
             break;
         case OptHandoverWait:
             options.handoverWaitSeconds = parseHandoverWaitSeconds(value);
+            break;
+        case OptSeq:
+            options.seq = parseChainSeq(value);
             break;
         default:
             return -1;
@@ -77,6 +81,12 @@ struct spank_option optionTable[] = {
         const_cast<char*>("How long a successor waits for its predecessor's final checkpoint before it "
                           "restores (default: plugstack handover_wait; 0: no wait)."),
         1, OptHandoverWait, onOption },
+    // batond gives every job it submits its seq: with two successors in flight, the order in which the
+    // chain's jobs start need not be the order of their seqs (both may start in one second).
+    { const_cast<char*>("baton-seq"), const_cast<char*>("N"),
+        const_cast<char*>("The job's position in its chain (set by batond; default: how many of the chain's "
+                          "jobs started before it)."),
+        1, OptSeq, onOption },
     SPANK_OPTIONS_TABLE_END,
 };
 

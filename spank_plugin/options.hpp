@@ -18,6 +18,7 @@ struct BatonOptions {
     std::optional<double> overheadPercent;
     std::optional<int> marginSeconds;
     std::optional<int> handoverWaitSeconds; // --baton-handover-wait, over plugstack handover_wait
+    std::optional<int> seq; // --baton-seq: the job's position in its chain, as batond submitted it
 };
 
 // The process's plugin state: set up by slurm_spank_init, filled by the option callbacks.

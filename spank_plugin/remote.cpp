@@ -344,7 +344,9 @@ void prepareStep(spank_t sp)
     {
         ThreadCredentials asUser(state.uid, state.gid, state.groups);
         const ChainDir dir = openChainDir(state.location.dir, state.location.prefix, state.uid);
-        state.chainSeq = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
+        // Registered either way: a job submitted without a seq (by hand) counts the jobs before it.
+        const int started = registerJob(dir.fd.get(), std::to_string(state.jobId), config.reportTimeout);
+        state.chainSeq = batonOptions().seq.value_or(started);
         if (dir.created) {
             logVerbose("created chain directory " + dir.path);
         }

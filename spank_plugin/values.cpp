@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace baton::spank {
@@ -87,6 +88,12 @@ int parseHandoverWaitSeconds(std::string_view text)
         static_cast<long long>(contract::kHandoverWaitMax),
         "handover wait must be a whole number of seconds from 0 to "
             + std::to_string(static_cast<long long>(contract::kHandoverWaitMax))));
+}
+
+int parseChainSeq(std::string_view text)
+{
+    return static_cast<int>(parseInteger(text, 0, std::numeric_limits<int>::max(),
+        "seq must be a whole number from 0 to " + std::to_string(std::numeric_limits<int>::max())));
 }
 
 bool isValidChainName(std::string_view name)

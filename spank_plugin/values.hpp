@@ -16,6 +16,7 @@ std::chrono::milliseconds parseTimeoutSeconds(std::string_view text); // 0.01 ..
 int parseKeepCount(std::string_view text); // integer, 1 .. 1000
 int parseDrainRate(std::string_view text); // whole MB/s, 0 (unbounded) .. contract::kDrainRateMax
 int parseHandoverWaitSeconds(std::string_view text); // integer, 0 .. 3600
+int parseChainSeq(std::string_view text); // integer, 0 .. INT_MAX
 
 // A chain name follows the one rule batond applies too (contract::validChainName: 1..128 characters of
 // [A-Za-z0-9._-], not starting with '.' or '-'), so that it is always a single, harmless path component.

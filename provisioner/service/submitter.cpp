@@ -61,6 +61,9 @@ std::optional<std::int64_t> Submitter::submitIntent(
     // it wins over the chain's own).
     if (afterPredecessorEnded(reason))
         request.args.push_back("--baton-handover-wait=0");
+    // The job's seq is batond's, not the order of the chain's starts: a second successor may start with
+    // the first, or before it (and be cancelled).
+    request.args.push_back("--baton-seq=" + std::to_string(seq));
     if (request.scriptText.empty()) {
         tables_.submissions.markState(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;

@@ -110,6 +110,7 @@ constexpr std::array options {
     Option { "baton-margin", 0, Takes::Value },
     Option { "baton-handover-wait", 0, Takes::Value },
     Option { "baton", 0, Takes::OptionalValue, "batond sets it itself (the chain's name)" },
+    Option { "baton-seq", 0, Takes::Value, "batond sets it itself (the job's seq)" },
     // Refused, and why.
     Option { "wait", 'W', Takes::Nothing, "sbatch would wait until the job ends" },
     Option { "test-only", 0, Takes::Nothing, noJob },

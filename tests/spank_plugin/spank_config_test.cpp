@@ -33,6 +33,11 @@ TEST(Values, ParseOptionValuesAndRejectBadOnes)
     EXPECT_THROW(parseTimeoutSeconds("0"), std::invalid_argument);
     EXPECT_EQ(parseKeepCount("3"), 3);
     EXPECT_THROW(parseKeepCount("0"), std::invalid_argument);
+    EXPECT_EQ(parseChainSeq("0"), 0);
+    EXPECT_EQ(parseChainSeq("2147483647"), 2147483647);
+    for (const char* bad : { "", "-1", "1.5", "2147483648", "x" }) {
+        EXPECT_THAT(messageOf([&] { parseChainSeq(bad); }), HasSubstr("seq must be a whole number")) << bad;
+    }
 }
 
 TEST(Values, ChainNamesAreSinglePathComponents)

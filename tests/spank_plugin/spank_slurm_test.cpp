@@ -292,6 +292,16 @@ TEST_F(SpankPlugin, BatchJobsOfAChainCountRestartsAndDefaultToTheJobName)
         }
         EXPECT_EQ(seen, 2u) << text;
     }
+    // batond names the seq of each job it submits: the batch script and its steps run as that seq,
+    // whatever the order of the chain's starts (two successors in flight may start in one second).
+    const fs::path out = layout_->base.path() / "batch-seq.out";
+    const auto submitted = slurm({ "sbatch", "--wait", "-J", "trainer", "--baton", "--baton-seq=7", "--time=2",
+        "--output=" + out.string(), "--wrap=env; srun env | grep '^BATON_CHAIN_SEQ='" });
+    ASSERT_EQ(submitted.exitCode, 0) << submitted.output;
+    const std::string text = readText(out);
+    const auto batch = text.find("BATON_CHAIN_SEQ=7\n");
+    ASSERT_NE(batch, std::string::npos) << text;
+    EXPECT_NE(text.find("BATON_CHAIN_SEQ=7\n", batch + 1), std::string::npos) << "the srun step's differs:\n" << text;
 }
 
 TEST_F(SpankPlugin, BadOptionValuesFailAtSubmissionWithTheMessage)
@@ -303,6 +313,7 @@ TEST_F(SpankPlugin, BadOptionValuesFailAtSubmissionWithTheMessage)
         { { "srun", "--baton=a/b", "true" }, "--baton: chain name must be" },
         { { "sbatch", "--baton-overhead=0", "--wrap=true" }, "--baton-overhead: overhead must be" },
         { { "sbatch", "--baton-margin=ten", "--wrap=true" }, "got 'ten'" },
+        { { "sbatch", "--baton-seq=-1", "--wrap=true" }, "--baton-seq: seq must be a whole number" },
         { { "salloc", "--baton=.hidden", "true" }, "chain name must be" },
     };
     for (const auto& [argv, message] : cases) {
