@@ -51,6 +51,9 @@ std::optional<std::int64_t> Submitter::submitIntent(
     request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
     request.scriptText = spec.is_object() ? spec.value("script", std::string()) : std::string();
     request.key = key;
+    // The job's seq is batond's, not the order of the chain's starts: a second successor may start with
+    // the first, or before it (and be cancelled).
+    request.seq = seq;
     // The plugin must run the job as this chain's: the option on the command line wins over the script's.
     request.args.push_back("--baton=" + chain.name);
     if (const auto args = spec.find("sbatch_args"); args != spec.end() && args->is_array())
@@ -61,9 +64,6 @@ std::optional<std::int64_t> Submitter::submitIntent(
     // it wins over the chain's own).
     if (afterPredecessorEnded(reason))
         request.args.push_back("--baton-handover-wait=0");
-    // The job's seq is batond's, not the order of the chain's starts: a second successor may start with
-    // the first, or before it (and be cancelled).
-    request.args.push_back("--baton-seq=" + std::to_string(seq));
     if (request.scriptText.empty()) {
         tables_.submissions.markState(chain.id, seq, "failed", "the chain has no batch script to submit");
         return std::nullopt;

@@ -144,6 +144,8 @@ JobId SlurmClient::submit(const SubmitRequest& request) const
         throw std::invalid_argument("submit: " + *refused);
     std::vector<std::string> argv { options_.sbatch, "--parsable", "--comment=" + request.key };
     argv.insert(argv.end(), request.args.begin(), request.args.end());
+    if (request.seq) // after the chain's own options, which may not hold it (checkSbatchArgs)
+        argv.push_back("--baton-seq=" + std::to_string(*request.seq));
     // A script given as text reaches sbatch on standard input through an anonymous memory file: no
     // file that another user could read or replace, and no pipe to keep fed.
     int scriptFd = -1;

@@ -41,6 +41,7 @@ struct SubmitRequest {
     std::filesystem::path script; // a file the owner can read, or empty with scriptText
     std::filesystem::path workdir; // sbatch runs here (the job's default working directory)
     std::string scriptText; // given to sbatch on standard input when `script` is empty
+    std::optional<int> seq; // the job's seq in its chain, passed to the plugin as --baton-seq
 };
 
 // A Slurm command failed: which command, and what it said.

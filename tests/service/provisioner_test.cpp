@@ -3,8 +3,6 @@
 // end of training, handover bookkeeping.
 #include "provisioner_fixture.hpp"
 
-#include <algorithm>
-
 namespace {
 
 using namespace baton::service;
@@ -177,10 +175,9 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     ASSERT_EQ(cluster_.submissions.size(), 1u);
     EXPECT_EQ(tables_.submissions.find(chain.id, 1)->reason, "node_failure");
     EXPECT_EQ(tables_.chains.find(chain.id)->retries, 0);
-    // The plugin gives the job batond's seq (given last) and no handover wait.
-    const auto& firstArgs = cluster_.submissions[0].args;
-    EXPECT_EQ(firstArgs.back(), "--baton-seq=1");
-    EXPECT_NE(std::find(firstArgs.begin(), firstArgs.end(), "--baton-handover-wait=0"), firstArgs.end());
+    // The job runs as batond's seq, and restores without a handover wait.
+    EXPECT_EQ(cluster_.submissions[0].seq, 1);
+    EXPECT_EQ(cluster_.submissions[0].args.back(), "--baton-handover-wait=0");
 
     const std::int64_t second = cluster_.jobs.back().id;
     cluster_.start(second);
@@ -191,9 +188,8 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(tables_.submissions.find(chain.id, 2)->reason, "retry");
     EXPECT_EQ(tables_.chains.find(chain.id)->retries, 1);
-    const auto& retryArgs = cluster_.submissions[1].args;
-    EXPECT_EQ(retryArgs.back(), "--baton-seq=2");
-    EXPECT_NE(std::find(retryArgs.begin(), retryArgs.end(), "--baton-handover-wait=0"), retryArgs.end());
+    EXPECT_EQ(cluster_.submissions[1].seq, 2);
+    EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
 }
 
 // A successor submitted while its predecessor runs waits for the handover checkpoint as configured.
@@ -364,7 +360,7 @@ TEST_F(ProvisionerTest, ASecondSuccessorQueuesBehindAWaitingOne)
     ASSERT_EQ(cluster_.submissions.size(), 2u);
     EXPECT_EQ(cluster_.submissions.back().key, Submitter::submissionKey(chain, 2));
     // Its seq is batond's, whichever of the two starts first.
-    EXPECT_EQ(cluster_.submissions.back().args.back(), "--baton-seq=2");
+    EXPECT_EQ(cluster_.submissions.back().seq, 2);
     EXPECT_EQ(stateOf(chain), ChainState::SuccessorPending);
     EXPECT_EQ(submissionReasons(connection_, chain.id),
         (std::vector<std::string> { "1:policy:submitted", "2:ahead:submitted" }));

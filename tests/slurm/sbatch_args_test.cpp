@@ -78,6 +78,7 @@ TEST(SbatchArgs, RefusesWhatWouldStallOrBreakTheChain)
         { { "--wrap=rm -rf ~" }, "batch script" },
         { { "--wrap", "true" }, "batch script" },
         { { "--baton=other" }, "the chain's name" },
+        { { "--baton-seq=3" }, "batond sets it itself (the job's seq)" },
         { { "--baton" }, "the chain's name" },
         // Timing and ordering are batond's.
         { { "--hold" }, "held" },

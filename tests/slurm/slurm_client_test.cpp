@@ -127,7 +127,7 @@ TEST_F(SlurmClientTest, SubmitsAsTheOwnerAndTheKeyShowsInTheQueue)
 TEST_F(SlurmClientTest, SignalTermAsTheOwnerEndsTheJob)
 {
     const auto script = writeScript("term.sh", "#!/bin/bash\nsleep 300\n");
-    const JobId id = client_->submit({ nobody, "baton:chain-2:1", { "--time=2" }, script, dir_.path(), {} });
+    const JobId id = client_->submit({ nobody, "baton:chain-2:1", { "--time=2" }, script, dir_.path(), {}, std::nullopt });
     ASSERT_TRUE(waitFor(id, [](const QueueJob& j) { return j.state == "RUNNING"; }));
     // batond controls a job as its owner: another user may not, the owner may.
     const uid_t daemonUid = 1;
@@ -155,7 +155,7 @@ TEST_F(SlurmClientTest, StepScopeSparesSrunSoTheTrainingEndsOnItsOwn)
                 + tag + ".txt; exit 0\" TERM; touch ready-" + tag
                 + ".txt; while true; do sleep 0.1; done'\n");
         const JobId id = client_->submit({ nobody, "baton:chain-3:" + tag,
-            { "--time=2", "--output=" + tag + ".out" }, script, dir_.path(), {} });
+            { "--time=2", "--output=" + tag + ".out" }, script, dir_.path(), {}, std::nullopt });
         const auto ready = dir_.path() / ("ready-" + tag + ".txt");
         for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i)
             std::this_thread::sleep_for(100ms);
@@ -202,7 +202,7 @@ TEST_F(SlurmClientTest, FailuresSayWhatSlurmSaid)
     const auto script = writeScript("ok.sh", "#!/bin/bash\ntrue\n");
     try {
         client_->submit(
-            { nobody, "baton:chain-3:1", { "--partition=no-such-partition" }, script, dir_.path(), {} });
+            { nobody, "baton:chain-3:1", { "--partition=no-such-partition" }, script, dir_.path(), {}, std::nullopt });
         FAIL() << "expected an error";
     } catch (const SlurmError& e) {
         EXPECT_NE(e.command().find("--partition=no-such-partition"), std::string::npos) << e.command();
@@ -211,13 +211,13 @@ TEST_F(SlurmClientTest, FailuresSayWhatSlurmSaid)
     EXPECT_THROW(client_->batchScript(99999999), SlurmError);
     EXPECT_THROW(client_->signal(99999999, "TERM"), SlurmError);
     EXPECT_FALSE(client_->jobDetail(99999999).has_value());
-    EXPECT_THROW(client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path(), {} }),
+    EXPECT_THROW(client_->submit({ nobody, "k", { "--comment=other" }, script, dir_.path(), {}, std::nullopt }),
         std::invalid_argument);
     EXPECT_THROW(client_->signal(1, "TERM; rm"), std::invalid_argument);
     // nobody may not write into a directory of root's.
     baton::test::TempDir closed("baton-closed");
     chmod(closed.path().c_str(), 0700);
-    EXPECT_THROW(client_->submit({ nobody, "baton:chain-4:1", {}, script, closed.path(), {} }), SlurmError);
+    EXPECT_THROW(client_->submit({ nobody, "baton:chain-4:1", {}, script, closed.path(), {}, std::nullopt }), SlurmError);
 }
 
 TEST_F(SlurmClientTest, CountsTheUsableNodes)
