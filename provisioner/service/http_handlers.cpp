@@ -123,9 +123,9 @@ std::optional<std::int64_t> liveJobOf(Tables& tables, const ChainRow& chain, int
 }
 
 // The chain as a write left it, as GET /v1/chains lists it (with its jobs' ids), for the write's reply.
-Json chainAsWritten(db::Connection& connection, Tables& tables, std::int64_t chainId, const std::string& policy)
+Json chainAsWritten(Tables& tables, std::int64_t chainId, const std::string& policy)
 {
-    return ChainViews(connection, policy).summary(*tables.chains.find(chainId));
+    return ChainViews(tables.connection(), policy).summary(*tables.chains.find(chainId));
 }
 
 ChainEvent eventOfAction(const std::string& action)
@@ -333,7 +333,7 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
         throw HttpError(502, "sbatch refused the job: " + why);
     }
     reply(response, 201,
-        Json { { "chain", chainAsWritten(*lease, tables, chain.id, config_.policy) }, { "job_id", *jobId } });
+        Json { { "chain", chainAsWritten(tables, chain.id, config_.policy) }, { "job_id", *jobId } });
 }
 
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
@@ -355,7 +355,7 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     applyAction(tables, cluster_, chain, event, action, caller, currentEnded);
     transaction.commit();
     tables.decisions.record(chain.id, "user", action, who, "requested");
-    reply(response, 200, Json { { "chain", chainAsWritten(*lease, tables, chain.id, config_.policy) } });
+    reply(response, 200, Json { { "chain", chainAsWritten(tables, chain.id, config_.policy) } });
 }
 
 void HttpApi::setChainPolicy(
@@ -376,7 +376,7 @@ void HttpApi::setChainPolicy(
     inputs["policy"] = policy ? Json(*policy) : Json();
     tables.decisions.record(chain.id, "user", "policy", inputs, "requested");
     transaction.commit();
-    reply(response, 200, Json { { "chain", chainAsWritten(*lease, tables, chain.id, config_.policy) } });
+    reply(response, 200, Json { { "chain", chainAsWritten(tables, chain.id, config_.policy) } });
 }
 
 } // namespace baton::service
