@@ -72,7 +72,9 @@ void RecentStarts::add(const QueueSnapshot& snapshot)
     for (const QueueJob& j : snapshot.jobs) {
         if (!j.started() || j.startTime > snapshot.takenAt || j.submitTime <= 0)
             continue;
-        waits_.try_emplace({ j.startTime, j.jobId }, std::max<std::int64_t>(j.startTime - j.submitTime, 0));
+        // From eligibility where Slurm reports it (a job held by a dependency), as the simulator counts.
+        const std::int64_t waitingSince = std::max(j.submitTime, j.eligibleTime);
+        waits_.try_emplace({ j.startTime, j.jobId }, std::max<std::int64_t>(j.startTime - waitingSince, 0));
         if (waits_.size() > window_)
             waits_.erase(waits_.begin()); // the oldest start
     }

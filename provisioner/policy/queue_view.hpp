@@ -33,7 +33,10 @@ public:
     virtual std::span<const RunningJob> running() const = 0; // limitEnd and nodes are read
     // The scheduler's priority of a job at time `at`; a job submitted at `at` is asked too.
     virtual double priorityOf(const Job& job, std::int64_t at) const = 0;
-    // Mean queue wait (seconds) of recently started jobs; 0 when none is known.
+    // Mean queue wait (seconds) of recently started jobs; 0 when none is known. A job held by a
+    // dependency waits from the moment it became eligible, not from its submission: a chain of jobs
+    // submitted at once (`--dependency=singleton`) would otherwise count every earlier link's run time
+    // as waiting, while what a fresh submission meets is the queue after eligibility.
     virtual double recentMeanWait() const = 0;
 };
 

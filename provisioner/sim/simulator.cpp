@@ -212,7 +212,7 @@ void Simulator::start(const PendingJob& p, std::int64_t limit)
     } else {
         insertedStarts_.push_back({ j.id, now_, limit });
     }
-    const double wait = static_cast<double>(now_ - j.submit);
+    const double wait = static_cast<double>(now_ - dependencyMetAt(p));
     auto& slot = recentWaits_[recentCount_ % waitWindow];
     if (recentCount_ >= waitWindow)
         recentSum_ -= slot;
@@ -245,13 +245,18 @@ bool Simulator::waitsForDependency(const PendingJob& p) const
     return after >= 0 && endedAt_[static_cast<std::size_t>(after)] < 0;
 }
 
-std::int64_t Simulator::eligibleSince(const PendingJob& p) const
+std::int64_t Simulator::dependencyMetAt(const PendingJob& p) const
 {
     const auto after = predecessorOf(p);
-    if (config_.heldJobsAge || after < 0)
+    if (after < 0)
         return p.job.submit;
     const auto ended = endedAt_[static_cast<std::size_t>(after)];
     return ended < 0 ? now_ : std::max(p.job.submit, ended);
+}
+
+std::int64_t Simulator::eligibleSince(const PendingJob& p) const
+{
+    return config_.heldJobsAge ? p.job.submit : dependencyMetAt(p);
 }
 
 bool Simulator::overUserLimit(const Job& job) const

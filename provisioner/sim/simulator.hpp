@@ -66,7 +66,8 @@ public:
     std::span<const PendingJob> pending() const { return pending_; }
     std::span<const RunningJob> running() const { return running_; }
     double priorityOf(const Job& job, std::int64_t at) const;
-    // Mean queue wait of the most recent (up to 100) jobs that started; 0 before any started.
+    // Mean queue wait of the most recent (up to 100) jobs that started, each from when it became
+    // eligible (its predecessor's end for a job held by a dependency); 0 before any started.
     double recentMeanWait() const;
     std::int64_t nextEventTime() const;
     bool finished() const;
@@ -78,7 +79,8 @@ private:
     bool overUserLimit(const Job& job) const;
     std::int64_t predecessorOf(const PendingJob& job) const; // its trace index, or -1
     bool waitsForDependency(const PendingJob& job) const;
-    std::int64_t eligibleSince(const PendingJob& job) const;
+    std::int64_t eligibleSince(const PendingJob& job) const; // where its age counts from
+    std::int64_t dependencyMetAt(const PendingJob& job) const; // submission, or its predecessor's end
     double priority(const Job& job, std::int64_t ageSince, std::int64_t at) const;
     void countUser(std::int32_t user, int jobs, int units);
 

@@ -107,6 +107,7 @@ enum class JobField : std::uint8_t {
     TasksPerNode,
     TresPerNode,
     SubmitTime,
+    EligibleTime,
     StartTime,
     StateReason,
     TimeLimit,
@@ -124,6 +125,7 @@ JobField jobFieldOf(std::string_view key)
         { "batch_flag", JobField::Batch },
         { "comment", JobField::Comment },
         { "current_working_directory", JobField::Workdir },
+        { "eligible_time", JobField::EligibleTime },
         { "end_time", JobField::EndTime },
         { "cpus_per_task", JobField::CpusPerTask },
         { "exit_code", JobField::ExitCode },
@@ -212,6 +214,8 @@ void readJobField(Scanner& s, QueueJob& job, JobField field, std::string_view ke
         return void(job.memoryPerCpuMiB = s.readInteger());
     case JobField::SubmitTime:
         return integer(job.submitTime);
+    case JobField::EligibleTime:
+        return integer(job.eligibleTime);
     case JobField::StartTime:
         return integer(job.startTime);
     case JobField::StateReason:

@@ -29,6 +29,7 @@ struct QueueJob {
     std::string nodes; // allocated node list; empty if it never ran
     // Seconds since the epoch; 0 = not known. For a pending job startTime may be Slurm's estimate.
     std::int64_t submitTime = 0;
+    std::int64_t eligibleTime = 0; // when its dependencies and begin time were met; 0 until then
     std::int64_t startTime = 0;
     std::int64_t endTime = 0;
     std::optional<std::int64_t> timeLimitMinutes; // unset = no limit (UNLIMITED)

@@ -231,6 +231,17 @@ TEST(LiveQueue, RemembersTheStartsThatLeftSqueue)
     EXPECT_DOUBLE_EQ(RecentStarts().meanWait(), 0.0);
 }
 
+TEST(LiveQueue, AHeldJobWaitsFromItsEligibility)
+{
+    // Job 2 was submitted with job 1 and held by a dependency until 400: it waited 30 s, not 330.
+    auto held = startedJob(2, 100, 430);
+    held.eligibleTime = 400;
+    // Slurm reports the submission itself as eligible_time for a job that never waited for anything.
+    auto plain = startedJob(3, 100, 110);
+    plain.eligibleTime = 100;
+    EXPECT_DOUBLE_EQ(LiveQueue(snapshotAt(1000, { held, plain }), { .totalNodes = 4 }).recentMeanWait(), 20.0);
+}
+
 TEST(LiveQueue, NeedsTheClusterSize)
 {
     EXPECT_THROW(LiveQueue(QueueSnapshot {}, {}), std::invalid_argument);

@@ -61,6 +61,23 @@ TEST(Simulator, AHeldJobAgesFromItsSubmissionOrFromItsPredecessorsEnd)
     EXPECT_EQ(fromEnd.at(3), 60);
 }
 
+TEST(Simulator, AHeldJobWaitsFromItsPredecessorsEnd)
+{
+    // Two nodes. A and C start at 0; H, submitted at 0 too, is held until A ends at 50 and takes A's
+    // node at once (the older submission, ahead of D, submitted at 40, which follows at H's end, 60).
+    // H waited 0 s in the queue, not 50: a fresh submission meets the queue after eligibility.
+    auto held = job(2, 0, 1, 10, 10);
+    held.afterId = 1;
+    std::vector<Job> jobs { job(1, 0, 1, 50, 50), held, job(3, 0, 1, 100, 100), job(4, 40, 1, 10, 10) };
+    prepareTrace(jobs, 2);
+    Simulator sim(std::make_shared<const std::vector<Job>>(jobs), cluster(2));
+    std::vector<std::int64_t> starts(jobs.size(), -1);
+    sim.recordStartsInto(&starts);
+    sim.runToEnd();
+    EXPECT_EQ(starts, (std::vector<std::int64_t> { 0, 50, 0, 60 }));
+    EXPECT_DOUBLE_EQ(sim.recentMeanWait(), (0.0 + 0 + 0 + 20) / 4);
+}
+
 TEST(Simulator, PrioritiesAreTheAgesAtTheLastComputation)
 {
     // X holds a node until 200, A the other until 100; H waits for A, C is submitted at 90. At 100 H

@@ -68,6 +68,9 @@ TEST(SqueueJson, ReadsTheRecorded2205Document)
     EXPECT_EQ(jobs.at(4).comment, "odd \"quoted\"");
     EXPECT_EQ(jobs.at(4).stateReason, "BeginTime");
     EXPECT_FALSE(jobs.at(4).started()); // cancelled while pending: no nodes, though it has a start time
+    EXPECT_EQ(jobs.at(4).eligibleTime, 1795430480); // its --begin
+    EXPECT_EQ(jobs.at(3).eligibleTime, jobs.at(3).submitTime);
+    EXPECT_EQ(jobs.at(6).eligibleTime, 0); // held: not eligible yet
 
     EXPECT_TRUE(jobs.at(5).active());
     EXPECT_FALSE(jobs.at(5).timeLimitMinutes.has_value()); // UNLIMITED is null
@@ -136,6 +139,7 @@ TEST(SqueueJson, ReadsTheRecorded2411Document)
     const auto& requeued = jobs.at(5);
     EXPECT_TRUE(requeued.pending());
     EXPECT_EQ(requeued.stateReason, "BeginTime");
+    EXPECT_EQ(requeued.eligibleTime, 1795660888); // the {set, infinite, number} form of 23.02 and later
     EXPECT_FALSE(requeued.started()); // pending again, its next start time in the future
     EXPECT_TRUE(requeued.nodes.empty());
 
