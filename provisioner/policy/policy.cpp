@@ -107,6 +107,17 @@ std::size_t QuantilePolicy::firstSubmit(std::span<const DecisionPoint> points) c
     return points.size();
 }
 
+CheckpointAwarePolicy::CheckpointAwarePolicy(
+    std::shared_ptr<const WaitPredictor> predictor, double q, int persist)
+    : byQuantile_("checkpoint-aware", std::move(predictor), q, 0.0, persist)
+{
+}
+
+std::size_t CheckpointAwarePolicy::firstSubmit(std::span<const DecisionPoint> points) const
+{
+    return std::min(byQuantile_.firstSubmit(points), AveragePolicy().firstSubmit(points));
+}
+
 WindowPolicy::WindowPolicy(
     std::string name, std::shared_ptr<const WaitPredictor> predictor, double tau, double toleranceSeconds)
     : name_(std::move(name))

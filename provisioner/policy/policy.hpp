@@ -78,8 +78,8 @@ public:
 
 // Submit once the predicted q-quantile of the successor's wait has reached the predecessor's remaining
 // time minus a margin on `persist` consecutive ticks (1 = at the first crossing; more ignores a
-// momentary spike of the queue). `predict` and `checkpoint-aware` are this rule with a q chosen on the
-// training period under different cost models (see protocol.hpp).
+// momentary spike of the queue). `predict` is this rule, and `checkpoint-aware` builds on it, each with
+// a q chosen on the training period under its own cost model (see protocol.hpp).
 class QuantilePolicy final : public Policy {
 public:
     QuantilePolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor, double q,
@@ -95,6 +95,23 @@ private:
     double q_;
     double margin_;
     int persist_;
+};
+
+// checkpoint-aware: the earlier of the quantile rule (its q chosen on the training period under
+// handoverCost and the overlap budget, see protocol.hpp) and avg's rule. A handover makes an early start
+// cheap and a late one costs the whole gap, so where the model and the live recent wait disagree it
+// follows the one that says "now". That covers a queue that grows past the model's training: trees
+// answer as for the longest waits they saw, and the quantile alone would submit too late.
+class CheckpointAwarePolicy final : public Policy {
+public:
+    CheckpointAwarePolicy(std::shared_ptr<const WaitPredictor> predictor, double q, int persist = 1);
+    std::string name() const override { return "checkpoint-aware"; }
+    std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
+    double q() const { return byQuantile_.q(); }
+    int persist() const { return byQuantile_.persist(); }
+
+private:
+    QuantilePolicy byQuantile_;
 };
 
 // Submit at the first tick at which the predicted probability that the successor starts within

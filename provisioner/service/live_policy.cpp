@@ -32,6 +32,8 @@ std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const 
     const int persist = stored ? stored->persist : 1;
     logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(q)
         + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : ""));
+    if (name == "checkpoint-aware")
+        return std::make_shared<sim::CheckpointAwarePolicy>(predictor, q, persist);
     return std::make_shared<sim::QuantilePolicy>(name, predictor, q, 0.0, persist);
 }
 

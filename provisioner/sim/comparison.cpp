@@ -264,8 +264,8 @@ std::vector<std::unique_ptr<Policy>> makePolicies(const ComparisonConfig& config
         else if (name == "predict")
             policies.push_back(makeRulePolicy(name, predictor, chosen.predictAll, config.tolerance));
         else if (name == "checkpoint-aware")
-            policies.push_back(std::make_unique<QuantilePolicy>(
-                name, predictor, chosen.qCheckpoint, 0.0, chosen.persistCheckpoint));
+            policies.push_back(
+                std::make_unique<CheckpointAwarePolicy>(predictor, chosen.qCheckpoint, chosen.persistCheckpoint));
         else if (name == "policy-gradient")
             policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")

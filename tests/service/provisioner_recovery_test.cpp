@@ -57,7 +57,7 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
         Json { { "evaluation", { { "checkpoint-aware", { { "q", 0.2 }, { "persist", 3 } } } } } });
     config_.policy = "checkpoint-aware";
     const LivePolicies checkpoint = makeLivePolicies(config_, connection_);
-    const auto* persistent = dynamic_cast<const baton::sim::QuantilePolicy*>(checkpoint.policies.configured.get());
+    const auto* persistent = dynamic_cast<const baton::sim::CheckpointAwarePolicy*>(checkpoint.policies.configured.get());
     ASSERT_NE(persistent, nullptr);
     EXPECT_DOUBLE_EQ(persistent->q(), 0.2);
     EXPECT_EQ(persistent->persist(), 3);

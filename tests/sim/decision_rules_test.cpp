@@ -102,6 +102,28 @@ TEST(DecisionRules, WindowSubmitsAtTheFirstTickWhoseChanceReachesTau)
     EXPECT_THROW(WindowPolicy("w", nullptr, 0.5, tolerance), std::invalid_argument);
 }
 
+TEST(DecisionRules, CheckpointAwareSubmitsAtTheEarlierOfItsQuantileAndAvg)
+{
+    const auto predictor = trainedPredictor();
+    auto points = lastMinutes(*predictor, 4, 48 * 60, 10);
+    const QuantilePolicy quantile("q", predictor, 0.5);
+    const CheckpointAwarePolicy checkpoint(predictor, 0.5);
+    const std::size_t byModel = quantile.firstSubmit(points);
+    ASSERT_GT(byModel, 60u);
+    ASSERT_LT(byModel, points.size());
+    // A quiet queue: avg's rule would submit after the model's tick, which stands.
+    for (auto& p : points)
+        p.recentMeanWait = 60;
+    EXPECT_EQ(checkpoint.firstSubmit(points), byModel);
+    // The queue grows past what the model predicts: the recent wait reaches the time left first.
+    const std::size_t byRecentWait = byModel - 60;
+    points[byRecentWait].recentMeanWait = static_cast<double>(points[byRecentWait].remaining);
+    EXPECT_EQ(AveragePolicy().firstSubmit(points), byRecentWait);
+    EXPECT_EQ(checkpoint.firstSubmit(points), byRecentWait);
+    EXPECT_EQ(checkpoint.name(), "checkpoint-aware");
+    EXPECT_DOUBLE_EQ(checkpoint.q(), 0.5);
+}
+
 TEST(DecisionRules, EachSizeFollowsTheRuleOfTheNearestChosenSize)
 {
     const auto predictor = trainedPredictor();
