@@ -85,8 +85,9 @@ void addComparisonOptions(ctl::CommandSpec& spec)
             "the tolerance of the predecessor's end reaches tau); or one quantile rule",
             "per-size")
         .option("overlap-budget-seconds", "S|avg",
-            "checkpoint-aware: bound on the mean early start on the held-out training\n"
-            "probes; avg: the overlap Mirage's avg spends on them",
+            "checkpoint-aware: bound on its quantile rule's mean early start on the\n"
+            "held-out training probes (it also submits wherever avg would); avg: the\n"
+            "overlap Mirage's avg spends on them",
             "avg")
         .option("chain-days", "D",
             "chain efficiency: a training of D days of compute as limit-length jobs from\n"

@@ -32,10 +32,11 @@ struct ComparisonConfig {
     std::vector<int> persistGrid { 1 }; // ticks a crossing must last ({1, 10, 30} chose 1 on ls6)
     double tolerance = 600;
     double handoverSeconds = 60;
-    // checkpoint-aware keeps the mean raw overlap (successor start before the predecessor's limit)
-    // within a budget on the held-out training probes. By default the budget is the overlap Mirage's
-    // `avg` baseline spends on those same probes: checkpoint-aware may start successors as early as avg
-    // does on average, and must make better use of it (fewer gaps). Otherwise this many seconds.
+    // checkpoint-aware's quantile rule keeps the mean raw overlap (successor start before the
+    // predecessor's limit) within a budget on the held-out training probes. By default the budget is the
+    // overlap Mirage's `avg` baseline spends on those same probes: the rule may start successors as early
+    // as avg does on average, and must make better use of it (fewer gaps). Otherwise this many seconds.
+    // The policy also takes avg's ticks (CheckpointAwarePolicy), which the budget does not bound.
     bool overlapBudgetFromAvg = true;
     double overlapBudgetSeconds = 1800;
     // predict's q on the held-out training probes. By default in the restated target's terms: the most
