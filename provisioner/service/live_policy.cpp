@@ -30,9 +30,11 @@ std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const 
     }
     const double q = stored && stored->q ? *stored->q : config.quantile;
     const int persist = stored ? stored->persist : 1;
+    const bool checkpointAware = name == "checkpoint-aware";
     logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(q)
-        + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : ""));
-    if (name == "checkpoint-aware")
+        + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : "")
+        + (checkpointAware ? ", or avg's rule when that comes first" : ""));
+    if (checkpointAware)
         return std::make_shared<sim::CheckpointAwarePolicy>(predictor, q, persist);
     return std::make_shared<sim::QuantilePolicy>(name, predictor, q, 0.0, persist);
 }
