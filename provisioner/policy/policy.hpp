@@ -31,6 +31,9 @@ struct DecisionPoint {
     std::int64_t remaining = 0; // seconds until the predecessor reaches its limit
     Features features {}; // queue state as seen by the successor's shape
     double recentMeanWait = 0; // mean queue wait of the last 100 jobs that started
+    // How long the running job waited in the queue after the chain submitted it as a successor: the
+    // outcome of the policy's own last decision. NaN for the chain's first job (its owner's).
+    double lastSuccessorWait = std::numeric_limits<double>::quiet_NaN();
     // The predictor's mean log-wait for this tick when the caller has already computed it for a batch
     // (NaN otherwise): spares each quantile policy the same inference.
     double meanLogWait = std::numeric_limits<double>::quiet_NaN();
@@ -102,16 +105,23 @@ private:
 // cheap and a late one costs the whole gap, so where the model and the live recent wait disagree it
 // follows the one that says "now". That covers a queue that grows past the model's training: trees
 // answer as for the longest waits they saw, and the quantile alone would submit too late.
+// Except after a successor that started at once (waited no longer than `startedAtOnce`, the lead floor):
+// the queue has room for this shape, an early successor would only cut its predecessor short again, and
+// a model trained on a busier queue would repeat that on every job (a chain of many short jobs). Then
+// avg's rule alone decides, which still submits early once the recent waits grow.
 class CheckpointAwarePolicy final : public Policy {
 public:
-    CheckpointAwarePolicy(std::shared_ptr<const WaitPredictor> predictor, double q, int persist = 1);
+    CheckpointAwarePolicy(
+        std::shared_ptr<const WaitPredictor> predictor, double q, int persist, std::int64_t startedAtOnce);
     std::string name() const override { return "checkpoint-aware"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
     double q() const { return byQuantile_.q(); }
     int persist() const { return byQuantile_.persist(); }
+    std::int64_t startedAtOnce() const { return startedAtOnce_; }
 
 private:
     QuantilePolicy byQuantile_;
+    std::int64_t startedAtOnce_;
 };
 
 // Submit at the first tick at which the predicted probability that the successor starts within

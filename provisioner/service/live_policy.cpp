@@ -33,9 +33,11 @@ std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const 
     const bool checkpointAware = name == "checkpoint-aware";
     logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(q)
         + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : "")
-        + (checkpointAware ? ", or avg's rule when that comes first" : ""));
+        + (checkpointAware ? ", or avg's rule when that comes first, and avg's alone after a job that waited "
+                       "no longer than the submit lead"
+                           : ""));
     if (checkpointAware)
-        return std::make_shared<sim::CheckpointAwarePolicy>(predictor, q, persist);
+        return std::make_shared<sim::CheckpointAwarePolicy>(predictor, q, persist, config.submitLead.count());
     return std::make_shared<sim::QuantilePolicy>(name, predictor, q, 0.0, persist);
 }
 

@@ -103,14 +103,17 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
     std::unordered_map<std::int64_t, std::int64_t> waitSlots; // of the chains still waiting
     for (std::size_t i = 0; i < awaiting.size(); ++i) {
         const ChainRow& chain = awaiting[i].chain;
-        const sim::DecisionPoint& point = points.at(i);
         const std::string& policyName = this->policyName(chain);
         const int ahead = awaiting[i].ahead;
+        sim::DecisionPoint point = points.at(i);
+        const ClusterJob& running = awaiting[i].current;
+        if (ahead == 1 && chain.seq > 0 && running.started() && running.submitTime > 0)
+            point.lastSuccessorWait = static_cast<double>(running.startTime - running.submitTime);
         try {
             const sim::Policy& policy = policies_.forChain(chain.policy);
             // The lead floor is the last moment for the successor; a second one has a whole limit more.
             const std::int64_t lead
-                = sim::submitLeadFor(config_.submitLead.count(), awaiting[i].current.timeLimitSeconds);
+                = sim::submitLeadFor(config_.submitLead.count(), running.timeLimitSeconds);
             const bool submit
                 = ahead == 1 ? sim::firstSubmitWithLead(policy, { &point, 1 }, lead) == 0 : policy.submitNow(point);
             // What the decision row says the policy saw; built only for the rows that are written.
@@ -125,6 +128,8 @@ void Provisioner::decide(std::vector<AwaitingDecision>& awaiting, const ClusterQ
                     seen["predicted_wait_s"] = std::expm1(point.meanLogWait);
                 else if (policyName != "reactive")
                     seen["predicted_wait_s"] = point.recentMeanWait;
+                if (std::isfinite(point.lastSuccessorWait))
+                    seen["last_successor_wait_s"] = point.lastSuccessorWait;
                 if (ahead > 1)
                     seen["ahead"] = ahead;
                 return seen;

@@ -265,7 +265,8 @@ std::vector<std::unique_ptr<Policy>> makePolicies(const ComparisonConfig& config
             policies.push_back(makeRulePolicy(name, predictor, chosen.predictAll, config.tolerance));
         else if (name == "checkpoint-aware")
             policies.push_back(
-                std::make_unique<CheckpointAwarePolicy>(predictor, chosen.qCheckpoint, chosen.persistCheckpoint));
+                std::make_unique<CheckpointAwarePolicy>(predictor, chosen.qCheckpoint, chosen.persistCheckpoint,
+                    submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
         else if (name == "policy-gradient")
             policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")

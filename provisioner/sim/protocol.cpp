@@ -417,6 +417,8 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
         ChainLedger ledger(chain.compute, chain.handover, nodes);
         ledger.firstJobStarted(*firstStart, config.limit);
         std::int64_t running = firstChainJobId, lastId = firstChainJobId;
+        constexpr double unknown = std::numeric_limits<double>::quiet_NaN();
+        double runningWaited = unknown; // as a successor: the first job is its owner's
         struct Queued {
             std::int64_t id, submitted;
         };
@@ -425,7 +427,8 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
         std::vector<ChainHandover> handovers;
         // What the policy sees on every tick in [from, until) of a fork (nothing is submitted in it) about a
         // predecessor that reaches its limit at `limitEnd`; up to the tick at which job `waiting` started.
-        const auto ticks = [&](std::int64_t from, std::int64_t until, std::int64_t limitEnd,
+        // `lastWait`: the DecisionPoint's lastSuccessorWait.
+        const auto ticks = [&](std::int64_t from, std::int64_t until, std::int64_t limitEnd, double lastWait,
                                std::optional<std::int64_t> waiting) {
             std::vector<DecisionPoint> points;
             Simulator look = sim.fork();
@@ -434,6 +437,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 if (waiting && look.startOf(*waiting))
                     break;
                 points.push_back(decisionPointAt(look, t, limitEnd, shape, features));
+                points.back().lastSuccessorWait = lastWait;
             }
             return points;
         };
@@ -445,7 +449,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 submitted = queued->submitted;
                 queued.reset();
             } else {
-                const auto points = ticks(sim.now(), end, end, std::nullopt); // of the running job
+                const auto points = ticks(sim.now(), end, end, runningWaited, std::nullopt); // of the running job
                 const std::size_t i
                     = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
                 submitted = i < points.size() ? points[i].now : end;
@@ -461,7 +465,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 // in successor_pending).
                 const std::int64_t secondEnd = end + config.limit;
                 const auto points
-                    = ticks(submitted + config.tick, std::min(secondEnd, submitted + config.horizon), secondEnd, next);
+                    = ticks(submitted + config.tick, std::min(secondEnd, submitted + config.horizon), secondEnd, unknown, next);
                 if (const std::size_t i = policy.firstSubmit(points); i < points.size()) {
                     sim.advanceTo(points[i].now);
                     queued = Queued { --lastId, points[i].now };
@@ -483,6 +487,7 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
             handovers.push_back({ submitted, *started, end, predecessorEnd });
             sim.endRunningAt(running, predecessorEnd);
             running = next;
+            runningWaited = static_cast<double>(*started - submitted);
         }
         if (!stalled)
             ledger.finish();

@@ -61,6 +61,7 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     ASSERT_NE(persistent, nullptr);
     EXPECT_DOUBLE_EQ(persistent->q(), 0.2);
     EXPECT_EQ(persistent->persist(), 3);
+    EXPECT_EQ(persistent->startedAtOnce(), config_.submitLead.count());
 
     // Without a model of that name the learned policies decide as avg.
     config_.modelName = "none-such";

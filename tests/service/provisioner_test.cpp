@@ -450,3 +450,55 @@ TEST_F(ProvisionerTest, ASecondSuccessorIsWithdrawnWithTheOneItFollows)
     EXPECT_EQ(submissionReasons(connection_, chain.id),
         (std::vector<std::string> { "1:policy:cancelled", "2:ahead:cancelled" }));
 }
+
+namespace {
+
+// Submits at once and keeps what each decision saw of the chain's last successor.
+class RecordsLastSuccessorWait final : public baton::sim::Policy {
+public:
+    std::string name() const override { return "records"; }
+    std::size_t firstSubmit(std::span<const baton::sim::DecisionPoint> points) const override
+    {
+        for (const auto& p : points)
+            seen.push_back(p.lastSuccessorWait);
+        return 0;
+    }
+    mutable std::vector<double> seen;
+};
+
+} // namespace
+
+// The policy sees how long the running job waited once the chain submitted it as a successor (the outcome
+// of its own last decision, which checkpoint-aware reads): nothing for the owner's first job, nor for a
+// second successor's stand-in, which has not started.
+TEST_F(ProvisionerTest, ThePolicySeesHowLongTheLastSuccessorWaited)
+{
+    const ChainRow chain = chainWithRunningJob(71);
+    const auto policy = std::make_shared<RecordsLastSuccessorWait>();
+    {
+        Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(policy), timeOnlyDecisionPoints);
+        provisioner.tick();
+        ASSERT_EQ(cluster_.submissions.size(), 1u);
+        ASSERT_EQ(policy->seen.size(), 1u);
+        EXPECT_TRUE(std::isnan(policy->seen.back())) << "the owner's first job";
+
+        // The successor starts 7 s after it went in and takes over.
+        const std::int64_t successor = cluster_.jobs.back().id;
+        cluster_.now += 7;
+        cluster_.start(successor);
+        provisioner.tick();
+        ASSERT_EQ(stateOf(chain), ChainState::Handover);
+        cluster_.end(71, "COMPLETED");
+        for (int i = 0; i < 4 && cluster_.submissions.size() < 2; ++i)
+            provisioner.tick();
+        ASSERT_EQ(tables_.chains.find(chain.id)->seq, 1);
+        ASSERT_EQ(cluster_.submissions.size(), 2u);
+        EXPECT_DOUBLE_EQ(policy->seen.back(), 7.0);
+    }
+    // With two in flight, the decision behind the waiting successor (on its stand-in, not started).
+    config_.successorsInFlight = 2;
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(policy), timeOnlyDecisionPoints);
+    provisioner.tick();
+    ASSERT_EQ(cluster_.submissions.size(), 3u);
+    EXPECT_TRUE(std::isnan(policy->seen.back())) << "a second successor's stand-in";
+}

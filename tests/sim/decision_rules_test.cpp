@@ -107,7 +107,7 @@ TEST(DecisionRules, CheckpointAwareSubmitsAtTheEarlierOfItsQuantileAndAvg)
     const auto predictor = trainedPredictor();
     auto points = lastMinutes(*predictor, 4, 48 * 60, 10);
     const QuantilePolicy quantile("q", predictor, 0.5);
-    const CheckpointAwarePolicy checkpoint(predictor, 0.5);
+    const CheckpointAwarePolicy checkpoint(predictor, 0.5, 1, 60);
     const std::size_t byModel = quantile.firstSubmit(points);
     ASSERT_GT(byModel, 60u);
     ASSERT_LT(byModel, points.size());
@@ -122,6 +122,32 @@ TEST(DecisionRules, CheckpointAwareSubmitsAtTheEarlierOfItsQuantileAndAvg)
     EXPECT_EQ(checkpoint.firstSubmit(points), byRecentWait);
     EXPECT_EQ(checkpoint.name(), "checkpoint-aware");
     EXPECT_DOUBLE_EQ(checkpoint.q(), 0.5);
+}
+
+TEST(DecisionRules, CheckpointAwareFollowsAvgAloneAfterASuccessorThatStartedAtOnce)
+{
+    const auto predictor = trainedPredictor();
+    auto points = lastMinutes(*predictor, 4, 48 * 60, 10);
+    const CheckpointAwarePolicy checkpoint(predictor, 0.5, 1, 60);
+    for (auto& p : points)
+        p.recentMeanWait = 60;
+    const std::size_t byModel = QuantilePolicy("q", predictor, 0.5).firstSubmit(points);
+    const std::size_t byAverage = AveragePolicy().firstSubmit(points);
+    ASSERT_LT(byModel, byAverage);
+    // The chain's first job (no successor yet), and a successor that waited longer than the lead: the
+    // model's earlier tick stands.
+    EXPECT_EQ(checkpoint.firstSubmit(points), byModel);
+    for (auto& p : points)
+        p.lastSuccessorWait = 61;
+    EXPECT_EQ(checkpoint.firstSubmit(points), byModel);
+    // The last successor started within the lead: submitting early would only cut this job short.
+    for (auto& p : points)
+        p.lastSuccessorWait = 60;
+    EXPECT_EQ(checkpoint.firstSubmit(points), byAverage);
+    // avg's rule still submits early when the recent waits grow.
+    const std::size_t byRecentWait = byModel - 60;
+    points[byRecentWait].recentMeanWait = static_cast<double>(points[byRecentWait].remaining);
+    EXPECT_EQ(checkpoint.firstSubmit(points), byRecentWait);
 }
 
 TEST(DecisionRules, EachSizeFollowsTheRuleOfTheNearestChosenSize)
