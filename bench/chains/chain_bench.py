@@ -469,6 +469,22 @@ class Bench:
                 found.append((before.start + LIMIT_MIN * 60 - submitted, after.start - before.end))
         return found
 
+    def write_decisions(self, path):
+        """batond's decision rows for baton's chains, with what each policy saw: where a live chain parts
+        from the simulator's, these say whether the model, the recent wait or the lead floor decided."""
+        fields = ["remaining_s", "recent_mean_wait_s", "predicted_wait_s", "last_successor_wait_s",
+                  "queue_pending", "queue_ahead", "free_nodes", "ahead"]
+        query = ("SELECT c.name AS chain, round(extract(epoch FROM d.decided_at)::numeric, 1) AS at, d.policy, "
+                 "d.action, " + ", ".join(f"d.inputs->>'{k}' AS {k}" for k in fields) + ", d.outcome "
+                 "FROM decisions d JOIN chains c ON c.id = d.chain_id ORDER BY c.name, d.decided_at, d.id")
+        try:
+            out = demo.run(["psql", "-X", "--csv", "-d", self.services.conninfo, "-c", query], timeout=120).stdout
+        except Exception as error:  # a diagnostic: the results stand without it
+            log(f"decisions not written: {error}")
+            return
+        with open(path, "w") as f:
+            f.write(out)
+
     def close(self):
         demo.stop_services(self.services, self.args.keep_state, log)
 
@@ -533,6 +549,7 @@ def run_trace(args, profile, trace_path, out):
         if args.part == "alone":
             return True
         metrics, summaries, facts = bench.results()
+        bench.write_decisions(f"{out}/decisions.csv")
         probes = bench.simulate_probes()
         fidelity = bench.fidelity()
     finally:

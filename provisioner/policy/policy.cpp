@@ -171,6 +171,23 @@ std::unique_ptr<Policy> makeRulePolicy(const std::string& name,
     return std::make_unique<QuantilePolicy>(name, std::move(predictor), rule.value, 0.0, rule.persist);
 }
 
+std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name, std::shared_ptr<const WaitPredictor> predictor,
+    const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
+    std::int64_t startedAtOnce)
+{
+    if (name == "checkpoint-aware") {
+        if (all.kind != DecisionRule::Kind::Quantile || !perSize.empty())
+            throw std::invalid_argument("checkpoint-aware takes one quantile rule, not " + all.describe()
+                + (perSize.empty() ? "" : " or rules per size"));
+        return std::make_unique<CheckpointAwarePolicy>(std::move(predictor), all.value, all.persist, startedAtOnce);
+    }
+    if (name != "predict")
+        throw std::invalid_argument("'" + name + "' is not a learned policy");
+    if (!perSize.empty())
+        return std::make_unique<ShapeRulesPolicy>(name, std::move(predictor), perSize, toleranceSeconds);
+    return makeRulePolicy(name, std::move(predictor), all, toleranceSeconds);
+}
+
 ShapeRulesPolicy::ShapeRulesPolicy(std::string name, std::shared_ptr<const WaitPredictor> predictor,
     std::vector<ForShape> rules, double toleranceSeconds)
     : name_(std::move(name))

@@ -177,6 +177,14 @@ private:
     std::vector<std::unique_ptr<Policy>> policies_; // rules_[i]'s
 };
 
+// predict or checkpoint-aware by its rules, as the simulator chose them or a stored model carries them:
+// one rule per size (`perSize`, predict only) or one for all. The one place the simulator and batond
+// build them. checkpoint-aware takes one quantile rule and `startedAtOnce`, its lead floor
+// (CheckpointAwarePolicy). Throws std::invalid_argument on anything else.
+std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name, std::shared_ptr<const WaitPredictor> predictor,
+    const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
+    std::int64_t startedAtOnce);
+
 // "1 node: window tau=0.65; 8 nodes: quantile q=0.25" (no comma: it is also a CSV field).
 std::string describeRules(const std::vector<ShapeRulesPolicy::ForShape>& rules);
 // As stored with a model: [{"nodes": 1, "rule": "window", "value": 0.65, "persist": 1}, ...]. The reader

@@ -12,33 +12,36 @@ namespace baton::service {
 
 namespace {
 
-// predict or checkpoint-aware on `predictor`, by the rule stored with its model for that policy (one per
-// job size, or one quantile), else the configured quantile.
+// predict or checkpoint-aware on `predictor`, by the rule stored with its model for that policy (predict:
+// one per job size, or one quantile; checkpoint-aware: one quantile), else the configured quantile.
 std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const ServiceConfig& config,
     const db::Model& model, const std::shared_ptr<const sim::WaitPredictor>& predictor)
 {
     const std::string modelLabel = config.modelName + " version " + std::to_string(model.version);
-    const std::optional<sim::StoredRule> stored = sim::storedRuleFor(model.metrics, name);
+    const bool checkpointAware = name == "checkpoint-aware";
+    std::optional<sim::StoredRule> stored = sim::storedRuleFor(model.metrics, name);
     if (stored && !stored->unreadable.empty())
         logWarning("policy " + name + ": model " + modelLabel + " has unusable rules (" + stored->unreadable
             + "); using its quantile");
-    if (stored && !stored->perSize.empty()) {
-        auto policy = std::make_shared<sim::ShapeRulesPolicy>(
-            name, predictor, stored->perSize, sim::storedTolerance(model.metrics));
-        logInfo("policy " + name + ": model " + modelLabel + ", " + sim::describeRules(policy->rules()));
-        return policy;
+    if (stored && checkpointAware && !stored->perSize.empty()) {
+        logWarning("policy " + name + ": model " + modelLabel + " stores rules per size, which it does not "
+            "take; using its quantile");
+        stored->perSize.clear();
     }
-    const double q = stored && stored->q ? *stored->q : config.quantile;
-    const int persist = stored ? stored->persist : 1;
-    const bool checkpointAware = name == "checkpoint-aware";
-    logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(q)
-        + (persist > 1 ? ", persisting " + std::to_string(persist) + " ticks" : "")
-        + (checkpointAware ? ", or avg's rule when that comes first, and avg's alone after a job that waited "
-                       "no longer than the submit lead"
-                           : ""));
-    if (checkpointAware)
-        return std::make_shared<sim::CheckpointAwarePolicy>(predictor, q, persist, config.submitLead.count());
-    return std::make_shared<sim::QuantilePolicy>(name, predictor, q, 0.0, persist);
+    const sim::DecisionRule all { sim::DecisionRule::Kind::Quantile,
+        stored && stored->q ? *stored->q : config.quantile, stored ? stored->persist : 1 };
+    const auto perSize = stored ? stored->perSize : std::vector<sim::ShapeRulesPolicy::ForShape>();
+    std::shared_ptr<const sim::Policy> policy = sim::makeLearnedPolicy(
+        name, predictor, all, perSize, sim::storedTolerance(model.metrics), config.submitLead.count());
+    if (!perSize.empty())
+        logInfo("policy " + name + ": model " + modelLabel + ", " + sim::describeRules(perSize));
+    else
+        logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(all.value)
+            + (all.persist > 1 ? ", persisting " + std::to_string(all.persist) + " ticks" : "")
+            + (checkpointAware ? ", or avg's rule when that comes first, and avg's alone after a successor that "
+                                 "waited no longer than the submit lead"
+                               : ""));
+    return policy;
 }
 
 } // namespace

@@ -258,15 +258,13 @@ std::vector<std::unique_ptr<Policy>> makePolicies(const ComparisonConfig& config
             policies.push_back(std::make_unique<ReactivePolicy>());
         else if (name == "avg")
             policies.push_back(std::make_unique<AveragePolicy>());
-        else if (name == "predict" && !chosen.predictRules.empty())
-            policies.push_back(
-                std::make_unique<ShapeRulesPolicy>(name, predictor, chosen.predictRules, config.tolerance));
         else if (name == "predict")
-            policies.push_back(makeRulePolicy(name, predictor, chosen.predictAll, config.tolerance));
+            policies.push_back(makeLearnedPolicy(name, predictor, chosen.predictAll, chosen.predictRules,
+                config.tolerance, 0));
         else if (name == "checkpoint-aware")
-            policies.push_back(
-                std::make_unique<CheckpointAwarePolicy>(predictor, chosen.qCheckpoint, chosen.persistCheckpoint,
-                    submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
+            policies.push_back(makeLearnedPolicy(name, predictor,
+                { DecisionRule::Kind::Quantile, chosen.qCheckpoint, chosen.persistCheckpoint }, {}, config.tolerance,
+                submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
         else if (name == "policy-gradient")
             policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")

@@ -63,6 +63,16 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     EXPECT_EQ(persistent->persist(), 3);
     EXPECT_EQ(persistent->startedAtOnce(), config_.submitLead.count());
 
+    // Rules per size stored for checkpoint-aware (no comparison writes them): it takes its quantile, and
+    // stays checkpoint-aware rather than a per-size quantile rule without avg's.
+    baton::sim::storeModel(connection_, predictor, "waits", std::nullopt,
+        Json { { "evaluation", { { "checkpoint-aware", { { "q", 0.4 }, { "rules", rules } } } } } });
+    const LivePolicies perSizeStored = makeLivePolicies(config_, connection_);
+    const auto* stillCheckpointAware
+        = dynamic_cast<const baton::sim::CheckpointAwarePolicy*>(perSizeStored.policies.configured.get());
+    ASSERT_NE(stillCheckpointAware, nullptr);
+    EXPECT_DOUBLE_EQ(stillCheckpointAware->q(), 0.4);
+
     // Without a model of that name the learned policies decide as avg.
     config_.modelName = "none-such";
     const LivePolicies without = makeLivePolicies(config_, connection_);

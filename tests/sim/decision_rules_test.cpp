@@ -150,6 +150,26 @@ TEST(DecisionRules, CheckpointAwareFollowsAvgAloneAfterASuccessorThatStartedAtOn
     EXPECT_EQ(checkpoint.firstSubmit(points), byRecentWait);
 }
 
+TEST(DecisionRules, LearnedPoliciesAreBuiltByTheirRules)
+{
+    const auto predictor = trainedPredictor();
+    const DecisionRule quantile { DecisionRule::Kind::Quantile, 0.3, 2 };
+    const DecisionRule window { DecisionRule::Kind::Window, 0.6, 1 };
+    const std::vector<ShapeRulesPolicy::ForShape> perSize { { 1, window }, { 8, quantile } };
+    const auto checkpoint = makeLearnedPolicy("checkpoint-aware", predictor, quantile, {}, 600, 45);
+    const auto* built = dynamic_cast<const CheckpointAwarePolicy*>(checkpoint.get());
+    ASSERT_NE(built, nullptr);
+    EXPECT_DOUBLE_EQ(built->q(), 0.3);
+    EXPECT_EQ(built->persist(), 2);
+    EXPECT_EQ(built->startedAtOnce(), 45);
+    EXPECT_NE(dynamic_cast<const ShapeRulesPolicy*>(makeLearnedPolicy("predict", predictor, quantile, perSize, 600, 45).get()),
+        nullptr);
+    EXPECT_NE(dynamic_cast<const WindowPolicy*>(makeLearnedPolicy("predict", predictor, window, {}, 600, 45).get()), nullptr);
+    EXPECT_THROW(makeLearnedPolicy("checkpoint-aware", predictor, window, {}, 600, 45), std::invalid_argument);
+    EXPECT_THROW(makeLearnedPolicy("checkpoint-aware", predictor, quantile, perSize, 600, 45), std::invalid_argument);
+    EXPECT_THROW(makeLearnedPolicy("avg", predictor, quantile, {}, 600, 45), std::invalid_argument);
+}
+
 TEST(DecisionRules, EachSizeFollowsTheRuleOfTheNearestChosenSize)
 {
     const auto predictor = trainedPredictor();
