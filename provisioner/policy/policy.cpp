@@ -171,15 +171,16 @@ std::unique_ptr<Policy> makeRulePolicy(const std::string& name,
     return std::make_unique<QuantilePolicy>(name, std::move(predictor), rule.value, 0.0, rule.persist);
 }
 
-std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name, std::shared_ptr<const WaitPredictor> predictor,
-    const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
+std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name,
+    std::shared_ptr<const WaitPredictor> predictor, const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
     std::int64_t startedAtOnce)
 {
     if (name == "checkpoint-aware") {
         if (all.kind != DecisionRule::Kind::Quantile || !perSize.empty())
             throw std::invalid_argument("checkpoint-aware takes one quantile rule, not " + all.describe()
                 + (perSize.empty() ? "" : " or rules per size"));
-        return std::make_unique<CheckpointAwarePolicy>(std::move(predictor), all.value, all.persist, startedAtOnce);
+        return std::make_unique<CheckpointAwarePolicy>(
+            std::move(predictor), all.value, all.persist, startedAtOnce);
     }
     if (name != "predict")
         throw std::invalid_argument("'" + name + "' is not a learned policy");

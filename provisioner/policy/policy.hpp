@@ -181,8 +181,8 @@ private:
 // one rule per size (`perSize`, predict only) or one for all. The one place the simulator and batond
 // build them. checkpoint-aware takes one quantile rule and `startedAtOnce`, its lead floor
 // (CheckpointAwarePolicy). Throws std::invalid_argument on anything else.
-std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name, std::shared_ptr<const WaitPredictor> predictor,
-    const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
+std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name,
+    std::shared_ptr<const WaitPredictor> predictor, const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
     std::int64_t startedAtOnce);
 
 // "1 node: window tau=0.65; 8 nodes: quantile q=0.25" (no comma: it is also a CSV field).

@@ -38,8 +38,8 @@ std::shared_ptr<const sim::Policy> learnedPolicy(const std::string& name, const 
     else
         logInfo("policy " + name + ": model " + modelLabel + ", q = " + std::to_string(all.value)
             + (all.persist > 1 ? ", persisting " + std::to_string(all.persist) + " ticks" : "")
-            + (checkpointAware ? ", or avg's rule when that comes first, and avg's alone after a successor that "
-                                 "waited no longer than the submit lead"
+            + (checkpointAware ? ", or avg's rule when that comes first, and avg's alone after a successor "
+                                 "that waited no longer than the submit lead"
                                : ""));
     return policy;
 }

@@ -263,8 +263,8 @@ std::vector<std::unique_ptr<Policy>> makePolicies(const ComparisonConfig& config
                 config.tolerance, 0));
         else if (name == "checkpoint-aware")
             policies.push_back(makeLearnedPolicy(name, predictor,
-                { DecisionRule::Kind::Quantile, chosen.qCheckpoint, chosen.persistCheckpoint }, {}, config.tolerance,
-                submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
+                { DecisionRule::Kind::Quantile, chosen.qCheckpoint, chosen.persistCheckpoint }, {},
+                config.tolerance, submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
         else if (name == "policy-gradient")
             policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")

@@ -449,7 +449,8 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 submitted = queued->submitted;
                 queued.reset();
             } else {
-                const auto points = ticks(sim.now(), end, end, runningWaited, std::nullopt); // of the running job
+                // Of the running job.
+                const auto points = ticks(sim.now(), end, end, runningWaited, std::nullopt);
                 const std::size_t i
                     = firstSubmitWithLead(policy, points, submitLeadFor(config.submitLead, config.limit));
                 submitted = i < points.size() ? points[i].now : end;
@@ -465,7 +466,8 @@ void runChainsAt(const Simulator& base, int nodes, const ProtocolConfig& config,
                 // in successor_pending).
                 const std::int64_t secondEnd = end + config.limit;
                 const auto points
-                    = ticks(submitted + config.tick, std::min(secondEnd, submitted + config.horizon), secondEnd, unknown, next);
+                    = ticks(submitted + config.tick, std::min(secondEnd, submitted + config.horizon), secondEnd,
+                        unknown, next);
                 if (const std::size_t i = policy.firstSubmit(points); i < points.size()) {
                     sim.advanceTo(points[i].now);
                     queued = Queued { --lastId, points[i].now };

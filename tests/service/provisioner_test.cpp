@@ -476,7 +476,8 @@ TEST_F(ProvisionerTest, ThePolicySeesHowLongTheLastSuccessorWaited)
     const ChainRow chain = chainWithRunningJob(71);
     const auto policy = std::make_shared<RecordsLastSuccessorWait>();
     {
-        Provisioner provisioner(config_, tables_, cluster_, metrics_, ChainPolicies(policy), timeOnlyDecisionPoints);
+        Provisioner provisioner(
+            config_, tables_, cluster_, metrics_, ChainPolicies(policy), timeOnlyDecisionPoints);
         provisioner.tick();
         ASSERT_EQ(cluster_.submissions.size(), 1u);
         ASSERT_EQ(policy->seen.size(), 1u);

@@ -162,11 +162,14 @@ TEST(DecisionRules, LearnedPoliciesAreBuiltByTheirRules)
     EXPECT_DOUBLE_EQ(built->q(), 0.3);
     EXPECT_EQ(built->persist(), 2);
     EXPECT_EQ(built->startedAtOnce(), 45);
-    EXPECT_NE(dynamic_cast<const ShapeRulesPolicy*>(makeLearnedPolicy("predict", predictor, quantile, perSize, 600, 45).get()),
-        nullptr);
-    EXPECT_NE(dynamic_cast<const WindowPolicy*>(makeLearnedPolicy("predict", predictor, window, {}, 600, 45).get()), nullptr);
-    EXPECT_THROW(makeLearnedPolicy("checkpoint-aware", predictor, window, {}, 600, 45), std::invalid_argument);
-    EXPECT_THROW(makeLearnedPolicy("checkpoint-aware", predictor, quantile, perSize, 600, 45), std::invalid_argument);
+    const auto perSizePredict = makeLearnedPolicy("predict", predictor, quantile, perSize, 600, 45);
+    EXPECT_NE(dynamic_cast<const ShapeRulesPolicy*>(perSizePredict.get()), nullptr);
+    const auto windowPredict = makeLearnedPolicy("predict", predictor, window, {}, 600, 45);
+    EXPECT_NE(dynamic_cast<const WindowPolicy*>(windowPredict.get()), nullptr);
+    EXPECT_THROW(
+        makeLearnedPolicy("checkpoint-aware", predictor, window, {}, 600, 45), std::invalid_argument);
+    EXPECT_THROW(
+        makeLearnedPolicy("checkpoint-aware", predictor, quantile, perSize, 600, 45), std::invalid_argument);
     EXPECT_THROW(makeLearnedPolicy("avg", predictor, quantile, {}, 600, 45), std::invalid_argument);
 }
 
