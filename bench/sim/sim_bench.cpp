@@ -1,6 +1,6 @@
 // Benchmark of the simulator and the policy comparison on the ls6-a100 trace.
-// Figures: whole-trace replay time with EASY backfill against plain FCFS (baseline), the fit to the
-// recorded starts, and every policy's interruption metrics with ratios against `avg` (Mirage's
+// Figures: whole-trace replay time with EASY and conservative backfill against plain FCFS (baseline), the
+// fit to the recorded starts, and every policy's interruption metrics with ratios against `avg` (Mirage's
 // baseline), plus the comparison's wall-clock time against the 120 s budget.
 #include "sim/comparison.hpp"
 #include "sim/trace_input.hpp"
@@ -54,18 +54,23 @@ int main()
         config.protocol.probePriority = medianRecordedPriority(*trace, config.split);
 
         SchedulerConfig fcfs = sc;
-        fcfs.backfill = false;
+        fcfs.backfill = Backfill::None;
+        SchedulerConfig planned = sc;
+        planned.backfill = Backfill::Conservative;
         const auto base = validateReplay(trace, fcfs, config.warmupEnd);
         const auto easy = validateReplay(trace, sc, config.warmupEnd);
+        const auto conservative = validateReplay(trace, planned, config.warmupEnd);
         std::printf("replay of %zu jobs on %d nodes\n", trace->size(), sc.nodes);
         std::printf("%-22s %9s %12s %9s %9s %7s %8s\n", "scheduler", "seconds", "jobs/s", "medAE(s)",
             "p90AE(s)", "corr", "logcorr");
-        for (const auto& [name, r] :
-            { std::pair { "FCFS (baseline)", base }, std::pair { "EASY backfill", easy } })
+        for (const auto& [name, r] : { std::pair { "FCFS (baseline)", base },
+                 std::pair { "EASY backfill", easy }, std::pair { "conservative backfill", conservative } })
             std::printf("%-22s %9.3f %12.0f %9.0f %9.0f %7.3f %8.3f\n", name, r.replaySeconds,
                 static_cast<double>(trace->size()) / r.replaySeconds, r.medianAbsError, r.p90AbsError,
                 r.correlation, r.logCorrelation);
-        std::printf("EASY / FCFS replay time: %.2f\n\n", ratio(easy.replaySeconds, base.replaySeconds));
+        std::printf("EASY / FCFS replay time: %.2f; conservative / FCFS: %.2f\n\n",
+            ratio(easy.replaySeconds, base.replaySeconds),
+            ratio(conservative.replaySeconds, base.replaySeconds));
 
         const auto t0 = std::chrono::steady_clock::now();
         const auto cmp = runComparison(trace, config, nullptr);

@@ -27,6 +27,11 @@ void addUnitOptions(ctl::CommandSpec& spec)
             "a job held by a dependency ages from its submission (Slurm's\n"
             "PriorityFlags=ACCRUE_ALWAYS) or from its predecessor's end (Slurm's default)",
             "submit")
+        .option("backfill", "easy|conservative|none",
+            "easy: only the first job that does not fit holds a reservation; conservative:\n"
+            "every one does, and a job starts ahead only if it delays none (Slurm's\n"
+            "sched/backfill); none: strictly in priority order",
+            "easy")
         .option("priority-period-seconds", "S",
             "the order is by age as of the last of Slurm's priority computations, every\n"
             "S s (PriorityCalcPeriod; 0: continuously)",
@@ -103,8 +108,7 @@ void addComparisonOptions(ctl::CommandSpec& spec)
         .option("model", "FILE", "use this trained predictor instead of training one")
         .option("save-model", "FILE",
             "write the trained predictor here (compare: default DIR/wait-predictor.json)")
-        .option(
-            "db-model", "NAME",
+        .option("db-model", "NAME",
             "use the latest version of this predictor from the database's models table, and the "
             "learned policies' rules stored with it (as batond does)")
         .option(
@@ -173,7 +177,8 @@ const std::vector<ctl::Subcommand>& simCommands()
                 } },
             { compare,
                 [](const ctl::ParsedCommand& o) {
-                    std::vector<std::string> policies { sim::livePolicyNames.begin(), sim::livePolicyNames.end() };
+                    std::vector<std::string> policies { sim::livePolicyNames.begin(),
+                        sim::livePolicyNames.end() };
                     const auto oracle = o.text("oracle");
                     if (oracle != "yes" && oracle != "no")
                         throw std::invalid_argument("--oracle: expected yes or no, got '" + oracle + "'");

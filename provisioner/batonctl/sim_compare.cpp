@@ -100,8 +100,8 @@ void writeHandovers(const Comparison& r, const std::filesystem::path& path)
         for (std::size_t c = 0; c < row.chains.size(); ++c)
             for (std::size_t j = 0; j < row.chains[c].handovers.size(); ++j) {
                 const auto& h = row.chains[c].handovers[j];
-                csv << row.name << ',' << c + 1 << ',' << j + 2 << ',' << h.submitted << ',' << h.started << ','
-                    << h.predecessorLimitEnd << ',' << h.predecessorEnd << '\n';
+                csv << row.name << ',' << c + 1 << ',' << j + 2 << ',' << h.submitted << ',' << h.started
+                    << ',' << h.predecessorLimitEnd << ',' << h.predecessorEnd << '\n';
             }
     if (!csv.flush())
         throw std::runtime_error("cannot write " + path.string());
@@ -229,6 +229,8 @@ void printSetting(const LoadedJobs& loaded, const std::string& partition, const 
               << config.handoverSeconds << " s";
     if (config.protocol.successorMinLimit > 0)
         std::cout << "; successors with --time-min " << config.protocol.successorMinLimit / 3600.0 << " h";
+    if (scheduler.backfill != Backfill::Easy)
+        std::cout << "; backfill " << (scheduler.backfill == Backfill::None ? "none" : "conservative");
     std::cout << '\n';
 }
 

@@ -183,6 +183,15 @@ void applyQueueRules(const ctl::ParsedCommand& o, SchedulerConfig& c)
         throw std::invalid_argument("--held-age-from must be submit or end, not '" + ageFrom + "'");
     c.heldJobsAge = ageFrom == "submit";
     c.priorityPeriod = nonNegativeInteger(o, "priority-period-seconds");
+    const auto backfill = o.text("backfill");
+    if (backfill == "easy")
+        c.backfill = Backfill::Easy;
+    else if (backfill == "conservative")
+        c.backfill = Backfill::Conservative;
+    else if (backfill == "none")
+        c.backfill = Backfill::None;
+    else
+        throw std::invalid_argument("--backfill must be easy, conservative or none, not '" + backfill + "'");
 }
 
 SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)

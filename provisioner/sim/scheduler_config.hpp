@@ -5,6 +5,12 @@
 
 namespace baton::sim {
 
+// How jobs start ahead of a higher-priority job that does not fit. Easy: only the first such job holds a
+// reservation (its shadow time and the nodes spare then). Conservative: every one holds a reservation at
+// its earliest start on the plan of free nodes by limits, and a job starts now only if it delays none,
+// as Slurm's sched/backfill plans each job it tests (up to bf_max_job_test).
+enum class Backfill { None, Easy, Conservative };
+
 struct SchedulerConfig {
     int nodes = 84;
     // priority = ageWeight * min(age / maxAge, 1) + sizeWeight * nodes / clusterNodes
@@ -19,7 +25,7 @@ struct SchedulerConfig {
     // Slurm recomputes pending jobs' priorities every PriorityCalcPeriod: the order is by age as of the
     // last recomputation (a job eligible since has none yet). 0: continuously.
     std::int64_t priorityPeriod = 0;
-    bool backfill = true; // EASY backfill behind the first blocked job
+    Backfill backfill = Backfill::Easy;
     // Per-user limits, as a QOS's MaxJobsPerUser and MaxTRESPerUser: a user's job beyond them waits
     // without holding a reservation, as Slurm's pending reason QOSMaxJobsPerUserLimit. 0 = no limit.
     int userRunningJobs = 0;

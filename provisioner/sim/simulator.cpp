@@ -1,6 +1,7 @@
 #include "simulator.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <unordered_map>
@@ -286,7 +287,19 @@ void Simulator::schedule()
         return ja.submit != jb.submit ? ja.submit < jb.submit : ja.id < jb.id;
     });
     started_.assign(pending_.size(), 0);
+    if (config_.backfill == Backfill::Conservative)
+        startByPlan();
+    else
+        startBehindFirstBlocked();
+    std::size_t k = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i)
+        if (!started_[i])
+            pending_[k++] = std::move(pending_[i]);
+    pending_.resize(k);
+}
 
+void Simulator::startBehindFirstBlocked()
+{
     bool reserved = false;
     std::int64_t shadow = 0; // when the first blocked job is guaranteed its nodes (by limits)
     int extra = 0; // nodes free at the shadow time beyond what that job needs
@@ -302,7 +315,7 @@ void Simulator::schedule()
                 started_[i] = 1;
                 continue;
             }
-            if (!config_.backfill)
+            if (config_.backfill == Backfill::None)
                 break;
             std::vector<std::pair<std::int64_t, int>> ends;
             ends.reserve(running_.size());
@@ -336,11 +349,108 @@ void Simulator::schedule()
             started_[i] = 1;
         }
     }
-    std::size_t k = 0;
-    for (std::size_t i = 0; i < pending_.size(); ++i)
-        if (!started_[i])
-            pending_[k++] = std::move(pending_[i]);
-    pending_.resize(k);
+}
+
+namespace {
+
+// Free nodes over time, by the running jobs' limits and the reservations made so far: a step function,
+// each step's count holding from its time until the next step's (the last one for ever).
+class NodePlan {
+public:
+    NodePlan(std::int64_t now, int freeNow, std::span<const RunningJob> running)
+    {
+        std::vector<std::pair<std::int64_t, int>> releases;
+        releases.reserve(running.size());
+        for (const auto& r : running)
+            releases.emplace_back(std::max(r.limitEnd, now), r.nodes);
+        std::sort(releases.begin(), releases.end());
+        steps_.push_back({ now, freeNow });
+        for (const auto& [t, n] : releases) {
+            if (steps_.back().time == t)
+                steps_.back().free += n;
+            else
+                steps_.push_back({ t, steps_.back().free + n });
+        }
+    }
+
+    // The earliest step at which `nodes` are free for `length` seconds, and how long they stay free from
+    // there (never: for ever).
+    std::pair<std::int64_t, std::int64_t> earliestFit(int nodes, std::int64_t length) const
+    {
+        std::size_t first = 0;
+        while (true) {
+            std::size_t k = first;
+            while (k < steps_.size() && steps_[k].free >= nodes)
+                ++k;
+            const std::int64_t from = steps_[first].time;
+            const std::int64_t until = k < steps_.size() ? steps_[k].time : never;
+            if (k > first && until - from >= length)
+                return { from, until - from };
+            first = k + 1; // a start before step k that lasts `length` would cover it
+            if (first >= steps_.size())
+                return { never, 0 }; // more nodes than the plan ever frees
+        }
+    }
+
+    void reserve(std::int64_t from, std::int64_t length, int nodes)
+    {
+        const std::size_t a = splitAt(from);
+        const std::size_t b = length == never ? steps_.size() : splitAt(from + length);
+        for (std::size_t k = a; k < b; ++k)
+            steps_[k].free -= nodes;
+    }
+
+    int freeAtStart() const { return steps_.front().free; }
+
+private:
+    struct Step {
+        std::int64_t time;
+        int free;
+    };
+    // The index of the step that begins at t, inserted if none does (t >= the first step's time).
+    std::size_t splitAt(std::int64_t t)
+    {
+        auto it = std::lower_bound(
+            steps_.begin(), steps_.end(), t, [](const Step& s, std::int64_t v) { return s.time < v; });
+        if (it != steps_.end() && it->time == t)
+            return static_cast<std::size_t>(it - steps_.begin());
+        const auto at = it - steps_.begin();
+        steps_.insert(it, { t, std::prev(it)->free });
+        return static_cast<std::size_t>(at);
+    }
+
+    std::vector<Step> steps_;
+};
+
+} // namespace
+
+void Simulator::startByPlan()
+{
+    NodePlan plan(now_, freeNodes_, running_);
+    for (const auto& [prio, i] : order_) {
+        if (plan.freeAtStart() == 0)
+            break; // no later job could start now, and what it would reserve matters to none that could
+        const Job& j = pending_[i].job;
+        if (overUserLimit(j) || waitsForDependency(pending_[i]))
+            continue;
+        auto [at, room] = plan.earliestFit(j.nodes, j.limit);
+        std::int64_t limit = j.limit;
+        if (at != now_ && j.minLimit > 0 && j.nodes <= plan.freeAtStart()) {
+            // --time-min: Slurm lowers the limit as far as needed (not below minLimit) to start it now.
+            const auto [nowAt, nowRoom] = plan.earliestFit(j.nodes, j.minLimit);
+            if (nowAt == now_) {
+                at = now_;
+                limit = std::min(j.limit, nowRoom);
+            }
+        }
+        if (at == never)
+            continue;
+        plan.reserve(at, limit, j.nodes);
+        if (at == now_) {
+            start(pending_[i], limit);
+            started_[i] = 1;
+        }
+    }
 }
 
 } // namespace baton::sim

@@ -1,8 +1,9 @@
 // Event-driven replay of a job trace on a cluster of identical nodes with Slurm-like scheduling:
-// multifactor priority (age, size, an optional recorded factor), FCFS plus EASY backfill on the
-// requested limits. A job held by a dependency ages from its submission, or only from its predecessor's
-// end (SchedulerConfig::heldJobsAge). The whole state is a plain value, so a simulation forks by copying it: the
-// evaluation protocol snapshots the base replay and runs one counterfactual per probe from there.
+// multifactor priority (age, size, an optional recorded factor), FCFS plus EASY or conservative backfill
+// on the requested limits (SchedulerConfig::backfill). A job held by a dependency ages from its submission,
+// or only from its predecessor's end (SchedulerConfig::heldJobsAge). The whole state is a plain value, so a
+// simulation forks by copying it: the evaluation protocol snapshots the base replay and runs one
+// counterfactual per probe from there.
 #pragma once
 
 #include "scheduler_config.hpp"
@@ -75,6 +76,9 @@ public:
 private:
     void processEventsAt(std::int64_t t);
     void schedule();
+    // Starts jobs of order_ as Backfill::Easy (or None) does, and as Backfill::Conservative does.
+    void startBehindFirstBlocked();
+    void startByPlan();
     void start(const PendingJob& job, std::int64_t limit);
     bool overUserLimit(const Job& job) const;
     std::int64_t predecessorOf(const PendingJob& job) const; // its trace index, or -1

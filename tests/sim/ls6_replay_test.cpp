@@ -55,7 +55,7 @@ TEST(Ls6Replay, FittedConfigurationReproducesRecordedWaits)
     EXPECT_LT(easy.medianAbsError, 1800);
 
     // Backfill matters on this trace: without it the mean wait grows by about half.
-    config.backfill = false;
+    config.backfill = Backfill::None;
     const auto fcfs = validateReplay(trace, config, from);
     EXPECT_GT(fcfs.simulatedMeanWait, 1.2 * easy.simulatedMeanWait);
 }
