@@ -41,7 +41,7 @@ start to the training's end, as the simulator's), interruption at each handover 
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
-The simulator (the same order, by age from eligibility, conservative backfill, deciding on batond's tick under
+The simulator (the same order, by age from eligibility, EASY backfill, deciding on batond's tick under
 its lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own
 probe: one chain from the moment the live one was submitted, on the replayed background and the other chains'
 jobs as they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
@@ -85,10 +85,10 @@ SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=6
              "PriorityType=priority/multifactor", "PriorityWeightAge=100000",
              f"PriorityMaxAge={MAX_AGE_S // 60}", "PriorityCalcPeriod=1"]
 # The simulator's same rules: age only (weights age/size/recorded 1000/0/0), from eligibility,
-# saturating at MAX_AGE_S; backfill that holds a reservation for every job it cannot start, as Slurm's
-# sched/backfill plans every job it tests (the simulator's default, EASY, holds only the first one's).
-SIM_QUEUE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end",
-             "--backfill", "conservative"]
+# saturating at MAX_AGE_S. Its backfill is EASY: a run with its conservative backfill (every job that
+# cannot start holding a reservation, as Slurm's sched/backfill plans) fitted this Slurm's schedule no
+# better (README.md).
+SIM_QUEUE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end"]
 SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_QUEUE]
 PROFILES = {
     # phases: probe moments, each with a chain of every arm; phase_s: the longest a phase waits for its
