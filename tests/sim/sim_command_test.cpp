@@ -287,6 +287,33 @@ TEST(SimCommand, FitPrintsTheBestConfiguration)
     EXPECT_NE(r.output.find("best fit"), std::string::npos);
 }
 
+// --backfill reaches the replay: the schedule of sim_simulator_test's conservative case, where job 5
+// (1 node, 350 s, submitted at 3) starts at once under EASY, and after job 4's reservation under a plan
+// for every blocked job (conservative) or with no backfill; Slurm started it at 400.
+TEST(SimCommand, FitReplaysWithTheBackfillGiven)
+{
+    TempDir dir("baton-sim-cli");
+    const auto jobs = dir.path() / "jobs.csv";
+    std::ofstream(jobs) << "id,submit,run_time,limit,nodes,priority,recorded_start,after\n"
+                           "1,0,100,100,4,,0,\n2,0,300,300,2,,0,\n3,1,100,100,4,,100,\n"
+                           "4,2,100,100,8,,300,\n5,3,350,350,1,,400,\n";
+    const auto waitOfJob5 = [&](const std::string& backfill) {
+        const auto residuals = dir.path() / ("residuals-" + backfill + ".csv");
+        const auto r = run({ batonctl(), "sim", "fit", "--trace", jobs.string(), "--nodes", "8", "--unit",
+            "nodes", "--weights", "0/0/0", "--warmup-hours", "0", "--backfill", backfill, "--residuals",
+            residuals.string() });
+        EXPECT_EQ(r.exitCode, 0) << r.output;
+        std::istringstream in(slurp(residuals));
+        for (std::string line; std::getline(in, line);)
+            if (line.starts_with("(none),5,"))
+                return line.substr(line.rfind(',') + 1);
+        return std::string("missing");
+    };
+    EXPECT_EQ(waitOfJob5("easy"), "0");
+    EXPECT_EQ(waitOfJob5("conservative"), "397");
+    EXPECT_EQ(waitOfJob5("none"), "397");
+}
+
 // The line after "best fit for partition NAME ...:", split into its fields.
 std::vector<std::string> bestFitFields(const std::string& output, const std::string& partition)
 {
@@ -473,11 +500,14 @@ TEST(SimCommand, BadInputGivesClearErrors)
     for (const char* every : { "0", "0.01" }) // none; 36 s, not a multiple of the 60-s tick
         expectFailure({ batonctl(), "sim", "compare", "--trace", trace(), "--sample-every-hours", every }, 2,
             "--sample-every-hours must be a positive multiple of --tick-seconds");
-    for (const auto* command : { "fit", "compare" })
+    for (const auto* command : { "fit", "compare" }) {
         expectFailure({ batonctl(), "sim", command, "--trace", trace(), "--nodes", "16", "--held-age-from",
                           "eligible" },
-            2,
-            "--held-age-from must be submit or end, not 'eligible'");
+            2, "--held-age-from must be submit or end, not 'eligible'");
+        expectFailure(
+            { batonctl(), "sim", command, "--trace", trace(), "--nodes", "16", "--backfill", "aggressive" },
+            2, "--backfill must be easy, conservative or none, not 'aggressive'");
+    }
 
     const auto bad = dir.path() / "bad.csv";
     std::ofstream(bad) << "id,submit,run_time,limit,nodes\n1,100,10,20,1\n2,abc,10,20,1\n";
@@ -495,8 +525,8 @@ TEST(SimCommand, RunWritesEachSimulatedChainsHandovers)
     TempDir dir("baton-sim-cli");
     const auto path = dir.path() / "handovers.csv";
     const std::vector<std::string> argv { batonctl(), "sim", "run", "--trace", trace(), "--nodes", "16",
-        "--shapes", "1", "--interval-hours", "12", "--warmup-hours", "24", "--limit-hours", "6", "--chain-days",
-        "1", "--policy", "reactive" };
+        "--shapes", "1", "--interval-hours", "12", "--warmup-hours", "24", "--limit-hours", "6",
+        "--chain-days", "1", "--policy", "reactive" };
     auto withFile = argv;
     withFile.insert(withFile.end(), { "--handovers", path.string() });
     const auto r = run(withFile);
