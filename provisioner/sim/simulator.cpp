@@ -395,7 +395,7 @@ public:
     void reserve(std::int64_t from, std::int64_t length, int nodes)
     {
         const std::size_t a = splitAt(from);
-        const std::size_t b = length == never ? steps_.size() : splitAt(from + length);
+        const std::size_t b = splitAt(from + length);
         for (std::size_t k = a; k < b; ++k)
             steps_[k].free -= nodes;
     }
@@ -433,7 +433,7 @@ void Simulator::startByPlan()
         const Job& j = pending_[i].job;
         if (overUserLimit(j) || waitsForDependency(pending_[i]))
             continue;
-        auto [at, room] = plan.earliestFit(j.nodes, j.limit);
+        std::int64_t at = plan.earliestFit(j.nodes, j.limit).first;
         std::int64_t limit = j.limit;
         if (at != now_ && j.minLimit > 0 && j.nodes <= plan.freeAtStart()) {
             // --time-min: Slurm lowers the limit as far as needed (not below minLimit) to start it now.
