@@ -41,14 +41,14 @@ start to the training's end, as the simulator's), interruption at each handover 
 end, negative: overlap), node-minutes held without training, jobs used, iterations lost; the
 background's utilisation and mean wait (scaled back to trace time), and beside it the same background
 replayed alone on a cluster of its own (not in --quick): what the chains cost the other users.
-The simulator (the same order, by age from eligibility, EASY backfill, deciding on batond's tick under
-its lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own
-probe: one chain from the moment the live one was submitted, on the replayed background and the other chains'
-jobs as they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and simulated,
-`sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the window on the
-background and the anchors' chains running throughout. Then the simulator replays the live run's own schedule
-(every job that started, at its live submission, for as long as it held its nodes) and its waits are compared
-with Slurm's, job by job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
+The simulator (the same order, by age from eligibility, with backfill, deciding on batond's tick under its
+lead floor, by the rules stored with batond's model) predicts each baton chain at the live chain's own
+probe: one chain from the moment the live one was submitted, on the replayed background and the other
+chains' jobs as they ran (`sim-probe-POLICY.csv`; when each successor was submitted and started, live and
+simulated, `sim-probe-POLICY-handovers.csv`); and, for the spread, with a chain from every minute of the
+window on the background and the anchors' chains running throughout. Then the simulator replays the live
+run's own schedule (every job that started, at its live submission, for as long as it held its nodes) and
+its waits are compared with Slurm's, job by job (`sim fit`: `live-jobs.csv`, `residuals.csv`).
 
 Needs root (the cluster, PostgreSQL, users); exits 77 where it cannot run or the traces are absent.
 """
@@ -84,12 +84,11 @@ MAX_AGE_S = 7 * 86400 // SCALE
 SCHEDULER = ["SchedulerParameters=sched_interval=1,bf_interval=2,bf_resolution=60,bf_continue",
              "PriorityType=priority/multifactor", "PriorityWeightAge=100000",
              f"PriorityMaxAge={MAX_AGE_S // 60}", "PriorityCalcPeriod=1"]
-# The simulator's same rules: age only (weights age/size/recorded 1000/0/0), from eligibility,
-# saturating at MAX_AGE_S. Its backfill is EASY: a run with its conservative backfill (every job that
-# cannot start holding a reservation, as Slurm's sched/backfill plans) fitted this Slurm's schedule no
-# better (README.md).
-SIM_QUEUE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end"]
-SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_QUEUE]
+# The simulator's same rule: age only (weights age/size/recorded 1000/0/0), from eligibility,
+# saturating at MAX_AGE_S; its default backfill, EASY (a run with `--backfill conservative`, which plans
+# every blocked job as Slurm's sched/backfill does, fitted this Slurm's schedule no better: README.md).
+SIM_AGE = ["--max-age-days", f"{MAX_AGE_S / 86400:.8f}", "--held-age-from", "end"]
+SIM_PRIORITY = ["--age-weight", "1000", "--size-weight", "0", "--priority-weight", "0", *SIM_AGE]
 PROFILES = {
     # phases: probe moments, each with a chain of every arm; phase_s: the longest a phase waits for its
     # baton chains; tail_s: for every chain still running after the last
@@ -396,7 +395,7 @@ class Bench:
         workload.write_job_csv(path, [row for _, row in tagged])
         arm_of = {row[0]: arm for arm, row in tagged if arm}
         argv = [self.services.layout.batonctl, "sim", "fit", "--trace", path, "--nodes", str(NODES), "--unit",
-                "nodes", "--weights", "1000/0/0", *SIM_QUEUE, "--warmup-hours", "0",
+                "nodes", "--weights", "1000/0/0", *SIM_AGE, "--warmup-hours", "0",
                 "--residuals", f"{self.out}/residuals.csv"]
         result = demo.run(argv, timeout=300, check=False)
         with open(f"{self.out}/sim.log", "a") as f:

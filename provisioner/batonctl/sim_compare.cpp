@@ -230,7 +230,7 @@ void printSetting(const LoadedJobs& loaded, const std::string& partition, const 
     if (config.protocol.successorMinLimit > 0)
         std::cout << "; successors with --time-min " << config.protocol.successorMinLimit / 3600.0 << " h";
     if (scheduler.backfill != Backfill::Easy)
-        std::cout << "; backfill " << (scheduler.backfill == Backfill::None ? "none" : "conservative");
+        std::cout << "; backfill " << backfillName(scheduler.backfill);
     std::cout << '\n';
 }
 

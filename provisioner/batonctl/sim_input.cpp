@@ -184,14 +184,12 @@ void applyQueueRules(const ctl::ParsedCommand& o, SchedulerConfig& c)
     c.heldJobsAge = ageFrom == "submit";
     c.priorityPeriod = nonNegativeInteger(o, "priority-period-seconds");
     const auto backfill = o.text("backfill");
-    if (backfill == "easy")
-        c.backfill = Backfill::Easy;
-    else if (backfill == "conservative")
-        c.backfill = Backfill::Conservative;
-    else if (backfill == "none")
-        c.backfill = Backfill::None;
-    else
+    const auto kinds = { Backfill::Easy, Backfill::Conservative, Backfill::None };
+    const auto kind
+        = std::find_if(kinds.begin(), kinds.end(), [&](Backfill b) { return backfillName(b) == backfill; });
+    if (kind == kinds.end())
         throw std::invalid_argument("--backfill must be easy, conservative or none, not '" + backfill + "'");
+    c.backfill = *kind;
 }
 
 SchedulerConfig schedulerFrom(const ctl::ParsedCommand& o, const LoadedJobs& loaded)

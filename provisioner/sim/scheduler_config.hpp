@@ -11,6 +11,12 @@ namespace baton::sim {
 // as Slurm's sched/backfill plans each job it tests (up to bf_max_job_test).
 enum class Backfill { None, Easy, Conservative };
 
+// Its name on the command line: "none", "easy", "conservative".
+constexpr const char* backfillName(Backfill b)
+{
+    return b == Backfill::None ? "none" : b == Backfill::Easy ? "easy" : "conservative";
+}
+
 struct SchedulerConfig {
     int nodes = 84;
     // priority = ageWeight * min(age / maxAge, 1) + sizeWeight * nodes / clusterNodes
