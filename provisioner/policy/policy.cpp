@@ -108,17 +108,19 @@ std::size_t QuantilePolicy::firstSubmit(std::span<const DecisionPoint> points) c
 }
 
 CheckpointAwarePolicy::CheckpointAwarePolicy(
-    std::shared_ptr<const WaitPredictor> predictor, double q, int persist, std::int64_t startedAtOnce)
+    std::shared_ptr<const WaitPredictor> predictor, double q, int persist, std::int64_t submitLead)
     : byQuantile_("checkpoint-aware", std::move(predictor), q, 0.0, persist)
-    , startedAtOnce_(startedAtOnce)
+    , submitLead_(submitLead)
 {
 }
 
 std::size_t CheckpointAwarePolicy::firstSubmit(std::span<const DecisionPoint> points) const
 {
     const std::size_t byAverage = AveragePolicy().firstSubmit(points);
-    // The ticks of one call follow one running job, so its wait is the same on all of them.
-    if (!points.empty() && points.front().lastSuccessorWait <= static_cast<double>(startedAtOnce_))
+    // The ticks of one call follow one running job, so its wait and limit are the same on all of them.
+    if (!points.empty()
+        && points.front().lastSuccessorWait
+            <= static_cast<double>(submitLeadFor(submitLead_, points.front().limit)))
         return byAverage;
     return std::min(byQuantile_.firstSubmit(points), byAverage);
 }
@@ -173,14 +175,14 @@ std::unique_ptr<Policy> makeRulePolicy(const std::string& name,
 
 std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name,
     std::shared_ptr<const WaitPredictor> predictor, const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
-    std::int64_t startedAtOnce)
+    std::int64_t submitLead)
 {
     if (name == "checkpoint-aware") {
         if (all.kind != DecisionRule::Kind::Quantile || !perSize.empty())
             throw std::invalid_argument("checkpoint-aware takes one quantile rule, not " + all.describe()
                 + (perSize.empty() ? "" : " or rules per size"));
         return std::make_unique<CheckpointAwarePolicy>(
-            std::move(predictor), all.value, all.persist, startedAtOnce);
+            std::move(predictor), all.value, all.persist, submitLead);
     }
     if (name != "predict")
         throw std::invalid_argument("'" + name + "' is not a learned policy");

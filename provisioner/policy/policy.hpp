@@ -29,6 +29,7 @@ bool isLearnedPolicy(std::string_view name);
 struct DecisionPoint {
     std::int64_t now = 0;
     std::int64_t remaining = 0; // seconds until the predecessor reaches its limit
+    std::int64_t limit = 0; // the predecessor's time limit, seconds; 0: none known
     Features features {}; // queue state as seen by the successor's shape
     double recentMeanWait = 0; // mean queue wait of the last 100 jobs that started
     // How long the running job waited in the queue after the chain submitted it as a successor: the
@@ -105,23 +106,24 @@ private:
 // cheap and a late one costs the whole gap, so where the model and the live recent wait disagree it
 // follows the one that says "now". That covers a queue that grows past the model's training: trees
 // answer as for the longest waits they saw, and the quantile alone would submit too late.
-// Except after a successor that started at once (waited no longer than `startedAtOnce`, the lead floor):
+// Except after a successor that started at once (waited no longer than the lead floor, `submitLead` as
+// submitLeadFor caps it for the predecessor's limit):
 // the queue has room for this shape, an early successor would only cut its predecessor short again, and
 // a model trained on a busier queue would repeat that on every job (a chain of many short jobs). Then
 // avg's rule alone decides, which still submits early once the recent waits grow.
 class CheckpointAwarePolicy final : public Policy {
 public:
     CheckpointAwarePolicy(
-        std::shared_ptr<const WaitPredictor> predictor, double q, int persist, std::int64_t startedAtOnce);
+        std::shared_ptr<const WaitPredictor> predictor, double q, int persist, std::int64_t submitLead);
     std::string name() const override { return "checkpoint-aware"; }
     std::size_t firstSubmit(std::span<const DecisionPoint> points) const override;
     double q() const { return byQuantile_.q(); }
     int persist() const { return byQuantile_.persist(); }
-    std::int64_t startedAtOnce() const { return startedAtOnce_; }
+    std::int64_t submitLead() const { return submitLead_; }
 
 private:
     QuantilePolicy byQuantile_;
-    std::int64_t startedAtOnce_;
+    std::int64_t submitLead_;
 };
 
 // Submit at the first tick at which the predicted probability that the successor starts within
@@ -179,11 +181,11 @@ private:
 
 // predict or checkpoint-aware by its rules, as the simulator chose them or a stored model carries them:
 // one rule per size (`perSize`, predict only) or one for all. The one place the simulator and batond
-// build them. checkpoint-aware takes one quantile rule and `startedAtOnce`, its lead floor
-// (CheckpointAwarePolicy). Throws std::invalid_argument on anything else.
+// build them. checkpoint-aware takes one quantile rule and `submitLead`, batond's lead floor before
+// submitLeadFor's cap (CheckpointAwarePolicy). Throws std::invalid_argument on anything else.
 std::unique_ptr<Policy> makeLearnedPolicy(const std::string& name,
     std::shared_ptr<const WaitPredictor> predictor, const DecisionRule& all, const std::vector<ShapeRulesPolicy::ForShape>& perSize, double toleranceSeconds,
-    std::int64_t startedAtOnce);
+    std::int64_t submitLead);
 
 // "1 node: window tau=0.65; 8 nodes: quantile q=0.25" (no comma: it is also a CSV field).
 std::string describeRules(const std::vector<ShapeRulesPolicy::ForShape>& rules);

@@ -12,6 +12,7 @@ std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
         points[i].now = now;
         points[i].remaining
             = std::max<std::int64_t>(0, current[i].startTime + current[i].timeLimitSeconds - now);
+        points[i].limit = current[i].timeLimitSeconds;
     }
     return points;
 }

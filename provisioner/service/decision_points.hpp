@@ -43,8 +43,8 @@ struct ChainPolicies {
 using DecisionPointBuilder = std::function<std::vector<sim::DecisionPoint>(
     const ClusterQueue& queue, std::span<const ClusterJob> current, std::int64_t now)>;
 
-// The decision points without queue features: the clock and each current job's remaining time, which is
-// all reactive and avg need. The live builder adds the features to them.
+// The decision points without queue features: the clock and each current job's limit and remaining time,
+// which is all reactive and avg need. The live builder adds the features to them.
 std::vector<sim::DecisionPoint> timeOnlyDecisionPoints(
     const ClusterQueue& queue, std::span<const ClusterJob> current, std::int64_t now);
 

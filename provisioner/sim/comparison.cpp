@@ -264,7 +264,7 @@ std::vector<std::unique_ptr<Policy>> makePolicies(const ComparisonConfig& config
         else if (name == "checkpoint-aware")
             policies.push_back(makeLearnedPolicy(name, predictor,
                 { DecisionRule::Kind::Quantile, chosen.qCheckpoint, chosen.persistCheckpoint }, {},
-                config.tolerance, submitLeadFor(config.protocol.submitLead, config.protocol.limit)));
+                config.tolerance, config.protocol.submitLead));
         else if (name == "policy-gradient")
             policies.push_back(std::make_unique<GradientPolicy>(*gradient));
         else if (name == "oracle")

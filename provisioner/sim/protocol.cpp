@@ -29,6 +29,7 @@ DecisionPoint decisionPointAt(
     DecisionPoint p;
     p.now = t;
     p.remaining = end - t;
+    p.limit = shape.limit;
     if (withFeatures)
         p.features = featuresOf(sim, shape);
     p.recentMeanWait = sim.recentMeanWait();

@@ -61,7 +61,7 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     ASSERT_NE(persistent, nullptr);
     EXPECT_DOUBLE_EQ(persistent->q(), 0.2);
     EXPECT_EQ(persistent->persist(), 3);
-    EXPECT_EQ(persistent->startedAtOnce(), config_.submitLead.count());
+    EXPECT_EQ(persistent->submitLead(), config_.submitLead.count());
 
     // Rules per size stored for checkpoint-aware (no comparison writes them): it takes its quantile, and
     // stays checkpoint-aware rather than a per-size quantile rule without avg's.

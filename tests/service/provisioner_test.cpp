@@ -459,11 +459,14 @@ public:
     std::string name() const override { return "records"; }
     std::size_t firstSubmit(std::span<const baton::sim::DecisionPoint> points) const override
     {
-        for (const auto& p : points)
+        for (const auto& p : points) {
             seen.push_back(p.lastSuccessorWait);
+            limits.push_back(p.limit);
+        }
         return 0;
     }
     mutable std::vector<double> seen;
+    mutable std::vector<std::int64_t> limits; // the running job's, which bounds the lead floor
 };
 
 } // namespace
@@ -482,6 +485,7 @@ TEST_F(ProvisionerTest, ThePolicySeesHowLongTheLastSuccessorWaited)
         ASSERT_EQ(cluster_.submissions.size(), 1u);
         ASSERT_EQ(policy->seen.size(), 1u);
         EXPECT_TRUE(std::isnan(policy->seen.back())) << "the owner's first job";
+        EXPECT_EQ(policy->limits.back(), 3600);
 
         // The successor starts 7 s after it went in and takes over.
         const std::int64_t successor = cluster_.jobs.back().id;

@@ -148,6 +148,17 @@ TEST(DecisionRules, CheckpointAwareFollowsAvgAloneAfterASuccessorThatStartedAtOn
     const std::size_t byRecentWait = byModel - 60;
     points[byRecentWait].recentMeanWait = static_cast<double>(points[byRecentWait].remaining);
     EXPECT_EQ(checkpoint.firstSubmit(points), byRecentWait);
+    // The lead floor is at most half the running job's limit (submitLeadFor), and so is "at once": under a
+    // 100-s limit, a successor that waited 55 s did not start at once, although the configured lead is 60.
+    for (auto& p : points) {
+        p.recentMeanWait = 60;
+        p.limit = 100;
+        p.lastSuccessorWait = 55;
+    }
+    EXPECT_EQ(checkpoint.firstSubmit(points), byModel);
+    for (auto& p : points)
+        p.lastSuccessorWait = 50;
+    EXPECT_EQ(checkpoint.firstSubmit(points), byAverage);
 }
 
 TEST(DecisionRules, LearnedPoliciesAreBuiltByTheirRules)
@@ -161,7 +172,7 @@ TEST(DecisionRules, LearnedPoliciesAreBuiltByTheirRules)
     ASSERT_NE(built, nullptr);
     EXPECT_DOUBLE_EQ(built->q(), 0.3);
     EXPECT_EQ(built->persist(), 2);
-    EXPECT_EQ(built->startedAtOnce(), 45);
+    EXPECT_EQ(built->submitLead(), 45);
     const auto perSizePredict = makeLearnedPolicy("predict", predictor, quantile, perSize, 600, 45);
     EXPECT_NE(dynamic_cast<const ShapeRulesPolicy*>(perSizePredict.get()), nullptr);
     const auto windowPredict = makeLearnedPolicy("predict", predictor, window, {}, 600, 45);
