@@ -71,7 +71,12 @@ Session::Session(Checkpointer& checkpointer, SessionOptions options)
 Session::~Session()
 {
     try {
-        finish();
+        // After a failed finish() no second snapshot: by now the caller's regions declared after the
+        // session are freed.
+        if (finishFailed_)
+            collect(true);
+        else
+            finish();
     } catch (const std::exception& error) {
         log(std::string("while finishing: ") + error.what());
     }
@@ -247,6 +252,7 @@ bool Session::finish()
         beforeCheckpoint_(iteration);
     if (!checkpointer_->requestCheckpoint(iteration, { true, true })) {
         log("the final checkpoint of finished training could not start: " + checkpointer_->lastError());
+        finishFailed_ = true;
         return false;
     }
     started_ = true;
@@ -254,6 +260,7 @@ bool Session::finish()
     final_ = true;
     collect(true);
     const CheckpointStats written = checkpointer_->lastCheckpoint();
+    finishFailed_ = !written.committed;
     if (!written.committed)
         log("the final checkpoint of finished training failed: " + written.error);
     return written.committed;

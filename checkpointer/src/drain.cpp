@@ -53,13 +53,16 @@ void Drainer::submit(const fs::path& localCheckpoint, std::uint64_t iteration, b
 {
     {
         std::lock_guard lock(mutex_);
+        const Version version { iteration,
+            submitted_ && submitted_->iteration == iteration ? submitted_->generation + 1 : 0 };
+        submitted_ = version;
         if (broken_)
             return;
         if (waiting_) {
             ++status_.skipped;
-            givenUp_.insert(waiting_->iteration);
+            givenUp_.insert(waiting_->version);
         }
-        waiting_ = Work { localCheckpoint, iteration, Clock::now() };
+        waiting_ = Work { localCheckpoint, version, Clock::now() };
         if (urgent && current_)
             abandonCurrent_ = true;
     }
@@ -69,11 +72,10 @@ void Drainer::submit(const fs::path& localCheckpoint, std::uint64_t iteration, b
 bool Drainer::waitFor(std::uint64_t iteration)
 {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] {
-        return (status_.sharedIteration && *status_.sharedIteration >= iteration) || givenUp_.count(iteration) > 0
-            || broken_;
-    });
-    return status_.sharedIteration && *status_.sharedIteration >= iteration;
+    const Version wanted { iteration,
+        submitted_ && submitted_->iteration == iteration ? submitted_->generation : 0 };
+    changed_.wait(lock, [&] { return (shared_ && *shared_ >= wanted) || givenUp_.count(wanted) > 0 || broken_; });
+    return shared_ && *shared_ >= wanted;
 }
 
 std::set<std::uint64_t> Drainer::needed() const
@@ -82,7 +84,7 @@ std::set<std::uint64_t> Drainer::needed() const
     std::set<std::uint64_t> iterations;
     for (const auto* work : { &waiting_, &current_ }) {
         if (*work)
-            iterations.insert((*work)->iteration);
+            iterations.insert((*work)->version.iteration);
     }
     return iterations;
 }
@@ -94,9 +96,9 @@ DrainStatus Drainer::status() const
     // Single process: the one waiting, else the one under way. Several ranks: the newest stays waiting
     // while its round runs.
     if (waiting_)
-        status.pendingIteration = waiting_->iteration;
+        status.pendingIteration = waiting_->version.iteration;
     else if (current_)
-        status.pendingIteration = current_->iteration;
+        status.pendingIteration = current_->version.iteration;
     return status;
 }
 
@@ -142,7 +144,7 @@ void Drainer::runSingle()
                 error = e.what();
             }
             if (!committed && !abandoned && attempt < settings_.attempts)
-                abandoned = !sleepUnlessAbandoned(countRetry(work.iteration, attempt, error));
+                abandoned = !sleepUnlessAbandoned(countRetry(work.version.iteration, attempt, error));
         }
         if (!error.empty()) {
             std::lock_guard lock(mutex_);
@@ -151,7 +153,7 @@ void Drainer::runSingle()
         if (committed) {
             pruneShared();
         } else if (!abandoned) {
-            settings_.log("drain of iteration " + std::to_string(work.iteration)
+            settings_.log("drain of iteration " + std::to_string(work.version.iteration)
                 + " given up; its node-local copy stays, and the next checkpoint is drained afresh: " + error);
         }
         {
@@ -159,11 +161,11 @@ void Drainer::runSingle()
             current_.reset();
             if (committed) {
                 ++status_.drained;
-                status_.sharedIteration = std::max(status_.sharedIteration.value_or(0), work.iteration);
+                shareCommitted(work.version);
                 status_.lastDrainSeconds = secondsSince(work.submittedAt);
             } else {
                 ++(abandoned ? status_.skipped : status_.failed);
-                givenUp_.insert(work.iteration);
+                givenUp_.insert(work.version);
             }
         }
         changed_.notify_all();
@@ -173,9 +175,9 @@ void Drainer::runSingle()
 // With several ranks, rounds in lockstep on every rank: this thread is the only user of the coordinator
 // while training goes on, and every decision below follows from values all ranks share (the round's
 // outcome, broadcast by rank 0), so that every rank takes part in the same collectives. A round: the ranks
-// agree on the newest iteration all of them have committed node-locally, each copies its shard into one
-// temporary directory of the chain, and rank 0 writes the manifest naming every shard and commits, or
-// nobody does.
+// agree on the newest checkpoint (Version) all of them have committed node-locally, each copies its shard
+// into one temporary directory of the chain, and rank 0 writes the manifest naming every shard and
+// commits, or nobody does.
 void Drainer::runRanked()
 {
     try {
@@ -188,7 +190,7 @@ void Drainer::runRanked()
         status_.lastError = e.what();
         broken_ = true;
         if (waiting_)
-            givenUp_.insert(waiting_->iteration);
+            givenUp_.insert(waiting_->version);
         waiting_.reset();
         current_.reset();
     }
@@ -207,18 +209,22 @@ void Drainer::runRounds()
                 return;
             newest = *waiting_;
         }
-        const auto proposals = settings_.coordinator->allGather("drain-next", std::to_string(newest.iteration));
-        std::uint64_t chosen = newest.iteration;
-        for (const auto& proposal : proposals)
-            chosen = std::min<std::uint64_t>(chosen, std::stoull(proposal));
+        const auto proposals = settings_.coordinator->allGather("drain-next",
+            std::to_string(newest.version.iteration) + " " + std::to_string(newest.version.generation));
+        Version chosen = newest.version;
+        for (const auto& proposal : proposals) {
+            const std::size_t space = proposal.find(' ');
+            chosen = std::min(chosen,
+                Version { std::stoull(proposal.substr(0, space)), std::stoull(proposal.substr(space + 1)) });
+        }
         // This rank may be a checkpoint ahead: its copy of `chosen` lies beside its newest one.
-        const fs::path local = newest.local.parent_path() / checkpointDirName(chosen);
+        const fs::path local = newest.local.parent_path() / checkpointDirName(chosen.iteration);
         {
             std::lock_guard lock(mutex_);
             current_ = Work { local, chosen, newest.submittedAt };
             abandonCurrent_ = false;
         }
-        const std::string outcome = drainRound(chosen, local);
+        const std::string outcome = drainRound(chosen.iteration, local);
         // Decided from the outcome that every rank received alike, not from this rank's own view, so
         // that the ranks count the same failures and give up together.
         const bool abandoned = outcome.find(kAbandoned) != std::string::npos;
@@ -229,9 +235,9 @@ void Drainer::runRounds()
             if (outcome.empty()) {
                 failedRounds = 0;
                 ++status_.drained;
-                status_.sharedIteration = std::max(status_.sharedIteration.value_or(0), chosen);
+                shareCommitted(chosen);
                 status_.lastDrainSeconds = secondsSince(newest.submittedAt);
-                if (waiting_ && waiting_->iteration <= chosen)
+                if (waiting_ && waiting_->version <= chosen)
                     waiting_.reset();
             } else if (!abandoned) {
                 status_.lastError = outcome;
@@ -240,7 +246,7 @@ void Drainer::runRounds()
                     ++status_.failed;
                     givenUp_.insert(chosen);
                     failedRounds = 0;
-                    if (waiting_ && waiting_->iteration <= chosen)
+                    if (waiting_ && waiting_->version <= chosen)
                         waiting_.reset();
                 }
             }
@@ -249,7 +255,7 @@ void Drainer::runRounds()
         if (outcome.empty() && settings_.coordinator->rank() == 0)
             pruneShared();
         if (!outcome.empty() && !abandoned && failedRounds > 0)
-            backoff = countRetry(chosen, failedRounds, outcome);
+            backoff = countRetry(chosen.iteration, failedRounds, outcome);
         if (backoff > 0) {
             // Every rank sleeps alike; an urgent checkpoint does not cut it short here (the ranks would
             // part ways), it is drained in the next round.
@@ -314,9 +320,9 @@ void Drainer::drainOnce(const Work& work)
 {
     const std::string manifestText = io::readSmallFile(work.local / kManifestName);
     const Manifest manifest = parseManifest(manifestText);
-    if (manifest.iteration != work.iteration)
+    if (manifest.iteration != work.version.iteration)
         throw CorruptSource { work.local.string() + ": the manifest says iteration " + std::to_string(manifest.iteration) };
-    const std::string name = checkpointDirName(work.iteration);
+    const std::string name = checkpointDirName(work.version.iteration);
     const fs::path temporary = settings_.sharedDir / ("." + name + ".tmp-" + temporaryOwnerTag());
     std::error_code ec;
     fs::remove_all(temporary, ec);
@@ -372,6 +378,13 @@ double Drainer::countRetry(std::uint64_t iteration, int failures, const std::str
         + " failed (attempt " + std::to_string(failures) + " of " + std::to_string(settings_.attempts)
         + "), trying again in " + std::to_string(backoff).substr(0, 4) + " s: " + error);
     return backoff;
+}
+
+// Under mutex_.
+void Drainer::shareCommitted(const Version& version)
+{
+    shared_ = std::max(shared_.value_or(version), version);
+    status_.sharedIteration = shared_->iteration;
 }
 
 void Drainer::pruneShared()

@@ -49,18 +49,27 @@ public:
     // Drains the committed node-local checkpoint `localCheckpoint` of `iteration` next. It replaces one
     // still waiting (only the newest matters: the older is counted as skipped); `urgent` (a final
     // checkpoint) also abandons a drain under way, so that the last one does not queue behind it.
+    // The same iteration again (a final checkpoint of the newest checkpoint's iteration, as
+    // Session::finish() commits for `training_done`) is a newer version of it, drained in its turn.
     void submit(const std::filesystem::path& localCheckpoint, std::uint64_t iteration, bool urgent);
-    // Waits until `iteration` has committed on the shared level (true), or its drain gave up or was
-    // replaced by a newer one (false).
+    // Waits until the newest submitted version of `iteration` (or a newer checkpoint) has committed on
+    // the shared level (true), or its drain gave up or was replaced by a newer one (false).
     bool waitFor(std::uint64_t iteration);
     // The iterations whose node-local copies the drain still needs: local retention keeps them.
     std::set<std::uint64_t> needed() const;
     DrainStatus status() const;
 
 private:
+    // A node-local commit as the drain orders them: `generation` counts the earlier commits of the same
+    // iteration in this process. Every rank commits the same sequence, so ranks agree on versions.
+    struct Version {
+        std::uint64_t iteration = 0;
+        std::uint64_t generation = 0;
+        auto operator<=>(const Version&) const = default;
+    };
     struct Work {
         std::filesystem::path local;
-        std::uint64_t iteration = 0;
+        Version version;
         std::chrono::steady_clock::time_point submittedAt;
     };
     class Abandoned { }; // a final checkpoint replaced the one being drained
@@ -81,6 +90,7 @@ private:
     void copyFile(const std::filesystem::path& local, const Manifest& manifest, const std::string& fileName,
         const std::filesystem::path& temporary, std::uint64_t& copied, std::chrono::steady_clock::time_point start);
     double countRetry(std::uint64_t iteration, int failures, const std::string& error);
+    void shareCommitted(const Version& version);
     void pruneShared();
     void throwIfAbandoned();
     bool sleepUnlessAbandoned(double seconds);
@@ -91,11 +101,13 @@ private:
     std::condition_variable changed_;
     std::optional<Work> waiting_;
     std::optional<Work> current_;
+    std::optional<Version> submitted_; // the newest submit()
+    std::optional<Version> shared_; // the newest committed on the shared level
     bool abandonCurrent_ = false;
     bool stopping_ = false;
     bool broken_ = false; // several ranks: the coordinator failed, nothing more is drained
     DrainStatus status_; // its pendingIteration is derived from waiting_ and current_ in status()
-    std::set<std::uint64_t> givenUp_; // iterations that waitFor() must not wait for any longer
+    std::set<Version> givenUp_; // versions that waitFor() must not wait for any longer
     std::thread thread_;
 };
 

@@ -410,6 +410,37 @@ TEST(MultiRankTwoLevel, EachRankDrainsItsShardAndTheChainHoldsOneManifestRestore
     EXPECT_TRUE(matchesPattern(weights.data(), weights.size(), 1, 3));
 }
 
+// Every rank's Session::finish() commits the newest iteration again, final and with training_done (a
+// plain `srun -n 2` of a training that ends): the ranks drain that second copy together, whichever
+// rank's drain had already taken the first, and each rank's final returns once the chain has it.
+TEST(MultiRankTwoLevel, AFinalCheckpointOfTheNewestIterationAgainReachesTheChainAsFinal)
+{
+    TempDir dir("ckpt-multirank-2l");
+    TempDir local("ckpt-multirank-2l-local");
+    const int session = ++launches;
+    runRanks(2, [&](int rank) {
+        Options options = rankOptions(dir.path(), rank, 2, session);
+        options.localDir = local.path();
+        options.drainBytesPerSecond = rank == 0 ? 0 : 6e6; // the ranks' drains out of step
+        Checkpointer ckpt(std::move(options));
+        RankState state(ckpt, rank, 2);
+        for (std::uint64_t iteration = 1; iteration <= 3; ++iteration) {
+            state.fill(ckpt, iteration);
+            if (!ckpt.checkpointNow(iteration))
+                throw Error("rank " + std::to_string(rank) + ": " + ckpt.lastError());
+        }
+        if (!ckpt.checkpointNow(3, CheckpointFlags { .final = true, .trainingDone = true }))
+            throw Error("rank " + std::to_string(rank) + ": the final copy of 3: " + ckpt.lastError());
+    });
+    const auto checkpoint = dir.path() / checkpointDirName(3);
+    Manifest manifest = parseManifest(baton::test::run({ "cat", (checkpoint / kManifestName).string() }).output);
+    EXPECT_EQ(manifest.worldSize, 2);
+    EXPECT_TRUE(manifest.final);
+    EXPECT_TRUE(manifest.trainingDone);
+    EXPECT_TRUE(verifyCheckpoint(checkpoint).ok);
+    EXPECT_EQ(restoreAll(dir.path(), 2), std::vector<std::uint64_t>(2, 3));
+}
+
 TEST(MultiRankTwoLevel, ADrainThatFallsBehindTakesTheNewestCheckpointEveryRankHas)
 {
     TempDir dir("ckpt-multirank-2l");

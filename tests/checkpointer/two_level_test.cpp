@@ -149,6 +149,33 @@ TEST(TwoLevel, AFinalCheckpointReturnsOnlyOnceItsSharedCopyCommitted)
     EXPECT_TRUE(manifest.final);
 }
 
+// Session::finish() commits the newest checkpoint's iteration again, final and with training_done: that
+// second copy is drained too (abandoning the first one's drain), and the final returns once it is there.
+TEST(TwoLevel, AFinalCheckpointOfTheNewestIterationAgainReachesTheChainAsFinal)
+{
+    Levels levels;
+    State state;
+    Options options = levels.options();
+    options.drainBytesPerSecond = 20e6; // about 0.2 s per drain: the second commit comes during the first's
+    Checkpointer ckpt(options);
+    state.registerWith(ckpt);
+    state.fill(2);
+    ASSERT_TRUE(ckpt.checkpointNow(2));
+    ASSERT_TRUE(ckpt.checkpointNow(2, CheckpointFlags { .final = true, .trainingDone = true })) << ckpt.lastError();
+    auto manifest = parseManifest(readFile(levels.shared() / checkpointDirName(2) / kManifestName));
+    EXPECT_TRUE(manifest.final);
+    EXPECT_TRUE(manifest.trainingDone);
+    // Once the first copy had drained, the same again.
+    state.fill(3);
+    ASSERT_TRUE(ckpt.checkpointNow(3));
+    ASSERT_TRUE(ckpt.waitDurable());
+    ASSERT_TRUE(ckpt.checkpointNow(3, CheckpointFlags { .final = true, .trainingDone = true })) << ckpt.lastError();
+    manifest = parseManifest(readFile(levels.shared() / checkpointDirName(3) / kManifestName));
+    EXPECT_TRUE(manifest.final);
+    EXPECT_TRUE(manifest.trainingDone);
+    EXPECT_EQ(ckpt.drainStatus().failed, 0u);
+}
+
 TEST(TwoLevel, ADrainThatFallsBehindSkipsToTheNewestAndNeverBlocksASnapshot)
 {
     Levels levels;

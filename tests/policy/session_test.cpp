@@ -353,6 +353,30 @@ TEST(Session, TrainingDoneIsCommittedEvenWhenTheIterationIsAlreadySaved)
     EXPECT_EQ(manifest["training_done"], true);
 }
 
+// A training script declares its tensors after the session, so they are freed before the session's
+// destructor runs: after a finish() that failed, the destructor must not snapshot them again.
+TEST(Session, AfterAFailedFinishTheDestructorTakesNoSecondSnapshot)
+{
+    TempDir dir("baton-session-finish-failed");
+    const auto chain = dir.path() / "chain";
+    std::filesystem::create_directory(chain);
+    SessionOptions options = sessionOptions(chain);
+    Checkpointer checkpointer(options.checkpointer);
+    std::uint64_t requested = 0;
+    {
+        Session session(checkpointer, options);
+        std::vector<std::uint64_t> state(1024);
+        checkpointer.registerRegion("state", state.data(), state.size() * sizeof state[0]);
+        trainPlain(session, state, 0, 9);
+        session.markTrainingDone();
+        session.collect(true);
+        std::filesystem::remove_all(chain); // nowhere to commit
+        EXPECT_FALSE(session.finish());
+        requested = checkpointer.counters().requested;
+    }
+    EXPECT_EQ(checkpointer.counters().requested, requested);
+}
+
 TEST(Session, HandoverCheckpointIsFinalButNotDone)
 {
     TempDir dir("baton-session-final");

@@ -101,7 +101,8 @@ public:
     // Waits for an in-flight checkpoint and reports it to the policy. After markTrainingDone() it then
     // commits a final checkpoint of the last iteration with `training_done` (even when the newest
     // checkpoint already holds that iteration, so that the flag exists); returns whether that commit
-    // (or, without one, the last checkpoint) succeeded.
+    // (or, without one, the last checkpoint) succeeded. The destructor calls it too, unless a call of
+    // the caller's has just failed: by then the regions may be gone.
     bool finish();
     // The application has trained everything: the final checkpoint (the next one step() makes final, or
     // finish()'s) carries `training_done`, which tells the provisioner to end the chain.
@@ -139,6 +140,8 @@ private:
     CheckpointReason reason_ = CheckpointReason::None;
     bool final_ = false;
     bool trainingDone_ = false;
+    // finish()'s last training_done checkpoint did not commit: the destructor does not try it again.
+    bool finishFailed_ = false;
     std::optional<std::uint64_t> lastIteration_; // the newest consistent iteration (restored or stepped)
 };
 
