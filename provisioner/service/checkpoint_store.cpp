@@ -16,7 +16,14 @@ constexpr db::Statement insertCheckpointHint { "checkpoint_hint",
     "INSERT INTO checkpoints (chain_id, slurm_job_id, iteration, path, total_bytes, created_at, manifest,"
     " training_done, final) VALUES ($1, $2, $3, $4, $5, to_timestamp($6), $7, $8, $9)"
     " ON CONFLICT (chain_id, iteration) DO UPDATE SET training_done = checkpoints.training_done OR"
-    " EXCLUDED.training_done, final = checkpoints.final OR EXCLUDED.final",
+    " EXCLUDED.training_done, final = checkpoints.final OR EXCLUDED.final,"
+    // A newer copy of the iteration (the training_done checkpoint a job commits of the iteration it
+    // restored) names its writer; a late report of the older copy changes nothing.
+    " slurm_job_id = CASE WHEN EXCLUDED.created_at > checkpoints.created_at THEN EXCLUDED.slurm_job_id"
+    " ELSE checkpoints.slurm_job_id END,"
+    " manifest = CASE WHEN EXCLUDED.created_at > checkpoints.created_at THEN EXCLUDED.manifest"
+    " ELSE checkpoints.manifest END,"
+    " created_at = GREATEST(checkpoints.created_at, EXCLUDED.created_at)",
     true };
 constexpr db::Statement selectLatestCheckpoint { "checkpoint_latest",
     "SELECT iteration, path, extract(epoch FROM created_at) AS created_unix, training_done, final, slurm_job_id"

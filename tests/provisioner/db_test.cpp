@@ -289,6 +289,21 @@ TEST(RoundTrip, CheckpointsAndHandovers)
         summary["job_id"] = notAJob;
         EXPECT_EQ(tables.checkpoints.record(chainId, 79, summary, "/chains/resnet").writerJobId, 79) << notAJob;
     }
+    // The next job restored it and committed it again with training_done: the newer copy is 80's; the
+    // older copy's report, arriving after it, changes nothing but what it adds to the flags.
+    summary["job_id"] = 80;
+    summary["created_unix"] = 1'700'000'005;
+    summary["training_done"] = true;
+    tables.checkpoints.record(chainId, 80, summary, "/chains/resnet");
+    summary["job_id"] = 78;
+    summary["created_unix"] = 1'700'000'000;
+    summary["training_done"] = false;
+    tables.checkpoints.record(chainId, 78, summary, "/chains/resnet");
+    newest = tables.checkpoints.latest(chainId);
+    EXPECT_EQ(newest->slurmJobId, 80);
+    EXPECT_EQ(newest->createdAt, 1'700'000'005);
+    EXPECT_TRUE(newest->final);
+    EXPECT_TRUE(newest->trainingDone);
     summary["iteration"] = -1;
     EXPECT_THROW(tables.checkpoints.record(chainId, 78, summary, "/chains/resnet"), std::invalid_argument);
 
