@@ -72,8 +72,7 @@ void Drainer::submit(const fs::path& localCheckpoint, std::uint64_t iteration, b
 bool Drainer::waitFor(std::uint64_t iteration)
 {
     std::unique_lock lock(mutex_);
-    const Version wanted { iteration,
-        submitted_ && submitted_->iteration == iteration ? submitted_->generation : 0 };
+    const Version wanted = submitted_ && submitted_->iteration == iteration ? *submitted_ : Version { iteration, 0 };
     changed_.wait(lock, [&] { return (shared_ && *shared_ >= wanted) || givenUp_.count(wanted) > 0 || broken_; });
     return shared_ && *shared_ >= wanted;
 }
