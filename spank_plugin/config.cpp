@@ -1,10 +1,12 @@
 #include "config.hpp"
 
 #include "http_client.hpp"
+#include "paths.hpp"
 #include "values.hpp"
 
 #include "common/users.hpp"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 #include <unistd.h>
@@ -107,6 +109,16 @@ UserInfo lookupUser(uid_t uid)
 {
     const os::UserEntry user = os::userOf(uid);
     return UserInfo { user.name, user.uid, user.gid, user.home };
+}
+
+std::string administratorPart(std::string_view pattern)
+{
+    const std::size_t percent = pattern.find('%');
+    if (percent == std::string_view::npos) {
+        return normalizeAbsolutePath(pattern);
+    }
+    const std::size_t slash = pattern.rfind('/', percent);
+    return normalizeAbsolutePath(slash == std::string_view::npos ? "/" : pattern.substr(0, std::max<std::size_t>(slash, 1)));
 }
 
 std::string expandUserPattern(std::string_view pattern, const UserInfo& user, const std::string* node)

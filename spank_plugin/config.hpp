@@ -49,4 +49,8 @@ UserInfo lookupUser(uid_t uid);
 // pattern; throws std::invalid_argument on any other % sequence.
 std::string expandUserPattern(std::string_view pattern, const UserInfo& user, const std::string* node = nullptr);
 
+// The administrator's part of a path pattern: its leading components that hold no % sequence ("/local"
+// of "/local/%u/baton"; all of a pattern without one). Normalized; "/" when the first component has one.
+std::string administratorPart(std::string_view pattern);
+
 } // namespace baton::spank

@@ -1,10 +1,6 @@
 #include "paths.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fcntl.h>
 #include <stdexcept>
-#include <sys/stat.h>
 
 namespace baton::spank {
 
@@ -25,18 +21,6 @@ std::vector<std::string> components(std::string_view path)
         start = end + 1;
     }
     return parts;
-}
-
-std::runtime_error systemError(const std::string& what, const std::string& path, int error)
-{
-    return std::runtime_error(what + " '" + path + "': " + std::strerror(error));
-}
-
-// Opens the next component as a directory; `follow` only for administrator-controlled components.
-UniqueFd openComponent(int parent, const std::string& name, bool follow)
-{
-    const int flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW);
-    return UniqueFd(::openat(parent, name.c_str(), flags));
 }
 
 } // namespace
@@ -92,68 +76,7 @@ std::string findAllowedPrefix(std::string_view path, const std::vector<std::stri
 
 ChainDir openChainDir(const std::string& path, const std::string& prefix, uid_t owner)
 {
-    if (!isWithin(path, prefix)) {
-        throw std::runtime_error("directory '" + path + "' is outside '" + prefix + "'");
-    }
-    const auto prefixParts = components(prefix);
-    const auto parts = components(path);
-    ChainDir result;
-    UniqueFd current(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!current.valid()) {
-        throw systemError("cannot open", "/", errno);
-    }
-    // Only root and the job user may control any directory on the way (its entries decide where the
-    // next component leads) or a symbolic link in the prefix: a directory of another user's in a
-    // world-writable prefix (say /scratch/<job user>, made by someone else first) would let that user
-    // move the job's checkpoints. The administrator's prefix components are root's.
-    const auto trusted = [owner](uid_t uid) { return uid == 0 || uid == owner; };
-    std::string walked;
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-        walked += "/" + parts[i];
-        const bool follow = i < prefixParts.size();
-        struct stat link { };
-        if (follow && ::fstatat(current.get(), parts[i].c_str(), &link, AT_SYMLINK_NOFOLLOW) == 0
-            && S_ISLNK(link.st_mode) && !trusted(link.st_uid)) {
-            throw std::runtime_error("refusing '" + path + "': '" + walked + "' is a symbolic link of uid "
-                + std::to_string(link.st_uid) + ", neither root nor the job user");
-        }
-        UniqueFd next = openComponent(current.get(), parts[i], follow);
-        if (!next.valid() && errno == ENOENT) {
-            if (::mkdirat(current.get(), parts[i].c_str(), 0700) == 0) {
-                result.created = (i + 1 == parts.size());
-            } else if (errno != EEXIST) {
-                throw systemError("cannot create", walked, errno);
-            }
-            next = openComponent(current.get(), parts[i], false);
-        }
-        if (!next.valid()) {
-            if (errno == ELOOP || errno == ENOTDIR) {
-                throw std::runtime_error(
-                    "refusing '" + path + "': '" + walked + "' is a symbolic link or not a directory");
-            }
-            throw systemError("cannot open", walked, errno);
-        }
-        struct stat directory { };
-        if (::fstat(next.get(), &directory) != 0) {
-            throw systemError("cannot stat", walked, errno);
-        }
-        if (!trusted(directory.st_uid)) {
-            throw std::runtime_error("refusing '" + path + "': '" + walked + "' belongs to uid "
-                + std::to_string(directory.st_uid) + ", neither root nor the job user");
-        }
-        current = std::move(next);
-    }
-    struct stat info { };
-    if (::fstat(current.get(), &info) != 0) {
-        throw systemError("cannot stat", path, errno);
-    }
-    if (info.st_uid != owner) {
-        throw std::runtime_error("refusing '" + path + "': owned by uid " + std::to_string(info.st_uid)
-            + ", not by the job user (uid " + std::to_string(owner) + ")");
-    }
-    result.fd = std::move(current);
-    result.path = path;
-    return result;
+    return os::openOwnedDir(path, prefix, owner, true);
 }
 
 } // namespace baton::spank

@@ -3,7 +3,7 @@
 // the caller's credentials, so call it after switching to the job user (see credentials.hpp).
 #pragma once
 
-#include "unique_fd.hpp"
+#include "common/owned_dir.hpp"
 
 #include <string>
 #include <string_view>
@@ -23,16 +23,13 @@ bool isWithin(std::string_view path, std::string_view prefix);
 // the allowed prefixes if none does.
 std::string findAllowedPrefix(std::string_view path, const std::vector<std::string>& prefixes);
 
-struct ChainDir {
-    UniqueFd fd; // the directory, opened O_DIRECTORY
-    std::string path; // its normalized absolute path
-    bool created = false;
-};
+using ChainDir = os::OwnedDir;
 
-// Opens `path` (normalized, inside `prefix`). Components up to and including the prefix are
-// administrator-controlled and may be symbolic links; each component below it is opened with
-// O_NOFOLLOW and created with mode 0700 if missing. The final directory must belong to `owner`.
-// Throws std::runtime_error on refusal or failure.
+// Opens `path` (normalized, inside `prefix`), creating what is missing below the prefix mode 0700, by
+// the trust rule of common/owned_dir.hpp: components up to and including the prefix are the
+// administrator's and may be symbolic links of root's or the job user's; nothing below it is followed;
+// every directory on the way is root's or the job user's and writable by no one else unless sticky;
+// the final directory is the job user's. Throws std::runtime_error on refusal or failure.
 ChainDir openChainDir(const std::string& path, const std::string& prefix, uid_t owner);
 
 } // namespace baton::spank

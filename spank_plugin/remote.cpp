@@ -47,7 +47,8 @@ struct StepState {
     gid_t gid = 0;
     std::vector<gid_t> groups;
     ChainLocation location;
-    // Two-level storage: the chain's node-local directory (BATON_LOCAL_DIR) and the root it lies in.
+    // Two-level storage: the chain's node-local directory (BATON_LOCAL_DIR; empty when refused) and the
+    // administrator's part of local_root, where the trusted walk to it starts.
     std::string localDir;
     std::string localRoot;
     int chainSeq = 0; // the job's position in its chain (BATON_CHAIN_SEQ)
@@ -355,8 +356,20 @@ void prepareStep(spank_t sp)
         state.url = parseHttpUrl(config.url);
     }
     if (!config.localRoot.empty()) {
-        state.localRoot = normalizeAbsolutePath(expandUserPattern(config.localRoot, user, &state.node));
-        state.localDir = state.localRoot + "/" + state.location.chain;
+        // Opened as the chain directory is, from the administrator's part of local_root: on a scratch
+        // disk every user writes to, a directory on the way that another user made first would let them
+        // replace this chain's checkpoints. Refused, the job checkpoints to the chain directory alone.
+        state.localRoot = administratorPart(config.localRoot);
+        const std::string localDir
+            = normalizeAbsolutePath(expandUserPattern(config.localRoot, user, &state.node)) + "/" + state.location.chain;
+        try {
+            ThreadCredentials asUser(state.uid, state.gid, state.groups);
+            openChainDir(localDir, state.localRoot, state.uid);
+            state.localDir = localDir;
+        } catch (const std::exception& e) {
+            logError("job " + std::to_string(state.jobId) + ": node-local directory not used, checkpointing to "
+                + "the chain directory only: " + e.what());
+        }
     }
     state.deadline = jobEndTime(sp, state.jobId);
     const BatonOptions& options = batonOptions();

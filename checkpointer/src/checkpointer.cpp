@@ -11,6 +11,7 @@
 
 #include "checkpointer_impl.hpp"
 #include "common/baton_contract.hpp"
+#include "common/owned_dir.hpp"
 #include "io.hpp"
 
 namespace baton::ckpt {
@@ -164,9 +165,11 @@ Checkpointer::Checkpointer(Options options)
     impl_->persister = std::thread([impl = impl_.get()] { impl->persistLoop(); });
 }
 
-// The node-local directory must be this user's own: on a node's scratch disk another user could have
-// made the path first, and would then read or replace this chain's checkpoints. Whatever keeps two levels
-// from working leaves one: training goes on, checkpointing to the chain directory.
+// The node-local directory must be this user's own and reached through no one else's: on a node's
+// scratch disk another user could have made a directory on the way first, and would then read or replace
+// this chain's checkpoints. It is opened by the plugin's rule (common/owned_dir.hpp), every component
+// root's or this user's, and then used through its descriptor only. Whatever keeps two levels from
+// working leaves one: training goes on, checkpointing to the chain directory.
 void Checkpointer::Impl::startTwoLevel()
 {
     // With several ranks the decision is collective: either every rank has a usable node-local
@@ -174,18 +177,21 @@ void Checkpointer::Impl::startTwoLevel()
     std::string unusable;
     const fs::path level = distributed ? options.localDir / ("rank-" + std::to_string(rank())) : options.localDir;
     try {
-        for (const auto& dir : { options.localDir, level }) {
-            io::createDirectories(dir, io::directoryMode(options.fileMode));
-            struct stat st { };
-            if (::lstat(dir.c_str(), &st) != 0)
-                io::throwErrno("cannot examine " + dir.string());
-            if (!S_ISDIR(st.st_mode))
-                throw Error(dir.string() + " is not a directory");
-            if (st.st_uid != ::geteuid())
-                throw Error(dir.string() + " belongs to uid " + std::to_string(st.st_uid)
-                    + ", not to this process's user");
-        }
-        removeStaleTemporaries(level);
+        // Links are the user's to make above the directory (the checkpointer runs as that user); the
+        // plugin, which knows the administrator's part of local_root, has walked it more strictly.
+        const std::string path = options.localDir.lexically_normal().string();
+        const fs::path levelPath = level.lexically_normal();
+        os::OwnedDir opened = os::openOwnedDir(path, path, ::geteuid(), true);
+        if (distributed)
+            opened = os::openOwnedDir(levelPath.string(), path, ::geteuid(), true);
+        const fs::path byDescriptor = "/proc/self/fd/" + std::to_string(opened.fd.get());
+        struct stat held { }, named { };
+        if (::fstat(opened.fd.get(), &held) != 0 || ::stat(byDescriptor.c_str(), &named) != 0
+            || held.st_dev != named.st_dev || held.st_ino != named.st_ino)
+            throw Error("cannot reach " + levelPath.string() + " through its descriptor (is /proc mounted?)");
+        removeStaleTemporaries(byDescriptor);
+        localLevelFd = std::move(opened.fd);
+        localLevel = byDescriptor;
     } catch (const std::exception& e) {
         unusable = e.what();
     }
@@ -196,10 +202,11 @@ void Checkpointer::Impl::startTwoLevel()
         }
     }
     if (!unusable.empty()) {
+        localLevelFd.reset();
+        localLevel.clear();
         log("node-local directory unusable, checkpointing to the chain directory only: " + unusable);
         return;
     }
-    localLevel = level;
     nodeName = options.nodeName;
     if (const char* slurmNode = std::getenv("SLURMD_NODENAME"); nodeName.empty() && slurmNode != nullptr)
         nodeName = slurmNode;

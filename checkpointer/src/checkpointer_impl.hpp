@@ -3,6 +3,8 @@
 // checkpointer.cpp (construction and the public calls).
 #pragma once
 
+#include "common/unique_fd.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -219,7 +221,10 @@ struct Checkpointer::Impl {
     DirectoryCommitter committer { [this](const std::string& message) { log(message); } }; // of commitDir()
     std::unique_ptr<Drainer> drainer; // two levels: copies committed checkpoints to the chain directory
     std::string nodeName; // recorded in node-local manifests
-    std::filesystem::path localLevel; // two levels: options.localDir, or its rank-R with several ranks
+    // Two levels: options.localDir, or its rank-R with several ranks, kept open from the trusted walk; its
+    // path names the descriptor (/proc/self/fd/N), so that no rename on the way can redirect what follows.
+    os::UniqueFd localLevelFd;
+    std::filesystem::path localLevel;
 
     std::thread persister;
 };

@@ -112,7 +112,7 @@ std::vector<Checkpointer::Impl::Source> Checkpointer::Impl::restoreSources(
     }
     if (drainer && !distributed) {
         try {
-            for (const auto& info : listCheckpoints(options.localDir))
+            for (const auto& info : listCheckpoints(localLevel))
                 all.push_back({ info, true });
         } catch (const std::exception& e) {
             log(std::string("warning: node-local checkpoints not considered: ") + e.what());

@@ -7,6 +7,7 @@
 
 #include "db/errors.hpp"
 #include "slurm/command.hpp"
+#include "slurm/sbatch_args.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -234,6 +235,17 @@ ChainRow Provisioner::registerChain(const PluginEvent& event, const ClusterJob& 
     const JobStore::Write first { chain.id, 0, job };
     writeJobs(std::span(&first, 1));
     logInfo("chain " + chain.ownerName + "/" + chain.name + " registered from job " + std::to_string(job.id));
+    // Checked now, as `batonctl submit` checks a chain's script when it is created: a directive that
+    // would make sbatch wait or submit nothing is known before the first successor is due, and the
+    // owner sees why in `batonctl status` instead of a chain whose submissions fail.
+    if (const auto refused = script.empty() ? std::nullopt : slurm::checkScriptDirectives(script)) {
+        const std::string why = "quarantined at registration: " + *refused
+            + "; batond submits no successor with this script (start the chain again from one without it)";
+        if (tables_.chains.transition(chain, ChainEvent::Quarantine, why)) {
+            tables_.decisions.record(chain.id, policyName(chain), "quarantine", Json { { "reason", "script" } }, why);
+            logWarning("chain " + chain.ownerName + "/" + chain.name + " " + why);
+        }
+    }
     return chain;
 }
 

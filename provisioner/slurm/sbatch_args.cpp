@@ -233,15 +233,27 @@ std::optional<std::string> checkSbatchArgs(const std::vector<std::string>& args,
 
 namespace {
 
-// The words of one `#SBATCH` line after the prefix, as sbatch splits them: at blanks, with '…' and "…"
-// quoting, up to an unquoted '#'.
+// The words of one directive line after its magic word, as sbatch (opt.c, _get_argument) splits them:
+// at unquoted blanks, with '…' and "…" quoting, a backslash taking the next character as it is (inside
+// quotes too: `--wa\it` is --wait), up to an unquoted, unescaped '#'.
 std::vector<std::string> directiveWords(std::string_view line)
 {
     std::vector<std::string> words;
     std::string word;
     bool inWord = false;
+    bool escaped = false;
     char quote = 0;
     for (const char c : line) {
+        if (escaped) {
+            word += c;
+            escaped = false;
+            continue;
+        }
+        if (c == '\\') {
+            escaped = true;
+            inWord = true;
+            continue;
+        }
         if (quote) {
             if (c == quote)
                 quote = 0;
@@ -254,7 +266,7 @@ std::vector<std::string> directiveWords(std::string_view line)
             inWord = true;
             continue;
         }
-        if (c == ' ' || c == '\t' || c == '\r' || c == '#') {
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f' || c == '#') {
             if (inWord)
                 words.push_back(std::move(word));
             word.clear();
@@ -271,6 +283,16 @@ std::vector<std::string> directiveWords(std::string_view line)
     return words;
 }
 
+// The directive's words when `line` is one: sbatch obeys lines that begin (in the first column) with
+// #SBATCH and, deprecated but still read in 22.05 and 24.11, #SLURM.
+std::optional<std::string_view> directiveBody(std::string_view line)
+{
+    for (const std::string_view magic : { std::string_view("#SBATCH"), std::string_view("#SLURM") })
+        if (line.starts_with(magic))
+            return line.substr(magic.size());
+    return std::nullopt;
+}
+
 } // namespace
 
 std::optional<std::string> checkScriptDirectives(std::string_view script)
@@ -282,13 +304,14 @@ std::optional<std::string> checkScriptDirectives(std::string_view script)
             end = script.size();
         const std::string_view line = script.substr(begin, end - begin);
         begin = end + 1;
-        if (!line.starts_with("#SBATCH")) {
-            const auto first = line.find_first_not_of(" \t\r");
+        const auto body = directiveBody(line);
+        if (!body) {
+            const auto first = line.find_first_not_of(" \t\r\v\f");
             if (first == std::string_view::npos || line[first] == '#')
                 continue; // blank, the #! line, a comment
             break; // the first command: sbatch reads no further
         }
-        const auto words = directiveWords(line.substr(7));
+        const auto words = directiveWords(*body);
         for (std::size_t i = 0; i < words.size(); ++i) {
             const std::string& word = words[i];
             const auto refused = [&](std::string_view option) {

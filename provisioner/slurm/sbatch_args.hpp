@@ -26,8 +26,9 @@ enum class ChainOption { Refused, AllowedOnce };
 std::optional<std::string> checkSbatchArgs(
     const std::vector<std::string>& args, ChainOption chainOption = ChainOption::Refused);
 
-// The `#SBATCH` lines of a batch script, which sbatch obeys as well (up to the first line that is
-// neither blank nor a comment): nullopt, or why one of them is refused. The script is the owner's, so
+// The directives of a batch script, which sbatch obeys as well: its `#SBATCH` and `#SLURM` lines up to
+// the first line that is neither blank nor a comment, their words split as sbatch splits them (quotes,
+// backslash escapes, '#' comments): nullopt, or why one of them is refused. The script is the owner's, so
 // only what would turn against batond is refused: --wait (sbatch would block until the job ends; the
 // command line cannot undo it) and the options after which sbatch submits nothing (--test-only, --help,
 // --usage, --version), in any form sbatch reads, abbreviations included. Options that the command line

@@ -399,4 +399,90 @@ TEST(TwoLevel, ANodeLocalDirectoryOfAnotherUserIsRefused)
     EXPECT_TRUE(committedIterations(levels.local()).empty());
 }
 
+// Two levels or one, as the trusted walk to the node-local directory decides; the log says why.
+struct Started {
+    std::string logged;
+    bool twoLevel = false;
+};
+
+Started startWith(const Levels& levels)
+{
+    Started started;
+    Options options = levels.options();
+    options.log = [&](std::string_view line) { started.logged += std::string(line) + "\n"; };
+    State state;
+    Checkpointer ckpt(options);
+    state.registerWith(ckpt);
+    state.fill(1);
+    EXPECT_TRUE(ckpt.checkpointNow(1));
+    started.twoLevel = ckpt.drainStatus().twoLevel;
+    return started;
+}
+
+// The documented layout on a shared scratch disk (/local/%u/baton): a user who makes /local/<victim>
+// first controls every name below it, whoever owns the chain's own folder.
+TEST(TwoLevel, ADirectoryOfAnotherUserOnTheWayIsRefused)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to give a directory to another user";
+    Levels levels;
+    fs::create_directories(levels.local().parent_path());
+    ASSERT_EQ(::chown(levels.local().parent_path().c_str(), 65534, 65534), 0);
+    const Started started = startWith(levels);
+    EXPECT_FALSE(started.twoLevel);
+    EXPECT_NE(started.logged.find("'" + levels.local().parent_path().string() + "' belongs to uid 65534"),
+        std::string::npos) << started.logged;
+    EXPECT_FALSE(fs::exists(levels.local()));
+}
+
+TEST(TwoLevel, ASymbolicLinkOfAnotherUserOnTheWayIsRefused)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to give a link to another user";
+    Levels levels;
+    const fs::path planted = levels.root.path() / "planted";
+    fs::create_directories(planted);
+    fs::create_directory_symlink(planted, levels.local().parent_path());
+    ASSERT_EQ(::lchown(levels.local().parent_path().c_str(), 65534, 65534), 0);
+    const Started started = startWith(levels);
+    EXPECT_FALSE(started.twoLevel);
+    EXPECT_NE(started.logged.find("is a symbolic link of uid 65534"), std::string::npos) << started.logged;
+    EXPECT_FALSE(fs::exists(planted / "chain"));
+}
+
+// A directory everyone may write lets anyone rename what is in it; a sticky one (as /tmp) does not.
+TEST(TwoLevel, AWorldWritableDirectoryOnTheWayIsRefusedUnlessSticky)
+{
+    Levels levels;
+    fs::create_directories(levels.local().parent_path());
+    ASSERT_EQ(::chmod(levels.local().parent_path().c_str(), 0777), 0);
+    const Started open = startWith(levels);
+    EXPECT_FALSE(open.twoLevel);
+    EXPECT_NE(open.logged.find("is writable by other users and not sticky"), std::string::npos) << open.logged;
+    ASSERT_EQ(::chmod(levels.local().parent_path().c_str(), 01777), 0);
+    EXPECT_TRUE(startWith(levels).twoLevel);
+}
+
+// Once open, the node-local level is used through its descriptor: a rename on the way (by whoever
+// could) does not redirect the checkpoints into a directory put in its place.
+TEST(TwoLevel, RenamingTheDirectoryAwayDoesNotRedirectItsCheckpoints)
+{
+    Levels levels;
+    const fs::path movedTo = levels.root.path() / "local" / "moved";
+    State state;
+    {
+        Checkpointer ckpt(levels.options());
+        state.registerWith(ckpt);
+        ASSERT_TRUE(ckpt.drainStatus().twoLevel);
+        fs::rename(levels.local(), movedTo);
+        fs::create_directories(levels.local());
+        state.fill(1);
+        ASSERT_TRUE(ckpt.checkpointNow(1));
+        ASSERT_TRUE(ckpt.waitDurable());
+    }
+    EXPECT_EQ(committedIterations(movedTo), (std::vector<std::uint64_t> { 1 }));
+    EXPECT_TRUE(committedIterations(levels.local()).empty());
+    EXPECT_EQ(committedIterations(levels.shared()), (std::vector<std::uint64_t> { 1 }));
+}
+
 } // namespace

@@ -74,7 +74,7 @@ public:
             job->endTime = now;
         }
     }
-    std::string batchScript(std::int64_t, std::int64_t) override { return "#!/bin/bash\ntrain\n"; }
+    std::string batchScript(std::int64_t, std::int64_t) override { return script; }
 
     ClusterJob* find(std::int64_t id)
     {
@@ -96,6 +96,7 @@ public:
 
     std::int64_t now = std::time(nullptr); // the database clock stamps intents
     std::int64_t nextId = nextFreeId += 100; // Slurm never reuses a job id; the tests share a database
+    std::string script = "#!/bin/bash\ntrain\n"; // every job's batch script, as slurmctld keeps it
     bool failAfterSubmit = false;
     bool timeoutAfterAccept = false;
     int failingSignals = 0;

@@ -469,6 +469,30 @@ public:
     mutable std::vector<std::int64_t> limits; // the running job's, which bounds the lead floor
 };
 
+// A chain begun with plain `sbatch --baton` whose script holds a directive that would make batond's sbatch
+// wait (sbatch reads #SLURM lines and drops backslashes): quarantined when it is registered, with the
+// reason for its owner, and no successor is ever submitted with that script.
+TEST_F(ProvisionerTest, APlainSbatchChainWhoseScriptWouldWaitIsQuarantinedWhenRegistered)
+{
+    cluster_.script = "#!/bin/bash\n#SBATCH --time=60\n#SLURM --wa\\it\ntrain\n";
+    ClusterJob first;
+    first.id = cluster_.nextId++;
+    first.userId = 65534;
+    first.state = "RUNNING";
+    first.submitTime = first.startTime = cluster_.now - 60;
+    first.timeLimitSeconds = 3600;
+    cluster_.jobs.push_back(first);
+    tables_.events.insert("waits-" + std::to_string(first.id), "step_start", "waits", first.id,
+        Json { { "chain", "waits" }, { "step", "batch" }, { "job_id", first.id } }, 0);
+    tick(std::make_shared<AlwaysSubmit>());
+    const auto chain = tables_.chains.find(65534, "waits");
+    ASSERT_TRUE(chain);
+    EXPECT_EQ(chain->state, ChainState::Quarantined);
+    EXPECT_NE(chain->reason.value_or("").find("'--wait' is refused"), std::string::npos) << chain->reason.value_or("");
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_TRUE(cluster_.submissions.empty());
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome

@@ -124,7 +124,7 @@ TEST(SbatchArgs, BatondsChainOptionOnceAtSubmission)
     EXPECT_TRUE(checkSbatchArgs({ "--baton=train" }));
 }
 
-// sbatch obeys the script's own #SBATCH lines too, up to its first command: a --wait there would block
+// sbatch obeys the script's own #SBATCH (and #SLURM) lines too, up to its first command: a --wait there would block
 // every submission of the chain as surely as one on the command line.
 TEST(SbatchArgs, ScriptDirectivesThatWouldWaitOrSubmitNothing)
 {
@@ -134,7 +134,8 @@ TEST(SbatchArgs, ScriptDirectivesThatWouldWaitOrSubmitNothing)
         "#!/bin/bash\n#SBATCH --job-name -W\n#SBATCH -J '--wait'\n", // values, not options
         "#!/bin/bash\n#SBATCH --time=5 # --wait in a comment\n",
         "#!/bin/bash\necho start\n#SBATCH --wait\n", // after the first command: not read by sbatch
-        "#!/bin/bash\n# SBATCH --wait\n#sbatch --wait\n", // not directives
+        "#!/bin/bash\n# SBATCH --wait\n#sbatch --wait\n #SLURM --wait\n", // not directives
+        "#!/bin/bash\n#SBATCH -J \\--wait --time=5\\ #\n", // a value, and an escaped blank
     };
     for (const auto& script : accepted) {
         const auto refused = checkScriptDirectives(script);
@@ -152,6 +153,14 @@ TEST(SbatchArgs, ScriptDirectivesThatWouldWaitOrSubmitNothing)
         { "#!/bin/bash\n#SBATCH -h\n", "--help" },
         { "#!/bin/bash\n#SBATCH --usage\n", "--usage" },
         { "#!/bin/bash\n#SBATCH -V\n", "--version" },
+        // The deprecated magic word, which sbatch still obeys.
+        { "#!/bin/bash\n#SLURM --wait\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH --time=5\n#SLURM -W\n", "--wait" },
+        // sbatch drops a backslash and takes the next character as it is, inside quotes too.
+        { "#!/bin/bash\n#SBATCH --wa\\it\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH -\\W\n", "--wait" },
+        { "#!/bin/bash\n#SBATCH \"--te\\st-only\"\n", "--test-only" },
+        { "#!/bin/bash\n#SBATCH --time=5 \\# --wait\n", "--wait" }, // an escaped '#' is no comment
     };
     for (const auto& [script, says] : refused) {
         const auto message = checkScriptDirectives(script);

@@ -174,7 +174,7 @@ TEST(Paths, SymbolicLinksBelowThePrefixAreRefused)
     fs::create_directories(target);
     fs::create_directory_symlink(target, prefix / "link");
     EXPECT_THAT(messageOf([&] { openChainDir(prefix / "link" / "sub", prefix, ::geteuid()); }),
-        HasSubstr("is a symbolic link or not a directory"));
+        HasSubstr("is a symbolic link below the administrator's"));
     EXPECT_THAT(messageOf([&] { openChainDir(prefix / "link", prefix, ::geteuid()); }),
         HasSubstr("is a symbolic link"));
     EXPECT_FALSE(fs::exists(target / "sub"));
@@ -206,6 +206,45 @@ TEST(Paths, DirectoriesAndLinksOfAnotherUserOnTheWayAreRefused)
     ASSERT_EQ(::lchown((scratch / "planted").c_str(), 65534, 65534), 0);
     EXPECT_THAT(messageOf([&] { openChainDir(scratch / "planted" / "chain", scratch / "planted", 0); }),
         HasSubstr("is a symbolic link of uid 65534"));
+}
+
+// Where others may write, they may rename: a directory on the way writable by its group or everyone is
+// refused unless it is sticky, as /tmp and a scratch disk's root are.
+TEST(Paths, DirectoriesWritableByOthersOnTheWayAreRefusedUnlessSticky)
+{
+    TempDir temp;
+    const fs::path open = temp.path() / "open";
+    fs::create_directory(open);
+    ::chmod(open.c_str(), 0775);
+    EXPECT_THAT(messageOf([&] { openChainDir(open / "chain", temp.path(), ::geteuid()); }),
+        HasSubstr("'" + open.string() + "' is writable by other users and not sticky"));
+    EXPECT_FALSE(fs::exists(open / "chain"));
+    ::chmod(open.c_str(), 01777);
+    EXPECT_NO_THROW(openChainDir(open / "chain", temp.path(), ::geteuid()));
+}
+
+// A link of the administrator's is walked by the same rule as the path it stands in: its target may not
+// lead through another user's directory.
+TEST(Paths, TheTargetOfALinkInThePrefixIsWalkedByTheSameRule)
+{
+    if (::geteuid() != 0)
+        GTEST_SKIP() << "needs root to give a directory to another user";
+    TempDir temp;
+    const fs::path theirs = temp.path() / "theirs";
+    fs::create_directories(theirs / "disk");
+    ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
+    fs::create_directory_symlink(theirs / "disk", temp.path() / "local");
+    EXPECT_THAT(messageOf([&] { openChainDir(temp.path() / "local" / "chain", temp.path() / "local", 0); }),
+        HasSubstr("'" + theirs.string() + "' belongs to uid 65534"));
+    EXPECT_FALSE(fs::exists(theirs / "disk" / "chain"));
+}
+
+TEST(Config, TheAdministratorsPartOfAPatternEndsBeforeItsFirstSubstitution)
+{
+    EXPECT_EQ(administratorPart("/local/%u/baton"), "/local");
+    EXPECT_EQ(administratorPart("/local/nvme/baton-%u/"), "/local/nvme");
+    EXPECT_EQ(administratorPart("/scratch/baton/"), "/scratch/baton");
+    EXPECT_EQ(administratorPart("/%n/%u"), "/");
 }
 
 TEST(Paths, ChainDirOfAnotherUserIsRefused)
