@@ -342,10 +342,33 @@ TEST_F(SpankPlugin, TraversalSymlinksAndOutsidePrefixesAreRefused)
     const auto linked = slurm({ "srun", "--baton",
         "--baton-dir=" + (layout_->allowed / "link" / "sub").string(), "--time=1", "true" });
     EXPECT_NE(linked.exitCode, 0) << linked.output;
-    EXPECT_THAT(linked.output, HasSubstr("is a symbolic link or not a directory"));
+    EXPECT_THAT(linked.output, HasSubstr("is a symbolic link below the administrator's"));
     EXPECT_FALSE(fs::exists(layout_->target / "sub"));
     const auto drained = slurm({ "sinfo", "-h", "-o", "%t" });
     EXPECT_THAT(drained.output, testing::Not(HasSubstr("drain"))) << drained.output;
+}
+
+// On a scratch disk every user writes to (local_root=<local>/%u/%n, <local> sticky), a user who makes
+// <local>/<victim> first would control every name below it: the victim's steps get no node-local level
+// (one level, slurmd's log says why) and nothing is created in the planted directory.
+TEST_F(SpankPlugin, ANodeLocalRootAnotherUserPreparedIsNotUsed)
+{
+    const fs::path planted = layout_->local / "nobody";
+    fs::create_directories(planted);
+    ASSERT_EQ(::chown(planted.c_str(), 1, 1), 0); // daemon's, made before nobody's first job
+    ::chmod(planted.c_str(), 0755);
+    struct Cleanup {
+        fs::path dir;
+        ~Cleanup() { fs::remove_all(dir); }
+    } cleanup { planted };
+    const auto result = srunAsNobody({ "--baton=localtrust", "--time=1", "env" });
+    ASSERT_EQ(result.exitCode, 0) << result.output;
+    auto vars = variables(result.output);
+    EXPECT_EQ(vars.count("BATON_LOCAL_DIR"), 0u) << result.output;
+    EXPECT_EQ(vars["BATON_CHAIN_DIR"], (layout_->chains / "nobody" / "localtrust").string()) << result.output;
+    EXPECT_THAT(result.output, HasSubstr("node-local directory not used"));
+    EXPECT_THAT(result.output, HasSubstr("'" + planted.string() + "' belongs to uid 1"));
+    EXPECT_TRUE(fs::is_empty(planted));
 }
 
 // The credential of every report states uid 0, also for a job of an unprivileged user: slurmstepd
