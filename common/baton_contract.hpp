@@ -41,6 +41,13 @@ inline constexpr double kDrainRateMax = 1e7;
 inline constexpr const char* kManifestSeqKey = "seq";
 inline constexpr const char* kLegacyManifestSeqKey = "restart_count";
 
+// The handover's end marker in a chain directory, written by batond as the chain's owner once
+// slurmctld says the job of `seq` ended (a dead node's, one that crashed): whatever final checkpoint
+// that job wrote is committed, and none will follow, so a successor waiting for one restores at once.
+// One small JSON object: `version` 1, `seq`, `job_id`, `state` (Slurm's), `time_unix`.
+inline constexpr const char* kHandoverEndedFile = ".baton-handover-ended";
+inline constexpr std::size_t kHandoverEndedMaxBytes = 4096;
+
 // BATON_OVERHEAD: checkpoint overhead target in percent, greater than kOverheadAbove and less than
 // kOverheadBelow (fractions allowed).
 inline constexpr double kOverheadAbove = 0;

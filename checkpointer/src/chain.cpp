@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <system_error>
 #include <thread>
+#include <nlohmann/json.hpp>
 
 #include "baton/ckpt/error.hpp"
 #include "common/baton_contract.hpp"
@@ -144,6 +145,34 @@ std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t min
     return std::nullopt;
 }
 
+// What batond's end marker says of the predecessor, when it names a seq of at least `minChainSeq`. The
+// file is the chain owner's (anyone who can write it can only shorten their own wait); read bounded, and
+// a missing, torn or foreign-looking one says nothing.
+std::optional<std::string> predecessorEnded(const fs::path& chainDir, std::uint64_t minChainSeq)
+{
+    std::string text;
+    try {
+        text = io::readSmallFile(chainDir / contract::kHandoverEndedFile, contract::kHandoverEndedMaxBytes);
+    } catch (const Error&) {
+        return std::nullopt;
+    }
+    const auto marker = nlohmann::json::parse(text, nullptr, false);
+    if (!marker.is_object() || marker.value("version", 0) != 1)
+        return std::nullopt;
+    const auto seq = marker.find("seq");
+    if (seq == marker.end() || !seq->is_number_unsigned() || seq->get<std::uint64_t>() < minChainSeq)
+        return std::nullopt;
+    std::string said = "the job of seq " + std::to_string(seq->get<std::uint64_t>());
+    if (const auto job = marker.find("job_id"); job != marker.end() && job->is_number_integer())
+        said = "job " + std::to_string(job->get<std::int64_t>()) + " (seq " + std::to_string(seq->get<std::uint64_t>()) + ")";
+    if (const auto state = marker.find("state"); state != marker.end() && state->is_string()
+        && state->get<std::string>().size() <= 32)
+        said += " ended " + state->get<std::string>();
+    else
+        said += " ended";
+    return said;
+}
+
 } // namespace
 
 HandoverWaitResult waitForHandover(
@@ -159,6 +188,10 @@ HandoverWaitResult waitForHandover(
         if (auto found = findHandover(chainDir, minChainSeq)) {
             result.found = true;
             result.checkpoint = *found;
+            break;
+        }
+        if (auto ended = predecessorEnded(chainDir, minChainSeq)) { // after the look for its final checkpoint
+            result.predecessorEnded = *ended;
             break;
         }
         const auto now = Clock::now();

@@ -88,11 +88,14 @@ void Checkpointer::Impl::waitForHandoverOnce(RestoreResult& result)
         + " s for a final checkpoint of seq " + std::to_string(previous) + " or later");
     const HandoverWaitResult wait = waitForHandover(options.chainDir, previous, options.handoverWaitSeconds);
     result.handoverWaitSeconds = wait.seconds;
-    result.handoverTimedOut = !wait.found;
+    result.handoverTimedOut = !wait.found && wait.predecessorEnded.empty();
     char waited[32];
     std::snprintf(waited, sizeof waited, "%.1f", wait.seconds);
     if (wait.found)
         log("handover: " + wait.checkpoint.filename().string() + " is final, found after " + waited + " s");
+    else if (!wait.predecessorEnded.empty())
+        log("handover: " + wait.predecessorEnded + " without a final checkpoint (batond, after " + waited
+            + " s), restoring the newest verified checkpoint");
     else
         log(std::string("handover: no final checkpoint of seq ") + std::to_string(previous) + " after "
             + waited + " s, restoring the newest verified checkpoint");

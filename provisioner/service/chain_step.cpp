@@ -2,7 +2,7 @@
 
 #include "log.hpp"
 #include "plugin_event.hpp"
-#include "spool.hpp"
+#include "owner_files.hpp"
 
 #include "db/errors.hpp"
 #include "db/transaction.hpp"
@@ -140,6 +140,29 @@ void Provisioner::collectSpoolHints(LiveChain& live)
         if (dynamic_cast<const db::DbError*>(&error))
             throw;
         logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what());
+    }
+}
+
+// A successor submitted while its predecessor ran waits up to BATON_HANDOVER_WAIT for the predecessor's
+// final checkpoint. Once slurmctld says the predecessor ended (its node failed, it crashed, it finished),
+// whatever it wrote is committed and nothing more will come: the marker ends that wait within a poll
+// instead of at its bound. Written once per seq; a failure is tried again next tick while the successor
+// still waits, and costs only the wait it would have shortened.
+void Provisioner::markPredecessorEnded(const ChainRow& chain, const ClusterJob& predecessor)
+{
+    if (!chain.chainDir)
+        return;
+    if (const auto marked = endMarked_.find(chain.id); marked != endMarked_.end() && marked->second == chain.seq)
+        return;
+    const Json marker { { "version", 1 }, { "seq", chain.seq }, { "job_id", predecessor.id },
+        { "state", predecessor.state }, { "time_unix", predecessor.endTime > 0 ? predecessor.endTime : now_ } };
+    try {
+        writeHandoverEnded(*chain.chainDir, chain.ownerUid, marker.dump());
+        endMarked_[chain.id] = chain.seq;
+    } catch (const std::runtime_error& error) {
+        metrics_.chainErrors("owner_files").Increment();
+        logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what()
+            + "; its successor waits for a final checkpoint up to its bound");
     }
 }
 
@@ -386,6 +409,8 @@ void Provisioner::stepSuccessorPending(LiveChain& live, const std::optional<Clus
                 "successor ended without running");
         return;
     }
+    if (current && current->ended())
+        markPredecessorEnded(chain, *current); // before the successor starts, so that it does not wait
     if (!successor->started()) {
         queueSecondSuccessor(live, current, second, queue, awaiting);
         return; // still queued
@@ -473,6 +498,7 @@ void Provisioner::stepHandover(
     if (!current)
         return;
     if (current->ended()) {
+        markPredecessorEnded(chain, *current); // the successor may still wait for its final checkpoint
         const std::int64_t end = current->endTime > 0 ? current->endTime : now_;
         {
             db::Transaction transaction(tables_.connection());

@@ -53,7 +53,8 @@ constexpr FamilyText prunedText { "baton_pruned_rows_total",
 constexpr FamilyText chainErrorsText { "baton_chain_errors_total",
     "Failures confined to one chain, by reason (event: an event set aside; job_row:"
     " a job row refused; slurm: a Slurm action for the chain failed; data: the"
-    " database refused the chain's data; internal: anything else)" };
+    " database refused the chain's data; owner_files: a file of the chain directory"
+    " batond writes as its owner could not be written; internal: anything else)" };
 constexpr FamilyText abandonedChildrenText { "baton_abandoned_children",
     "Child processes batond could not end within their timeout and left to be"
     " reaped later (since start)" };

@@ -43,8 +43,8 @@ public:
     prometheus::Counter& pruned(const std::string& table) { return *pruned_.at(table); } // events, decisions
     // A failure that only one chain suffers, by one of chainErrorReasons.
     prometheus::Counter& chainErrors(std::string_view reason) { return *chainErrors_.at(std::string(reason)); }
-    static constexpr std::array<std::string_view, 5> chainErrorReasons { "event", "job_row", "slurm", "data",
-        "internal" };
+    static constexpr std::array<std::string_view, 6> chainErrorReasons { "event", "job_row", "slurm", "data",
+        "owner_files", "internal" };
     // Children (Slurm commands, spool readers) batond could not end and left to be reaped later.
     prometheus::Gauge& abandonedChildren() { return *abandonedChildren_; }
     prometheus::Gauge& leader() { return *leader_; }

@@ -3,7 +3,7 @@
 #include "event_subject.hpp"
 #include "identity.hpp"
 #include "log.hpp"
-#include "spool.hpp"
+#include "owner_files.hpp"
 
 #include "db/errors.hpp"
 #include "slurm/command.hpp"

@@ -109,6 +109,9 @@ private:
     // Checkpoint hints the plugin spooled while batond was unreachable (read as the chain's owner).
     void collectSpoolHints(LiveChain& live);
     void onCurrentEnded(LiveChain& live, const ClusterJob& current, const ClusterQueue& queue);
+    // The current job ended while its successor is queued or waits for its handover checkpoint: the
+    // chain's end marker tells the successor that no final checkpoint will come (written as the owner).
+    void markPredecessorEnded(const ChainRow& chain, const ClusterJob& predecessor);
     // Cancels a submitted successor (`next`, or a second one) that is not to run.
     bool withdrawSuccessor(const ChainRow& chain, const std::optional<SubmissionRow>& next,
         const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
@@ -157,6 +160,9 @@ private:
     std::uint64_t bookkeepingSession_ = 0;
     // Failed steps in a row, of the chains whose last step failed (see quarantineAfterFailures).
     std::unordered_map<std::int64_t, int> chainFailures_;
+    // The seq whose end marker each chain's directory holds, as written by this batond (a restarted one
+    // writes it once more: the same text).
+    std::unordered_map<std::int64_t, std::int64_t> endMarked_;
     // Ticks since the last prune (see pruneEveryTicks); the first tick prunes.
     int ticksSincePrune_ = pruneEveryTicks;
 };

@@ -16,12 +16,14 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "ckpt_test_util.hpp"
+#include "common/baton_contract.hpp"
 #include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 using baton::test::fillPattern;
 using baton::test::matchesPattern;
 using baton::test::TempDir;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -382,6 +384,48 @@ TEST_F(Handover, WaitForHandoverReadsOnlyManifests)
     const HandoverWaitResult missing = waitForHandover(dir.path(), 4, 0.3, 0.05);
     EXPECT_FALSE(missing.found);
     EXPECT_GE(missing.seconds, 0.3);
+}
+
+// The predecessor's node died: batond, told by slurmctld, writes the chain's end marker, and the waiting
+// successor restores the newest verified checkpoint at once instead of waiting out its bound. A marker of
+// an older seq, or one that does not parse, says nothing.
+TEST_F(Handover, TheEndMarkerOfTheDeadPredecessorEndsTheWait)
+{
+    TempDir dir("ckpt-handover-ended");
+    writeCheckpoint(dir.path(), 0, 10, { true, false });
+    writeCheckpoint(dir.path(), 1, 20, {}); // the predecessor's last, not final
+    const fs::path marker = dir.path() / baton::contract::kHandoverEndedFile;
+    std::ofstream(marker) << R"({"version": 1, "seq": 0, "job_id": 41, "state": "TIMEOUT", "time_unix": 1})";
+    const HandoverWaitResult older = waitForHandover(dir.path(), 1, 0.3, 0.05);
+    EXPECT_FALSE(older.found);
+    EXPECT_TRUE(older.predecessorEnded.empty()) << "the marker of seq 0 is not about seq 1";
+    std::ofstream(marker, std::ios::trunc) << R"({"version": 1, "seq": 1, "job_id": )";
+    EXPECT_TRUE(waitForHandover(dir.path(), 1, 0.3, 0.05).predecessorEnded.empty()) << "a torn marker";
+
+    std::vector<std::string> log;
+    Options options = jobOptions(dir.path(), 2, &log);
+    options.handoverWaitSeconds = 60;
+    std::thread batond([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        const fs::path written = dir.path() / ".marker.tmp";
+        std::ofstream(written) << R"({"version": 1, "seq": 1, "job_id": 42, "state": "NODE_FAIL", "time_unix": 1})";
+        fs::rename(written, marker);
+    });
+    std::vector<std::byte> state(kStateBytes);
+    Checkpointer successor(options);
+    successor.registerRegion("state", state.data(), state.size());
+    const RestoreResult result = successor.restore();
+    batond.join();
+    ASSERT_TRUE(result.restored);
+    EXPECT_EQ(result.iteration, 20u);
+    EXPECT_TRUE(matchesPattern(state.data(), state.size(), 1, 20));
+    EXPECT_FALSE(result.handoverTimedOut);
+    EXPECT_GE(result.handoverWaitSeconds, 0.4);
+    EXPECT_LT(result.handoverWaitSeconds, 5.0) << "ended by the marker, not by the 60 s bound";
+    bool logged = false;
+    for (const auto& line : log)
+        logged = logged || line.find("job 42 (seq 1) ended NODE_FAIL without a final checkpoint") != std::string::npos;
+    EXPECT_TRUE(logged);
 }
 
 } // namespace

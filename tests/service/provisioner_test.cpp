@@ -3,6 +3,12 @@
 // end of training, handover bookkeeping.
 #include "provisioner_fixture.hpp"
 
+#include "tests/support/process.hpp"
+
+#include <fstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace {
 
 using namespace baton::service;
@@ -491,6 +497,53 @@ TEST_F(ProvisionerTest, APlainSbatchChainWhoseScriptWouldWaitIsQuarantinedWhenRe
     EXPECT_NE(chain->reason.value_or("").find("'--wait' is refused"), std::string::npos) << chain->reason.value_or("");
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_TRUE(cluster_.submissions.empty());
+}
+
+// The predecessor's node died while its successor was queued, and again while a started successor waited
+// for its handover checkpoint: batond writes the chain's end marker as the owner each time, so that the
+// successor restores at once instead of waiting out BATON_HANDOVER_WAIT for a checkpoint a dead node
+// never writes (the checkpointer's side: handover_test).
+TEST_F(ProvisionerTest, ADeadPredecessorsEndIsMarkedForItsWaitingSuccessor)
+{
+    if (::getuid() != 0)
+        GTEST_SKIP() << "needs root to write as the chain's owner";
+    baton::test::TempDir dir;
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+    const ChainRow chain = chainWithRunningJob(1);
+    tables_.chains.setChainDir(chain.id, dir.path().string());
+    const auto marker = [&] {
+        std::ifstream in(dir.path() / baton::contract::kHandoverEndedFile);
+        return in ? Json::parse(in, nullptr, false) : Json();
+    };
+    tick(std::make_shared<AlwaysSubmit>());
+    ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    EXPECT_TRUE(marker().is_null()) << "nothing while the predecessor runs";
+
+    cluster_.now += 30;
+    cluster_.end(1, "NODE_FAIL");
+    tick();
+    EXPECT_EQ(marker(), (Json { { "version", 1 }, { "seq", 0 }, { "job_id", 1 }, { "state", "NODE_FAIL" },
+                            { "time_unix", cluster_.now } }));
+    struct stat info { };
+    ASSERT_EQ(::stat((dir.path() / baton::contract::kHandoverEndedFile).c_str(), &info), 0);
+    EXPECT_EQ(info.st_uid, 65534u) << "written as the owner";
+
+    // The successor runs and becomes the current job; its own successor starts while it trains, and
+    // then its node dies during the handover.
+    const std::int64_t successor = cluster_.jobs.back().id;
+    cluster_.start(successor);
+    tick();
+    ASSERT_EQ(tables_.chains.find(chain.id)->seq, 1);
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::Handover);
+    cluster_.now += 5;
+    cluster_.end(successor, "NODE_FAIL");
+    tick();
+    EXPECT_EQ(marker()["seq"], 1);
+    EXPECT_EQ(marker()["job_id"], successor);
 }
 
 } // namespace

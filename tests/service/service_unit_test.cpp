@@ -7,7 +7,8 @@
 #include "service/plugin_event.hpp"
 #include "service/provisioner.hpp"
 #include "service/slurm_cluster.hpp"
-#include "service/spool.hpp"
+#include "service/owner_files.hpp"
+#include "common/baton_contract.hpp"
 
 #include "tests/support/process.hpp"
 
@@ -16,6 +17,7 @@
 #include "slurm/squeue_json.hpp"
 
 #include <gtest/gtest.h>
+#include <iterator>
 
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -313,6 +315,33 @@ TEST(Spool, CollectsTheOwnersEventsAsTheOwner)
     ASSERT_EQ(chmod(closed.path().c_str(), 0700), 0);
     EXPECT_THROW(collectSpool(closed.path().string(), 65534), std::runtime_error);
     EXPECT_THROW(collectSpool(dir.path().string(), 4'000'000'000), std::runtime_error); // no such user
+}
+
+TEST(HandoverMarker, IsWrittenWholeAsTheOwnerAndOnlyWhereTheOwnerMayWrite)
+{
+    if (getuid() != 0)
+        GTEST_SKIP() << "needs root to act as the owner";
+    baton::test::TempDir dir;
+    ASSERT_EQ(chown(dir.path().c_str(), 65534, 65534), 0);
+    const auto marker = dir.path() / baton::contract::kHandoverEndedFile;
+    writeHandoverEnded(dir.path().string(), 65534, R"({"version": 1, "seq": 3})");
+    writeHandoverEnded(dir.path().string(), 65534, R"({"version": 1, "seq": 4})"); // replaced whole
+    std::ifstream in(marker);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), R"({"version": 1, "seq": 4})");
+    struct stat info { };
+    ASSERT_EQ(stat(marker.c_str(), &info), 0);
+    EXPECT_EQ(info.st_uid, 65534u);
+    EXPECT_EQ(info.st_mode & 07777, 0600u);
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1) << "no temporary left";
+
+    // A directory of root's the owner cannot write, a link put in its place, a marker over the bound.
+    baton::test::TempDir closed;
+    ASSERT_EQ(chmod(closed.path().c_str(), 0755), 0);
+    EXPECT_THROW(writeHandoverEnded(closed.path().string(), 65534, "{}"), std::runtime_error);
+    EXPECT_FALSE(std::filesystem::exists(closed.path() / baton::contract::kHandoverEndedFile));
+    std::filesystem::create_directory_symlink(dir.path(), closed.path() / "link");
+    EXPECT_THROW(writeHandoverEnded((closed.path() / "link").string(), 65534, "{}"), std::runtime_error);
+    EXPECT_THROW(writeHandoverEnded(dir.path().string(), 65534, std::string(5000, ' ')), std::runtime_error);
 }
 
 // Makes every renameat in this process and its children wait in the kernel for an answer that never

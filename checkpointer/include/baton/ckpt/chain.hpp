@@ -54,10 +54,14 @@ struct HandoverWaitResult {
     bool found = false; // a matching final checkpoint committed in time
     double seconds = 0; // time spent waiting
     std::filesystem::path checkpoint; // the one found
+    // Not found because batond's end marker (.baton-handover-ended) says the job of `seq >= minChainSeq`
+    // has ended: what it ended as and which job it was ("job 42 ended NODE_FAIL"); empty otherwise.
+    std::string predecessorEnded;
 };
 
 // Polls the chain's manifests (only those: cheap) every `pollSeconds` until a committed checkpoint is
-// `final` with `seq >= minChainSeq`, or `limitSeconds` have passed.
+// `final` with `seq >= minChainSeq`, the chain's end marker says the job of such a seq has ended (no final
+// checkpoint will come), or `limitSeconds` have passed.
 HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::uint64_t minChainSeq,
     double limitSeconds, double pollSeconds = 0.2);
 

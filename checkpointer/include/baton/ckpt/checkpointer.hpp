@@ -125,7 +125,8 @@ struct RestoreResult {
     // Restored from the node-local level (Options::localDir), not from the chain directory.
     bool nodeLocal = false;
     // Seconds restore() waited for the predecessor's final checkpoint (Options::handoverWaitSeconds),
-    // and whether that wait ran out before one appeared.
+    // and whether that wait ran out before one appeared (not when batond's end marker ended it early:
+    // the predecessor's job ended, its node dead or its process gone, and no final checkpoint will come).
     double handoverWaitSeconds = 0;
     bool handoverTimedOut = false;
 };

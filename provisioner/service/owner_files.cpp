@@ -1,4 +1,6 @@
-#include "spool.hpp"
+#include "owner_files.hpp"
+
+#include "common/baton_contract.hpp"
 
 #include "common/run_as.hpp"
 #include "slurm/command.hpp"
@@ -63,33 +65,69 @@ constexpr std::chrono::milliseconds killWait { 1'000 };
     _exit(0);
 }
 
-} // namespace
-
-std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid,
-    std::size_t maxBytes, std::chrono::milliseconds timeout)
+// In the child, as the owner: the marker goes to a temporary name of this child's, reaches the disk, and
+// replaces the old one in one rename, so that a successor reads the old marker or the new one, whole.
+[[noreturn]] void writeMarkerAsOwner(const std::string& chainDir, const os::Credentials& owner, const char* text,
+    std::size_t size)
 {
-    if (chainDir.empty() || chainDir.front() != '/')
-        return {};
+    if (os::becomeOwner(owner))
+        _exit(3);
+    const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dir < 0)
+        _exit(4);
+    char temporary[64] = ".baton-handover-ended.tmp-";
+    char digits[16];
+    int count = 0;
+    for (auto pid = static_cast<unsigned long>(getpid()); count == 0 || pid > 0; pid /= 10)
+        digits[count++] = static_cast<char>('0' + pid % 10);
+    std::size_t at = std::strlen(temporary);
+    while (count > 0)
+        temporary[at++] = digits[--count];
+    temporary[at] = '\0';
+    unlinkat(dir, temporary, 0); // a killed child of the same pid's
+    const int file = openat(dir, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (file < 0)
+        _exit(5);
+    if (write(file, text, size) != static_cast<ssize_t>(size) || fsync(file) != 0) {
+        unlinkat(dir, temporary, 0);
+        _exit(6);
+    }
+    close(file);
+    if (renameat(dir, temporary, dir, contract::kHandoverEndedFile) != 0) {
+        unlinkat(dir, temporary, 0);
+        _exit(7);
+    }
+    fsync(dir);
+    _exit(0);
+}
+
+// Runs `body(write end)` in a child forked for the owner of `ownerUid` and returns what it wrote to the
+// pipe, at most `maxBytes` (more is cut). Throws std::runtime_error naming `what` when the child cannot
+// be started, fails, or outlives `timeout` (it is then killed, or abandoned if even that fails).
+template<typename Body>
+std::string runAsOwner(const std::string& what, std::int64_t ownerUid, std::size_t maxBytes,
+    std::chrono::milliseconds timeout, Body body)
+{
     slurm::reapAbandonedChildren();
     os::Credentials owner;
     try {
         owner = os::credentialsOf(static_cast<uid_t>(ownerUid));
     } catch (const std::exception& error) {
-        throw std::runtime_error(std::string("spool: ") + error.what());
+        throw std::runtime_error(what + ": " + error.what());
     }
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0)
-        throw std::runtime_error(std::string("spool: pipe: ") + std::strerror(errno));
+        throw std::runtime_error(what + ": pipe: " + std::strerror(errno));
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     const pid_t child = fork();
     if (child < 0) {
         close(fds[0]);
         close(fds[1]);
-        throw std::runtime_error(std::string("spool: fork: ") + std::strerror(errno));
+        throw std::runtime_error(what + ": fork: " + std::strerror(errno));
     }
     if (child == 0) {
         close(fds[0]);
-        readAsOwner(chainDir, owner, maxBytes, fds[1]);
+        body(owner, fds[1]);
     }
     close(fds[1]);
     std::string text;
@@ -112,17 +150,41 @@ std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t 
     // a process stuck in the kernel): the tick goes on either way.
     const auto status = slurm::awaitChild(child, deadline, killWait, false);
     if (!status)
-        throw std::runtime_error("spool of " + chainDir + ": the collector as uid " + std::to_string(ownerUid)
+        throw std::runtime_error(what + ": the child as uid " + std::to_string(ownerUid)
             + " did not end and could not be killed; left to be collected later");
     if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-        throw std::runtime_error("spool of " + chainDir + ": the collector as uid " + std::to_string(ownerUid)
-            + " failed (status " + std::to_string(*status) + ")");
+        throw std::runtime_error(what + ": the child as uid " + std::to_string(ownerUid) + " failed (status "
+            + std::to_string(*status) + ")");
+    return text;
+}
+
+} // namespace
+
+std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid,
+    std::size_t maxBytes, std::chrono::milliseconds timeout)
+{
+    if (chainDir.empty() || chainDir.front() != '/')
+        return {};
+    const std::string text = runAsOwner("spool of " + chainDir, ownerUid, maxBytes, timeout,
+        [&](const os::Credentials& owner, int out) { readAsOwner(chainDir, owner, maxBytes, out); });
     std::vector<std::string> lines;
     std::istringstream stream(text);
     for (std::string line; std::getline(stream, line);)
         if (!line.empty())
             lines.push_back(line);
     return lines;
+}
+
+void writeHandoverEnded(const std::string& chainDir, std::int64_t ownerUid, const std::string& marker,
+    std::chrono::milliseconds timeout)
+{
+    if (chainDir.empty() || chainDir.front() != '/')
+        throw std::runtime_error("handover marker: the chain directory '" + chainDir + "' is not absolute");
+    if (marker.size() > contract::kHandoverEndedMaxBytes)
+        throw std::runtime_error("handover marker: " + std::to_string(marker.size()) + " bytes, over the bound");
+    runAsOwner("handover marker in " + chainDir, ownerUid, 0, timeout, [&](const os::Credentials& owner, int) {
+        writeMarkerAsOwner(chainDir, owner, marker.data(), marker.size());
+    });
 }
 
 } // namespace baton::service
