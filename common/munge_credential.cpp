@@ -96,4 +96,40 @@ Identity decode(std::string_view credential, const std::string& socket)
     return identity;
 }
 
+std::string credentialBytes(std::string_view credential)
+{
+    constexpr std::string_view prefix = "MUNGE:";
+    if (const auto at = credential.find(prefix); at != std::string_view::npos)
+        credential.remove_prefix(at + prefix.size());
+    if (const auto end = credential.rfind(':'); end != std::string_view::npos)
+        credential = credential.substr(0, end);
+    std::string bytes;
+    unsigned bits = 0;
+    int count = 0;
+    for (const char c : credential) {
+        int value = -1;
+        if (c >= 'A' && c <= 'Z')
+            value = c - 'A';
+        else if (c >= 'a' && c <= 'z')
+            value = c - 'a' + 26;
+        else if (c >= '0' && c <= '9')
+            value = c - '0' + 52;
+        else if (c == '+')
+            value = 62;
+        else if (c == '/')
+            value = 63;
+        else if (c == '=')
+            break;
+        if (value < 0)
+            continue;
+        bits = (bits << 6) | static_cast<unsigned>(value);
+        count += 6;
+        if (count >= 8) {
+            count -= 8;
+            bytes.push_back(static_cast<char>((bits >> count) & 0xff));
+        }
+    }
+    return bytes;
+}
+
 } // namespace baton::munge

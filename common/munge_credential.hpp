@@ -47,4 +47,11 @@ std::string encode(std::string_view payload, const std::string& socket = {});
 // Decodes and checks a credential; throws MungeError (Replayed, Expired, Invalid, Unavailable, ...).
 Identity decode(std::string_view credential, const std::string& socket = {});
 
+// The credential's bytes as munged reads them, whatever its spelling: the base64 between "MUNGE:" and the
+// last ':', decoded with every character outside the alphabet skipped (blanks, line breaks), up to the
+// first '=' and without the unused low bits of its last character. munged accepts a credential with
+// blanks inserted or text after its last ':' as the same one; a record of used credentials must too,
+// so it keys on these bytes (which hold the credential's salt and MAC), not on the text sent.
+std::string credentialBytes(std::string_view credential);
+
 } // namespace baton::munge

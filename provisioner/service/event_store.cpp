@@ -120,9 +120,9 @@ std::uint64_t EventStore::prune(int retentionDays, int batch)
     return connection_.exec(pruneEvents, db::Params(retentionDays, batch)).affected();
 }
 
-bool CredentialStore::firstUse(std::string_view credential)
+bool CredentialStore::firstUse(std::string_view credentialBytes)
 {
-    const XXH128_hash_t digest = XXH3_128bits(credential.data(), credential.size());
+    const XXH128_hash_t digest = XXH3_128bits(credentialBytes.data(), credentialBytes.size());
     char hex[33];
     std::snprintf(hex, sizeof hex, "%016llx%016llx", static_cast<unsigned long long>(digest.high64),
         static_cast<unsigned long long>(digest.low64));

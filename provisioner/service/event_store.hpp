@@ -47,8 +47,9 @@ public:
 class CredentialStore : public db::TableStore {
 public:
     using TableStore::TableStore;
-    // Records a MUNGE credential as used (by its digest); false when any instance accepted it before.
-    bool firstUse(std::string_view credential);
+    // Records a MUNGE credential as used, by the digest of its bytes (munge::credentialBytes); false when
+    // any instance accepted it before.
+    bool firstUse(std::string_view credentialBytes);
     // Forgets up to `batch` credentials past any credential's lifetime.
     void prune(int batch);
 };

@@ -102,10 +102,24 @@ void HttpApi::routes()
     });
 }
 
+namespace {
+
+// Compares a secret in time that depends on its length only, not on where the first difference lies, so
+// that a client cannot find the token a character at a time by timing the answers.
+bool sameSecret(std::string_view given, std::string_view secret)
+{
+    unsigned char difference = given.size() == secret.size() ? 0 : 1;
+    for (std::size_t i = 0; i < secret.size(); ++i)
+        difference |= static_cast<unsigned char>(secret[i] ^ (i < given.size() ? given[i] : 0));
+    return difference == 0;
+}
+
+} // namespace
+
 bool HttpApi::bearerTokenOk(const httplib::Request& request, httplib::Response& response) const
 {
     if (config_.metricsToken.empty()
-        || request.get_header_value("Authorization") == "Bearer " + config_.metricsToken)
+        || sameSecret(request.get_header_value("Authorization"), "Bearer " + config_.metricsToken))
         return true;
     reply(response, 401, Json { { "error", "bearer token required" } });
     return false;
@@ -128,8 +142,9 @@ HttpApi::Served HttpApi::authenticated(Handler handler)
             logError(std::string("request ") + request.method + " " + request.path + ": " + error.what());
             reply(response, 503, Json { { "error", "database unavailable, try again" } });
         } catch (const std::exception& error) {
+            // The log has what went wrong; the client hears only that it did (no internals).
             logError(std::string("request ") + request.method + " " + request.path + ": " + error.what());
-            reply(response, 500, Json { { "error", error.what() } });
+            reply(response, 500, Json { { "error", "internal error; the service's log has the details" } });
         }
     };
 }
@@ -150,9 +165,10 @@ Caller HttpApi::authenticate(const httplib::Request& request)
     if (identity.payload != munge::requestPayload(request.method, request.target, request.body))
         throw HttpError(401, "the credential was made for another request");
     {
-        // munged refuses a second use at this instance; the record refuses it at the other.
+        // munged refuses a second use at this instance; the record refuses it at the other, by the
+        // credential's bytes: a copy respelled (a blank inserted) is the same credential to munged.
         auto lease = pool_.borrow();
-        if (!CredentialStore(*lease).firstUse(header))
+        if (!CredentialStore(*lease).firstUse(munge::credentialBytes(header.substr(munge::authorizationScheme.size()))))
             throw HttpError(401, "credential refused: it was used before");
     }
     return identities_.resolve(identity);

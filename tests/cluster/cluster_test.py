@@ -7,6 +7,12 @@ with PostgreSQL, batond and the plugin as in the demo. One case per run:
   node-failure  the node of a running chain job loses power at a random moment (--seeds N runs N, one
                 chain each): slurmctld marks the job NODE_FAIL, batond resubmits without spending the
                 retry budget and the successor restores at once; the work lost is measured
+  pending-node-failure
+                on 2 nodes, the successor already submitted and pending (the other node held by another
+                job), the predecessor's node loses power: batond writes the handover end marker once
+                slurmctld says NODE_FAIL, and the successor, started once the other node is free, restores
+                within a tick or two instead of waiting out its handover wait (120 s) for a final
+                checkpoint a dead node never writes; the delay is measured
   requeue       a plain `sbatch --baton --requeue` job whose node fails is requeued by Slurm itself:
                 batond submits no second job for it, exactly one job per seq
   ddp           a chain of `srun -N 2` PyTorch DDP jobs (gloo across the nodes, MASTER_ADDR from
@@ -345,6 +351,79 @@ def case_node_failure(args):
         setup.close()
 
 
+# What a successor may wait for a dead predecessor's final checkpoint, from its start: the end marker is
+# written in batond's tick after slurmctld's NODE_FAIL (a tick is 1 s here), read at the next 0.2 s poll.
+DEAD_PREDECESSOR_WAIT_BOUND_S = 5.0
+
+
+def case_pending_node_failure(args):
+    setup = Setup(args, nodes=2)
+    cluster_dir = f"{setup.state}/slurm"
+    try:
+        chain = "pending"
+        setup.submit(chain, chain_job(setup, 2000), JOB_ARGS)
+        event = {}
+
+        def on_poll(doc):
+            if not doc:
+                return
+            jobs = {j["seq"]: j for j in doc["jobs"]}
+            first, second = jobs.get(0), jobs.get(1)
+            if "blocker" not in event:
+                node = setup.nodes_seen.get(first["job_id"]) if first and first.get("start_unix") else None
+                if node and node.startswith("node"):
+                    # The other node, held by another job of the user's: the successor will have to queue.
+                    other = "node2" if node == "node1" else "node1"
+                    blocker = run(demo.as_user(["sbatch", "--parsable", "--exclusive", f"--nodelist={other}",
+                                                "--time=5", f"--chdir={setup.state}/work", "--wrap=sleep 280"]))
+                    event.update(blocker=int(blocker.stdout.strip().split(";")[0]), node=node, other=other)
+                    log(f"job {first['job_id']} runs on {node}; job {event['blocker']} holds {other}")
+                return
+            if "failed_at" not in event:
+                if second and second.get("start_unix") is None and second.get("job_id"):
+                    time.sleep(2)  # queued behind the blocker
+                    run(["bash", CLUSTER, "fail", cluster_dir, event["node"]])
+                    event.update(failed_at=time.time(), successor=second["job_id"], failed_job=first["job_id"])
+                    log(f"{event['node']} failed under job {first['job_id']}; job {second['job_id']} is pending")
+                return
+            if "node_fail_at" not in event:
+                state = run(["squeue", "-h", "-t", "all", "-j", str(event["failed_job"]), "-o", "%T"],
+                            check=False).stdout.strip()
+                if state == "NODE_FAIL":
+                    # As soon as slurmctld says so, the other node frees up: the successor starts while
+                    # batond may not have ticked yet.
+                    event["node_fail_at"] = time.time()
+                    run(demo.as_user(["scancel", str(event["blocker"])]))
+                    log(f"slurmctld: job {event['failed_job']} NODE_FAIL; job {event['blocker']} cancelled")
+                return
+            if "revived" not in event and second and second.get("start_unix"):
+                run(["bash", CLUSTER, "revive", cluster_dir, event["node"]], timeout=120)
+                event["revived"] = True
+
+        doc = setup.wait_finished(chain, 300, on_poll)
+        if "node_fail_at" not in event:
+            raise Failure(f"the scenario did not happen: {event}")
+        restored = check_restores(setup, chain, doc)
+        text = setup.output(chain, event["successor"])
+        waits = [float(w) for w in re.findall(r"^handover wait ([0-9.]+) s", text, re.MULTILINE)]
+        if not waits:
+            raise Failure(f"job {event['successor']} did not wait for a handover checkpoint at all:\n{text}")
+        if "ended NODE_FAIL without a final checkpoint" not in text:
+            raise Failure(f"job {event['successor']} was not told that its predecessor died:\n{text}")
+        if waits[0] > DEAD_PREDECESSOR_WAIT_BOUND_S:
+            raise Failure(f"job {event['successor']} waited {waits[0]} s for a dead job's final checkpoint")
+        jobs = {j["job_id"]: j for j in doc["jobs"]}
+        started = jobs[event["successor"]]["start_unix"]
+        went_on = restored[event["successor"]][1]
+        setup.one_job_per_key()
+        log(f"PASS: job {event['successor']} started {started - event['node_fail_at']:.1f} s after slurmctld's "
+            f"NODE_FAIL ({event['node_fail_at'] - event['failed_at']:.1f} s after the power loss), waited "
+            f"{waits[0]:.1f} s for the dead job's final checkpoint, trained again {went_on - started:.1f} s "
+            f"after its start (bound {DEAD_PREDECESSOR_WAIT_BOUND_S} s; handover_wait is 120 s)")
+    finally:
+        setup.close()
+
+
 def case_requeue(args):
     setup = Setup(args, nodes=3)
     cluster_dir = f"{setup.state}/slurm"
@@ -572,7 +651,8 @@ def case_accounting(args):
             shutil.rmtree(base, ignore_errors=True)
 
 
-CASES = {"handover": case_handover, "node-failure": case_node_failure, "requeue": case_requeue,
+CASES = {"handover": case_handover, "node-failure": case_node_failure,
+         "pending-node-failure": case_pending_node_failure, "requeue": case_requeue,
          "ddp": case_ddp, "cleanup": case_cleanup, "accounting": case_accounting}
 
 

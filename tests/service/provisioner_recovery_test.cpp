@@ -3,6 +3,8 @@
 // views and replayed credentials.
 #include "provisioner_fixture.hpp"
 
+#include "common/munge_credential.hpp"
+
 namespace {
 
 using namespace baton::service;
@@ -381,6 +383,15 @@ TEST_F(ProvisionerTest, ACredentialIsAcceptedOnceAcrossInstances)
     EXPECT_TRUE(CredentialStore(connection_).firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_FALSE(other.credentials.firstUse("MUNGE:AwQDAAA-one"));
     EXPECT_TRUE(other.credentials.firstUse("MUNGE:AwQDAAA-two"));
+
+    // munged reads a credential with blanks or line breaks inserted, text after its last ':', or other
+    // unused low bits in its last base64 character as the same credential: so does the record.
+    using baton::munge::credentialBytes;
+    EXPECT_TRUE(CredentialStore(connection_).firstUse(credentialBytes("MUNGE:AwQDAAB4bWVhbmluZ2Z1bA==:")));
+    for (const char* respelled : { "MUNGE:AwQD AAB4bWVh\nbmluZ2Z1bA==:", "MUNGE:AwQDAAB4bWVhbmluZ2Z1bA==:x:",
+             "MUNGE:AwQDAAB4bWVhbmluZ2Z1bA==:  trailing", "MUNGE:AwQDAAB4bWVhbmluZ2Z1bB==:" })
+        EXPECT_FALSE(other.credentials.firstUse(credentialBytes(respelled))) << respelled;
+    EXPECT_TRUE(other.credentials.firstUse(credentialBytes("MUNGE:AwQDAAB4bWVhbmluZ2Z1bQ==:"))) << "another byte";
 }
 
 } // namespace
