@@ -269,21 +269,47 @@ bool Provisioner::withdrawSuccessors(
 
 // Signals the predecessor of a handover to checkpoint and exit; recorded only once scancel delivered it,
 // so that a failed scancel, or a batond stopped between the handover's commit and the signal, is sent
-// again by the next tick.
+// again by the next tick. Sent after the tick's steps, with every other owner's at once.
 void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope)
 {
-    try {
-        cluster_.signal(current.id, "TERM", scope, chain.ownerUid);
-    } catch (const SlurmError& error) {
-        metrics_.chainErrors("slurm").Increment();
-        logWarning("chain " + chain.ownerName + "/" + chain.name + ": the handover signal to job "
-            + std::to_string(current.id) + " failed (" + error.what() + "); sent again next tick");
-        return;
+    handoverSignals_.push_back(HandoverSignal { chain, current.id, scope });
+}
+
+void Provisioner::sendHandoverSignals()
+{
+    const std::vector<HandoverSignal> signals = std::exchange(handoverSignals_, {});
+    std::vector<OwnerAction> actions;
+    actions.reserve(signals.size());
+    for (const HandoverSignal& s : signals)
+        actions.push_back(OwnerAction { s.chain.ownerUid,
+            [this, &s] { cluster_.signal(s.jobId, "TERM", s.scope, s.chain.ownerUid); }, false, nullptr });
+    runSlurmActions(actions);
+    for (std::size_t i = 0; i < signals.size(); ++i) {
+        const ChainRow& chain = signals[i].chain;
+        const std::string label = chain.ownerName + "/" + chain.name;
+        const std::string job = std::to_string(signals[i].jobId);
+        if (!actions[i].ran) {
+            logWarning("chain " + label + ": the handover signal to job " + job + " left for the next tick");
+            continue;
+        }
+        try {
+            if (actions[i].error)
+                std::rethrow_exception(actions[i].error);
+        } catch (const SlurmError& error) {
+            metrics_.chainErrors("slurm").Increment();
+            logWarning("chain " + label + ": the handover signal to job " + job + " failed (" + error.what()
+                + "); sent again next tick");
+            slurmCallFailed(chain, error);
+            continue;
+        } catch (const std::exception& error) {
+            chainFailed(chain, "internal", error.what(), false);
+            continue;
+        }
+        slurmTimeouts_.erase(chain.id);
+        tables_.handovers.recordSignal(chain.id, chain.seq, now_);
+        logInfo("chain " + label + ": job " + job + " asked to checkpoint and exit ("
+            + (signals[i].scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps") + ")");
     }
-    tables_.handovers.recordSignal(chain.id, chain.seq, now_);
-    logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(current.id)
-        + " asked to checkpoint and exit (" + (scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
-        + ")");
 }
 
 void Provisioner::withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why)

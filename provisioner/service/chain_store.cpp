@@ -33,6 +33,8 @@ constexpr db::Statement insertChain { "chain_insert",
 constexpr db::Statement selectChainById { "chain_by_id", chainByIdSql.data(), true };
 constexpr db::Statement selectChainByKey { "chain_by_key", chainByKeySql.data(), true };
 constexpr db::Statement selectChains { "chain_list", chainListSql.data(), true };
+constexpr db::Statement countLive { "chain_count_live",
+    "SELECT count(*) FROM chains WHERE owner_uid = $1 AND state NOT IN ('finished', 'failed', 'cancelled')", true };
 constexpr db::Statement selectSpec { "chain_spec",
     "SELECT coalesce(spec, 'null'::jsonb) AS spec FROM chains WHERE id = $1", true };
 // Every change of a chain's state is fenced on the state and seq its writer read: a write made from a
@@ -160,6 +162,11 @@ std::optional<ChainRow> ChainStore::find(std::int64_t id)
 std::optional<ChainRow> ChainStore::find(std::int64_t ownerUid, const std::string& name)
 {
     return firstChain(connection_.exec(selectChainByKey, db::Params(ownerUid, name)));
+}
+
+std::int64_t ChainStore::liveCount(std::int64_t ownerUid)
+{
+    return connection_.exec(countLive, db::Params(ownerUid)).int64(0, 0);
 }
 
 std::vector<ChainRow> ChainStore::list(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state,

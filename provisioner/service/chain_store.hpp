@@ -76,6 +76,9 @@ public:
     std::vector<ChainRow> list(std::optional<std::int64_t> ownerUid, std::optional<ChainState> state,
         std::int64_t afterId = 0, std::int64_t limit = std::numeric_limits<std::int64_t>::max());
     nlohmann::json spec(std::int64_t chainId);
+    // The owner's chains in a state that is not terminal, wherever they came from (batonctl submit, a
+    // plain `sbatch --baton`, a resubmitted or re-created ended chain): what max_live_chains_per_user caps.
+    std::int64_t liveCount(std::int64_t ownerUid);
     // Compare-and-set through the state machine's table: `event` moves the chain from the state it had
     // when `chain` was read, fenced on that state and seq; false (and nothing written) when the table
     // does not allow the event there or the chain changed since.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -18,6 +19,12 @@ using slurm::SignalScope;
 // Slurm's own types, as the Slurm client has them: what sbatch is given, and the failure of any Slurm
 // command.
 using slurm::SlurmError;
+
+// Whether a Slurm call failed by running out of its time (slurm_timeout_seconds), not by an answer.
+inline bool isTimeout(const SlurmError& error)
+{
+    return std::string_view(error.what()).find("timed out") != std::string_view::npos;
+}
 using slurm::SubmitRequest;
 
 // One job as slurmctld reports it: the facts batond trusts.

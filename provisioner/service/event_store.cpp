@@ -14,9 +14,15 @@ namespace {
 constexpr db::Statement insertEventRow { "event_insert",
     "INSERT INTO events (idempotency_key, kind, chain_name, slurm_job_id, payload, sender_uid)"
     " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (idempotency_key) DO NOTHING" };
+// Fair between jobs: each job's oldest waiting event first, then each one's second, and so on, so that
+// one job's flood (a user's thousands of srun steps) delays no other job's report by a tick. A job's own
+// events keep their order; events of different jobs have none to keep.
 constexpr db::Statement selectUnprocessed { "event_unprocessed",
-    "SELECT id, kind, chain_name, slurm_job_id, payload FROM events WHERE processed_at IS NULL"
-    " ORDER BY id LIMIT $1",
+    "SELECT id, kind, chain_name, slurm_job_id, payload FROM ("
+    " SELECT id, kind, chain_name, slurm_job_id, payload,"
+    " row_number() OVER (PARTITION BY slurm_job_id ORDER BY id) AS turn"
+    " FROM events WHERE processed_at IS NULL) AS waiting"
+    " ORDER BY turn, id LIMIT $1",
     true };
 // The plugin's step reports for one job (index events_job_idx), for checkpointSignalScope.
 constexpr db::Statement selectStepEvents { "event_steps",

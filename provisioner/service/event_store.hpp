@@ -31,6 +31,8 @@ public:
     // Stores an event once per idempotency key; false for a duplicate.
     bool insert(const std::string& key, const std::string& kind, const std::optional<std::string>& chain,
         std::optional<std::int64_t> jobId, const nlohmann::json& payload, std::int64_t senderUid);
+    // Up to `limit` events not processed yet, taken fairly between jobs (see selectUnprocessed); each
+    // job's in the order they came.
     std::vector<EventRow> unprocessed(int limit);
     void markProcessed(const std::vector<std::int64_t>& eventIds); // in one statement
     // An event whose data the database refused: processed, with the reason, never tried again.

@@ -23,6 +23,8 @@ struct Response;
 
 namespace baton::service {
 
+struct Tables;
+
 struct Readiness {
     bool ready = false;
     std::string detail;
@@ -58,6 +60,7 @@ private:
     void showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
     void createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
     void actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void refuseOverLiveChainCap(Tables& tables, const Caller& caller) const;
     // POST /v1/chains/{owner}/{name}/policy {"policy": NAME or null}: the chain's own policy, or the service's.
     void setChainPolicy(const httplib::Request& request, httplib::Response& response, const Caller& caller);
 

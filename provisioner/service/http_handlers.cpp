@@ -293,14 +293,7 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
     const auto existing = tables.chains.find(caller.uid, name);
     if (existing && !isTerminal(existing->state))
         throw exists(*existing);
-    if (!existing && config_.maxLiveChainsPerUser > 0) {
-        const auto owned = tables.chains.list(caller.uid, std::nullopt);
-        const auto live = std::count_if(
-            owned.begin(), owned.end(), [](const ChainRow& c) { return !isTerminal(c.state); });
-        if (live >= config_.maxLiveChainsPerUser)
-            throw HttpError(429,
-                "you have " + std::to_string(live) + " live chains, the most this service allows per user");
-    }
+    refuseOverLiveChainCap(tables, caller); // a new chain, or an ended one that starts over
     ChainRow chain;
     {
         db::Transaction transaction(*lease);
@@ -336,6 +329,17 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
         Json { { "chain", chainAsWritten(tables, chain.id, config_.policy) }, { "job_id", *jobId } });
 }
 
+// max_live_chains_per_user counts every live chain of the owner, however it began.
+void HttpApi::refuseOverLiveChainCap(Tables& tables, const Caller& caller) const
+{
+    if (config_.maxLiveChainsPerUser <= 0)
+        return;
+    const std::int64_t live = tables.chains.liveCount(caller.uid);
+    if (live >= config_.maxLiveChainsPerUser)
+        throw HttpError(429,
+            "you have " + std::to_string(live) + " live chains, the most this service allows per user");
+}
+
 void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
 {
     auto lease = pool_.borrow();
@@ -348,6 +352,8 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     // above, so a request that raced the tick or another request is refused, not half applied.
     if (!isAllowed(chain.state, event))
         refuseAction(action, chain);
+    if (isTerminal(chain.state)) // a resubmit makes an ended chain live again
+        refuseOverLiveChainCap(tables, caller);
     // A chain whose current job has ended asks for its next job when it runs again, instead of
     // judging that ended job once more (a cancelled one would pause it again).
     const bool currentEnded = !liveJobOf(tables, chain, chain.seq);

@@ -104,6 +104,19 @@ constexpr std::chrono::milliseconds killWait { 1'000 };
 // Runs `body(write end)` in a child forked for the owner of `ownerUid` and returns what it wrote to the
 // pipe, at most `maxBytes` (more is cut). Throws std::runtime_error naming `what` when the child cannot
 // be started, fails, or outlives `timeout` (it is then killed, or abandoned if even that fails).
+// What a child's exit code means (its steps exit 3 and up); empty for one without a meaning of its own.
+std::string exitMeaning(int code)
+{
+    switch (code) {
+    case 3: return "cannot take the owner's identity";
+    case 4: return "cannot open the chain directory as its owner";
+    case 5: return "cannot create or move a file there as its owner";
+    case 6: return "cannot open, write or sync the file, or it is not a regular file";
+    case 7: return "cannot rename the file into place, or pass its bytes on";
+    default: return {};
+    }
+}
+
 template<typename Body>
 std::string runAsOwner(const std::string& what, std::int64_t ownerUid, std::size_t maxBytes,
     std::chrono::milliseconds timeout, Body body)
@@ -152,9 +165,11 @@ std::string runAsOwner(const std::string& what, std::int64_t ownerUid, std::size
     if (!status)
         throw std::runtime_error(what + ": the child as uid " + std::to_string(ownerUid)
             + " did not end and could not be killed; left to be collected later");
-    if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0)
-        throw std::runtime_error(what + ": the child as uid " + std::to_string(ownerUid) + " failed (status "
-            + std::to_string(*status) + ")");
+    if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+        const std::string meaning = WIFEXITED(*status) ? exitMeaning(WEXITSTATUS(*status)) : std::string();
+        throw std::runtime_error(what + ": the child as uid " + std::to_string(ownerUid) + " failed ("
+            + (meaning.empty() ? "status " + std::to_string(*status) : meaning) + ")");
+    }
     return text;
 }
 

@@ -110,6 +110,7 @@ void Provisioner::tick()
         liveChains = readLiveChains(tables_.connection(), liveChainCache_);
     std::vector<AwaitingDecision> awaiting;
     jobWrites_.clear(); // what a tick that failed had not written yet is read from the queue again
+    handoverSignals_.clear(); // and a signal it did not send, recorded as unsent, is asked for again
     // Each chain is stepped on its own: what fails for one (its data, its Slurm actions) is that chain's,
     // counted and in the end quarantined; only a database that is gone fails the whole tick.
     std::unordered_set<std::int64_t> failedThisTick;
@@ -131,6 +132,7 @@ void Provisioner::tick()
         }
         failedThisTick.insert(chain.id);
     }
+    sendHandoverSignals();
     // A chain whose step went through this tick starts counting its failures anew.
     std::erase_if(chainFailures_, [&](const auto& entry) { return !failedThisTick.contains(entry.first); });
     writeJobs(std::exchange(jobWrites_, {}));
@@ -220,8 +222,16 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
 }
 
 // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
-ChainRow Provisioner::registerChain(const PluginEvent& event, const ClusterJob& job)
+std::optional<ChainRow> Provisioner::registerChain(const PluginEvent& event, const ClusterJob& job)
 {
+    // The cap counts these chains too; checked before the batch script is read from slurmctld, so that
+    // a user over it costs the tick one count per report, not a Slurm call.
+    if (config_.maxLiveChainsPerUser > 0 && tables_.chains.liveCount(job.userId) >= config_.maxLiveChainsPerUser) {
+        logWarning("chain " + event.chainName + " of uid " + std::to_string(job.userId) + " not registered from job "
+            + std::to_string(job.id) + ": its owner has max_live_chains_per_user live chains; the job runs "
+            + "without successors");
+        return std::nullopt;
+    }
     std::string script;
     try {
         script = cluster_.batchScript(job.id, job.userId);
@@ -284,6 +294,34 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
         tables_.decisions.record(chain.id, policyName(chain), "quarantine", Json { { "reason", reason } }, why);
         logWarning("chain " + label + " " + why);
     }
+}
+
+void Provisioner::runSlurmActions(std::vector<OwnerAction>& actions)
+{
+    runPerOwner(actions, slurmActionThreads, std::chrono::steady_clock::now() + config_.slurmTimeout,
+        [](const std::exception_ptr& error) {
+            try {
+                std::rethrow_exception(error);
+            } catch (const SlurmError& slurm) {
+                return isTimeout(slurm);
+            } catch (...) {
+                return false;
+            }
+        });
+}
+
+void Provisioner::slurmCallFailed(const ChainRow& chain, const SlurmError& error)
+{
+    if (!isTimeout(error))
+        return;
+    const int timeouts = ++slurmTimeouts_[chain.id];
+    if (timeouts < quarantineAfterFailures)
+        return;
+    slurmTimeouts_.erase(chain.id);
+    chainFailed(chain, "slurm",
+        "its Slurm calls timed out " + std::to_string(timeouts) + " times in a row (a hung working directory or a "
+            + "stopped process of its owner's?): " + error.what(),
+        true);
 }
 
 // Cancelled chains whose jobs may still be queued or running: cancelled as their owner until slurmctld

@@ -8,6 +8,8 @@
 // successor twice.
 #pragma once
 
+#include "owner_actions.hpp"
+
 #include "cluster.hpp"
 #include "config.hpp"
 #include "decision_points.hpp"
@@ -63,6 +65,8 @@ public:
     // A chain whose steps fail this many ticks in a row (for reasons other than refused data, which
     // quarantine at once) is quarantined.
     static constexpr int quarantineAfterFailures = 3;
+    // Owners whose Slurm calls a tick runs at once (owner_actions.hpp).
+    static constexpr std::size_t slurmActionThreads = 16;
 
     // A waiting chain's "wait" decision is written when it is first seen waiting and then once in each
     // interval of waitRecordSeconds, starting at its own phase so that many chains spread their rows.
@@ -81,7 +85,8 @@ private:
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
     void processEvent(const EventRow& row, const ClusterQueue& queue);
-    ChainRow registerChain(const PluginEvent& event, const ClusterJob& job);
+    // nullopt when its owner already has max_live_chains_per_user live chains (the job runs on, alone).
+    std::optional<ChainRow> registerChain(const PluginEvent& event, const ClusterJob& job);
     void adoptJob(const ChainRow& chain, const ClusterJob& job);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.
     void writeJobs(std::span<const JobStore::Write> writes);
@@ -117,7 +122,16 @@ private:
         const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
     bool withdrawSuccessors(const LiveChain& live, const ClusterQueue& queue, const std::string& why, bool evenIfStarted);
     void startHandover(const ChainRow& chain, const ClusterJob& current, const ClusterJob& successor);
+    // Queues the handover's TERM for sendHandoverSignals, which sends the tick's signals of every owner
+    // at once after the steps (owner_actions.hpp) and records those scancel delivered.
     void signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope);
+    void sendHandoverSignals();
+    // The tick's Slurm actions of many owners, each owner's in order, different owners' at once; none
+    // started later than one Slurm call's timeout into the batch.
+    void runSlurmActions(std::vector<OwnerAction>& actions);
+    // A chain's sbatch or scancel failed; one whose calls time out quarantineAfterFailures times in a row
+    // is quarantined (its owner's working directory or processes hang every call).
+    void slurmCallFailed(const ChainRow& chain, const SlurmError& error);
     // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
     void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
 
@@ -163,6 +177,15 @@ private:
     // The seq whose end marker each chain's directory holds, as written by this batond (a restarted one
     // writes it once more: the same text).
     std::unordered_map<std::int64_t, std::int64_t> endMarked_;
+    // Slurm calls of a chain that timed out in a row (see slurmCallFailed).
+    std::unordered_map<std::int64_t, int> slurmTimeouts_;
+    // The handover signals the tick's steps asked for, sent after them (see signalHandover).
+    struct HandoverSignal {
+        ChainRow chain;
+        std::int64_t jobId = 0;
+        SignalScope scope = SignalScope::Full;
+    };
+    std::vector<HandoverSignal> handoverSignals_;
     // Ticks since the last prune (see pruneEveryTicks); the first tick prunes.
     int ticksSincePrune_ = pruneEveryTicks;
 };

@@ -46,6 +46,19 @@ std::optional<std::int64_t> Submitter::submitRecorded(const ChainRow& chain, int
 std::optional<std::int64_t> Submitter::submitIntent(
     const ChainRow& chain, int seq, const std::string& key, const std::string& reason, const Json& spec)
 {
+    const auto request = requestFor(chain, seq, key, reason, spec);
+    if (!request)
+        return std::nullopt;
+    try {
+        return outcome(chain, seq, reason, sbatch(*request), nullptr);
+    } catch (const SlurmError& error) {
+        return outcome(chain, seq, reason, std::nullopt, &error);
+    }
+}
+
+std::optional<SubmitRequest> Submitter::requestFor(
+    const ChainRow& chain, int seq, const std::string& key, const std::string& reason, const Json& spec)
+{
     SubmitRequest request;
     request.owner = static_cast<uid_t>(chain.ownerUid);
     request.workdir = spec.is_object() ? spec.value("workdir", std::string()) : std::string();
@@ -70,18 +83,22 @@ std::optional<std::int64_t> Submitter::submitIntent(
     }
     if (!stillLeading_()) // the intent stays for the instance that leads now
         throw LeadershipLost("this instance lost the leadership; sbatch left to the active one");
-    try {
-        const std::int64_t jobId = cluster_.submit(request);
-        metrics_.submissions(reason).Increment();
-        logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(jobId)
-            + " (seq " + std::to_string(seq) + ", " + reason + ")");
-        return jobId;
-    } catch (const SlurmError& error) {
+    return request;
+}
+
+std::optional<std::int64_t> Submitter::outcome(const ChainRow& chain, int seq, const std::string& reason,
+    std::optional<std::int64_t> jobId, const SlurmError* failure)
+{
+    if (failure) {
         metrics_.submissionFailures().Increment();
-        logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + error.what());
-        tables_.submissions.markState(chain.id, seq, "failed", error.what());
+        logError("chain " + chain.ownerName + "/" + chain.name + ": sbatch failed: " + failure->what());
+        tables_.submissions.markState(chain.id, seq, "failed", failure->what());
         return std::nullopt;
     }
+    metrics_.submissions(reason).Increment();
+    logInfo("chain " + chain.ownerName + "/" + chain.name + ": submitted job " + std::to_string(*jobId) + " (seq "
+        + std::to_string(seq) + ", " + reason + ")");
+    return jobId;
 }
 
 } // namespace baton::service

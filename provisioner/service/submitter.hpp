@@ -39,6 +39,16 @@ public:
     std::optional<std::int64_t> submitIntent(const ChainRow& chain, int seq, const std::string& key,
         const std::string& reason, const nlohmann::json& spec);
 
+    // submitIntent in its three parts, for the tick, which runs the sbatch of many owners at once
+    // (owner_actions.hpp): the request (nullopt, recorded as failed, when the chain has nothing to
+    // submit; throws LeadershipLost), sbatch itself (no database: safe on another thread), and the
+    // outcome (a failure recorded, the job id returned for the caller to record).
+    std::optional<SubmitRequest> requestFor(const ChainRow& chain, int seq, const std::string& key,
+        const std::string& reason, const nlohmann::json& spec);
+    std::int64_t sbatch(const SubmitRequest& request) { return cluster_.submit(request); }
+    std::optional<std::int64_t> outcome(const ChainRow& chain, int seq, const std::string& reason,
+        std::optional<std::int64_t> jobId, const SlurmError* failure);
+
 private:
     Tables& tables_;
     Cluster& cluster_;

@@ -1,6 +1,7 @@
 #include "provisioner.hpp"
 
 #include "log.hpp"
+#include "owner_actions.hpp"
 
 #include "db/errors.hpp"
 #include "db/transaction.hpp"
@@ -52,6 +53,17 @@ std::size_t Provisioner::startSubmissions(
         transaction.commit();
     }
     std::vector<SubmittedJob> submitted;
+    // The requests first, on this thread; then every owner's sbatch at once (owner_actions.hpp); then
+    // their outcomes, here again: one owner's hung sbatch delays no other owner's successor.
+    struct Pending {
+        const ChainRow* chain;
+        int seq;
+        std::string reason;
+        std::optional<double> predictedWait;
+        SubmitRequest request;
+        std::int64_t jobId = 0;
+    };
+    std::vector<Pending> pending;
     for (const SubmissionStart& start : starts) {
         const ChainRow& chain = *start.chain;
         const auto spec = specs.find(chain.id);
@@ -72,8 +84,8 @@ std::size_t Provisioner::startSubmissions(
             continue;
         }
         try {
-            if (const auto jobId = submitter_.submitIntent(chain, seq, key, start.reason, spec->second.spec))
-                submitted.push_back(SubmittedJob { key, chain.id, *jobId, predictedWait });
+            if (auto request = submitter_.requestFor(chain, seq, key, start.reason, spec->second.spec))
+                pending.push_back(Pending { &chain, seq, start.reason, predictedWait, std::move(*request) });
         } catch (const db::DbError& error) {
             if (!db::isChainDataError(error))
                 throw;
@@ -81,6 +93,37 @@ std::size_t Provisioner::startSubmissions(
             chainFailed(chain, "data", error.what(), false);
         } catch (const LeadershipLost&) {
             throw;
+        } catch (const std::exception& error) {
+            chainFailed(chain, "internal", error.what(), false);
+        }
+    }
+    std::vector<OwnerAction> actions;
+    actions.reserve(pending.size());
+    for (Pending& p : pending)
+        actions.push_back(
+            OwnerAction { p.chain->ownerUid, [this, &p] { p.jobId = submitter_.sbatch(p.request); }, false, nullptr });
+    runSlurmActions(actions);
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+        const Pending& p = pending[i];
+        const ChainRow& chain = *p.chain;
+        if (!actions[i].ran) { // the intent stays: the next tick submits it
+            logWarning("chain " + chain.ownerName + "/" + chain.name + ": sbatch of seq " + std::to_string(p.seq)
+                + " left for the next tick (its owner's earlier Slurm calls took this tick's time)");
+            continue;
+        }
+        try {
+            if (actions[i].error)
+                std::rethrow_exception(actions[i].error);
+            slurmTimeouts_.erase(chain.id);
+            if (const auto jobId = submitter_.outcome(chain, p.seq, p.reason, p.jobId, nullptr))
+                submitted.push_back(SubmittedJob { p.request.key, chain.id, *jobId, p.predictedWait });
+        } catch (const SlurmError& error) {
+            submitter_.outcome(chain, p.seq, p.reason, std::nullopt, &error);
+            slurmCallFailed(chain, error);
+        } catch (const db::DbError& error) {
+            if (!db::isChainDataError(error))
+                throw;
+            chainFailed(chain, "data", error.what(), false);
         } catch (const std::exception& error) {
             chainFailed(chain, "internal", error.what(), false);
         }

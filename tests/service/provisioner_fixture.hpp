@@ -15,7 +15,10 @@
 
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <ctime>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <memory>
 #include <string>
@@ -38,6 +41,12 @@ public:
     }
     std::int64_t submit(const SubmitRequest& request) override
     {
+        // An owner whose sbatch hangs (a stalled working directory): the tick runs owners' calls at once.
+        if (beforeSubmit)
+            beforeSubmit(request.owner);
+        const std::lock_guard lock(mutex);
+        submittedBy.insert(request.owner);
+        submitted.notify_all();
         submissions.push_back(request);
         ClusterJob job;
         job.id = nextId++;
@@ -74,7 +83,11 @@ public:
             job->endTime = now;
         }
     }
-    std::string batchScript(std::int64_t, std::int64_t) override { return script; }
+    std::string batchScript(std::int64_t, std::int64_t) override
+    {
+        ++batchScriptReads;
+        return script;
+    }
 
     ClusterJob* find(std::int64_t id)
     {
@@ -96,7 +109,12 @@ public:
 
     std::int64_t now = std::time(nullptr); // the database clock stamps intents
     std::int64_t nextId = nextFreeId += 100; // Slurm never reuses a job id; the tests share a database
+    std::mutex mutex; // submit runs on the tick's Slurm threads
+    std::condition_variable submitted;
+    std::set<uid_t> submittedBy;
+    std::function<void(uid_t)> beforeSubmit;
     std::string script = "#!/bin/bash\ntrain\n"; // every job's batch script, as slurmctld keeps it
+    int batchScriptReads = 0;
     bool failAfterSubmit = false;
     bool timeoutAfterAccept = false;
     int failingSignals = 0;

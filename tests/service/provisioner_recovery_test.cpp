@@ -83,6 +83,30 @@ TEST_F(ProvisionerTest, LivePredictFollowsTheRulesStoredWithItsModel)
     EXPECT_EQ(without.policies.forChain("reactive").name(), "reactive");
 }
 
+// One job's flood of step reports (a user's thousands of srun steps) is read fairly with every other
+// job's: another job's report is among the next batch, and each job's reports keep their order.
+TEST_F(ProvisionerTest, OneJobsFloodOfEventsDelaysNoOtherJobsReport)
+{
+    for (int i = 0; i < 1500; ++i)
+        ASSERT_TRUE(tables_.events.insert("flood-" + std::to_string(i), "step_start", "flooding", 41,
+            Json { { "step", std::to_string(i) } }, 0));
+    ASSERT_TRUE(tables_.events.insert("other-1", "task_exit", "other", 42, Json { { "step", "batch" } }, 0));
+    ASSERT_TRUE(tables_.events.insert("other-2", "task_exit", "other", 42, Json { { "step", "0" } }, 0));
+    const auto batch = tables_.events.unprocessed(1000);
+    ASSERT_EQ(batch.size(), 1000u);
+    std::vector<std::string> otherSteps;
+    std::int64_t lastFlood = -1;
+    for (const auto& event : batch) {
+        if (event.slurmJobId == 42)
+            otherSteps.push_back(event.payload.value("step", ""));
+        if (event.slurmJobId == 41) {
+            EXPECT_GT(event.id, lastFlood) << "a job's events in the order they came";
+            lastFlood = event.id;
+        }
+    }
+    EXPECT_EQ(otherSteps, (std::vector<std::string> { "batch", "0" })) << "the other job's reports, in order";
+}
+
 // A checkpoint report whose values no column can hold (a user's manifest said so) is set aside with its
 // reason; it neither fails the tick nor stops any other chain.
 TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)

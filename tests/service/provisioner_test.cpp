@@ -546,6 +546,66 @@ TEST_F(ProvisionerTest, ADeadPredecessorsEndIsMarkedForItsWaitingSuccessor)
     EXPECT_EQ(marker()["job_id"], successor);
 }
 
+// max_live_chains_per_user counts every live chain, also one begun with plain `sbatch --baton`: a user at
+// the cap gets no new chain registered from a job, and costs the tick no read of its batch script.
+TEST_F(ProvisionerTest, APlainSbatchChainOverTheLiveChainCapIsNotRegistered)
+{
+    config_.maxLiveChainsPerUser = 1;
+    chainWithRunningJob(1); // the owner's one live chain
+    ClusterJob plain;
+    plain.id = cluster_.nextId++;
+    plain.userId = 65534;
+    plain.state = "RUNNING";
+    plain.submitTime = plain.startTime = cluster_.now - 10;
+    plain.timeLimitSeconds = 3600;
+    cluster_.jobs.push_back(plain);
+    tables_.events.insert("capped-" + std::to_string(plain.id), "step_start", "capped", plain.id,
+        Json { { "chain", "capped" }, { "step", "batch" }, { "job_id", plain.id } }, 0);
+    tick();
+    EXPECT_FALSE(tables_.chains.find(65534, "capped"));
+    EXPECT_EQ(cluster_.batchScriptReads, 0);
+    EXPECT_EQ(tables_.chains.liveCount(65534), 1);
+
+    config_.maxLiveChainsPerUser = 2; // room again: the job's next report registers it
+    tables_.events.insert("capped-2-" + std::to_string(plain.id), "step_start", "capped", plain.id,
+        Json { { "chain", "capped" }, { "step", "0" }, { "job_id", plain.id } }, 0);
+    tick();
+    EXPECT_TRUE(tables_.chains.find(65534, "capped"));
+    EXPECT_EQ(tables_.chains.liveCount(65534), 2);
+}
+
+// One owner's sbatch hangs (its working directory on a stalled file system): another owner's successor,
+// due in the same tick, is submitted at once, not after it.
+TEST_F(ProvisionerTest, OneOwnersHungSbatchDelaysNoOtherOwnersSuccessor)
+{
+    const ChainRow slow = chainWithRunningJob(1, "-slow");
+    ClusterJob theirs;
+    theirs.id = 2;
+    theirs.userId = 1;
+    theirs.state = "RUNNING";
+    theirs.submitTime = theirs.startTime = cluster_.now - 60;
+    theirs.timeLimitSeconds = 3600;
+    cluster_.jobs.push_back(theirs);
+    const ChainRow other = tables_.chains.create(1, "daemon", "other-owner", "/chains/other-owner",
+        Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
+    tables_.jobs.upsert(other.id, 0, theirs);
+    // The slow owner's sbatch hangs until the other owner's has gone in (or 10 s, as it would on a tick
+    // that runs them one after the other).
+    bool otherWentInMeanwhile = false;
+    cluster_.beforeSubmit = [&](uid_t owner) {
+        if (owner != 65534)
+            return;
+        std::unique_lock lock(cluster_.mutex);
+        otherWentInMeanwhile = cluster_.submitted.wait_for(
+            lock, std::chrono::seconds(10), [&] { return cluster_.submittedBy.contains(1); });
+    };
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_TRUE(otherWentInMeanwhile) << "the other owner's sbatch waited for the hung one";
+    EXPECT_EQ(cluster_.submittedBy, (std::set<uid_t> { 1, 65534 }));
+    EXPECT_EQ(stateOf(slow), ChainState::SuccessorPending);
+    EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome
