@@ -109,14 +109,23 @@ void Provisioner::recordJob(
 }
 
 // Checkpoint hints the plugin spooled while batond was unreachable; the step's view of the chain takes in
-// what they add (training done, a newer checkpoint), so that nothing is read back.
+// what they add (training done, a newer checkpoint), so that nothing is read back. The plugin spools only
+// while the job's tasks run: read once each time the chain's current job has ended (per seq), however
+// many ticks the chain then waits for its successor, whether the reading went through or not; of what was
+// read, the newest maxSpoolLines lines at most.
 void Provisioner::collectSpoolHints(LiveChain& live)
 {
     const ChainRow& chain = live.chain;
     if (!chain.chainDir)
         return;
+    if (const auto read = spoolRead_.find(chain.id); read != spoolRead_.end() && read->second == chain.seq)
+        return;
+    spoolRead_[chain.id] = chain.seq;
     try {
-        for (const std::string& line : collectSpool(*chain.chainDir, chain.ownerUid)) {
+        std::vector<std::string> lines = collectSpool(*chain.chainDir, chain.ownerUid, maxSpoolBytes);
+        if (lines.size() > maxSpoolLines)
+            lines.erase(lines.begin(), lines.end() - static_cast<std::ptrdiff_t>(maxSpoolLines));
+        for (const std::string& line : lines) {
             try {
                 const auto event = PluginEvent::spooled(line, config_.maxJsonDepth);
                 if (!event)
@@ -154,11 +163,12 @@ void Provisioner::markPredecessorEnded(const ChainRow& chain, const ClusterJob& 
         return;
     if (const auto marked = endMarked_.find(chain.id); marked != endMarked_.end() && marked->second == chain.seq)
         return;
+    // Tried once per seq, written or not: a chain directory that hangs costs one timeout, not one a tick.
+    endMarked_[chain.id] = chain.seq;
     const Json marker { { "version", 1 }, { "seq", chain.seq }, { "job_id", predecessor.id },
         { "state", predecessor.state }, { "time_unix", predecessor.endTime > 0 ? predecessor.endTime : now_ } };
     try {
         writeHandoverEnded(*chain.chainDir, chain.ownerUid, marker.dump());
-        endMarked_[chain.id] = chain.seq;
     } catch (const std::runtime_error& error) {
         metrics_.chainErrors("owner_files").Increment();
         logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what()

@@ -32,6 +32,32 @@ constexpr db::Statement selectLatestCheckpoint { "checkpoint_latest",
 constexpr db::Statement selectTrainingDone { "checkpoint_training_done",
     "SELECT EXISTS (SELECT 1 FROM checkpoints WHERE chain_id = $1 AND training_done) AS done", true };
 
+// What is kept of a report: the fields batond and its views use, each of its type, a bounded string at
+// most; the rest of what the owner's manifest (a user's file) said is dropped, so that a row costs the
+// database a few hundred bytes however large the report.
+Json boundedSummary(const Json& summary)
+{
+    Json kept = Json::object();
+    for (const char* key : { "iteration", "total_bytes", "created_unix", "job_id", "seq" })
+        if (const auto found = summary.find(key); found != summary.end() && found->is_number())
+            kept[key] = *found;
+    for (const char* key : { "final", "training_done" })
+        if (const auto found = summary.find(key); found != summary.end() && found->is_boolean())
+            kept[key] = *found;
+    for (const char* key : { "name", "node" })
+        if (const auto found = summary.find(key); found != summary.end() && found->is_string()
+            && found->get_ref<const std::string&>().size() <= 256)
+            kept[key] = *found;
+    if (const auto tuning = summary.find("tuning"); tuning != summary.end() && tuning->is_object()) {
+        Json numbers = Json::object();
+        for (const auto& [key, value] : tuning->items())
+            if (value.is_number() && key.size() <= 64 && numbers.size() < 16)
+                numbers[key] = value;
+        kept["tuning"] = std::move(numbers);
+    }
+    return kept;
+}
+
 } // namespace
 
 CheckpointStore::Recorded CheckpointStore::record(std::int64_t chainId, std::optional<std::int64_t> reporterJobId,
@@ -65,7 +91,7 @@ CheckpointStore::Recorded CheckpointStore::record(std::int64_t chainId, std::opt
         writerNamed ? std::optional(writer->get<std::int64_t>()) : reporterJobId, flag("training_done") };
     connection_.exec(insertCheckpointHint,
         db::Params(chainId, recorded.writerJobId, recorded.iteration, chainDir + "/" + name->get<std::string>(),
-            static_cast<std::int64_t>(bytes), created, summary, recorded.trainingDone, flag("final")));
+            static_cast<std::int64_t>(bytes), created, boundedSummary(summary), recorded.trainingDone, flag("final")));
     return recorded;
 }
 

@@ -60,8 +60,21 @@ struct ClusterJob {
     std::string partition;
     JobRequest request;
 
-    bool pending() const { return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED"; }
-    bool running() const { return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED"; }
+    // Waiting to run, held included: a job requeued in a hold (REQUEUE_HOLD, SPECIAL_EXIT), held when its
+    // reservation went (RESV_DEL_HOLD), or waiting for its nodes to power up may run later.
+    bool pending() const
+    {
+        return state == "PENDING" || state == "CONFIGURING" || state == "REQUEUED" || state == "REQUEUE_HOLD"
+            || state == "REQUEUE_FED" || state == "SPECIAL_EXIT" || state == "RESV_DEL_HOLD"
+            || state == "POWER_UP_NODE";
+    }
+    // Holding its nodes, and its processes with them: a stopped job (STOPPED, scontrol suspend's SIGSTOP
+    // without a release of its nodes) may go on training, as may one being signalled or resized.
+    bool running() const
+    {
+        return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED" || state == "STOPPED"
+            || state == "SIGNALING" || state == "STAGE_OUT" || state == "RESIZING" || state == "UPDATE_DB";
+    }
     bool ended() const { return !pending() && !running(); }
     // Ended without having run: cancelled while pending (slurmctld then sets the start to the end) or
     // refused. Such a job made no progress and holds no training.

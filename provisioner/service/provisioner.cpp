@@ -111,6 +111,7 @@ void Provisioner::tick()
     std::vector<AwaitingDecision> awaiting;
     jobWrites_.clear(); // what a tick that failed had not written yet is read from the queue again
     handoverSignals_.clear(); // and a signal it did not send, recorded as unsent, is asked for again
+    submittedThisTick_.clear();
     // Each chain is stepped on its own: what fails for one (its data, its Slurm actions) is that chain's,
     // counted and in the end quarantined; only a database that is gone fails the whole tick.
     std::unordered_set<std::int64_t> failedThisTick;
@@ -337,8 +338,13 @@ void Provisioner::withdrawCancelledChains(const ClusterQueue& queue)
         for (const std::string& key : cancelled.keys)
             if (const ClusterJob* job = queue.findByComment(key, chain.ownerUid); job && !job->ended())
                 live.emplace(job->id, job);
+        // A job this tick submitted is newer than the queue read at its start: looked at next tick (a
+        // cancel that came while its sbatch ran would otherwise leave it running).
+        const bool submittedSinceTheQueueWasRead = std::any_of(cancelled.jobIds.begin(), cancelled.jobIds.end(),
+            [&](std::int64_t id) { return submittedThisTick_.contains(id) && !queue.find(id); });
         if (live.empty()) {
-            tables_.chains.setWithdrawJobs(chain.id, false);
+            if (!submittedSinceTheQueueWasRead)
+                tables_.chains.setWithdrawJobs(chain.id, false);
             continue;
         }
         for (const auto& [id, job] : live) {

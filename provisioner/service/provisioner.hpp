@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace baton::service {
 
@@ -65,6 +66,9 @@ public:
     // A chain whose steps fail this many ticks in a row (for reasons other than refused data, which
     // quarantine at once) is quarantined.
     static constexpr int quarantineAfterFailures = 3;
+    // What one chain's spool may cost a tick: bytes read, lines parsed (the newest kept).
+    static constexpr std::size_t maxSpoolBytes = 256 << 10;
+    static constexpr std::size_t maxSpoolLines = 1000;
     // Owners whose Slurm calls a tick runs at once (owner_actions.hpp).
     static constexpr std::size_t slurmActionThreads = 16;
 
@@ -177,6 +181,10 @@ private:
     // The seq whose end marker each chain's directory holds, as written by this batond (a restarted one
     // writes it once more: the same text).
     std::unordered_map<std::int64_t, std::int64_t> endMarked_;
+    // The seq after whose end each chain's spool was read (see collectSpoolHints).
+    std::unordered_map<std::int64_t, std::int64_t> spoolRead_;
+    // The jobs this tick submitted, which its queue (read before) does not hold (withdrawCancelledChains).
+    std::unordered_set<std::int64_t> submittedThisTick_;
     // Slurm calls of a chain that timed out in a row (see slurmCallFailed).
     std::unordered_map<std::int64_t, int> slurmTimeouts_;
     // The handover signals the tick's steps asked for, sent after them (see signalHandover).

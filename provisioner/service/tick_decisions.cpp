@@ -129,6 +129,8 @@ std::size_t Provisioner::startSubmissions(
         }
     }
     tables_.submissions.recordSubmitted(submitted);
+    for (const SubmittedJob& job : submitted)
+        submittedThisTick_.insert(job.slurmJobId);
     return specs.size();
 }
 

@@ -62,8 +62,13 @@ public:
             throw SlurmError("sbatch", "timed out");
         return job.id;
     }
-    void signal(std::int64_t jobId, const std::string& name, SignalScope scope, std::int64_t) override
+    void signal(std::int64_t jobId, const std::string& name, SignalScope scope, std::int64_t owner) override
     {
+        if (beforeSignal)
+            beforeSignal(static_cast<uid_t>(owner));
+        const std::lock_guard lock(mutex);
+        signalledBy.insert(static_cast<uid_t>(owner));
+        submitted.notify_all();
         if (failingSignals > 0) {
             --failingSignals;
             throw SlurmError("scancel", "slurmctld did not answer");
@@ -113,6 +118,8 @@ public:
     std::condition_variable submitted;
     std::set<uid_t> submittedBy;
     std::function<void(uid_t)> beforeSubmit;
+    std::set<uid_t> signalledBy;
+    std::function<void(uid_t)> beforeSignal;
     std::string script = "#!/bin/bash\ntrain\n"; // every job's batch script, as slurmctld keeps it
     int batchScriptReads = 0;
     bool failAfterSubmit = false;

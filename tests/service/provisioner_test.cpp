@@ -606,6 +606,105 @@ TEST_F(ProvisionerTest, OneOwnersHungSbatchDelaysNoOtherOwnersSuccessor)
     EXPECT_EQ(stateOf(other), ChainState::SuccessorPending);
 }
 
+// A spooled checkpoint hint is read once the chain's current job has ended, and then not every tick while
+// the chain waits for its successor (the plugin writes the spool only while the job's tasks run); what is
+// stored of a hint is the summary batond uses, not the rest of the owner's manifest.
+TEST_F(ProvisionerTest, TheSpoolIsReadOncePerEndedJobAndOnlyItsSummaryKept)
+{
+    if (::getuid() != 0)
+        GTEST_SKIP() << "needs root to read as the chain's owner";
+    baton::test::TempDir dir;
+    const ChainRow chain = chainWithRunningJob(1);
+    tables_.chains.setChainDir(chain.id, dir.path().string());
+    const auto spool = [&](int iteration) {
+        const auto spoolDir = dir.path() / ".baton-spool";
+        std::filesystem::create_directories(spoolDir);
+        const Json event { { "job_id", 1 },
+            { "checkpoint", { { "name", "ckpt-00000000000" + std::to_string(iteration) }, { "iteration", iteration },
+                                { "created_unix", 1000 + iteration }, { "total_bytes", 10 },
+                                { "padding", std::string(100000, 'x') } } } };
+        std::ofstream(spoolDir / "events.jsonl", std::ios::app) << event.dump() << "\n";
+        for (const auto& path : { dir.path(), spoolDir, spoolDir / "events.jsonl" })
+            ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0) << path;
+    };
+    // One service across the ticks, as batond keeps one (it remembers whose spool it read).
+    const std::shared_ptr<const baton::sim::Policy> always = std::make_shared<AlwaysSubmit>();
+    Provisioner service(config_, tables_, cluster_, metrics_, always, timeOnlyDecisionPoints);
+    service.tick();
+    ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
+    spool(5);
+    cluster_.end(1, "COMPLETED");
+    service.tick();
+    ASSERT_TRUE(tables_.checkpoints.latest(chain.id));
+    EXPECT_EQ(tables_.checkpoints.latest(chain.id)->iteration, 5) << "read once the job ended";
+    const auto stored = connection_.exec(baton::db::Statement { "test_manifest_size",
+        "SELECT octet_length(manifest::text) FROM checkpoints WHERE chain_id = $1" }, baton::db::Params(chain.id));
+    EXPECT_LT(stored.int64(0, 0), 1000) << "only the summary is kept, not the 100 kB the manifest carried";
+
+    spool(6); // nothing the plugin would write now: not read while the chain waits
+    service.tick();
+    service.tick();
+    EXPECT_EQ(tables_.checkpoints.latest(chain.id)->iteration, 5);
+    EXPECT_TRUE(std::filesystem::exists(dir.path() / ".baton-spool" / "events.jsonl"));
+}
+
+// The owner cancels the chain while the tick's sbatch of its successor is under way: the job that sbatch
+// made, newer than the queue the tick read, is cancelled by the next tick instead of being left to run.
+TEST_F(ProvisionerTest, ACancelDuringAnInFlightSbatchCancelsTheJobItMade)
+{
+    const ChainRow chain = chainWithRunningJob(1);
+    baton::db::Connection api(conninfo_); // the HTTP worker's connection
+    Tables http(api);
+    cluster_.beforeSubmit = [&](uid_t) {
+        const ChainRow now = *http.chains.find(chain.id);
+        ASSERT_TRUE(http.chains.transition(now, ChainEvent::Cancel, "cancelled by nobody"));
+        http.chains.setWithdrawJobs(chain.id, true);
+    };
+    tick(std::make_shared<AlwaysSubmit>());
+    cluster_.beforeSubmit = nullptr;
+    ASSERT_EQ(cluster_.submissions.size(), 1u);
+    const std::int64_t successor = cluster_.jobs.back().id;
+    tick();
+    EXPECT_NE(std::find(cluster_.cancelled.begin(), cluster_.cancelled.end(), successor), cluster_.cancelled.end())
+        << "the successor sbatch made during the cancel is cancelled";
+    EXPECT_NE(std::find(cluster_.cancelled.begin(), cluster_.cancelled.end(), 1), cluster_.cancelled.end());
+    tick();
+    EXPECT_EQ(stateOf(chain), ChainState::Cancelled);
+}
+
+// One owner's scancel hangs (a stopped child, a slow slurmctld answer for them): another owner's handover
+// TERM, due in the same tick, is sent meanwhile, not after it.
+TEST_F(ProvisionerTest, OneOwnersHungScancelDelaysNoOtherOwnersHandoverSignal)
+{
+    const ChainRow slow = chainWithRunningJob(1, "-slow");
+    ClusterJob theirs;
+    theirs.id = 2;
+    theirs.userId = 1;
+    theirs.state = "RUNNING";
+    theirs.submitTime = theirs.startTime = cluster_.now - 60;
+    theirs.timeLimitSeconds = 3600;
+    cluster_.jobs.push_back(theirs);
+    const ChainRow other = tables_.chains.create(1, "daemon", "other-owner-term", "/chains/other-owner-term",
+        Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
+    tables_.jobs.upsert(other.id, 0, theirs);
+    tick(std::make_shared<AlwaysSubmit>()); // both successors queued
+    for (std::size_t i = cluster_.jobs.size() - 2; i < cluster_.jobs.size(); ++i)
+        cluster_.start(cluster_.jobs[i].id);
+    bool otherSignalledMeanwhile = false;
+    cluster_.beforeSignal = [&](uid_t owner) {
+        if (owner != 65534)
+            return;
+        std::unique_lock lock(cluster_.mutex);
+        otherSignalledMeanwhile = cluster_.submitted.wait_for(
+            lock, std::chrono::seconds(10), [&] { return cluster_.signalledBy.contains(1); });
+    };
+    tick();
+    EXPECT_TRUE(otherSignalledMeanwhile) << "the other owner's TERM waited for the hung scancel";
+    EXPECT_EQ(cluster_.signalledBy, (std::set<uid_t> { 1, 65534 }));
+    EXPECT_EQ(stateOf(slow), ChainState::Handover);
+    EXPECT_EQ(stateOf(other), ChainState::Handover);
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome

@@ -317,6 +317,28 @@ TEST(Spool, CollectsTheOwnersEventsAsTheOwner)
     EXPECT_THROW(collectSpool(dir.path().string(), 4'000'000'000), std::runtime_error); // no such user
 }
 
+// Slurm's states that are neither running nor ended as batond reads them: a held or requeued-held job may
+// still run, a stopped one still holds its processes; only the terminal states are ended.
+TEST(ClusterJob, HeldAndStoppedJobsAreNotEnded)
+{
+    const auto job = [](const char* state) {
+        baton::service::ClusterJob j;
+        j.state = state;
+        return j;
+    };
+    for (const char* state : { "REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD", "REQUEUE_FED", "POWER_UP_NODE" }) {
+        EXPECT_TRUE(job(state).pending()) << state;
+        EXPECT_FALSE(job(state).ended()) << state;
+    }
+    for (const char* state : { "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING" }) {
+        EXPECT_TRUE(job(state).running()) << state;
+        EXPECT_FALSE(job(state).ended()) << state;
+    }
+    for (const char* state : { "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED", "PREEMPTED",
+             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE" })
+        EXPECT_TRUE(job(state).ended()) << state;
+}
+
 TEST(HandoverMarker, IsWrittenWholeAsTheOwnerAndOnlyWhereTheOwnerMayWrite)
 {
     if (getuid() != 0)
