@@ -261,6 +261,12 @@ void HttpApi::showChain(const httplib::Request& request, httplib::Response& resp
 
 void HttpApi::createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
 {
+    // batond submits a chain's jobs as its owner: root and the SlurmUsers own none (batond would act with
+    // their rights, and their credentials are the plugin's).
+    if (caller.isSlurm)
+        throw HttpError(403,
+            "uid " + std::to_string(caller.uid)
+                + " is root or one of slurm_users, which own no chains: submit as the user the jobs run as");
     const NewChain wanted = newChainOf(parseBoundedJson(request.body, config_.maxJsonDepth));
     const std::string& name = wanted.name;
     const Json& spec = wanted.spec;

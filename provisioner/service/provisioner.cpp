@@ -225,6 +225,13 @@ void Provisioner::processEvent(const EventRow& row, const ClusterQueue& queue)
 // A chain begun with plain `sbatch --baton`: bound to the uid slurmctld reports.
 std::optional<ChainRow> Provisioner::registerChain(const PluginEvent& event, const ClusterJob& job)
 {
+    // batond submits a chain's jobs as its owner: never as root or a SlurmUser, whose jobs it would then
+    // run with their rights (a job of theirs with --baton runs on, without a chain).
+    if (!mayOwnChains(job.userId)) {
+        logWarning("chain " + event.chainName + " not registered from job " + std::to_string(job.id) + ": uid "
+            + std::to_string(job.userId) + " is root or one of slurm_users, which own no chains");
+        return std::nullopt;
+    }
     // The cap counts these chains too; checked before the batch script is read from slurmctld, so that
     // a user over it costs the tick one count per report, not a Slurm call.
     if (config_.maxLiveChainsPerUser > 0 && tables_.chains.liveCount(job.userId) >= config_.maxLiveChainsPerUser) {
@@ -258,6 +265,14 @@ std::optional<ChainRow> Provisioner::registerChain(const PluginEvent& event, con
         }
     }
     return chain;
+}
+
+bool Provisioner::mayOwnChains(std::int64_t uid) const
+{
+    if (uid == 0)
+        return false;
+    return std::none_of(config_.slurmUsers.begin(), config_.slurmUsers.end(),
+        [&](const std::string& user) { return IdentityResolver::uidOf(user) == uid; });
 }
 
 // The owner submitted the next job by hand while the current one had ended.

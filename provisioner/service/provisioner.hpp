@@ -89,7 +89,10 @@ private:
     static constexpr int maxEventsPerTick = 1000; // a backlog is worked off over several ticks
     void processEvents(const std::vector<EventRow>& events, const ClusterQueue& queue);
     void processEvent(const EventRow& row, const ClusterQueue& queue);
-    // nullopt when its owner already has max_live_chains_per_user live chains (the job runs on, alone).
+    // Whether `uid` may own a chain: not root, nor one of slurm_users (batond would act with their rights).
+    bool mayOwnChains(std::int64_t uid) const;
+    // nullopt when its owner may own no chain or already has max_live_chains_per_user live chains (the job
+    // runs on, alone).
     std::optional<ChainRow> registerChain(const PluginEvent& event, const ClusterJob& job);
     void adoptJob(const ChainRow& chain, const ClusterJob& job);
     // Writes job rows; a row the database refuses is counted against its chain, never the batch.

@@ -397,6 +397,12 @@ TEST_F(BatondService, RefusesWhatItMustAndChangesNothing)
     EXPECT_EQ(count("SELECT count(*) FROM events"), eventsBefore + 1);
     expectChainsOfOthersHidden(port);
     expectValidMetrics(port);
+    // root owns no chain: batond would submit its jobs as root.
+    const Json asRoot { { "name", "as-root" }, { "script", "#!/bin/bash\ntrue\n" }, { "workdir", "/tmp" },
+        { "sbatch_args", Json::array() } };
+    const HttpReply refused = signedRequest(port, "POST", "/v1/chains", asRoot.dump(), 0);
+    EXPECT_EQ(refused.status, 403) << refused.body;
+    EXPECT_EQ(count("SELECT count(*) FROM chains WHERE owner_uid = 0"), 0);
 }
 
 // Two requests for one new chain submit one first job; a cancel is carried out by the tick until

@@ -705,6 +705,24 @@ TEST_F(ProvisionerTest, OneOwnersHungScancelDelaysNoOtherOwnersHandoverSignal)
     EXPECT_EQ(stateOf(other), ChainState::Handover);
 }
 
+// batond submits a chain's jobs as its owner: a root job started with plain `sbatch --baton` registers no
+// chain (batond would submit its successors as root), and no read of its batch script is made.
+TEST_F(ProvisionerTest, AJobOfRootRegistersNoChain)
+{
+    ClusterJob rootJob;
+    rootJob.id = cluster_.nextId++;
+    rootJob.userId = 0;
+    rootJob.state = "RUNNING";
+    rootJob.submitTime = rootJob.startTime = cluster_.now - 10;
+    rootJob.timeLimitSeconds = 3600;
+    cluster_.jobs.push_back(rootJob);
+    tables_.events.insert("root-" + std::to_string(rootJob.id), "step_start", "as-root", rootJob.id,
+        Json { { "chain", "as-root" }, { "step", "batch" }, { "job_id", rootJob.id } }, 0);
+    tick();
+    EXPECT_FALSE(tables_.chains.find(0, "as-root"));
+    EXPECT_EQ(cluster_.batchScriptReads, 0);
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome
