@@ -211,11 +211,13 @@ void Provisioner::onCurrentEnded(LiveChain& live, const ClusterJob& current, con
     if (!progressed && !chain.resubmitRequested && current.endTime > 0 && now_ - current.endTime < tickSeconds)
         return;
     // A node that failed under the job is no fault of the chain's: its successor (on another node:
-    // slurmctld gives none to a node that is down) does not spend the retry budget. A job that was
-    // itself such a successor and failed its node again without a checkpoint does: a job that brings
-    // its node down each time is stopped.
+    // slurmctld gives none to a node that is down) does not spend the retry budget. Only the first such
+    // failure since the chain's last progress is free: a job that was itself such a successor, or one after
+    // a charged retry, and failed its node again without a checkpoint spends it, so that a job that brings
+    // its node down each time is stopped after retry_budget more nodes, not twice as many.
     const bool afterNodeFailure = live.current && live.current->reason == "node_failure";
-    if (!progressed && nodeFailure(current.state) && !chain.resubmitRequested && !afterNodeFailure) {
+    if (!progressed && nodeFailure(current.state) && !chain.resubmitRequested && !afterNodeFailure
+        && chain.retries == 0) {
         reason = "node_failure";
     } else if (!progressed) {
         // A job that ended without committing a checkpoint made no progress, whatever Slurm calls its

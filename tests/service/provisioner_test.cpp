@@ -196,6 +196,24 @@ TEST_F(ProvisionerTest, ANodeFailureSpendsNoRetryAndItsSuccessorWaitsForNoHandov
     EXPECT_EQ(tables_.chains.find(chain.id)->retries, 1);
     EXPECT_EQ(cluster_.submissions[1].seq, 2);
     EXPECT_EQ(cluster_.submissions[1].args.back(), "--baton-handover-wait=0");
+
+    // A job that keeps bringing its node down spends the budget at every later failure (free, then
+    // charged, charged and not free again): it stops after retry_budget (2) more nodes.
+    for (int failure = 3; failure <= 4; ++failure) {
+        const std::int64_t job = cluster_.jobs.back().id;
+        cluster_.start(job);
+        tick();
+        cluster_.end(job, "NODE_FAIL");
+        cluster_.now += 30;
+        tick();
+        if (failure == 3) {
+            ASSERT_EQ(cluster_.submissions.size(), 3u);
+            EXPECT_EQ(tables_.submissions.find(chain.id, 3)->reason, "retry") << "not free after a charged one";
+            EXPECT_EQ(tables_.chains.find(chain.id)->retries, 2);
+        }
+    }
+    EXPECT_EQ(cluster_.submissions.size(), 3u);
+    EXPECT_EQ(stateOf(chain), ChainState::Failed) << "four nodes, not eight";
 }
 
 // A successor submitted while its predecessor runs waits for the handover checkpoint as configured.
