@@ -154,12 +154,19 @@ void ChaosTest::plantRegistry(const ChainSpec& spec)
 
 void ChaosTest::hostileSbatchArgs(const chaos::Fault& fault)
 {
+    // Options on the command line, and directives in the script that sbatch obeys as well: the deprecated
+    // #SLURM magic word, a backslash sbatch drops.
     static const char* forbidden[] = { "--wait", "--test-only", "--uid=0", "--comment=baton:1:1", "--parsable",
-        "--help" };
-    const std::string arg = forbidden[fault.variant % 6];
+        "--help", "#SLURM --wait", "#SBATCH --wa\\it", "#SLURM -W" };
+    const std::string arg = forbidden[fault.variant % 9];
     const int user = fault.other % userCount;
     ChainSpec spec { "hostile-args-" + std::to_string(hostileArgsCount_++), user, 3000 };
-    const auto reply = http(users_[user].uid, "POST", "/v1/chains", chainRequest(spec, { arg }).dump(),
+    Json request = chainRequest(spec, arg.front() == '#' ? std::vector<std::string>() : std::vector<std::string> { arg });
+    if (arg.front() == '#') {
+        const std::string script = request["script"];
+        request["script"] = "#!/bin/bash\n" + arg + "\n" + script.substr(script.find('\n') + 1);
+    }
+    const auto reply = http(users_[user].uid, "POST", "/v1/chains", request.dump(),
         users_[user].name + " submit chain with " + arg, true);
     note("chain created with " + arg + ": HTTP " + std::to_string(reply.status) + " " + reply.body.substr(0, 200));
     const std::lock_guard lock(mutex_);
