@@ -54,6 +54,10 @@ constexpr db::Statement restartChain { "chain_restart",
     " spec = coalesce($5, spec), updated_at = now()"
     " WHERE id = $1 AND state = $2 AND seq = $3 RETURNING seq",
     true };
+// A chain that runs again trains again: its earlier checkpoints no longer end it (their own manifests still
+// say what they said, for the training program that restores one).
+constexpr db::Statement forgetTrainingDone { "chain_forget_training_done",
+    "UPDATE checkpoints SET training_done = false WHERE chain_id = $1 AND training_done", true };
 constexpr db::Statement updateRetries { "chain_retries", "UPDATE chains SET retries = $2 WHERE id = $1", true };
 constexpr db::Statement updateLastHandoverSeq { "chain_last_handover_seq",
     "UPDATE chains SET last_handover_seq = $2 WHERE id = $1", true };
@@ -216,6 +220,7 @@ std::optional<int> ChainStore::restart(
         = connection_.exec(restartChain, db::Params(chain.id, nameOf(chain.state), chain.seq, reason, spec));
     if (result.rows() == 0)
         return std::nullopt;
+    connection_.exec(forgetTrainingDone, db::Params(chain.id));
     return static_cast<int>(result.int64(0, result.column("seq")));
 }
 

@@ -88,8 +88,9 @@ public:
     // fenced like transition().
     bool advance(const ChainRow& chain, ChainEvent event);
     // An ended or quarantined chain runs again (event Resubmit): it continues after the highest seq its
-    // jobs and submissions ever used, with a fresh retry budget and, if given, a new spec. Returns the seq
-    // its next job takes, or nullopt when the chain changed since it was read.
+    // jobs and submissions ever used, with a fresh retry budget, if given a new spec, and its checkpoints'
+    // training_done forgotten (it trains again: one job that restores the done checkpoint does not end it).
+    // Returns the seq its next job takes, or nullopt when the chain changed since it was read.
     std::optional<int> restart(const ChainRow& chain, ChainEvent event, const std::string& reason,
         const std::optional<nlohmann::json>& spec = std::nullopt);
     // Deletes a chain that never had a job (its first sbatch was refused); false if it had one.

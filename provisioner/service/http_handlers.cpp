@@ -310,6 +310,7 @@ void HttpApi::createChain(const httplib::Request& request, httplib::Response& re
             if (!seq)
                 throw exists(*tables.chains.find(existing->id));
             chain.seq = *seq;
+            chain.spec = spec; // the request's: the row read before the restart holds the old one
             tables.chains.setPolicy(chain.id, wanted.policy);
         }
         // Two requests for one name (a retry, a double click) record one intent: the second is

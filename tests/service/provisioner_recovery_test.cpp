@@ -107,6 +107,25 @@ TEST_F(ProvisionerTest, OneJobsFloodOfEventsDelaysNoOtherJobsReport)
     EXPECT_EQ(otherSteps, (std::vector<std::string> { "batch", "0" })) << "the other job's reports, in order";
 }
 
+// A finished chain that its owner starts again trains again: the done checkpoint of its earlier run no
+// longer ends it after one job, and it runs with the spec it was started again with.
+TEST_F(ProvisionerTest, AFinishedChainStartedAgainTrainsAgain)
+{
+    const ChainRow chain = chainWithRunningJob(51);
+    tables_.checkpoints.record(chain.id, 51,
+        Json { { "name", "ckpt-000000000010" }, { "iteration", 10 }, { "created_unix", 1000 }, { "total_bytes", 1 },
+            { "training_done", true } },
+        "/chains/x");
+    ASSERT_TRUE(tables_.checkpoints.trainingDone(chain.id));
+    ASSERT_TRUE(forceState(chain.id, ChainState::Running, ChainState::Finished));
+    const auto seq = tables_.chains.restart(*tables_.chains.find(chain.id), ChainEvent::Resubmit, "started again",
+        Json { { "script", "#!/bin/bash\ntrain --epochs 20\n" } });
+    ASSERT_TRUE(seq);
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+    EXPECT_FALSE(tables_.checkpoints.trainingDone(chain.id));
+    EXPECT_EQ(tables_.chains.spec(chain.id)["script"], "#!/bin/bash\ntrain --epochs 20\n");
+}
+
 // A checkpoint report whose values no column can hold (a user's manifest said so) is set aside with its
 // reason; it neither fails the tick nor stops any other chain.
 TEST_F(ProvisionerTest, PoisonEventIsSetAsideAndEveryOtherChainIsStepped)
