@@ -115,6 +115,7 @@ void Provisioner::tick()
     // Each chain is stepped on its own: what fails for one (its data, its Slurm actions) is that chain's,
     // counted and in the end quarantined; only a database that is gone fails the whole tick.
     std::unordered_set<std::int64_t> failedThisTick;
+    withdrawEarlierJobsRunningAgain(*liveChains, queue);
     for (LiveChain& live : *liveChains) {
         const ChainRow chain = live.chain;
         try {
@@ -309,6 +310,63 @@ void Provisioner::chainFailed(const ChainRow& chain, std::string_view reason, co
     if (tables_.chains.transition(chain, ChainEvent::Quarantine, why)) {
         tables_.decisions.record(chain.id, policyName(chain), "quarantine", Json { { "reason", reason } }, why);
         logWarning("chain " + label + " " + why);
+    }
+}
+
+// A job of a seq the chain has moved past that runs or waits again (Slurm requeued it, or an operator ran
+// `scontrol requeue` on it after it ended) would train beside the chain's current job from an old
+// checkpoint: it is cancelled as its owner. Found by its idempotency key in the queue's comments, so that
+// only batond's own submissions of this chain (key and token, the owner slurmctld reports) are touched.
+void Provisioner::withdrawEarlierJobsRunningAgain(const std::vector<LiveChain>& chains, const ClusterQueue& queue)
+{
+    std::unordered_map<std::int64_t, const ChainRow*> byId;
+    for (const LiveChain& live : chains)
+        byId.emplace(live.chain.id, &live.chain);
+    std::vector<std::pair<const ChainRow*, std::int64_t>> stale;
+    for (const ClusterJob& job : queue.jobs) {
+        if (job.ended() || job.comment.rfind("baton:", 0) != 0)
+            continue;
+        // baton:<chain id>:<seq>:<token>
+        const auto idEnd = job.comment.find(':', 6);
+        const auto seqEnd = idEnd == std::string::npos ? idEnd : job.comment.find(':', idEnd + 1);
+        if (seqEnd == std::string::npos)
+            continue;
+        std::int64_t chainId = 0, seq = 0;
+        try {
+            chainId = std::stoll(job.comment.substr(6, idEnd - 6));
+            seq = std::stoll(job.comment.substr(idEnd + 1, seqEnd - idEnd - 1));
+        } catch (const std::exception&) {
+            continue;
+        }
+        const auto chain = byId.find(chainId);
+        if (chain == byId.end() || seq >= chain->second->seq || job.userId != chain->second->ownerUid
+            || job.comment != Submitter::submissionKey(*chain->second, static_cast<int>(seq)))
+            continue;
+        stale.emplace_back(chain->second, job.id);
+    }
+    std::vector<OwnerAction> actions;
+    for (const auto& [chain, jobId] : stale)
+        actions.push_back(OwnerAction { chain->ownerUid, [this, chain, jobId] { cluster_.cancel(jobId, chain->ownerUid); },
+            false, nullptr });
+    runSlurmActions(actions);
+    for (std::size_t i = 0; i < stale.size(); ++i) {
+        const ChainRow& chain = *stale[i].first;
+        const std::string what = "chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(stale[i].second)
+            + ", of a seq before its current " + std::to_string(chain.seq) + ", runs or waits again (requeued)";
+        if (!actions[i].ran)
+            continue; // next tick
+        try {
+            if (actions[i].error)
+                std::rethrow_exception(actions[i].error);
+            metrics_.handovers("requeued").Increment();
+            logWarning(what + "; cancelled");
+        } catch (const SlurmError& error) {
+            metrics_.chainErrors("slurm").Increment();
+            logWarning(what + "; its scancel failed (" + error.what() + "), tried again next tick");
+            slurmCallFailed(chain, error);
+        } catch (const std::exception& error) {
+            chainFailed(chain, "internal", error.what(), false);
+        }
     }
 }
 

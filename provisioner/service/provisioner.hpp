@@ -139,6 +139,8 @@ private:
     // A chain's sbatch or scancel failed; one whose calls time out quarantineAfterFailures times in a row
     // is quarantined (its owner's working directory or processes hang every call).
     void slurmCallFailed(const ChainRow& chain, const SlurmError& error);
+    // A job of a seq the chain has moved past, requeued after it ended, is cancelled (one training per chain).
+    void withdrawEarlierJobsRunningAgain(const std::vector<LiveChain>& chains, const ClusterQueue& queue);
     // A predecessor that Slurm requeued while its successor runs is cancelled: one training per chain.
     void withdrawRequeued(const ChainRow& chain, const ClusterJob& job, const std::string& why);
 

@@ -741,6 +741,40 @@ TEST_F(ProvisionerTest, AJobOfRootRegistersNoChain)
     EXPECT_EQ(cluster_.batchScriptReads, 0);
 }
 
+// An operator requeues a job of a seq the chain has moved past (`scontrol requeue` after it ended): it
+// would train beside the chain's current job from an old checkpoint, so the next tick cancels it; the
+// current job is left alone.
+TEST_F(ProvisionerTest, AnEarlierJobRequeuedAfterTheChainMovedOnIsCancelled)
+{
+    const ChainRow first = chainWithRunningJob(1);
+    static constexpr baton::db::Statement moveOn { "test_move_on", "UPDATE chains SET seq = 2 WHERE id = $1" };
+    connection_.exec(moveOn, baton::db::Params(first.id));
+    const ChainRow chain = *tables_.chains.find(first.id);
+    cluster_.end(1, "COMPLETED");
+    ClusterJob current;
+    current.id = cluster_.nextId++;
+    current.userId = 65534;
+    current.state = "RUNNING";
+    current.submitTime = current.startTime = cluster_.now - 30;
+    current.timeLimitSeconds = 3600;
+    current.comment = Submitter::submissionKey(chain, 2);
+    cluster_.jobs.push_back(current);
+    tables_.jobs.upsert(chain.id, 2, current);
+    ClusterJob requeued = current;
+    requeued.id = cluster_.nextId++;
+    requeued.state = "PENDING";
+    requeued.startTime = 0;
+    requeued.comment = Submitter::submissionKey(chain, 1);
+    cluster_.jobs.push_back(requeued);
+    ClusterJob othersLookalike = requeued; // another user's job with the chain's key in its comment
+    othersLookalike.id = cluster_.nextId++;
+    othersLookalike.userId = 1;
+    cluster_.jobs.push_back(othersLookalike);
+    tick();
+    EXPECT_EQ(cluster_.cancelled, (std::vector<std::int64_t> { requeued.id }));
+    EXPECT_EQ(stateOf(chain), ChainState::Running);
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome
