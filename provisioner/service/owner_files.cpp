@@ -23,6 +23,20 @@ namespace {
 // How long the collector may take to die once killed before it is abandoned.
 constexpr std::chrono::milliseconds killWait { 1'000 };
 
+// Appends this process's pid to the name in `name` (64 bytes, room left), without allocating: the
+// children below run between fork and exit, where only async-signal-safe calls are allowed.
+void appendPid(char (&name)[64])
+{
+    char digits[16];
+    int count = 0;
+    for (auto pid = static_cast<unsigned long>(getpid()); count == 0 || pid > 0; pid /= 10)
+        digits[count++] = static_cast<char>('0' + pid % 10);
+    std::size_t at = std::strlen(name);
+    while (count > 0)
+        name[at++] = digits[--count];
+    name[at] = '\0';
+}
+
 // In the child, as the owner: rename the spool aside (so the plugin starts a new one), read it, remove it.
 // batond has threads: between fork and exit only async-signal-safe calls, so the owner's groups were
 // resolved before fork.
@@ -37,16 +51,8 @@ constexpr std::chrono::milliseconds killWait { 1'000 };
     const int spool = openat(dir, ".baton-spool", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (spool < 0)
         _exit(errno == ENOENT ? 0 : 4);
-    // "events.jsonl.collecting.<pid>", written without allocating.
     char aside[64] = "events.jsonl.collecting.";
-    char digits[16];
-    int count = 0;
-    for (auto pid = static_cast<unsigned long>(getpid()); count == 0 || pid > 0; pid /= 10)
-        digits[count++] = static_cast<char>('0' + pid % 10);
-    std::size_t at = std::strlen(aside);
-    while (count > 0)
-        aside[at++] = digits[--count];
-    aside[at] = '\0';
+    appendPid(aside);
     if (renameat(spool, "events.jsonl", spool, aside) != 0)
         _exit(errno == ENOENT ? 0 : 5);
     const int file = openat(spool, aside, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -76,14 +82,7 @@ constexpr std::chrono::milliseconds killWait { 1'000 };
     if (dir < 0)
         _exit(4);
     char temporary[64] = ".baton-handover-ended.tmp-";
-    char digits[16];
-    int count = 0;
-    for (auto pid = static_cast<unsigned long>(getpid()); count == 0 || pid > 0; pid /= 10)
-        digits[count++] = static_cast<char>('0' + pid % 10);
-    std::size_t at = std::strlen(temporary);
-    while (count > 0)
-        temporary[at++] = digits[--count];
-    temporary[at] = '\0';
+    appendPid(temporary);
     unlinkat(dir, temporary, 0); // a killed child of the same pid's
     const int file = openat(dir, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (file < 0)

@@ -198,6 +198,21 @@ protected:
         tables_.jobs.upsert(chain.id, 0, first);
         return chain;
     }
+    // A chain of another owner (uid 1, daemon) named `name`, whose first job `jobId` runs.
+    ChainRow chainOfAnotherOwner(std::int64_t jobId, const std::string& name)
+    {
+        ClusterJob theirs;
+        theirs.id = jobId;
+        theirs.userId = 1;
+        theirs.state = "RUNNING";
+        theirs.submitTime = theirs.startTime = cluster_.now - 60;
+        theirs.timeLimitSeconds = 3600;
+        cluster_.jobs.push_back(theirs);
+        const ChainRow chain = tables_.chains.create(1, "daemon", name, "/chains/" + name,
+            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
+        tables_.jobs.upsert(chain.id, 0, theirs);
+        return chain;
+    }
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {

@@ -597,16 +597,7 @@ TEST_F(ProvisionerTest, APlainSbatchChainOverTheLiveChainCapIsNotRegistered)
 TEST_F(ProvisionerTest, OneOwnersHungSbatchDelaysNoOtherOwnersSuccessor)
 {
     const ChainRow slow = chainWithRunningJob(1, "-slow");
-    ClusterJob theirs;
-    theirs.id = 2;
-    theirs.userId = 1;
-    theirs.state = "RUNNING";
-    theirs.submitTime = theirs.startTime = cluster_.now - 60;
-    theirs.timeLimitSeconds = 3600;
-    cluster_.jobs.push_back(theirs);
-    const ChainRow other = tables_.chains.create(1, "daemon", "other-owner", "/chains/other-owner",
-        Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
-    tables_.jobs.upsert(other.id, 0, theirs);
+    const ChainRow other = chainOfAnotherOwner(2, "other-owner");
     // The slow owner's sbatch hangs until the other owner's has gone in (or 10 s, as it would on a tick
     // that runs them one after the other).
     bool otherWentInMeanwhile = false;
@@ -695,16 +686,7 @@ TEST_F(ProvisionerTest, ACancelDuringAnInFlightSbatchCancelsTheJobItMade)
 TEST_F(ProvisionerTest, OneOwnersHungScancelDelaysNoOtherOwnersHandoverSignal)
 {
     const ChainRow slow = chainWithRunningJob(1, "-slow");
-    ClusterJob theirs;
-    theirs.id = 2;
-    theirs.userId = 1;
-    theirs.state = "RUNNING";
-    theirs.submitTime = theirs.startTime = cluster_.now - 60;
-    theirs.timeLimitSeconds = 3600;
-    cluster_.jobs.push_back(theirs);
-    const ChainRow other = tables_.chains.create(1, "daemon", "other-owner-term", "/chains/other-owner-term",
-        Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
-    tables_.jobs.upsert(other.id, 0, theirs);
+    const ChainRow other = chainOfAnotherOwner(2, "other-owner-term");
     tick(std::make_shared<AlwaysSubmit>()); // both successors queued
     for (std::size_t i = cluster_.jobs.size() - 2; i < cluster_.jobs.size(); ++i)
         cluster_.start(cluster_.jobs[i].id);
