@@ -284,7 +284,7 @@ bool Provisioner::withdrawSuccessors(
 // again by the next tick. Sent after the tick's steps, with every other owner's at once.
 void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope)
 {
-    handoverSignals_.push_back(HandoverSignal { chain, current.id, scope });
+    handoverSignals_.push_back(HandoverSignal { chain, current.id, scope, HandoverSignal::Why::Handover });
 }
 
 void Provisioner::sendHandoverSignals()
@@ -318,9 +318,13 @@ void Provisioner::sendHandoverSignals()
             continue;
         }
         slurmTimeouts_.erase(chain.id);
-        tables_.handovers.recordSignal(chain.id, chain.seq, now_);
+        if (signals[i].why == HandoverSignal::Why::Preempt)
+            tables_.chains.setPreemptRequested(chain.id, false);
+        else
+            tables_.handovers.recordSignal(chain.id, chain.seq, now_);
         logInfo("chain " + label + ": job " + job + " asked to checkpoint and exit ("
-            + (signals[i].scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps") + ")");
+            + (signals[i].scope == SignalScope::Steps ? "its srun steps" : "batch shell and steps")
+            + (signals[i].why == HandoverSignal::Why::Preempt ? ", preempted by its owner" : "") + ")");
     }
 }
 
@@ -338,6 +342,15 @@ void Provisioner::step(LiveChain live, const ClusterQueue& queue, std::vector<Aw
     if (chain.state == ChainState::Quarantined)
         return; // nothing is done for it until its owner or an operator resumes, resubmits or cancels it
     const auto current = refreshJob(chain, chain.seq, queue, live.jobs, live.current);
+    if (chain.preemptRequested) {
+        // `batonctl preempt`: the current job is asked to checkpoint and exit, as at a handover; a job
+        // that no longer runs has nothing to be asked.
+        if (current && current->running() && isAllowed(chain.state, ChainEvent::Preempt))
+            handoverSignals_.push_back(HandoverSignal { chain, current->id,
+                tables_.events.checkpointSignalScope(current->id), HandoverSignal::Why::Preempt });
+        else
+            tables_.chains.setPreemptRequested(chain.id, false);
+    }
     if (chain.state == ChainState::Paused) {
         // Paused means no job after the current one: a successor not yet running is withdrawn.
         withdrawSuccessors(live, queue, "chain paused", false);

@@ -63,6 +63,8 @@ constexpr db::Statement updateLastHandoverSeq { "chain_last_handover_seq",
     "UPDATE chains SET last_handover_seq = $2 WHERE id = $1", true };
 constexpr db::Statement updateResubmit { "chain_resubmit",
     "UPDATE chains SET resubmit_requested = $2, updated_at = now() WHERE id = $1", true };
+constexpr db::Statement updatePreempt { "chain_preempt",
+    "UPDATE chains SET preempt_requested = $2 WHERE id = $1 AND preempt_requested IS DISTINCT FROM $2", true };
 constexpr db::Statement updateChainDir { "chain_dir",
     "UPDATE chains SET chain_dir = $2 WHERE id = $1 AND chain_dir IS DISTINCT FROM $2", true };
 constexpr db::Statement updatePolicy { "chain_policy",
@@ -131,6 +133,7 @@ ChainRow ChainColumns::read(const db::Result& r, int row) const
         chain.spec = r.json(row, spec_);
     chain.chainDir = r.optText(row, at_[ChainDir]);
     chain.resubmitRequested = r.boolean(row, at_[Resubmit]);
+    chain.preemptRequested = r.boolean(row, at_[Preempt]);
     chain.updatedAt = r.int64(row, at_[Updated]);
     chain.token = std::string(r.text(row, at_[Token]));
     chain.policy = r.optText(row, at_[Policy]);
@@ -242,6 +245,11 @@ void ChainStore::setLastHandoverSeq(std::int64_t chainId, int seq)
 void ChainStore::setResubmitRequested(std::int64_t chainId, bool requested)
 {
     connection_.exec(updateResubmit, db::Params(chainId, requested));
+}
+
+void ChainStore::setPreemptRequested(std::int64_t chainId, bool requested)
+{
+    connection_.exec(updatePreempt, db::Params(chainId, requested));
 }
 
 void ChainStore::setChainDir(std::int64_t chainId, const std::string& dir)

@@ -33,6 +33,7 @@ struct ChainRow {
     nlohmann::json spec; // how to submit the next job: script, sbatch_args, workdir (null where not read)
     std::optional<std::string> chainDir;
     bool resubmitRequested = false;
+    bool preemptRequested = false; // `batonctl preempt`: the tick sends the current job TERM
     std::int64_t updatedAt = 0;
     std::string token; // in the keys of its submissions: unguessable by other users
     std::optional<std::string> policy; // its own provisioning policy; none: the service's
@@ -47,10 +48,10 @@ public:
 
 private:
     enum Column { Id, OwnerUid, OwnerName, Name, State, Seq, LastHandoverSeq, Retries, Reason, ChainDir,
-        Resubmit, Updated, Token, Policy, Count };
+        Resubmit, Preempt, Updated, Token, Policy, Count };
     static constexpr std::array<std::string_view, Count> names { "id", "owner_uid", "owner_name", "name",
         "state", "seq", "last_handover_seq", "retries", "reason", "chain_dir", "resubmit_requested",
-        "updated_unix", "token", "policy" };
+        "preempt_requested", "updated_unix", "token", "policy" };
     std::array<int, Count> at_;
     int spec_; // -1 where the statement does not read it
 };
@@ -58,7 +59,7 @@ private:
 // The select list that ChainColumns reads, of the table aliased `c` (the spec left out: see specColumn).
 inline constexpr char chainColumns[]
     = "SELECT c.id, c.owner_uid, coalesce(c.owner_name, '') AS owner_name, c.name, c.state, c.seq,"
-      " c.last_handover_seq, c.retries, c.reason, c.chain_dir, c.resubmit_requested,"
+      " c.last_handover_seq, c.retries, c.reason, c.chain_dir, c.resubmit_requested, c.preempt_requested,"
       " extract(epoch FROM c.updated_at)::bigint AS updated_unix, c.token, c.policy";
 
 class ChainStore : public db::TableStore {
@@ -99,6 +100,8 @@ public:
     void setLastHandoverSeq(std::int64_t chainId, int seq);
     void setResubmitRequested(std::int64_t chainId, bool requested);
     void setChainDir(std::int64_t chainId, const std::string& dir);
+    // `batonctl preempt` asked (true), or the tick sent the TERM or found no job to send it to (false).
+    void setPreemptRequested(std::int64_t chainId, bool requested);
     // The chain's own policy, or none to follow the service's (read by the next tick, in any state).
     void setPolicy(std::int64_t chainId, const std::optional<std::string>& policy);
 

@@ -146,7 +146,7 @@ ChainEvent eventOfAction(const std::string& action)
 
 // The writes of an action on `chain`, in the caller's transaction; each is fenced on the state and seq
 // the chain was read in.
-void applyAction(Tables& tables, Cluster& cluster, const ChainRow& chain, ChainEvent event,
+void applyAction(Tables& tables, const ChainRow& chain, ChainEvent event,
     const std::string& action, const Caller& caller, bool currentEnded)
 {
     const std::string by = " by " + caller.userName;
@@ -168,13 +168,12 @@ void applyAction(Tables& tables, Cluster& cluster, const ChainRow& chain, ChainE
             refuseAction(action, chain);
         tables.chains.setWithdrawJobs(chain.id, true);
         break;
-    case ChainEvent::Preempt: {
-        const auto job = liveJobOf(tables, chain, chain.seq);
-        if (!job)
+    case ChainEvent::Preempt:
+        // Written here, sent by the tick as the owner (no scancel in an HTTP worker).
+        if (!liveJobOf(tables, chain, chain.seq))
             throw HttpError(409, "chain " + chain.name + " has no running job to preempt");
-        cluster.signal(*job, "TERM", tables.events.checkpointSignalScope(*job), chain.ownerUid);
+        tables.chains.setPreemptRequested(chain.id, true);
         break;
-    }
     default: // resubmit
         if (isTerminal(chain.state)) {
             // An ended chain runs again with a fresh retry budget, after every seq it used; the
@@ -365,7 +364,7 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
     // judging that ended job once more (a cancelled one would pause it again).
     const bool currentEnded = !liveJobOf(tables, chain, chain.seq);
     db::Transaction transaction(*lease);
-    applyAction(tables, cluster_, chain, event, action, caller, currentEnded);
+    applyAction(tables, chain, event, action, caller, currentEnded);
     transaction.commit();
     tables.decisions.record(chain.id, "user", action, who, "requested");
     reply(response, 200, Json { { "chain", chainAsWritten(tables, chain.id, config_.policy) } });

@@ -17,7 +17,7 @@ namespace {
 constexpr auto tickChainsSql = db::joinSql(
     "WITH live AS MATERIALIZED (SELECT id, owner_uid, owner_name, name, state, seq, last_handover_seq, "
     "retries,"
-    " reason, chain_dir, resubmit_requested, updated_at, token, policy, revision FROM chains"
+    " reason, chain_dir, resubmit_requested, preempt_requested, updated_at, token, policy, revision FROM chains"
     " WHERE state NOT IN ('finished', 'failed', 'cancelled')),"
     " known AS (SELECT unnest($1::bigint[]) AS id, unnest($2::bigint[]) AS revision,"
     " unnest($3::int[]) AS seq),"

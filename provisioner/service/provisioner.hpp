@@ -192,11 +192,14 @@ private:
     std::unordered_set<std::int64_t> submittedThisTick_;
     // Slurm calls of a chain that timed out in a row (see slurmCallFailed).
     std::unordered_map<std::int64_t, int> slurmTimeouts_;
-    // The handover signals the tick's steps asked for, sent after them (see signalHandover).
+    // The TERMs the tick's steps asked for, sent after them (see signalHandover): a handover's, or the one
+    // `batonctl preempt` asked for.
     struct HandoverSignal {
+        enum class Why { Handover, Preempt };
         ChainRow chain;
         std::int64_t jobId = 0;
         SignalScope scope = SignalScope::Full;
+        Why why = Why::Handover;
     };
     std::vector<HandoverSignal> handoverSignals_;
     // Ticks since the last prune (see pruneEveryTicks); the first tick prunes.

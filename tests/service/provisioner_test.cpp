@@ -757,6 +757,23 @@ TEST_F(ProvisionerTest, AnEarlierJobRequeuedAfterTheChainMovedOnIsCancelled)
     EXPECT_EQ(stateOf(chain), ChainState::Running);
 }
 
+// `batonctl preempt` only records the request (no scancel in an HTTP worker); the tick sends the running
+// job its TERM as the owner, again next tick when scancel failed, and forgets the request once sent.
+TEST_F(ProvisionerTest, APreemptIsSentByTheTickUntilScancelDeliversIt)
+{
+    const ChainRow chain = chainWithRunningJob(1);
+    tables_.chains.setPreemptRequested(chain.id, true);
+    cluster_.failingSignals = 1;
+    tick();
+    EXPECT_TRUE(cluster_.signals.empty());
+    EXPECT_TRUE(tables_.chains.find(chain.id)->preemptRequested) << "kept: scancel failed";
+    tick();
+    EXPECT_EQ(cluster_.signals, (std::vector<ScriptedCluster::Signal> { { 1, "TERM", SignalScope::Full } }));
+    EXPECT_FALSE(tables_.chains.find(chain.id)->preemptRequested);
+    tick();
+    EXPECT_EQ(cluster_.signals.size(), 1u) << "sent once";
+}
+
 } // namespace
 
 // The policy sees how long the running job waited once the chain submitted it as a successor (the outcome
