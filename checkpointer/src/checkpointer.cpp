@@ -192,6 +192,7 @@ void Checkpointer::Impl::startTwoLevel()
         removeStaleTemporaries(byDescriptor);
         localLevelFd = std::move(opened.fd);
         localLevel = byDescriptor;
+        localLevelName = levelPath;
     } catch (const std::exception& e) {
         unusable = e.what();
     }
@@ -204,6 +205,7 @@ void Checkpointer::Impl::startTwoLevel()
     if (!unusable.empty()) {
         localLevelFd.reset();
         localLevel.clear();
+        localLevelName.clear();
         log("node-local directory unusable, checkpointing to the chain directory only: " + unusable);
         return;
     }

@@ -225,6 +225,15 @@ struct Checkpointer::Impl {
     // path names the descriptor (/proc/self/fd/N), so that no rename on the way can redirect what follows.
     os::UniqueFd localLevelFd;
     std::filesystem::path localLevel;
+    std::filesystem::path localLevelName; // the path it was opened by, for what the user reads
+    // `path`, with the node-local level's descriptor path put back as the name it was opened by.
+    std::filesystem::path shown(const std::filesystem::path& path) const
+    {
+        const auto relative = path.lexically_relative(localLevel);
+        if (localLevel.empty() || relative.empty() || *relative.begin() == "..")
+            return path;
+        return localLevelName / relative;
+    }
 
     std::thread persister;
 };

@@ -349,7 +349,7 @@ void Checkpointer::Impl::applyCandidate(const Candidate& candidate, RestoreResul
     copies.wait();
     for (const auto& blob : candidate.blobs)
         result.blobs[blob.region].assign(staging + blob.from, staging + blob.from + blob.size);
-    describeRestored(result, candidate.manifest, candidate.dir);
+    describeRestored(result, candidate.manifest, shown(candidate.dir));
     result.manifest = candidate.manifest.document;
     result.unclaimedRegions = candidate.unclaimed;
     epoch = result.epoch;
@@ -361,8 +361,8 @@ RestoreResult Checkpointer::Impl::restore(RestoreResult result)
     std::optional<std::uint64_t> newestShared;
     for (const Source& source : agreedSources(newestShared)) {
         auto skip = [&](const std::string& reason) {
-            log("skipping " + source.dir.string() + ": " + reason);
-            result.fallbacks.push_back({ source.dir, reason });
+            log("skipping " + shown(source.dir).string() + ": " + reason);
+            result.fallbacks.push_back({ shown(source.dir), reason });
         };
         if (source.statError != 0) {
             skip(io::IoError(source.statError, "cannot examine " + (source.dir / kManifestName).string()).what());

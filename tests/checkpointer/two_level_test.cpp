@@ -122,6 +122,7 @@ TEST(TwoLevel, CommitsLocallyThenDrainsAVerifiedCopyToTheChain)
     auto onSameNode = restoreOn(levels, "node-a", same);
     ASSERT_TRUE(onSameNode.restored);
     EXPECT_TRUE(onSameNode.nodeLocal);
+    EXPECT_EQ(onSameNode.dir, levels.local() / checkpointDirName(4)) << "named as opened, not by its descriptor";
     EXPECT_EQ(onSameNode.iteration, 4u);
     EXPECT_TRUE(same.holds(4));
     auto onOtherNode = restoreOn(levels, "node-b", other);
