@@ -181,38 +181,34 @@ protected:
         cluster_.now += 10;
     }
 
-    // A chain named after the test (and `suffix`) whose first job (running) came from plain sbatch.
-    ChainRow chainWithRunningJob(std::int64_t jobId, const std::string& suffix = "")
+    // A job of `uid` that slurmctld shows running since `startedAgo` seconds, with an hour's limit.
+    ClusterJob runningJob(std::int64_t id, std::int64_t uid, std::int64_t startedAgo = 60)
     {
-        ClusterJob first;
-        first.id = jobId;
-        first.userId = 65534;
-        first.state = "RUNNING";
-        first.submitTime = first.startTime = cluster_.now - 60;
-        first.timeLimitSeconds = 3600;
-        cluster_.jobs.push_back(first);
-        const std::string name = testing::UnitTest::GetInstance()->current_test_info()->name() + suffix;
-        const ChainRow chain = tables_.chains.create(65534, "nobody", name, "/chains/" + name,
-            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() },
-                { "workdir", "/tmp" } });
+        ClusterJob job;
+        job.id = id;
+        job.userId = uid;
+        job.state = "RUNNING";
+        job.submitTime = job.startTime = cluster_.now - startedAgo;
+        job.timeLimitSeconds = 3600;
+        cluster_.jobs.push_back(job);
+        return job;
+    }
+    // A chain `name` of `uid` whose first job `jobId` runs.
+    ChainRow chainOf(std::int64_t uid, const std::string& ownerName, const std::string& name, std::int64_t jobId)
+    {
+        const ClusterJob first = runningJob(jobId, uid);
+        const ChainRow chain = tables_.chains.create(uid, ownerName, name, "/chains/" + name,
+            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
         tables_.jobs.upsert(chain.id, 0, first);
         return chain;
     }
-    // A chain of another owner (uid 1, daemon) named `name`, whose first job `jobId` runs.
-    ChainRow chainOfAnotherOwner(std::int64_t jobId, const std::string& name)
+    // A chain named after the test (and `suffix`) whose first job (running) came from plain sbatch.
+    ChainRow chainWithRunningJob(std::int64_t jobId, const std::string& suffix = "")
     {
-        ClusterJob theirs;
-        theirs.id = jobId;
-        theirs.userId = 1;
-        theirs.state = "RUNNING";
-        theirs.submitTime = theirs.startTime = cluster_.now - 60;
-        theirs.timeLimitSeconds = 3600;
-        cluster_.jobs.push_back(theirs);
-        const ChainRow chain = tables_.chains.create(1, "daemon", name, "/chains/" + name,
-            Json { { "script", "#!/bin/bash\ntrain\n" }, { "sbatch_args", Json::array() }, { "workdir", "/tmp" } });
-        tables_.jobs.upsert(chain.id, 0, theirs);
-        return chain;
+        return chainOf(65534, "nobody", testing::UnitTest::GetInstance()->current_test_info()->name() + suffix, jobId);
     }
+    // A chain of another owner (uid 1, daemon) named `name`, whose first job `jobId` runs.
+    ChainRow chainOfAnotherOwner(std::int64_t jobId, const std::string& name) { return chainOf(1, "daemon", name, jobId); }
     void tick(
         std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>())
     {

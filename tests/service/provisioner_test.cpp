@@ -499,13 +499,7 @@ public:
 TEST_F(ProvisionerTest, APlainSbatchChainWhoseScriptWouldWaitIsQuarantinedWhenRegistered)
 {
     cluster_.script = "#!/bin/bash\n#SBATCH --time=60\n#SLURM --wa\\it\ntrain\n";
-    ClusterJob first;
-    first.id = cluster_.nextId++;
-    first.userId = 65534;
-    first.state = "RUNNING";
-    first.submitTime = first.startTime = cluster_.now - 60;
-    first.timeLimitSeconds = 3600;
-    cluster_.jobs.push_back(first);
+    const ClusterJob first = runningJob(cluster_.nextId++, 65534);
     tables_.events.insert("waits-" + std::to_string(first.id), "step_start", "waits", first.id,
         Json { { "chain", "waits" }, { "step", "batch" }, { "job_id", first.id } }, 0);
     tick(std::make_shared<AlwaysSubmit>());
@@ -570,13 +564,7 @@ TEST_F(ProvisionerTest, APlainSbatchChainOverTheLiveChainCapIsNotRegistered)
 {
     config_.maxLiveChainsPerUser = 1;
     chainWithRunningJob(1); // the owner's one live chain
-    ClusterJob plain;
-    plain.id = cluster_.nextId++;
-    plain.userId = 65534;
-    plain.state = "RUNNING";
-    plain.submitTime = plain.startTime = cluster_.now - 10;
-    plain.timeLimitSeconds = 3600;
-    cluster_.jobs.push_back(plain);
+    const ClusterJob plain = runningJob(cluster_.nextId++, 65534, 10);
     tables_.events.insert("capped-" + std::to_string(plain.id), "step_start", "capped", plain.id,
         Json { { "chain", "capped" }, { "step", "batch" }, { "job_id", plain.id } }, 0);
     tick();
@@ -709,13 +697,7 @@ TEST_F(ProvisionerTest, OneOwnersHungScancelDelaysNoOtherOwnersHandoverSignal)
 // chain (batond would submit its successors as root), and no read of its batch script is made.
 TEST_F(ProvisionerTest, AJobOfRootRegistersNoChain)
 {
-    ClusterJob rootJob;
-    rootJob.id = cluster_.nextId++;
-    rootJob.userId = 0;
-    rootJob.state = "RUNNING";
-    rootJob.submitTime = rootJob.startTime = cluster_.now - 10;
-    rootJob.timeLimitSeconds = 3600;
-    cluster_.jobs.push_back(rootJob);
+    const ClusterJob rootJob = runningJob(cluster_.nextId++, 0, 10);
     tables_.events.insert("root-" + std::to_string(rootJob.id), "step_start", "as-root", rootJob.id,
         Json { { "chain", "as-root" }, { "step", "batch" }, { "job_id", rootJob.id } }, 0);
     tick();
@@ -733,14 +715,8 @@ TEST_F(ProvisionerTest, AnEarlierJobRequeuedAfterTheChainMovedOnIsCancelled)
     connection_.exec(moveOn, baton::db::Params(first.id));
     const ChainRow chain = *tables_.chains.find(first.id);
     cluster_.end(1, "COMPLETED");
-    ClusterJob current;
-    current.id = cluster_.nextId++;
-    current.userId = 65534;
-    current.state = "RUNNING";
-    current.submitTime = current.startTime = cluster_.now - 30;
-    current.timeLimitSeconds = 3600;
-    current.comment = Submitter::submissionKey(chain, 2);
-    cluster_.jobs.push_back(current);
+    ClusterJob current = runningJob(cluster_.nextId++, 65534, 30);
+    cluster_.jobs.back().comment = current.comment = Submitter::submissionKey(chain, 2);
     tables_.jobs.upsert(chain.id, 2, current);
     ClusterJob requeued = current;
     requeued.id = cluster_.nextId++;
