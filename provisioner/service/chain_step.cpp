@@ -304,20 +304,16 @@ void Provisioner::sendHandoverSignals()
             logWarning("chain " + label + ": the handover signal to job " + job + " left for the next tick");
             continue;
         }
-        try {
-            if (actions[i].error)
-                std::rethrow_exception(actions[i].error);
-        } catch (const SlurmError& error) {
+        std::optional<SlurmError> failure;
+        const ActionOutcome outcome = outcomeOf(actions[i], chain, failure);
+        if (outcome == ActionOutcome::SlurmFailed) {
             metrics_.chainErrors("slurm").Increment();
-            logWarning("chain " + label + ": the handover signal to job " + job + " failed (" + error.what()
+            logWarning("chain " + label + ": the handover signal to job " + job + " failed (" + failure->what()
                 + "); sent again next tick");
-            slurmCallFailed(chain, error);
-            continue;
-        } catch (const std::exception& error) {
-            chainFailed(chain, "internal", error.what(), false);
-            continue;
+            slurmCallFailed(chain, *failure);
         }
-        slurmTimeouts_.erase(chain.id);
+        if (outcome != ActionOutcome::Done)
+            continue;
         if (signals[i].why == HandoverSignal::Why::Preempt)
             tables_.chains.setPreemptRequested(chain.id, false);
         else

@@ -353,21 +353,40 @@ void Provisioner::withdrawEarlierJobsRunningAgain(const std::vector<LiveChain>& 
         const ChainRow& chain = *stale[i].first;
         const std::string what = "chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(stale[i].second)
             + ", of a seq before its current " + std::to_string(chain.seq) + ", runs or waits again (requeued)";
-        if (!actions[i].ran)
-            continue; // next tick
-        try {
-            if (actions[i].error)
-                std::rethrow_exception(actions[i].error);
+        std::optional<SlurmError> failure;
+        if (!actions[i].ran) // next tick
+            continue;
+        switch (outcomeOf(actions[i], chain, failure)) {
+        case ActionOutcome::Done:
             metrics_.handovers("requeued").Increment();
             logWarning(what + "; cancelled");
-        } catch (const SlurmError& error) {
+            break;
+        case ActionOutcome::SlurmFailed:
             metrics_.chainErrors("slurm").Increment();
-            logWarning(what + "; its scancel failed (" + error.what() + "), tried again next tick");
-            slurmCallFailed(chain, error);
-        } catch (const std::exception& error) {
-            chainFailed(chain, "internal", error.what(), false);
+            logWarning(what + "; its scancel failed (" + failure->what() + "), tried again next tick");
+            slurmCallFailed(chain, *failure);
+            break;
+        case ActionOutcome::Settled:
+            break;
         }
     }
+}
+
+Provisioner::ActionOutcome Provisioner::outcomeOf(
+    const OwnerAction& action, const ChainRow& chain, std::optional<SlurmError>& failure)
+{
+    try {
+        if (action.error)
+            std::rethrow_exception(action.error);
+    } catch (const SlurmError& error) {
+        failure = error;
+        return ActionOutcome::SlurmFailed;
+    } catch (const std::exception& error) {
+        chainFailed(chain, "internal", error.what(), false);
+        return ActionOutcome::Settled;
+    }
+    slurmTimeouts_.erase(chain.id);
+    return ActionOutcome::Done;
 }
 
 void Provisioner::runSlurmActions(std::vector<OwnerAction>& actions)

@@ -136,6 +136,11 @@ private:
     // The tick's Slurm actions of many owners, each owner's in order, different owners' at once; none
     // started later than one Slurm call's timeout into the batch.
     void runSlurmActions(std::vector<OwnerAction>& actions);
+    // How a Slurm action the runner ran for `chain` ended: Done (its timeouts in a row forgotten),
+    // SlurmFailed (`failure` holds slurmctld's or the command's error; the caller reports it and calls
+    // slurmCallFailed), or Settled (anything else, recorded here as the chain's internal failure).
+    enum class ActionOutcome { Done, SlurmFailed, Settled };
+    ActionOutcome outcomeOf(const OwnerAction& action, const ChainRow& chain, std::optional<SlurmError>& failure);
     // A chain's sbatch or scancel failed; one whose calls time out quarantineAfterFailures times in a row
     // is quarantined (its owner's working directory or processes hang every call).
     void slurmCallFailed(const ChainRow& chain, const SlurmError& error);

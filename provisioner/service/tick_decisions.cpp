@@ -111,15 +111,20 @@ std::size_t Provisioner::startSubmissions(
                 + " left for the next tick (its owner's earlier Slurm calls took this tick's time)");
             continue;
         }
+        std::optional<SlurmError> failure;
         try {
-            if (actions[i].error)
-                std::rethrow_exception(actions[i].error);
-            slurmTimeouts_.erase(chain.id);
-            if (const auto jobId = submitter_.outcome(chain, p.seq, p.reason, p.jobId, nullptr))
-                submitted.push_back(SubmittedJob { p.request.key, chain.id, *jobId, p.predictedWait });
-        } catch (const SlurmError& error) {
-            submitter_.outcome(chain, p.seq, p.reason, std::nullopt, &error);
-            slurmCallFailed(chain, error);
+            switch (outcomeOf(actions[i], chain, failure)) {
+            case ActionOutcome::Done:
+                if (const auto jobId = submitter_.outcome(chain, p.seq, p.reason, p.jobId, nullptr))
+                    submitted.push_back(SubmittedJob { p.request.key, chain.id, *jobId, p.predictedWait });
+                break;
+            case ActionOutcome::SlurmFailed:
+                submitter_.outcome(chain, p.seq, p.reason, std::nullopt, &*failure);
+                slurmCallFailed(chain, *failure);
+                break;
+            case ActionOutcome::Settled:
+                break;
+            }
         } catch (const db::DbError& error) {
             if (!db::isChainDataError(error))
                 throw;
