@@ -347,11 +347,12 @@ def stage_app(state, layout):
 
 def namespaces_work():
     """Whether this machine can hold a multi-node cluster (deploy/local/cluster.sh): root, iproute2,
-    and a network namespace that can be made."""
+    and the namespaces cluster.sh gives each node, made as it makes them (network, mount with its /
+    a slave of this machine's, host name), so that where they would fail the demo uses one node."""
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("unshare") is None:
         return False
-    return subprocess.run(["unshare", "--net", "true"], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, timeout=30).returncode == 0
+    return subprocess.run(["unshare", "--net", "--mount", "--uts", "--propagation", "slave", "true"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode == 0
 
 
 def as_user(argv):

@@ -37,7 +37,8 @@ release_root() { # ends every process in the root and unmounts everything under 
     for pid in /proc/[0-9]*; do
         [ "$(readlink "$pid/root" 2>/dev/null)" = "$root" ] && kill -9 "${pid#/proc/}" 2>/dev/null
     done
-    mounts_under_root() { findmnt -rn -o TARGET | { grep -F "$root/" || true; } | sort -r; }
+    # The root's own mount (see below) goes last: sort -r puts "$root" after everything under it.
+    mounts_under_root() { findmnt -rn -o TARGET | awk -v r="$root" '$0 == r || index($0, r "/") == 1' | sort -r; }
     [ -z "$(mounts_under_root)" ] || sleep 1
     mounts_under_root | while read -r target; do
         umount "$target" 2>/dev/null || umount -l "$target" || true
@@ -101,6 +102,14 @@ mount_in() { # mount_in TARGET MOUNT-ARGS...
     mount "$@" "$target" || cannot_host "mount $* $target refused"
 }
 trap release_root EXIT
+# The root is made a mount point of its own (a bind mount onto itself), as / is on a machine: a mount
+# namespace made inside it (deploy/local/cluster.sh's nodes: unshare --propagation slave) must be able
+# to change the propagation of its /, which the kernel refuses for a directory that is no mount point.
+# It is a peer group of its own (private, then shared, as / is under systemd): what is mounted in the
+# root reaches those namespaces and nothing of it propagates back to this machine.
+mount --bind "$root" "$root" || cannot_host "mount --bind $root $root refused"
+mount --make-private "$root"
+mount --make-shared "$root"
 mount_in proc -t proc proc
 mount_in sys -t sysfs sysfs
 # The host's cgroup hierarchy (a fresh sysfs has none mounted): Slurm 22.05's slurmd (Debian 12) will not
