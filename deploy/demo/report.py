@@ -200,10 +200,42 @@ def text(s):
     return "\n".join(lines) + "\n"
 
 
+def place_labels(fig, ax, labels):
+    """Each job's label stays inside its running bar where it fits before the first final checkpoint;
+    else it goes in dark text after the bar's end, or before its queued part where the axis ends
+    first, so that no bar or checkpoint line cuts it."""
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    axis_left, axis_right = ax.get_window_extent(renderer).x0, ax.get_window_extent(renderer).x1
+    pad = 4  # pixels between a label and what it is beside
+    for text, submit, start, free_end, end in labels:
+        width = text.get_window_extent(renderer).width
+        if to_px((start, 0))[0] + pad + width <= to_px((free_end, 0))[0] - pad:
+            continue
+        text.set_color("#1f2d3d")
+        after = to_px((end, 0))[0] + pad
+        if after + width <= axis_right or to_px((submit, 0))[0] - pad - width < axis_left:
+            text.set_position((ax.transData.inverted().transform((after, 0))[0], text.get_position()[1]))
+            text.set_horizontalalignment("left")
+        else:
+            before = to_px((submit, 0))[0] - pad
+            text.set_position((ax.transData.inverted().transform((before, 0))[0], text.get_position()[1]))
+            text.set_horizontalalignment("right")
+
+
 def timeline(output, s):
+    """The timeline (timeline_figure) as SVG and PNG in the output folder."""
+    import matplotlib.pyplot as plt
+    fig, _, _ = timeline_figure(s)
+    fig.savefig(f"{output}/timeline.svg")
+    fig.savefig(f"{output}/timeline.png", dpi=110)
+    plt.close(fig)
+
+
+def timeline_figure(s):
     """Jobs as bars on a time axis (queued part light, running part solid), checkpoints as ticks on
     their job's bar (final ones red), handovers as arrows from the TERM to the predecessor's end,
-    overlaps green and gaps red."""
+    overlaps green and gaps red. Returns the figure, its axes and each job's label with its job."""
     import matplotlib
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "baton-demo"  # the same picture gives the same SVG
@@ -215,6 +247,7 @@ def timeline(output, s):
     jobs = s["jobs"]
     fig, ax = plt.subplots(figsize=(11, 1.2 + 0.7 * max(len(jobs), 1)))
     rows = {j["job_id"]: i for i, j in enumerate(jobs)}
+    labels = []
     for j in jobs:
         y = rows[j["job_id"]]
         end = j["end_unix"] or s["last_end_unix"]
@@ -222,9 +255,14 @@ def timeline(output, s):
                 color="#d0d7e1", edgecolor="#8a96a8")
         ax.barh(y, end - j["start_unix"], left=j["start_unix"] - t0, height=0.5, color="#4878a8")
         on = f"  on {j['node']}" if j.get("node") else ""
-        ax.text(j["start_unix"] - t0 + 1, y - 0.08,
-                f"job {j['job_id']}{on}  steps {j['resumed_step']}-{j['reached_step']}",
-                va="center", color="white", fontsize=8)
+        # The label goes inside the running bar, before its first final checkpoint (a full-height line),
+        # where it fits; placed once the axis is laid out (see below).
+        finals = [c["created_unix"] for c in s["checkpoints"] if c["job_id"] == j["job_id"] and c.get("final")]
+        free_end = min([end] + [f for f in finals if f >= j["start_unix"]])
+        labels.append((ax.text(j["start_unix"] - t0 + 1, y - 0.08,
+                               f"job {j['job_id']}{on}  steps {j['resumed_step']}-{j['reached_step']}",
+                               va="center", color="white", fontsize=8, zorder=3),
+                       j["submit_unix"] - t0, j["start_unix"] - t0, free_end - t0, end - t0))
     for c in s["checkpoints"]:
         if c["job_id"] not in rows:
             continue
@@ -264,6 +302,5 @@ def timeline(output, s):
               frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(f"{output}/timeline.svg")
-    fig.savefig(f"{output}/timeline.png", dpi=110)
-    plt.close(fig)
+    place_labels(fig, ax, labels)
+    return fig, ax, [(text, job) for (text, *_), job in zip(labels, jobs)]
