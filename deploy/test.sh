@@ -2,7 +2,8 @@
 # The test command: bootstrap the machine if needed, configure, build, and run every suite
 # (unit, pg, slurm, e2e) against real PostgreSQL and Slurm started in temporary directories; then, as
 # root, the live chain benchmark's quick form and the other supported Debian release (13 on 12, 12 on
-# 13) in a clean root: its werror build without CUDA and its unit and slurm suites.
+# 13) in a clean root: its werror build without CUDA, its unit and slurm suites, the quick demo and one
+# multi-node test (namespaced nodes inside the root).
 #   BATON_BUILD_DIR      build directory (default: build)
 #   BATON_OTHER_RELEASE  12, 13 or none (default: the release this machine does not run)
 #   BATON_OTHER_ROOT     where that clean root is kept (default: /var/cache/baton/<codename>)
@@ -111,9 +112,11 @@ fi
 
 if [ "$other" != none ]; then
     wait "$other_job"
-    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites"
+    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites, demo_test, cluster_handover_test"
     other_job=
-    deploy/local/debian-root.sh "$other" "$other_root" $other_build deploy/test.sh --suite unit --suite slurm
+    # meson test takes suites or names, not both at once: two runs of the test command in one root.
+    deploy/local/debian-root.sh "$other" "$other_root" $other_build bash -c \
+        'deploy/test.sh --suite unit --suite slurm && deploy/test.sh demo_test cluster_handover_test'
 fi
 
 # Where nvcc made a CUDA build and no other release ran, the host-only build (what a machine without

@@ -1,6 +1,10 @@
 // The faults the chaos test injects, and the requests and files they are made of.
 #include "chaos_fixture.hpp"
 
+#include "baton/ckpt/checkpointer.hpp"
+
+#include <dirent.h>
+
 namespace baton::chaos::fixture {
 
 std::optional<chaos::DbChain> ChaosTest::chainRow(const ChainSpec& spec) const
@@ -318,6 +322,8 @@ void ChaosTest::killBatond(const chaos::Fault& fault)
         victim = batonds_[0].get();
     }
     victim->stop(SIGKILL);
+    // Until the restarted instance or the standby leads again (the check adds its grace).
+    addDisturbance(fault.durationSeconds, -1, "batond killed");
     note("SIGKILL batond on port " + std::to_string(victim->port()) + ", back in "
         + std::to_string(fault.durationSeconds) + " s");
     sleepThrough(fault);
@@ -368,6 +374,190 @@ void ChaosTest::freezeSlurmctld(const chaos::Fault& fault)
     note("slurmctld thawed");
 }
 
+void ChaosTest::addDisturbance(double seconds, std::int64_t uid, const std::string& what)
+{
+    const auto start = static_cast<double>(epochNow());
+    const std::lock_guard lock(mutex_);
+    disturbances_.push_back(chaos::Disturbance { start, start + seconds, uid, what });
+}
+
+void ChaosTest::prepareOthersLocalDirs()
+{
+    const User& attacker = users_.back();
+    const auto makeOwn = [&](const fs::path& dir) {
+        fs::create_directories(dir);
+        // Writable by everyone: the victim's jobs could have used it, had the plugin offered it.
+        if (::chmod(dir.c_str(), 0777) != 0 || ::chown(dir.c_str(), attacker.uid, attacker.uid) != 0)
+            throw std::runtime_error("cannot prepare " + dir.string());
+    };
+    makeOwn(localRoot() / users_[0].name);
+    makeOwn(localRoot() / (attacker.name + "-decoy"));
+    const fs::path link = localRoot() / users_[1].name;
+    fs::create_symlink(localRoot() / (attacker.name + "-decoy"), link);
+    if (::lchown(link.c_str(), attacker.uid, attacker.uid) != 0)
+        throw std::runtime_error("cannot chown " + link.string());
+    preparedByAnother_ = { users_[0].uid, users_[1].uid };
+    note(attacker.name + " made " + users_[0].name + "'s node-local directory, and " + users_[1].name
+        + "'s a link to his own");
+}
+
+void ChaosTest::foreignLocalCheckpoint(const chaos::Fault& fault)
+{
+    const User& attacker = users_.back();
+    const int victim = fault.other % 2;
+    const ChainSpec* target = nullptr;
+    for (std::size_t k = 0; k < specs_.size() && !target; ++k) {
+        const ChainSpec& spec = specs_[(static_cast<std::size_t>(fault.chain) + k) % specs_.size()];
+        if (spec.user == victim)
+            target = &spec;
+    }
+    if (!target)
+        return;
+    const fs::path dir = (victim == 0 ? localRoot() / users_[0].name : localRoot() / (attacker.name + "-decoy"))
+        / target->name;
+    const std::uint64_t iteration = foreignIterationFloor + static_cast<std::uint64_t>(foreignCount_++);
+    // What the attacker's own program would write with the library: the chain job's one region, each
+    // word what that iteration of the chain job holds, so that a restore of it would even verify.
+    baton::ckpt::Options options;
+    options.chainDir = dir;
+    options.keep = 100;
+    options.fileMode = 0644;
+    options.directIo = false;
+    options.jobId = 1;
+    options.chainSeq = 0;
+    options.log = [](std::string_view) {};
+    std::vector<std::uint64_t> weights(1 << 17);
+    for (std::size_t i = 0; i < weights.size(); ++i)
+        weights[i] = iteration * 1000003u + i;
+    bool committed = false;
+    {
+        baton::ckpt::Checkpointer writer(options);
+        writer.registerRegion("weights", weights.data(), weights.size() * sizeof weights[0]);
+        committed = writer.checkpointNow(iteration);
+    }
+    std::error_code error;
+    for (fs::recursive_directory_iterator it(dir, error), end; !error && it != end; it.increment(error))
+        if (::lchown(it->path().c_str(), attacker.uid, attacker.uid) != 0)
+            note("chown " + it->path().string() + " failed");
+    if (::chown(dir.c_str(), attacker.uid, attacker.uid) != 0)
+        note("chown " + dir.string() + " failed");
+    note(attacker.name + " planted a valid checkpoint at iteration " + std::to_string(iteration) + " in "
+        + dir.string() + " for " + users_[victim].name + "/" + target->name + (committed ? "" : " (NOT committed)"));
+}
+
+std::vector<pid_t> ChaosTest::batondChildrenOf(uid_t uid) const
+{
+    std::set<pid_t> parents;
+    for (const auto& instance : batonds_)
+        if (const pid_t pid = instance->pid(); pid > 0)
+            parents.insert(pid);
+    std::vector<pid_t> children;
+    std::error_code error;
+    for (fs::directory_iterator it("/proc", error), end; !error && it != end; it.increment(error)) {
+        const std::string name = it->path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        std::ifstream status(it->path() / "status");
+        pid_t parent = 0;
+        long realUid = -1;
+        for (std::string line; std::getline(status, line);) {
+            if (line.rfind("PPid:", 0) == 0)
+                parent = static_cast<pid_t>(std::atol(line.c_str() + 5));
+            else if (line.rfind("Uid:", 0) == 0)
+                realUid = std::atol(line.c_str() + 4);
+        }
+        if (parents.contains(parent) && realUid == static_cast<long>(uid))
+            children.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+    return children;
+}
+
+void ChaosTest::stopOwnersCalls(const chaos::Fault& fault)
+{
+    const User owner = users_[static_cast<std::size_t>(fault.other) % users_.size()];
+    const double until = now() + fault.durationSeconds;
+    note("stopping batond's next calls as " + owner.name + " for up to " + std::to_string(static_cast<int>(fault.durationSeconds)) + " s");
+    background_.emplace_back([this, owner, until] {
+        std::set<pid_t> stopped;
+        while (now() < until && !stopObserver_) {
+            {
+                const std::lock_guard lock(mutex_);
+                if (stoppedCalls_[owner.uid] >= maxStoppedCallsPerOwner)
+                    return;
+            }
+            for (const pid_t pid : batondChildrenOf(owner.uid)) {
+                if (!stopped.insert(pid).second || ::kill(pid, SIGSTOP) != 0)
+                    continue;
+                {
+                    const std::lock_guard lock(mutex_);
+                    ++stoppedCalls_[owner.uid];
+                }
+                // Until batond kills it at its Slurm timeout, and the owner's next tick has run.
+                addDisturbance(static_cast<double>(slurmTimeoutSeconds) + 5, owner.uid, "stopped call of " + owner.name);
+                note("SIGSTOP batond's child " + std::to_string(pid) + " running as " + owner.name);
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+    });
+}
+
+void ChaosTest::spoolFlood(const chaos::Fault& fault)
+{
+    const ChainSpec& spec = liveTarget(fault.chain);
+    const User& owner = users_[spec.user];
+    const fs::path dir = chainDir(owner.name, spec.name);
+    if (!fs::exists(dir)) {
+        note("spool flood: " + dir.string() + " does not exist yet; skipped");
+        return;
+    }
+    const auto chain = chainRow(spec);
+    const auto running = chain ? chainJobs(*chain, "RUNNING") : std::vector<chaos::SlurmJob> {};
+    const std::int64_t jobId = running.empty() ? 1 : running.front().id;
+    const fs::path spool = dir / ".baton-spool";
+    fs::create_directories(spool);
+    {
+        std::ofstream out(spool / "events.jsonl", std::ios::app);
+        for (int i = 0; i < 20000; ++i) {
+            const std::uint64_t iteration = plantedIterationFloor + 500 + static_cast<std::uint64_t>(i % 400);
+            out << Json { { "job_id", jobId },
+                       { "checkpoint", { { "name", baton::contract::checkpointDirName(iteration) },
+                                           { "iteration", iteration }, { "created_unix", 1.7e9 + i },
+                                           { "total_bytes", 10 }, { "padding", std::string(900, 'x') } } } }
+                       .dump()
+                << "\n";
+        }
+    }
+    for (const fs::path& p : { spool, spool / "events.jsonl" })
+        if (::chown(p.c_str(), owner.uid, owner.uid) != 0)
+            note("chown " + p.string() + " failed");
+    note("spool flood: 20000 hints of 1 kB for job " + std::to_string(jobId) + " in " + spool.string());
+}
+
+void ChaosTest::eventFlood(const chaos::Fault& fault)
+{
+    const ChainSpec& spec = liveTarget(fault.chain);
+    const auto chain = chainRow(spec);
+    const auto running = chain ? chainJobs(*chain, "RUNNING") : std::vector<chaos::SlurmJob> {};
+    if (running.empty()) {
+        note("event flood: " + spec.name + " has no running job; skipped");
+        return;
+    }
+    const std::int64_t jobId = running.front().id;
+    int accepted = 0;
+    int other = 0;
+    const int port = apiPort();
+    for (int i = 0; i < 1500; ++i) {
+        const std::string body = Json { { "version", 2 }, { "kind", "step_start" }, { "chain", spec.name },
+            { "job_id", jobId }, { "idempotency_key", std::to_string(jobId) + ".flood." + std::to_string(i) } }
+                                     .dump();
+        const HttpReply reply = send(port, "POST", "/v1/events", body,
+            "MUNGE " + baton::munge::encode(baton::munge::requestPayload("POST", "/v1/events", body)), 10);
+        (reply.status == 202 ? accepted : other) += 1;
+    }
+    note("event flood: 1500 step_start events for job " + std::to_string(jobId) + " of " + spec.name + ": "
+        + std::to_string(accepted) + " accepted, " + std::to_string(other) + " not");
+}
+
 void ChaosTest::inject(const chaos::Fault& fault)
 {
     ChainSpec& spec = specs_[static_cast<std::size_t>(fault.chain) % specs_.size()];
@@ -415,6 +605,18 @@ void ChaosTest::inject(const chaos::Fault& fault)
         return;
     case chaos::FaultKind::SlurmctldFreeze:
         freezeSlurmctld(fault);
+        return;
+    case chaos::FaultKind::ForeignLocalDir:
+        foreignLocalCheckpoint(fault);
+        return;
+    case chaos::FaultKind::StoppedChild:
+        stopOwnersCalls(fault);
+        return;
+    case chaos::FaultKind::SpoolFlood:
+        spoolFlood(fault);
+        return;
+    case chaos::FaultKind::EventFlood:
+        eventFlood(fault);
         return;
     }
 }

@@ -61,6 +61,17 @@ inline constexpr double outageGraceSeconds = 30;
 inline constexpr std::int64_t plainRegisterBoundSeconds = 60;
 // Manifests the test plants are named above every real iteration the run reaches.
 inline constexpr std::uint64_t plantedIterationFloor = 999'999'999'000ULL;
+// The checkpoints the attacker plants in node-local directories he prepared for others: valid ones,
+// written with the library, at iterations no real chain reaches (and below the hostile manifests').
+inline constexpr std::uint64_t foreignIterationFloor = 900'000'000'000ULL;
+// batond's Slurm timeout (--slurm-timeout-seconds) and the bound on a handover's TERM: one call's
+// timeout that another owner's stopped call may cost, on top of what a handover takes here (a tick to
+// see the successor run, the signal, the final checkpoint) with room for a loaded machine.
+inline constexpr std::int64_t slurmTimeoutSeconds = 10;
+inline constexpr std::int64_t handoverTermBoundSeconds = slurmTimeoutSeconds + 15;
+// Calls of one owner the stopped-child faults stop in a whole run: below the three timeouts in a row
+// that quarantine a chain.
+inline constexpr int maxStoppedCallsPerOwner = 2;
 
 // A batond process that can say whether it is the active instance.
 class Batond : public baton::test::BatondProcess {
@@ -139,6 +150,12 @@ protected:
     Snapshot readDatabase() const;
     fs::path chainDir(const std::string& user, const std::string& name) const;
     std::string userNameOf(std::int64_t uid) const;
+    fs::path localRoot() const { return base_->path() / "local"; }
+    // The jobs' outputs (work/job-ID.out), read again while their jobs may still write.
+    void readJobOutputs(const std::map<std::int64_t, chaos::SlurmJob>& slurm);
+    void checkJobs(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+        std::vector<chaos::Violation>& found);
+    void addDisturbance(double seconds, std::int64_t uid, const std::string& what); // from now, epoch-based
 
     // The newest real checkpoint in a chain directory (the test's planted ones excluded).
     std::int64_t diskIteration(const fs::path& dir) const;
@@ -194,6 +211,22 @@ protected:
     // running for two minutes, for batond to find when it reconciles an intent by its key.
     void forgedComment(const ChainSpec& spec, int other);
     void plainSbatchChain(const chaos::Fault& fault);
+
+    // Before any job: the attacker (the last user) makes the first user's node-local directory himself,
+    // and the second user's a link to a directory of his own, as one job array reaching every node could.
+    void prepareOthersLocalDirs();
+    // The attacker writes a valid checkpoint (the chain job's region, with the library) above every real
+    // iteration into a directory he prepared for a victim's chain: it must never be restored.
+    void foreignLocalCheckpoint(const chaos::Fault& fault);
+    // batond's next calls for one owner (a child of batond running as that owner) are SIGSTOPped, at most
+    // maxStoppedCallsPerOwner in the run; batond kills them at its Slurm timeout. In the background.
+    void stopOwnersCalls(const chaos::Fault& fault);
+    std::vector<pid_t> batondChildrenOf(uid_t uid) const;
+    // Thousands of large checkpoint hints in one chain's spool, written as its owner.
+    void spoolFlood(const chaos::Fault& fault);
+    // Thousands of plugin events for one running job, posted as the plugin (root) does: a user's many
+    // srun steps.
+    void eventFlood(const chaos::Fault& fault);
     Batond* leader();
     void beginOutage(const std::string& what);
     void endOutage();
@@ -255,6 +288,13 @@ protected:
     int plantedCount_ = 0;
     int hostileArgsCount_ = 0;
     int plainCount_ = 0;
+    std::set<std::int64_t> preparedByAnother_; // uids whose node-local directory the attacker made
+    std::vector<chaos::Disturbance> disturbances_; // epoch seconds
+    std::map<std::int64_t, chaos::JobOutput> outputs_; // by job id
+    std::vector<double> termLatencies_; // of the handovers judged in the last round
+    std::map<uid_t, int> stoppedCalls_;
+    std::vector<std::thread> background_; // faults that last (stopped calls): joined before the summary
+    int foreignCount_ = 0;
 };
 
 } // namespace baton::chaos::fixture

@@ -498,6 +498,134 @@ inline std::optional<Violation> checkUnrequestedPause(
         "paused without a pause request or a cancelled running job; reason '" + chain.reason + "'", at };
 }
 
+// ---------------------------------------------------------------------------------------------------
+// What the jobs say (tests/spank_plugin/ckpt_chain_job.cpp's lines in each job's output)
+
+struct JobOutput {
+    bool restored = false;
+    std::uint64_t restoredIteration = 0;
+    bool restoredIntact = true; // every restored word is what that iteration wrote
+    bool restoredNodeLocal = false; // from the node-local level, not the chain directory
+    std::vector<std::int64_t> finalCheckpoints; // epoch seconds at which each final checkpoint committed
+};
+
+inline JobOutput parseJobOutput(const std::string& text)
+{
+    JobOutput output;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        std::string a, b, c, d, e;
+        words >> a >> b >> c >> d >> e;
+        if (a == "restored" && b == "iteration" && c.find_first_not_of("0123456789") == std::string::npos
+            && !c.empty() && c.size() <= 19) {
+            output.restored = true;
+            output.restoredIteration = std::stoull(c);
+            output.restoredIntact = d == "verified";
+        } else if (a == "restored" && b == "from") {
+            output.restoredNodeLocal = line.find("node-local") != std::string::npos;
+        } else if (a == "final" && b == "checkpoint" && e == "committed") {
+            std::string at, when;
+            words >> at >> when;
+            if (at == "at" && !when.empty() && when.size() <= 18
+                && when.find_first_not_of("0123456789") == std::string::npos)
+                output.finalCheckpoints.push_back(std::stoll(when));
+        }
+    }
+    return output;
+}
+
+// No job restores bytes that its own chain did not write: nothing corrupt, nothing at an iteration that
+// only a checkpoint another user planted has (foreignFloor and above), and nothing from a node-local
+// level for an owner whose node-local directory another user made (the plugin must not offer it).
+inline std::vector<Violation> checkRestores(const std::map<std::int64_t, JobOutput>& outputs,
+    const std::map<std::int64_t, SlurmJob>& slurm, const std::set<std::int64_t>& preparedByAnotherUid,
+    std::uint64_t foreignFloor)
+{
+    std::vector<Violation> found;
+    for (const auto& [jobId, output] : outputs) {
+        if (!output.restored)
+            continue;
+        const auto job = slurm.find(jobId);
+        const std::int64_t uid = job == slurm.end() ? -1 : job->second.uid;
+        const std::string subject = "job " + std::to_string(jobId);
+        const std::string what = "restored iteration " + std::to_string(output.restoredIteration) + " from the "
+            + (output.restoredNodeLocal ? "node-local level" : "chain directory");
+        if (!output.restoredIntact)
+            found.push_back(Violation { "restore_corrupt", subject, what + ", and its bytes are not that iteration's" });
+        if (output.restoredIteration >= foreignFloor)
+            found.push_back(Violation { "foreign_bytes_restored", subject,
+                what + ": a checkpoint another user planted (iterations from " + std::to_string(foreignFloor) + ")" });
+        else if (output.restoredNodeLocal && preparedByAnotherUid.contains(uid))
+            found.push_back(Violation { "foreign_bytes_restored", subject,
+                what + ", in a node-local directory that another user made for uid " + std::to_string(uid) });
+    }
+    return found;
+}
+
+// An interval in epoch seconds in which batond, or a service it needs, was away (uid -1), or in which one
+// owner's Slurm calls were stopped on purpose (uid set): that owner's handovers may be late then, no
+// other owner's.
+struct Disturbance {
+    double start = 0;
+    double end = 1e18;
+    std::int64_t uid = -1;
+    std::string what;
+};
+
+// The handover bound across owners: once a successor starts, its running predecessor is told to hand over
+// (SIGTERM: it commits a final checkpoint) within `bound` seconds, or it ends within them, whatever
+// another owner's calls do. Handovers that a disturbance of the service (or of their own owner's calls)
+// overlaps, stretched by `grace`, are not judged. latencies: each judged handover's seconds, for the
+// summary.
+inline std::vector<Violation> checkHandoverTerms(const std::vector<DbChain>& chains, const std::vector<DbJob>& rows,
+    const std::map<std::int64_t, SlurmJob>& slurm, const std::map<std::int64_t, JobOutput>& outputs,
+    const std::vector<Disturbance>& disturbances, std::int64_t now, std::int64_t bound, double grace,
+    std::vector<double>* latencies = nullptr)
+{
+    std::vector<Violation> found;
+    for (const auto& [chainId, jobs] : jobsByChain(chains, rows, slurm)) {
+        for (const ChainJob& succ : jobs) {
+            const SlurmJob& s = *succ.job;
+            if (s.start <= 0 || now < s.start + bound)
+                continue;
+            for (const ChainJob& pred : jobs) {
+                const SlurmJob& p = *pred.job;
+                if (pred.seq != succ.seq - 1 || p.start <= 0 || p.start >= s.start
+                    || (p.end > 0 && p.end <= s.start))
+                    continue;
+                const auto output = outputs.find(p.id);
+                if (output == outputs.end())
+                    continue; // no output to read (yet): nothing to judge by
+                const double from = static_cast<double>(s.start) - 5;
+                const double to = static_cast<double>(s.start + bound);
+                const bool disturbed = std::any_of(disturbances.begin(), disturbances.end(),
+                    [&](const Disturbance& d) {
+                        return (d.uid < 0 || d.uid == p.uid) && d.start <= to && d.end + grace >= from;
+                    });
+                if (disturbed)
+                    continue;
+                std::optional<std::int64_t> told;
+                for (const std::int64_t at : output->second.finalCheckpoints)
+                    if (at >= s.start - 2 && (!told || at < *told))
+                        told = at;
+                if (p.end > 0 && (!told || p.end < *told))
+                    told = p.end;
+                if (told && *told <= s.start + bound) {
+                    if (latencies)
+                        latencies->push_back(static_cast<double>(std::max<std::int64_t>(0, *told - s.start)));
+                    continue;
+                }
+                found.push_back(Violation { "handover_term_late", chainLabel(chains, chainId),
+                    "job " + std::to_string(p.id) + " (seq " + std::to_string(pred.seq) + ") had no final checkpoint "
+                        + "and was still running " + std::to_string(bound) + " s after its successor "
+                        + std::to_string(s.id) + " started" });
+            }
+        }
+    }
+    return found;
+}
+
 // A refused POST /v1/chains changes nothing: no chain of that owner and name appears (or, where one
 // existed already, it is not made live by the refused request). refused: (owner uid, name) of each
 // refused creation with whether a chain of that name existed before it.

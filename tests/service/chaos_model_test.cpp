@@ -19,9 +19,9 @@ TEST(ChaosSchedule, IsAFunctionOfTheSeed)
     // Fixed values for one seed: a change of the generator (or of the standard library under it) that
     // would make a printed seed replay another schedule fails here.
     ASSERT_EQ(a.size(), 34u);
-    EXPECT_EQ(describe(a[0]), "t+47.5s slurmctld_stop chain=10 other=6 variant=21 for 29.0s");
-    EXPECT_EQ(describe(a[1]), "t+84.6s user_scancel_current chain=10 other=1 variant=11");
-    EXPECT_EQ(describe(a[2]), "t+89.5s hostile_manifest chain=10 other=9 variant=40");
+    EXPECT_EQ(describe(a[0]), "t+47.5s owner_action chain=10 other=6 variant=21");
+    EXPECT_EQ(describe(a[1]), "t+55.2s operator_action chain=0 other=10 variant=33");
+    EXPECT_EQ(describe(a[2]), "t+66.1s user_scancel_queued chain=0 other=10 variant=13");
 }
 
 TEST(ChaosSchedule, RespectsItsBounds)
@@ -53,6 +53,10 @@ TEST(ChaosSchedule, RespectsItsBounds)
         EXPECT_LE(counts[FaultKind::SlurmctldStop], options.maxSlurmctldStops);
         EXPECT_LE(counts[FaultKind::HostileManifest], options.maxHostileManifests);
         EXPECT_LE(counts[FaultKind::PlainSbatchChain], options.maxPlainSbatchChains);
+        EXPECT_LE(counts[FaultKind::ForeignLocalDir], options.maxForeignLocalDirs);
+        EXPECT_LE(counts[FaultKind::StoppedChild], options.maxStoppedChildren);
+        EXPECT_LE(counts[FaultKind::SpoolFlood], options.maxSpoolFloods);
+        EXPECT_LE(counts[FaultKind::EventFlood], options.maxEventFloods);
     }
     // Over many seeds every kind is drawn.
     std::set<FaultKind> seen;
@@ -148,6 +152,74 @@ TEST(ChaosInvariants, AWithdrawnJobGivesItsSeqBack)
     EXPECT_TRUE(checkDuplicateSeq(chains, rows, slurm).empty());
     slurm[11] = job(11, 1001, "baton:1:1:t", "CANCELLED", 1050, 1060); // it ran for 10 s
     EXPECT_EQ(checkDuplicateSeq(chains, rows, slurm).size(), 2u);
+}
+
+TEST(ChaosInvariants, AJobsOutputSaysWhatItRestored)
+{
+    const JobOutput output = parseJobOutput("seq 3\nrestored iteration 41 verified\nrestored from the node-local copy\n"
+                                            "training from iteration 42 at 1700000000.5\n"
+                                            "final checkpoint iteration 50 committed at 1700000030\n"
+                                            "final checkpoint iteration 51 FAILED at 1700000031\nexiting\n");
+    EXPECT_TRUE(output.restored);
+    EXPECT_EQ(output.restoredIteration, 41u);
+    EXPECT_TRUE(output.restoredIntact);
+    EXPECT_TRUE(output.restoredNodeLocal);
+    EXPECT_EQ(output.finalCheckpoints, std::vector<std::int64_t> { 1700000030 });
+    const JobOutput fresh = parseJobOutput("seq 0\nfresh start\nrestored iteration 99999999999999999999999 verified\n");
+    EXPECT_FALSE(fresh.restored) << "a number out of range is no restore";
+}
+
+TEST(ChaosInvariants, ARestoreOfAnotherUsersBytesIsFlagged)
+{
+    std::map<std::int64_t, SlurmJob> slurm;
+    slurm[10] = job(10, 1001, "baton:1:1", "RUNNING", 1000, 0);
+    std::map<std::int64_t, JobOutput> outputs;
+    outputs[10] = parseJobOutput("restored iteration 41 verified\nrestored from the chain directory\n");
+    EXPECT_TRUE(checkRestores(outputs, slurm, { 1001 }, 1'000'000).empty());
+    outputs[10] = parseJobOutput("restored iteration 41 verified\nrestored from the node-local copy\n");
+    EXPECT_TRUE(checkRestores(outputs, slurm, { 2002 }, 1'000'000).empty()) << "its own node-local level";
+    auto found = checkRestores(outputs, slurm, { 1001 }, 1'000'000);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].invariant, "foreign_bytes_restored");
+    outputs[10] = parseJobOutput("restored iteration 1000005 CORRUPT\nrestored from the chain directory\n");
+    found = checkRestores(outputs, slurm, {}, 1'000'000);
+    ASSERT_EQ(found.size(), 2u);
+    EXPECT_EQ(found[0].invariant, "restore_corrupt");
+    EXPECT_EQ(found[1].invariant, "foreign_bytes_restored");
+}
+
+TEST(ChaosInvariants, AHandoverTermLateBehindAnotherOwnerIsFlagged)
+{
+    std::map<std::int64_t, SlurmJob> slurm;
+    slurm[10] = job(10, 1001, "baton:1:0", "RUNNING", 1000, 0);
+    slurm[11] = job(11, 1001, "baton:1:1", "RUNNING", 1100, 0);
+    const std::vector<DbJob> rows { { 1, 0, 10 }, { 1, 1, 11 } };
+    std::map<std::int64_t, JobOutput> outputs;
+    outputs[10] = parseJobOutput("fresh start\n");
+    // Not judged before the bound has passed.
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1110, 25, 30).empty());
+    auto found = checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0].invariant, "handover_term_late");
+    // Told 4 s after its successor started: a latency of 4 s.
+    outputs[10] = parseJobOutput("final checkpoint iteration 9 committed at 1104\n");
+    std::vector<double> latencies;
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30, &latencies).empty());
+    EXPECT_EQ(latencies, std::vector<double> { 4 });
+    // Late while the service was away, or while this owner's own calls were stopped: not judged.
+    outputs[10] = parseJobOutput("fresh start\n");
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, { Disturbance { 1050, 1080, -1, "batond" } }, 1130,
+        25, 30).empty());
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, { Disturbance { 1090, 1120, 1001, "stopped" } },
+        1130, 25, 30).empty());
+    // Another owner's stopped calls are no excuse.
+    EXPECT_EQ(checkHandoverTerms(chains, rows, slurm, outputs, { Disturbance { 1090, 1120, 2002, "stopped" } },
+                  1130, 25, 30)
+                  .size(),
+        1u);
+    // A predecessor that ended by itself within the bound was not late.
+    slurm[10].end = 1110;
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30).empty());
 }
 
 TEST(ChaosInvariants, AForeignJobInAChainIsFlagged)

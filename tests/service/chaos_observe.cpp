@@ -273,6 +273,50 @@ void ChaosTest::checkChains(const Snapshot& snapshot, const std::vector<chaos::O
     }
 }
 
+void ChaosTest::readJobOutputs(const std::map<std::int64_t, chaos::SlurmJob>& slurm)
+{
+    const fs::path work = base_->path() / "work";
+    for (const auto& [id, job] : slurm) {
+        if (job.start <= 0)
+            continue;
+        // A job that ended long enough ago (its final lines flushed) is not read again.
+        if (outputs_.contains(id) && job.end > 0 && epochNow() - job.end > 10)
+            continue;
+        std::ifstream in(work / ("job-" + std::to_string(id) + ".out"));
+        if (!in)
+            continue;
+        std::string text((std::istreambuf_iterator<char>(in)), {});
+        outputs_[id] = chaos::parseJobOutput(text);
+    }
+}
+
+// What the jobs say: no restore of bytes another user wrote; no handover TERM late behind another
+// owner's calls.
+void ChaosTest::checkJobs(const Snapshot& snapshot, const std::map<std::int64_t, chaos::SlurmJob>& slurm,
+    std::vector<chaos::Violation>& found)
+{
+    readJobOutputs(slurm);
+    const auto add = [&](std::vector<chaos::Violation> more) {
+        found.insert(found.end(), more.begin(), more.end());
+    };
+    add(chaos::checkRestores(outputs_, slurm, preparedByAnother_, foreignIterationFloor));
+    count("foreign_bytes_restored", outputs_.size());
+    std::vector<chaos::Disturbance> disturbances;
+    {
+        const std::lock_guard lock(mutex_);
+        disturbances = disturbances_;
+        const double offset = static_cast<double>(epochNow()) - now();
+        for (const chaos::Outage& outage : outages_)
+            disturbances.push_back(chaos::Disturbance { outage.start + offset, outage.end + offset, -1, outage.what });
+    }
+    std::vector<double> latencies;
+    add(chaos::checkHandoverTerms(snapshot.chains, snapshot.jobs, slurm, outputs_, disturbances, epochNow(),
+        handoverTermBoundSeconds, outageGraceSeconds, &latencies));
+    count("handover_term_late", latencies.size());
+    const std::lock_guard lock(mutex_);
+    termLatencies_ = std::move(latencies);
+}
+
 void ChaosTest::observeAndCheck()
 {
     const std::lock_guard round(observeMutex_);
@@ -300,8 +344,10 @@ void ChaosTest::observeAndCheck()
     count("tick_failed");
     add(chaos::checkReplies(replies, outages, outageGraceSeconds));
     count("unclear_refusal", replies.size());
-    if (snapshot.dbOk && slurmOk)
+    if (snapshot.dbOk && slurmOk) {
         checkAgainstSlurm(snapshot, slurm, outages, at, found);
+        checkJobs(snapshot, slurm, found);
+    }
     if (snapshot.dbOk) {
         std::vector<chaos::RefusedCreation> refused;
         {

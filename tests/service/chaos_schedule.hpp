@@ -36,6 +36,12 @@ enum class FaultKind {
     SlurmctldStop, // stop slurmctld for ~30 s, start it again
     SlurmctldFreeze, // SIGSTOP slurmctld past batond's Slurm timeout (a call that times out after slurmctld
                      // may have accepted it), then SIGCONT
+    ForeignLocalDir, // the attacker (the last user) plants a valid checkpoint of his own in the node-local
+                     // directory he prepared for another user before that user's first job
+    StoppedChild, // batond's next Slurm calls for one owner are SIGSTOPped (a hung working directory or a
+                  // stopped child): they time out while the other owners' calls must go on
+    SpoolFlood, // an owner fills a chain's spool with many large checkpoint hints
+    EventFlood, // a flood of one job's plugin events (a user's many srun steps), posted as the plugin does
 };
 
 inline constexpr std::pair<FaultKind, const char*> faultKindNames[] = {
@@ -55,6 +61,10 @@ inline constexpr std::pair<FaultKind, const char*> faultKindNames[] = {
     { FaultKind::PostgresRestart, "postgres_restart" },
     { FaultKind::SlurmctldStop, "slurmctld_stop" },
     { FaultKind::SlurmctldFreeze, "slurmctld_freeze" },
+    { FaultKind::ForeignLocalDir, "foreign_local_dir" },
+    { FaultKind::StoppedChild, "stopped_child" },
+    { FaultKind::SpoolFlood, "spool_flood" },
+    { FaultKind::EventFlood, "event_flood" },
 };
 
 inline const char* nameOf(FaultKind kind)
@@ -98,6 +108,10 @@ struct ScheduleOptions {
     int maxHostileManifests = 2;
     int maxHostileRegistries = 1;
     int maxPlainSbatchChains = 1;
+    int maxForeignLocalDirs = 2;
+    int maxStoppedChildren = 2;
+    int maxSpoolFloods = 1;
+    int maxEventFloods = 1;
 };
 
 // Uniform integer in [0, n) from the engine's raw output: the same on every standard library.
@@ -138,6 +152,10 @@ inline constexpr std::pair<FaultKind, int> faultWeights[] = {
     { FaultKind::PostgresRestart, 2 },
     { FaultKind::SlurmctldStop, 2 },
     { FaultKind::SlurmctldFreeze, 2 },
+    { FaultKind::ForeignLocalDir, 2 },
+    { FaultKind::StoppedChild, 2 },
+    { FaultKind::SpoolFlood, 1 },
+    { FaultKind::EventFlood, 1 },
 };
 
 // How long a fault of these kinds lasts: uniform in [low, high] seconds; the others take no time.
@@ -151,6 +169,7 @@ inline constexpr DurationRange faultDurations[] = {
     { FaultKind::SlurmctldFreeze, 14, 20 },
     { FaultKind::LeaderFailover, 10, 25 },
     { FaultKind::BatondKill, 0, 2 },
+    { FaultKind::StoppedChild, 30, 60 }, // the window in which the owner's next two calls are stopped
 };
 
 // How many faults of a kind one schedule may hold.
@@ -169,6 +188,14 @@ inline int capOf(FaultKind kind, const ScheduleOptions& options)
         return options.maxHostileRegistries;
     case FaultKind::PlainSbatchChain:
         return options.maxPlainSbatchChains;
+    case FaultKind::ForeignLocalDir:
+        return options.maxForeignLocalDirs;
+    case FaultKind::StoppedChild:
+        return options.maxStoppedChildren;
+    case FaultKind::SpoolFlood:
+        return options.maxSpoolFloods;
+    case FaultKind::EventFlood:
+        return options.maxEventFloods;
     default:
         return 1 << 30;
     }

@@ -6,7 +6,9 @@
 // directories, chains are created with sbatch arguments that must be refused, another user submits a
 // job with a chain's key, a chain is begun with plain `sbatch --baton`, the active batond is SIGKILLed
 // (restarted at once, or after the standby took over), PostgreSQL restarts, slurmctld stops for ~30 s
-// or freezes past batond's Slurm timeout.
+// or freezes past batond's Slurm timeout, another user plants valid checkpoints in node-local directories
+// he made for others before their first jobs (one a link to his own), batond's calls for one owner are
+// SIGSTOPped (a hung working directory), and one chain's spool and one job's plugin events are flooded.
 //
 // After every injection (and every few seconds in between, and at the end) the invariants are checked
 // against slurmctld's facts (squeue --states=all; MinJobAge is raised so that ended jobs stay visible),
@@ -25,6 +27,12 @@
 //   unclear_refusal          every request got an answer: success, or a status with an error message;
 //                            inputs that must be refused are refused with a client error
 //   refused_input_changed_state  a refused chain creation leaves no chain behind
+//   foreign_bytes_restored   no job restores a checkpoint another user wrote (none at the planted
+//                            iterations, none from a node-local directory another user made)
+//   restore_corrupt          every restored word is what its iteration wrote
+//   handover_term_late       a running predecessor commits its final checkpoint (or ends) within one
+//                            Slurm timeout plus 15 s of its successor's start, whatever another owner's
+//                            calls do (handovers that batond's own outages overlap are not judged)
 // It prints the seed, the faults by kind, the checks and every violation; it passes with none.
 //
 //   BATON_CHAOS_SEED=N|random  the seed (default 42, the schedule the test command runs; "random" draws
@@ -92,12 +100,14 @@ void ChaosTest::SetUp()
 
     base_ = std::make_unique<TempDir>("baton-chaos");
     ::chmod(base_->path().c_str(), 0755);
-    for (const char* dir : { "chains", "work" }) {
+    // local: the node's scratch disk, where each user makes a node-local directory of his own.
+    for (const char* dir : { "chains", "work", "local" }) {
         fs::create_directory(base_->path() / dir);
         ::chmod((base_->path() / dir).c_str(), 01777);
     }
     for (int i = 0; i < userCount; ++i)
         users_.push_back(ensureUser("bchaos" + std::to_string(i + 1)));
+    prepareOthersLocalDirs();
 
     pg_ = std::make_unique<PostgresServer>();
     conninfo_ = pg_->createDatabase("baton");
@@ -108,7 +118,8 @@ void ChaosTest::SetUp()
     ports_[0] = freePort();
     ports_[1] = freePort();
     plugstack_ = "required " + std::string(SPANK_BATON_PATH) + " chain_root="
-        + (base_->path() / "chains").string() + "/%u url=http://127.0.0.1:" + std::to_string(ports_[0])
+        + (base_->path() / "chains").string() + "/%u local_root=" + localRoot().string()
+        + "/%u url=http://127.0.0.1:" + std::to_string(ports_[0])
         + " report_timeout=2 margin=10 handover_wait=60";
     slurm_ = std::make_unique<SlurmCluster>(std::vector<std::string> { plugstack_ });
     ::chmod(slurm_->dir().c_str(), 0755);
@@ -117,6 +128,10 @@ void ChaosTest::SetUp()
 
 void ChaosTest::TearDown()
 {
+    stopObserverThread();
+    for (std::thread& fault : background_)
+        if (fault.joinable())
+            fault.join();
     for (auto& instance : batonds_)
         instance->stop(SIGKILL);
     batonds_.clear();
@@ -153,7 +168,8 @@ std::vector<std::string> ChaosTest::batondArgs(int port, const std::string& name
     return { "--database", conninfo_, "--listen-port", std::to_string(port), "--tick-seconds", "1",
         "--policy", "avg", "--submit-lead-seconds", "40", "--instance-name", name,
         "--submit-grace-seconds", "16", "--handover-timeout-seconds",
-        std::to_string(handoverTimeoutSeconds), "--slurm-timeout-seconds", "10", "--log-level", "info" };
+        std::to_string(handoverTimeoutSeconds), "--slurm-timeout-seconds", std::to_string(slurmTimeoutSeconds),
+        "--log-level", "info" };
 }
 
 double ChaosTest::now() const
@@ -297,6 +313,16 @@ std::string ChaosTest::summary(const std::map<std::string, int>& scheduled, std:
     for (const auto& outage : outages_)
         summary << " " << outage.what << " t+" << static_cast<long long>(outage.start) << "..t+"
                 << static_cast<long long>(outage.end);
+    if (!termLatencies_.empty()) {
+        std::vector<double> sorted = termLatencies_;
+        std::sort(sorted.begin(), sorted.end());
+        summary << "\nhandover TERM after the successor's start (s), " << sorted.size() << " judged: median "
+                << sorted[sorted.size() / 2] << ", max " << sorted.back() << " (bound " << handoverTermBoundSeconds
+                << ")";
+    }
+    summary << "\nstopped calls:";
+    for (const auto& [uid, n] : stoppedCalls_)
+        summary << " " << userNameOf(uid) << " " << n;
     summary << "\ninvariants checked (evaluations):\n";
     for (const auto& [invariant, n] : checks_)
         summary << "  " << invariant << ": " << n << "\n";
@@ -340,6 +366,9 @@ TEST_F(ChaosTest, ManyChainsOfSeveralUsersUnderSeededFaults)
     note("faults done; settling for " + std::to_string(static_cast<int>(progressBound_ + 10)) + " s");
     std::this_thread::sleep_for(std::chrono::seconds(static_cast<int>(progressBound_ + 10)));
     stopObserverThread();
+    for (std::thread& fault : background_)
+        fault.join();
+    background_.clear();
     observeAndCheck();
 
     std::cout << summary(scheduled, injected) << std::flush;

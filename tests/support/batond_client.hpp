@@ -146,6 +146,11 @@ public:
         return pid_ > 0;
     }
     int port() const { return port_; }
+    pid_t pid() const // 0 while it is not running
+    {
+        const std::lock_guard lock(mutex_);
+        return pid_;
+    }
     const std::filesystem::path& logPath() const { return log_; }
     std::string log() const
     {
