@@ -109,7 +109,9 @@ struct ChainSpec {
 
 class ChaosTest : public testing::Test {
 protected:
-    static constexpr std::uint64_t defaultSeed = 42;
+    // The test command's schedule: one of the few 270-s schedules with 19 of the 20 kinds, each newer
+    // fault among them, and one owner's calls stopped where no outage covers them.
+    static constexpr std::uint64_t defaultSeed = 250464;
     void SetUp() override;
     void TearDown() override;
 

@@ -576,7 +576,7 @@ struct Disturbance {
 // The handover bound across owners: once a successor starts, its running predecessor is told to hand over
 // (SIGTERM: it commits a final checkpoint) within `bound` seconds, or it ends within them, whatever
 // another owner's calls do. Handovers that a disturbance of the service (or of their own owner's calls)
-// overlaps, stretched by `grace`, are not judged. latencies: each judged handover's seconds, for the
+// overlaps, stretched by `grace`, are not judged, nor those of a chain that is not live when they are. latencies: each judged handover's seconds, for the
 // summary.
 inline std::vector<Violation> checkHandoverTerms(const std::vector<DbChain>& chains, const std::vector<DbJob>& rows,
     const std::map<std::int64_t, SlurmJob>& slurm, const std::map<std::int64_t, JobOutput>& outputs,
@@ -584,7 +584,13 @@ inline std::vector<Violation> checkHandoverTerms(const std::vector<DbChain>& cha
     std::vector<double>* latencies = nullptr)
 {
     std::vector<Violation> found;
+    std::set<std::int64_t> live;
+    for (const DbChain& chain : chains)
+        if (isLiveState(chain.state))
+            live.insert(chain.id);
     for (const auto& [chainId, jobs] : jobsByChain(chains, rows, slurm)) {
+        if (!live.contains(chainId))
+            continue; // paused (a running successor is then let be, and its predecessor runs on), or ended
         for (const ChainJob& succ : jobs) {
             const SlurmJob& s = *succ.job;
             if (s.start <= 0 || now < s.start + bound)

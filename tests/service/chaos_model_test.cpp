@@ -217,6 +217,9 @@ TEST(ChaosInvariants, AHandoverTermLateBehindAnotherOwnerIsFlagged)
                   1130, 25, 30)
                   .size(),
         1u);
+    // A paused chain lets a successor that already runs be: its predecessor is not signalled.
+    const std::vector<DbChain> paused { DbChain { 1, 1001, "a", "paused", 1, "" } };
+    EXPECT_TRUE(checkHandoverTerms(paused, rows, slurm, outputs, {}, 1130, 25, 30).empty());
     // A predecessor that ended by itself within the bound was not late.
     slurm[10].end = 1110;
     EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30).empty());

@@ -35,7 +35,7 @@
 //                            calls do (handovers that batond's own outages overlap are not judged)
 // It prints the seed, the faults by kind, the checks and every violation; it passes with none.
 //
-//   BATON_CHAOS_SEED=N|random  the seed (default 42, the schedule the test command runs; "random" draws
+//   BATON_CHAOS_SEED=N|random  the seed (default 250464, the schedule the test command runs; "random" draws
 //                              one, printed)
 //   BATON_CHAOS_SECONDS=S      length of the chaos period (default 270; then a settling stretch as long as
 //                              the progress bound, so that a run takes about 9 minutes)
