@@ -293,7 +293,7 @@ protected:
     std::set<std::int64_t> preparedByAnother_; // uids whose node-local directory the attacker made
     std::vector<chaos::Disturbance> disturbances_; // epoch seconds
     std::map<std::int64_t, chaos::JobOutput> outputs_; // by job id
-    std::vector<double> termLatencies_; // of the handovers judged in the last round
+    std::map<std::int64_t, chaos::JudgedHandover> judgedHandovers_; // by predecessor job id
     std::map<uid_t, int> stoppedCalls_;
     std::vector<std::thread> background_; // faults that last (stopped calls): joined before the summary
     int foreignCount_ = 0;

@@ -576,12 +576,18 @@ struct Disturbance {
 // The handover bound across owners: once a successor starts, its running predecessor is told to hand over
 // (SIGTERM: it commits a final checkpoint) within `bound` seconds, or it ends within them, whatever
 // another owner's calls do. Handovers that a disturbance of the service (or of their own owner's calls)
-// overlaps, stretched by `grace`, are not judged, nor those of a chain that is not live when they are. latencies: each judged handover's seconds, for the
-// summary.
+// overlaps, stretched by `grace`, are not judged, nor those of a chain that is not live when they are.
+// judged: each handover judged and within the bound, by its predecessor's job id, for the summary.
+struct JudgedHandover {
+    std::int64_t ownerUid = 0;
+    std::int64_t successorStart = 0; // epoch seconds
+    double seconds = 0; // from the successor's start to the predecessor's final checkpoint or end
+};
+
 inline std::vector<Violation> checkHandoverTerms(const std::vector<DbChain>& chains, const std::vector<DbJob>& rows,
     const std::map<std::int64_t, SlurmJob>& slurm, const std::map<std::int64_t, JobOutput>& outputs,
     const std::vector<Disturbance>& disturbances, std::int64_t now, std::int64_t bound, double grace,
-    std::vector<double>* latencies = nullptr)
+    std::map<std::int64_t, JudgedHandover>* judged = nullptr)
 {
     std::vector<Violation> found;
     std::set<std::int64_t> live;
@@ -618,8 +624,9 @@ inline std::vector<Violation> checkHandoverTerms(const std::vector<DbChain>& cha
                 if (p.end > 0 && (!told || p.end < *told))
                     told = p.end;
                 if (told && *told <= s.start + bound) {
-                    if (latencies)
-                        latencies->push_back(static_cast<double>(std::max<std::int64_t>(0, *told - s.start)));
+                    if (judged)
+                        (*judged)[p.id] = JudgedHandover { p.uid, s.start,
+                            static_cast<double>(std::max<std::int64_t>(0, *told - s.start)) };
                     continue;
                 }
                 found.push_back(Violation { "handover_term_late", chainLabel(chains, chainId),

@@ -203,9 +203,11 @@ TEST(ChaosInvariants, AHandoverTermLateBehindAnotherOwnerIsFlagged)
     EXPECT_EQ(found[0].invariant, "handover_term_late");
     // Told 4 s after its successor started: a latency of 4 s.
     outputs[10] = parseJobOutput("final checkpoint iteration 9 committed at 1104\n");
-    std::vector<double> latencies;
-    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30, &latencies).empty());
-    EXPECT_EQ(latencies, std::vector<double> { 4 });
+    std::map<std::int64_t, JudgedHandover> judged;
+    EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, {}, 1130, 25, 30, &judged).empty());
+    ASSERT_EQ(judged.size(), 1u);
+    EXPECT_EQ(judged[10].seconds, 4);
+    EXPECT_EQ(judged[10].successorStart, 1100);
     // Late while the service was away, or while this owner's own calls were stopped: not judged.
     outputs[10] = parseJobOutput("fresh start\n");
     EXPECT_TRUE(checkHandoverTerms(chains, rows, slurm, outputs, { Disturbance { 1050, 1080, -1, "batond" } }, 1130,

@@ -309,12 +309,12 @@ void ChaosTest::checkJobs(const Snapshot& snapshot, const std::map<std::int64_t,
         for (const chaos::Outage& outage : outages_)
             disturbances.push_back(chaos::Disturbance { outage.start + offset, outage.end + offset, -1, outage.what });
     }
-    std::vector<double> latencies;
+    std::map<std::int64_t, chaos::JudgedHandover> judged;
     add(chaos::checkHandoverTerms(snapshot.chains, snapshot.jobs, slurm, outputs_, disturbances, epochNow(),
-        handoverTermBoundSeconds, outageGraceSeconds, &latencies));
-    count("handover_term_late", latencies.size());
+        handoverTermBoundSeconds, outageGraceSeconds, &judged));
+    count("handover_term_late", judged.size());
     const std::lock_guard lock(mutex_);
-    termLatencies_ = std::move(latencies);
+    judgedHandovers_.merge(judged); // the first judgement of each stays: a chain that ends is judged no more
 }
 
 void ChaosTest::observeAndCheck()

@@ -313,13 +313,28 @@ std::string ChaosTest::summary(const std::map<std::string, int>& scheduled, std:
     for (const auto& outage : outages_)
         summary << " " << outage.what << " t+" << static_cast<long long>(outage.start) << "..t+"
                 << static_cast<long long>(outage.end);
-    if (!termLatencies_.empty()) {
-        std::vector<double> sorted = termLatencies_;
-        std::sort(sorted.begin(), sorted.end());
-        summary << "\nhandover TERM after the successor's start (s), " << sorted.size() << " judged: median "
-                << sorted[sorted.size() / 2] << ", max " << sorted.back() << " (bound " << handoverTermBoundSeconds
-                << ")";
+    // The handovers judged, all of them and those of other owners while one owner's call was stopped.
+    std::vector<double> all, besideStopped;
+    for (const auto& [job, handover] : judgedHandovers_) {
+        all.push_back(handover.seconds);
+        const bool stoppedElsewhere = std::any_of(disturbances_.begin(), disturbances_.end(), [&](const auto& d) {
+            return d.uid >= 0 && d.uid != handover.ownerUid && handover.successorStart >= d.start - 5
+                && static_cast<double>(handover.successorStart) <= d.end;
+        });
+        if (stoppedElsewhere)
+            besideStopped.push_back(handover.seconds);
     }
+    for (std::vector<double>* figures : { &all, &besideStopped })
+        std::sort(figures->begin(), figures->end());
+    const auto describe = [](const std::vector<double>& figures) {
+        std::ostringstream text;
+        text << figures.size() << " judged";
+        if (!figures.empty())
+            text << ", median " << figures[figures.size() / 2] << " s, max " << figures.back() << " s";
+        return text.str();
+    };
+    summary << "\nhandover TERM after the successor's start: " << describe(all) << "; while another owner's call was stopped: "
+            << describe(besideStopped) << " (bound " << handoverTermBoundSeconds << " s)";
     summary << "\nstopped calls:";
     for (const auto& [uid, n] : stoppedCalls_)
         summary << " " << userNameOf(uid) << " " << n;
