@@ -2,8 +2,8 @@
 # The test command: bootstrap the machine if needed, configure, build, and run every suite
 # (unit, pg, slurm, e2e) against real PostgreSQL and Slurm started in temporary directories; then, as
 # root, the live chain benchmark's quick form and the other supported Debian release (13 on 12, 12 on
-# 13) in a clean root: its werror build without CUDA, the quick demo and one multi-node test (namespaced
-# nodes inside the root) beside the benchmark, and its unit and slurm suites.
+# 13) in a clean root: its werror build without CUDA, its unit and slurm suites, then its quick demo and
+# one multi-node test (namespaced nodes inside the root).
 #   BATON_BUILD_DIR      build directory (default: build)
 #   BATON_OTHER_RELEASE  12, 13 or none (default: the release this machine does not run)
 #   BATON_OTHER_ROOT     where that clean root is kept (default: /var/cache/baton/<codename>)
@@ -43,10 +43,10 @@ if [ "$other" != none ]; then
     # The root's build directory: benchmarks left out, for time (the whole test command builds them).
     other_build="env BATON_BUILD_DIR=build-check"
     # Its failures are told on standard output, with the test results (a CI log may show only that).
-    background_step() { # background_step NAME NICENESS COMMAND...: runs in the root, output in $other_logs/NAME.log
-        local name=$1 niceness=$2 status=0
-        shift 2
-        nice -n "$niceness" deploy/local/debian-root.sh "$other" "$other_root" "$@" >"$other_logs/$name.log" 2>&1 ||
+    background_step() { # background_step NAME COMMAND...: runs in the root, output in $other_logs/NAME.log
+        local name=$1 status=0
+        shift
+        nice -n 19 deploy/local/debian-root.sh "$other" "$other_root" "$@" >"$other_logs/$name.log" 2>&1 ||
             status=$?
         if [ $status -ne 0 ]; then
             tail -n 60 "$other_logs/$name.log"
@@ -58,7 +58,7 @@ if [ "$other" != none ]; then
     trap '[ -z "${other_job:-}" ] || ! kill -0 "$other_job" 2>/dev/null ||
         echo "test.sh: the Debian $other step goes on in the background; its log is in $other_logs" >&2' EXIT
     echo "test.sh: preparing Debian $other ($codename) in a clean root at $other_root, in the background"
-    background_step prepare 19 deploy/bootstrap.sh &
+    background_step prepare deploy/bootstrap.sh &
     other_job=$!
 fi
 
@@ -83,30 +83,18 @@ if [ "$other" != none ]; then
 fi
 if [ "$other" != none ]; then
     echo "test.sh: building Debian $other ($codename) in its root, in the background"
-    background_step build 19 $other_build bash -c \
+    background_step build $other_build bash -c \
         '[ -f "$BATON_BUILD_DIR/build.ninja" ] || meson setup "$BATON_BUILD_DIR" -Dbench=false; meson compile -C "$BATON_BUILD_DIR"' &
     other_job=$!
 fi
 
 meson test -C "$builddir" --print-errorlogs "$@"
 
-# The other release's quick demo and one multi-node test (cluster.sh's namespaced nodes inside the root)
-# on its build, side by side and beside the benchmark below: all of them mostly wait on their jobs.
-if [ "$other" != none ]; then
-    wait "$other_job"
-    echo "test.sh: Debian $other ($codename) in its clean root: demo_test and cluster_handover_test, in the background"
-    background_step e2e 0 $other_build bash -c 'b=$BATON_BUILD_DIR
-        meson test -C "$b" --no-rebuild --print-errorlogs --logbase demo demo_test & demo=$!
-        meson test -C "$b" --no-rebuild --print-errorlogs --logbase cluster cluster_handover_test; cluster=$?
-        wait $demo && exit $cluster' &
-    other_job=$!
-fi
-
 # The live chain benchmark's quick form (bench/chains, about 8 minutes) runs too, so that it keeps
 # working: it fails when an arm could not run at all, and its figures are not judged (a shared machine
-# is too noisy for that). Without the traces it says why and is skipped (exit 77). It runs after the
-# suites, whose clusters must not share the machine with its own (only the two tests above may: they
-# are light, and the figures are not judged).
+# is too noisy for that). Without the traces it says why and is skipped (exit 77). It runs alone, after
+# the suites: its clusters must not share the machine with a suite's (a quick demo beside it, in the
+# other release's root, ran past its 560 s instead of 250 s).
 if [ $# -eq 0 ] && [ "$(id -u)" -eq 0 ]; then
     meson test -C "$builddir" --benchmark --print-errorlogs chain_bench_quick
 fi
@@ -125,9 +113,16 @@ fi
 
 if [ "$other" != none ]; then
     wait "$other_job"
-    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites"
+    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites, then demo_test and cluster_handover_test"
     other_job=
-    deploy/local/debian-root.sh "$other" "$other_root" $other_build deploy/test.sh --suite unit --suite slurm
+    # The quick demo and one multi-node test (cluster.sh's namespaced nodes inside the root) run side by
+    # side, on the build the suites' run left: the multi-node test's jobs mostly sleep. (meson test takes
+    # suites or names, not both: these two are a run of their own.)
+    deploy/local/debian-root.sh "$other" "$other_root" $other_build bash -c 'deploy/test.sh --suite unit --suite slurm || exit
+        b=$BATON_BUILD_DIR
+        meson test -C "$b" --no-rebuild --print-errorlogs --logbase demo demo_test & demo=$!
+        meson test -C "$b" --no-rebuild --print-errorlogs --logbase cluster cluster_handover_test; cluster=$?
+        wait $demo && exit $cluster'
 fi
 
 # Where nvcc made a CUDA build and no other release ran, the host-only build (what a machine without
