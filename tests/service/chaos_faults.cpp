@@ -501,6 +501,15 @@ void ChaosTest::stopOwnersCalls(const chaos::Fault& fault)
     });
 }
 
+std::optional<std::int64_t> ChaosTest::runningJobOf(const ChainSpec& spec) const
+{
+    const auto chain = chainRow(spec);
+    const auto running = chain ? chainJobs(*chain, "RUNNING") : std::vector<chaos::SlurmJob> {};
+    if (running.empty())
+        return std::nullopt;
+    return running.front().id;
+}
+
 void ChaosTest::spoolFlood(const chaos::Fault& fault)
 {
     const ChainSpec& spec = liveTarget(fault.chain);
@@ -510,9 +519,7 @@ void ChaosTest::spoolFlood(const chaos::Fault& fault)
         note("spool flood: " + dir.string() + " does not exist yet; skipped");
         return;
     }
-    const auto chain = chainRow(spec);
-    const auto running = chain ? chainJobs(*chain, "RUNNING") : std::vector<chaos::SlurmJob> {};
-    const std::int64_t jobId = running.empty() ? 1 : running.front().id;
+    const std::int64_t jobId = runningJobOf(spec).value_or(1);
     const fs::path spool = dir / ".baton-spool";
     fs::create_directories(spool);
     {
@@ -536,13 +543,12 @@ void ChaosTest::spoolFlood(const chaos::Fault& fault)
 void ChaosTest::eventFlood(const chaos::Fault& fault)
 {
     const ChainSpec& spec = liveTarget(fault.chain);
-    const auto chain = chainRow(spec);
-    const auto running = chain ? chainJobs(*chain, "RUNNING") : std::vector<chaos::SlurmJob> {};
-    if (running.empty()) {
+    const auto running = runningJobOf(spec);
+    if (!running) {
         note("event flood: " + spec.name + " has no running job; skipped");
         return;
     }
-    const std::int64_t jobId = running.front().id;
+    const std::int64_t jobId = *running;
     int accepted = 0;
     int other = 0;
     const int port = apiPort();

@@ -224,6 +224,7 @@ protected:
     // maxStoppedCallsPerOwner in the run; batond kills them at its Slurm timeout. In the background.
     void stopOwnersCalls(const chaos::Fault& fault);
     std::vector<pid_t> batondChildrenOf(uid_t uid) const;
+    std::optional<std::int64_t> runningJobOf(const ChainSpec& spec) const; // its newest running job
     // Thousands of large checkpoint hints in one chain's spool, written as its owner.
     void spoolFlood(const chaos::Fault& fault);
     // Thousands of plugin events for one running job, posted as the plugin (root) does: a user's many

@@ -326,15 +326,15 @@ std::string ChaosTest::summary(const std::map<std::string, int>& scheduled, std:
     }
     for (std::vector<double>* figures : { &all, &besideStopped })
         std::sort(figures->begin(), figures->end());
-    const auto describe = [](const std::vector<double>& figures) {
+    const auto figuresOf = [](const std::vector<double>& figures) {
         std::ostringstream text;
         text << figures.size() << " judged";
         if (!figures.empty())
             text << ", median " << figures[figures.size() / 2] << " s, max " << figures.back() << " s";
         return text.str();
     };
-    summary << "\nhandover TERM after the successor's start: " << describe(all) << "; while another owner's call was stopped: "
-            << describe(besideStopped) << " (bound " << handoverTermBoundSeconds << " s)";
+    summary << "\nhandover TERM after the successor's start: " << figuresOf(all) << "; while another owner's call was stopped: "
+            << figuresOf(besideStopped) << " (bound " << handoverTermBoundSeconds << " s)";
     summary << "\nstopped calls:";
     for (const auto& [uid, n] : stoppedCalls_)
         summary << " " << userNameOf(uid) << " " << n;
