@@ -32,7 +32,7 @@ packages=(
     slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
     slurmdbd mariadb-server # the chain benchmark's accounting (cluster.sh --accounting)
     nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
-    libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev zlib1g-dev libbz2-dev
+    libboost-dev libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev zlib1g-dev libbz2-dev
     pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
     prometheus systemd valgrind procps iproute2 curl ca-certificates
 )

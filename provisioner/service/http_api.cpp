@@ -27,17 +27,17 @@ HttpApi::HttpApi(const ServiceConfig& config, ConnectionPool& pool, Cluster& clu
     , metrics_(metrics)
     , readiness_(std::move(readiness))
     , identities_(config.operatorsGroup, config.slurmUsers)
-    , server_(std::make_unique<httplib::Server>())
+    , server_(HttpServer::Limits {
+          .requestTime = std::chrono::seconds(10),
+          .writeTime = std::chrono::seconds(10),
+          // The MUNGE credential carries the request's body inside it (base64, 4/3 of it): the headers
+          // may be twice the body's limit on top of an ordinary request's 16 KiB.
+          .headerBytes = 16 * 1024 + 2 * config.maxBodyBytes,
+          .bodyBytes = config.maxBodyBytes,
+          .maxConnections = 512,
+          .handlerThreads = config.httpThreads,
+      })
 {
-    server_->new_task_queue = [threads = config.httpThreads] { return new httplib::ThreadPool(threads); };
-    server_->set_payload_max_length(config.maxBodyBytes);
-    server_->set_read_timeout(std::chrono::seconds(10));
-    server_->set_write_timeout(std::chrono::seconds(10));
-    server_->set_keep_alive_timeout(5);
-    // One request per connection: an idle kept-alive connection holds a worker, and the clients (the
-    // plugin, batonctl) send one request each anyway.
-    server_->set_keep_alive_max_count(1);
-    server_->set_tcp_nodelay(true); // replies are small: no Nagle delay against the client's delayed ACK
     routes();
 }
 
@@ -45,60 +45,54 @@ HttpApi::~HttpApi() = default;
 
 int HttpApi::bind()
 {
-    if (config_.listenPort == 0) {
-        const int port = server_->bind_to_any_port(config_.listenAddress);
-        if (port < 0)
-            throw std::runtime_error("cannot listen on " + config_.listenAddress);
-        return port;
-    }
-    if (!server_->bind_to_port(config_.listenAddress, config_.listenPort))
-        throw std::runtime_error(
-            "cannot listen on " + config_.listenAddress + ":" + std::to_string(config_.listenPort));
-    return config_.listenPort;
+    return server_.bind(config_.listenAddress, config_.listenPort);
 }
 
 void HttpApi::serve()
 {
-    server_->listen_after_bind();
+    server_.serve();
 }
 
 void HttpApi::stop()
 {
-    server_->stop();
+    server_.stop();
 }
 
 void HttpApi::routes()
 {
-    server_->Get("/healthz", [this](const httplib::Request& request, httplib::Response& response) {
+    server_.route("GET", "/healthz", [this](const HttpRequest& request, HttpResponse& response) {
         if (bearerTokenOk(request, response))
-            response.set_content("ok\n", "text/plain");
+            response.setContent("ok\n", "text/plain");
     });
-    server_->Get("/readyz", [this](const httplib::Request& request, httplib::Response& response) {
+    server_.route("GET", "/readyz", [this](const HttpRequest& request, HttpResponse& response) {
         if (!bearerTokenOk(request, response))
             return;
         const Readiness readiness = readiness_();
         response.status = readiness.ready ? 200 : 503;
-        response.set_content(readiness.detail + "\n", "text/plain");
+        response.setContent(readiness.detail + "\n", "text/plain");
     });
-    server_->Get("/metrics", [this](const httplib::Request& request, httplib::Response& response) {
+    server_.route("GET", "/metrics", [this](const HttpRequest& request, HttpResponse& response) {
         if (bearerTokenOk(request, response))
-            response.set_content(metrics_.render(), "text/plain; version=0.0.4");
+            response.setContent(metrics_.render(), "text/plain; version=0.0.4");
     });
 
-    server_->Post("/v1/events", authenticated(&HttpApi::postEvent));
-    server_->Get("/v1/chains", authenticated(&HttpApi::listChains));
-    server_->Get(chainPath, authenticated(&HttpApi::showChain));
-    server_->Post("/v1/chains", authenticated(&HttpApi::createChain));
-    server_->Post(actionPath, authenticated(&HttpApi::actOnChain));
-    server_->Post(policyPath, authenticated(&HttpApi::setChainPolicy));
+    server_.route("POST", "/v1/events", authenticated(&HttpApi::postEvent));
+    server_.route("GET", "/v1/chains", authenticated(&HttpApi::listChains));
+    server_.route("GET", chainPath, authenticated(&HttpApi::showChain));
+    server_.route("POST", "/v1/chains", authenticated(&HttpApi::createChain));
+    server_.route("POST", actionPath, authenticated(&HttpApi::actOnChain));
+    server_.route("POST", policyPath, authenticated(&HttpApi::setChainPolicy));
 
-    server_->set_error_handler([](const httplib::Request&, httplib::Response& response) {
-        if (response.body.empty()) {
-            const std::string message = response.status == 413 ? "the body is too large"
-                : response.status == 404                       ? "no such resource"
-                                                               : "request refused";
-            reply(response, response.status, Json { { "error", message } });
-        }
+    server_.onError([](HttpResponse& response) {
+        const int status = response.status;
+        const std::string message = status == 400 ? "malformed request"
+            : status == 404                       ? "no such resource"
+            : status == 405                       ? "method not allowed"
+            : status == 413                       ? "the body is too large"
+            : status == 431                       ? "the request's headers are too large"
+            : status >= 500                       ? "internal error; the service's log has the details"
+                                                  : "request refused";
+        reply(response, status, Json { { "error", message } });
     });
 }
 
@@ -116,10 +110,10 @@ bool sameSecret(std::string_view given, std::string_view secret)
 
 } // namespace
 
-bool HttpApi::bearerTokenOk(const httplib::Request& request, httplib::Response& response) const
+bool HttpApi::bearerTokenOk(const HttpRequest& request, HttpResponse& response) const
 {
     if (config_.metricsToken.empty()
-        || sameSecret(request.get_header_value("Authorization"), "Bearer " + config_.metricsToken))
+        || sameSecret(request.header("Authorization"), "Bearer " + config_.metricsToken))
         return true;
     reply(response, 401, Json { { "error", "bearer token required" } });
     return false;
@@ -127,7 +121,7 @@ bool HttpApi::bearerTokenOk(const httplib::Request& request, httplib::Response& 
 
 HttpApi::Served HttpApi::authenticated(Handler handler)
 {
-    return [this, handler](const httplib::Request& request, httplib::Response& response) {
+    return [this, handler](const HttpRequest& request, HttpResponse& response) {
         try {
             (this->*handler)(request, response, authenticate(request));
         } catch (const HttpError& error) {
@@ -149,9 +143,9 @@ HttpApi::Served HttpApi::authenticated(Handler handler)
     };
 }
 
-Caller HttpApi::authenticate(const httplib::Request& request)
+Caller HttpApi::authenticate(const HttpRequest& request)
 {
-    const std::string header = request.get_header_value("Authorization");
+    const std::string header = request.header("Authorization");
     if (header.rfind(munge::authorizationScheme, 0) != 0)
         throw HttpError(401, "missing MUNGE credential (Authorization: MUNGE ...)");
     munge::Identity identity;

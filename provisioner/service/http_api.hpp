@@ -6,6 +6,7 @@
 #include "cluster.hpp"
 #include "config.hpp"
 #include "connection_pool.hpp"
+#include "http_server.hpp"
 #include "identity.hpp"
 #include "metrics.hpp"
 
@@ -14,12 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}
 
 namespace baton::service {
 
@@ -44,25 +39,25 @@ public:
 
 private:
     // A /v1 handler, run for an authenticated caller (http_handlers.cpp).
-    using Handler = void (HttpApi::*)(const httplib::Request&, httplib::Response&, const Caller&);
-    using Served = std::function<void(const httplib::Request&, httplib::Response&)>;
+    using Handler = void (HttpApi::*)(const HttpRequest&, HttpResponse&, const Caller&);
+    using Served = std::function<void(const HttpRequest&, HttpResponse&)>;
 
     void routes();
     // Authenticates the request, runs `handler`, and maps failures to status codes with a readable body.
     Served authenticated(Handler handler);
     // The caller of a /v1 request, from its MUNGE credential; throws HttpError (401, 503).
-    Caller authenticate(const httplib::Request& request);
+    Caller authenticate(const HttpRequest& request);
     // /metrics, /healthz and /readyz: open, or behind a bearer token when one is configured.
-    bool bearerTokenOk(const httplib::Request& request, httplib::Response& response) const;
+    bool bearerTokenOk(const HttpRequest& request, HttpResponse& response) const;
 
-    void postEvent(const httplib::Request& request, httplib::Response& response, const Caller& caller);
-    void listChains(const httplib::Request& request, httplib::Response& response, const Caller& caller);
-    void showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
-    void createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
-    void actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void postEvent(const HttpRequest& request, HttpResponse& response, const Caller& caller);
+    void listChains(const HttpRequest& request, HttpResponse& response, const Caller& caller);
+    void showChain(const HttpRequest& request, HttpResponse& response, const Caller& caller);
+    void createChain(const HttpRequest& request, HttpResponse& response, const Caller& caller);
+    void actOnChain(const HttpRequest& request, HttpResponse& response, const Caller& caller);
     void refuseOverLiveChainCap(Tables& tables, const Caller& caller) const;
     // POST /v1/chains/{owner}/{name}/policy {"policy": NAME or null}: the chain's own policy, or the service's.
-    void setChainPolicy(const httplib::Request& request, httplib::Response& response, const Caller& caller);
+    void setChainPolicy(const HttpRequest& request, HttpResponse& response, const Caller& caller);
 
     const ServiceConfig& config_;
     ConnectionPool& pool_;
@@ -70,12 +65,13 @@ private:
     Metrics& metrics_;
     std::function<Readiness()> readiness_;
     IdentityResolver identities_;
-    std::unique_ptr<httplib::Server> server_;
     // Requests that run sbatch (POST /v1/chains), per user: a user may hold at most
     // maxSubmittingPerUser of the HTTP workers at once, so that nobody can take them all.
     static constexpr int maxSubmittingPerUser = 2;
     std::mutex submittingMutex_;
     std::map<std::int64_t, int> submitting_;
+    // Last: destroyed first, so that its handlers have finished before anything they use goes.
+    HttpServer server_;
 };
 
 } // namespace baton::service

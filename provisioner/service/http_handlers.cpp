@@ -85,11 +85,11 @@ NewChain newChainOf(const Json& body)
 
 // A query parameter that must be a whole number 0..max; `fallback` when it is not given.
 std::int64_t integerParam(
-    const httplib::Request& request, const char* key, std::int64_t fallback, std::int64_t max)
+    const HttpRequest& request, const char* key, std::int64_t fallback, std::int64_t max)
 {
-    if (!request.has_param(key))
+    if (!request.hasParam(key))
         return fallback;
-    const std::string text = request.get_param_value(key);
+    const std::string text = request.param(key);
     std::int64_t value = -1;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (error != std::errc() || end != text.data() + text.size() || value < 0 || value > max)
@@ -100,7 +100,7 @@ std::int64_t integerParam(
 
 // The chain named in the path, if the caller may see it (its owner or an operator); 404 otherwise,
 // so that nobody learns which names other users have.
-ChainRow findChain(Tables& tables, const httplib::Request& request, const Caller& caller)
+ChainRow findChain(Tables& tables, const HttpRequest& request, const Caller& caller)
 {
     const std::string owner = request.matches[1];
     const std::string name = request.matches[2];
@@ -198,7 +198,7 @@ void applyAction(Tables& tables, const ChainRow& chain, ChainEvent event,
 
 } // namespace
 
-void HttpApi::postEvent(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::postEvent(const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     if (!caller.isSlurm) {
         metrics_.events("rejected").Increment();
@@ -224,13 +224,13 @@ void HttpApi::postEvent(const httplib::Request& request, httplib::Response& resp
     reply(response, 202, Json { { "accepted", true }, { "duplicate", !inserted } });
 }
 
-void HttpApi::listChains(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::listChains(const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     std::optional<ChainState> state;
-    if (request.has_param("state")) {
-        state = chainStateFromName(request.get_param_value("state"));
+    if (request.hasParam("state")) {
+        state = chainStateFromName(request.param("state"));
         if (!state)
-            throw std::invalid_argument("unknown state '" + request.get_param_value("state") + "'");
+            throw std::invalid_argument("unknown state '" + request.param("state") + "'");
     }
     // A page at a time, in chain id order: `limit` (at most maxPage) chains after the id `after`;
     // `next_after` is where the next page starts, null after the last one.
@@ -250,7 +250,7 @@ void HttpApi::listChains(const httplib::Request& request, httplib::Response& res
             { "next_after", more ? Json(page[static_cast<std::size_t>(limit) - 1].id) : Json() } });
 }
 
-void HttpApi::showChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::showChain(const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     auto lease = pool_.borrow();
     Tables tables(*lease);
@@ -258,7 +258,7 @@ void HttpApi::showChain(const httplib::Request& request, httplib::Response& resp
     reply(response, 200, ChainViews(*lease, config_.policy).detail(chain));
 }
 
-void HttpApi::createChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::createChain(const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     // batond submits a chain's jobs as its owner: root and the SlurmUsers own none (batond would act with
     // their rights, and their credentials are the plugin's).
@@ -346,7 +346,7 @@ void HttpApi::refuseOverLiveChainCap(Tables& tables, const Caller& caller) const
             "you have " + std::to_string(live) + " live chains, the most this service allows per user");
 }
 
-void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& response, const Caller& caller)
+void HttpApi::actOnChain(const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     auto lease = pool_.borrow();
     Tables tables(*lease);
@@ -371,7 +371,7 @@ void HttpApi::actOnChain(const httplib::Request& request, httplib::Response& res
 }
 
 void HttpApi::setChainPolicy(
-    const httplib::Request& request, httplib::Response& response, const Caller& caller)
+    const HttpRequest& request, HttpResponse& response, const Caller& caller)
 {
     const Json body = parseBoundedJson(request.body, config_.maxJsonDepth);
     if (!body.is_object() || !body.contains("policy"))

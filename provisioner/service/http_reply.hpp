@@ -1,7 +1,8 @@
 // What batond's HTTP handlers answer: a JSON body, or a refusal with its status.
 #pragma once
 
-#include <httplib.h>
+#include "http_server.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <stdexcept>
@@ -18,10 +19,10 @@ struct HttpError : std::runtime_error {
     int status;
 };
 
-inline void reply(httplib::Response& response, int status, const nlohmann::json& body)
+inline void reply(HttpResponse& response, int status, const nlohmann::json& body)
 {
     response.status = status;
-    response.set_content(body.dump() + "\n", "application/json");
+    response.setContent(body.dump() + "\n", "application/json");
 }
 
 } // namespace baton::service
