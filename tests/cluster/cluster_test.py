@@ -13,6 +13,11 @@ with PostgreSQL, batond and the plugin as in the demo. One case per run:
                 slurmctld says NODE_FAIL, and the successor, started once the other node is free, restores
                 within a tick or two instead of waiting out its handover wait (120 s) for a final
                 checkpoint a dead node never writes; the delay is measured
+  handover-node-failure
+                on 2 nodes, the successor already running and waiting for its handover checkpoint (the
+                predecessor's training stopped, so that it cannot write one), the predecessor's node
+                loses power: the successor restores within a tick or two of slurmctld's NODE_FAIL instead
+                of waiting out its handover wait; the delay is measured
   requeue       a plain `sbatch --baton --requeue` job whose node fails is requeued by Slurm itself:
                 batond submits no second job for it, exactly one job per seq
   ddp           a chain of `srun -N 2` PyTorch DDP jobs (gloo across the nodes, MASTER_ADDR from
@@ -424,6 +429,106 @@ def case_pending_node_failure(args):
         setup.close()
 
 
+def stop_training_of(job_id):
+    """SIGSTOPs the training processes of a job (ckpt_chain_job with SLURM_JOB_ID=job_id): a training
+    that cannot answer its TERM, as one hung in I/O would not. Returns how many were stopped."""
+    stopped = 0
+    for proc in glob.glob("/proc/[0-9]*"):
+        try:
+            with open(f"{proc}/comm") as f:
+                if f.read().strip() != "ckpt_chain_job":
+                    continue
+            with open(f"{proc}/environ", "rb") as f:
+                if f"SLURM_JOB_ID={job_id}".encode() not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(proc.rsplit("/", 1)[1]), signal.SIGSTOP)
+            stopped += 1
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return stopped
+
+
+def case_handover_node_failure(args):
+    setup = Setup(args, nodes=2)
+    cluster_dir = f"{setup.state}/slurm"
+    try:
+        chain = "waiting"
+        setup.submit(chain, chain_job(setup, 2000), JOB_ARGS)
+        event = {}
+
+        def on_poll(doc):
+            if not doc:
+                return
+            jobs = {j["seq"]: j for j in doc["jobs"]}
+            first, second = jobs.get(0), jobs.get(1)
+            if "blocker" not in event:
+                node = setup.nodes_seen.get(first["job_id"]) if first and first.get("start_unix") else None
+                if node and node.startswith("node"):
+                    # The other node held until the predecessor's training is stopped: then the successor
+                    # starts there and waits for a final checkpoint that will never come.
+                    other = "node2" if node == "node1" else "node1"
+                    blocker = run(demo.as_user(["sbatch", "--parsable", "--exclusive", f"--nodelist={other}",
+                                                "--time=5", f"--chdir={setup.state}/work", "--wrap=sleep 280"]))
+                    event.update(blocker=int(blocker.stdout.strip().split(";")[0]), node=node, other=other)
+                    log(f"job {first['job_id']} runs on {node}; job {event['blocker']} holds {other}")
+                return
+            if "stopped" not in event:
+                if second and second.get("job_id") and second.get("start_unix") is None:
+                    event["stopped"] = stop_training_of(first["job_id"])
+                    if not event["stopped"]:
+                        raise Failure(f"no training process of job {first['job_id']} to stop")
+                    run(demo.as_user(["scancel", str(event["blocker"])]))
+                    event.update(successor=second["job_id"], failed_job=first["job_id"])
+                    log(f"job {first['job_id']}'s training stopped; job {event['blocker']} cancelled, "
+                        f"job {second['job_id']} can start on {event['other']}")
+                return
+            if "failed_at" not in event:
+                if second.get("start_unix"):
+                    time.sleep(3)  # the successor is in its handover wait now
+                    run(["bash", CLUSTER, "fail", cluster_dir, event["node"]])
+                    event["failed_at"] = time.time()
+                    log(f"{event['node']} failed under job {event['failed_job']}; job {event['successor']} "
+                        "waits for its handover checkpoint")
+                return
+            if "node_fail_at" not in event:
+                state = run(["squeue", "-h", "-t", "all", "-j", str(event["failed_job"]), "-o", "%T"],
+                            check=False).stdout.strip()
+                if state == "NODE_FAIL":
+                    event["node_fail_at"] = time.time()
+                    log(f"slurmctld: job {event['failed_job']} NODE_FAIL")
+                return
+            if "revived" not in event:
+                run(["bash", CLUSTER, "revive", cluster_dir, event["node"]], timeout=120)
+                event["revived"] = True
+
+        doc = setup.wait_finished(chain, 300, on_poll)
+        if "node_fail_at" not in event:
+            raise Failure(f"the scenario did not happen: {event}")
+        restored = check_restores(setup, chain, doc)
+        text = setup.output(chain, event["successor"])
+        waits = [float(w) for w in re.findall(r"^handover wait ([0-9.]+) s", text, re.MULTILINE)]
+        if not waits:
+            raise Failure(f"job {event['successor']} did not wait for a handover checkpoint at all:\n{text}")
+        if "ended NODE_FAIL without a final checkpoint" not in text:
+            raise Failure(f"job {event['successor']} was not told that its predecessor died:\n{text}")
+        jobs = {j["job_id"]: j for j in doc["jobs"]}
+        started = jobs[event["successor"]]["start_unix"]
+        # From slurmctld's NODE_FAIL (as this test saw it, up to a poll late) to the end of the wait.
+        after_node_fail = started + waits[0] - event["node_fail_at"]
+        if after_node_fail > DEAD_PREDECESSOR_WAIT_BOUND_S:
+            raise Failure(f"job {event['successor']} went on waiting {after_node_fail:.1f} s after its "
+                          f"predecessor's NODE_FAIL (bound {DEAD_PREDECESSOR_WAIT_BOUND_S} s)")
+        went_on = restored[event["successor"]][1]
+        setup.one_job_per_key()
+        log(f"PASS: job {event['successor']} waited {waits[0]:.1f} s for its handover checkpoint, "
+            f"{after_node_fail:.1f} s of it after slurmctld's NODE_FAIL "
+            f"({event['node_fail_at'] - event['failed_at']:.1f} s after the power loss), trained again "
+            f"{went_on - started:.1f} s after its start (bound {DEAD_PREDECESSOR_WAIT_BOUND_S} s; "
+            "handover_wait is 120 s)")
+    finally:
+        setup.close()
+
+
 def case_requeue(args):
     setup = Setup(args, nodes=3)
     cluster_dir = f"{setup.state}/slurm"
@@ -652,7 +757,8 @@ def case_accounting(args):
 
 
 CASES = {"handover": case_handover, "node-failure": case_node_failure,
-         "pending-node-failure": case_pending_node_failure, "requeue": case_requeue,
+         "pending-node-failure": case_pending_node_failure,
+         "handover-node-failure": case_handover_node_failure, "requeue": case_requeue,
          "ddp": case_ddp, "cleanup": case_cleanup, "accounting": case_accounting}
 
 
