@@ -277,9 +277,26 @@ void ChaosTest::userScancel(const chaos::Fault& fault)
             = run({ "runuser", "-u", user.name, "--", "scancel", std::to_string(victim.id) }, 60s);
         note(user.name + " scancel " + (current ? "running" : "queued") + " job " + std::to_string(victim.id)
             + " of " + candidate.name + ": exit " + std::to_string(result.exitCode));
+        if (!current && startedBeforeItsEnd(victim.id)) {
+            // It started between the queue's snapshot and the scancel: a running job's cancel after all.
+            setPauseExpected(candidate, true);
+            note("job " + std::to_string(victim.id) + " had started before the scancel: a pause is its answer");
+        }
         return;
     }
     note(std::string("scancel: no chain has a ") + (current ? "running" : "queued") + " job");
+}
+
+// slurmctld's word, read now: the job ran before it ended (a job cancelled while queued gets its end as
+// its start).
+bool ChaosTest::startedBeforeItsEnd(std::int64_t jobId)
+{
+    if (!readSlurm())
+        return false;
+    const std::lock_guard lock(mutex_);
+    const auto job = slurmJobs_.find(jobId);
+    return job != slurmJobs_.end() && job->second.start > 0
+        && (job->second.end == 0 || job->second.start < job->second.end);
 }
 
 // The owner and an operator act on one chain at once.

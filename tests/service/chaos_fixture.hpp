@@ -149,6 +149,7 @@ protected:
         std::map<std::int64_t, std::int64_t> dbIteration; // newest recorded checkpoint per chain
     };
     bool readSlurm();
+    bool startedBeforeItsEnd(std::int64_t jobId);
     Snapshot readDatabase() const;
     fs::path chainDir(const std::string& user, const std::string& name) const;
     std::string userNameOf(std::int64_t uid) const;
