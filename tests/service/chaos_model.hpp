@@ -57,6 +57,7 @@ struct DbChain {
     std::string state;
     int seq = 0;
     std::string reason;
+    std::string token; // the secret part of every key batond submits with (empty: not known)
 };
 
 inline bool isLiveState(const std::string& state)
@@ -99,8 +100,11 @@ inline std::map<std::int64_t, std::vector<ChainJob>> jobsByChain(const std::vect
     const std::vector<DbJob>& rows, const std::map<std::int64_t, SlurmJob>& slurm)
 {
     std::map<std::int64_t, std::int64_t> owner;
-    for (const DbChain& chain : chains)
+    std::map<std::int64_t, std::string> token;
+    for (const DbChain& chain : chains) {
         owner[chain.id] = chain.ownerUid;
+        token[chain.id] = chain.token;
+    }
     std::map<std::int64_t, std::vector<ChainJob>> result;
     std::set<std::int64_t> placed;
     for (const DbJob& row : rows) {
@@ -115,6 +119,12 @@ inline std::map<std::int64_t, std::vector<ChainJob>> jobsByChain(const std::vect
             continue;
         const auto key = parseKey(job.comment);
         if (!key || !owner.contains(key->first) || owner[key->first] != job.uid)
+            continue;
+        // Only batond's own key, with the chain's token: a job the owner gave a look-alike comment
+        // (baton:<id>:<seq>) is none of the chain's, as batond sees it.
+        if (!token[key->first].empty()
+            && job.comment
+                != "baton:" + std::to_string(key->first) + ":" + std::to_string(key->second) + ":" + token[key->first])
             continue;
         result[key->first].push_back(ChainJob { &job, key->second });
     }
@@ -177,8 +187,11 @@ inline std::vector<Violation> checkDuplicateSeq(
 {
     std::vector<Violation> found;
     std::map<std::int64_t, std::int64_t> owner;
-    for (const DbChain& chain : chains)
+    std::map<std::int64_t, std::string> token;
+    for (const DbChain& chain : chains) {
         owner[chain.id] = chain.ownerUid;
+        token[chain.id] = chain.token;
+    }
     // A job that ended without running (cancelled while queued) never held the training and gives its
     // seq back: the seq's next submission is the one job for it.
     const auto withdrawn = [](const SlurmJob& job) { return !job.ran() && !job.live(); };
@@ -232,8 +245,11 @@ inline std::vector<Violation> checkForeignJobs(
 {
     std::vector<Violation> found;
     std::map<std::int64_t, std::int64_t> owner;
-    for (const DbChain& chain : chains)
+    std::map<std::int64_t, std::string> token;
+    for (const DbChain& chain : chains) {
         owner[chain.id] = chain.ownerUid;
+        token[chain.id] = chain.token;
+    }
     for (const DbJob& row : rows) {
         const auto job = slurm.find(row.slurmJobId);
         if (job == slurm.end() || !owner.contains(row.chainId) || job->second.uid < 0)

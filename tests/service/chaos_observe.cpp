@@ -54,11 +54,12 @@ ChaosTest::Snapshot ChaosTest::readDatabase() const
         options.connectTimeout = std::chrono::seconds(5);
         baton::db::Connection connection(conninfo_, options);
         const auto chains = connection.execScript(
-            "SELECT id, owner_uid, name, state, seq, coalesce(reason, '') FROM chains ORDER BY id");
+            "SELECT id, owner_uid, name, state, seq, coalesce(reason, ''), token FROM chains ORDER BY id");
         for (int row = 0; row < chains.rows(); ++row)
             snapshot.chains.push_back(chaos::DbChain { chains.int64(row, 0), chains.int64(row, 1),
                 std::string(chains.text(row, 2)), std::string(chains.text(row, 3)),
-                static_cast<int>(chains.int64(row, 4)), std::string(chains.text(row, 5)) });
+                static_cast<int>(chains.int64(row, 4)), std::string(chains.text(row, 5)),
+                std::string(chains.text(row, 6)) });
         const auto jobs = connection.execScript("SELECT chain_id, seq, slurm_job_id FROM jobs");
         for (int row = 0; row < jobs.rows(); ++row)
             snapshot.jobs.push_back(chaos::DbJob { jobs.int64(row, 0), static_cast<int>(jobs.int64(row, 1)),
