@@ -34,6 +34,7 @@ packages=(
     nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
     libboost-dev libcpp-httplib-dev libcivetweb-dev libxgboost-dev libxxhash-dev zlib1g-dev libbz2-dev
     pybind11-dev python3-dev python3-numpy python3-torch python3-sklearn python3-matplotlib
+    python3-venv python3-pip python3-mesonpy python3-build # the checkpointer's pip install (pyproject.toml)
     prometheus systemd valgrind procps iproute2 curl ca-certificates
 )
 if [ "$VERSION_ID" = 13 ]; then

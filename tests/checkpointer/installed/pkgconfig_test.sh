@@ -26,7 +26,7 @@ c++ -std=c++20 -Wall -Werror "${cflags[@]}" "$here/consumer.cpp" -o "$tmp/consum
 # The installed library, not the build directory's: nothing else is on the loader's path.
 LD_LIBRARY_PATH=$libdir "$tmp/consumer-c" "$tmp/chain-c"
 LD_LIBRARY_PATH=$libdir "$tmp/consumer-cpp" "$tmp/chain-cpp"
-if ldd "$tmp/consumer-c" | grep -q "$build"; then
+if LD_LIBRARY_PATH=$libdir ldd "$tmp/consumer-c" | grep -q "$build"; then
     echo "pkgconfig_test: the program found the build directory's library" >&2
     exit 1
 fi
