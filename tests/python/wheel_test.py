@@ -109,7 +109,9 @@ def main():
             dist = os.path.join(work, "dist")
             # sdist first, then the wheel built from it (what `python -m build` does); -x: the build
             # requirements come from the system (pybind11 through pkg-config), not from an index.
-            _, seconds = run([sys.executable, "-m", "build", "--no-isolation", "-x", "--outdir", dist, source],
+            # Unoptimized and host-only: this wheel checks the packaging (the first build is the user's).
+            _, seconds = run([sys.executable, "-m", "build", "--no-isolation", "-x", "--outdir", dist,
+                              "-Csetup-args=-Doptimization=0", "-Csetup-args=-Dcuda=disabled", source],
                              cwd=work, env=clean_env())
             sdists = glob.glob(os.path.join(dist, "baton-*.tar.gz"))
             wheels = glob.glob(os.path.join(dist, "baton-*.whl"))
