@@ -7,6 +7,7 @@ import functools
 import io
 import pickle
 import random
+import sys
 import types
 from typing import Any, Dict
 
@@ -18,6 +19,11 @@ except ImportError:  # numpy is optional: its RNG is saved only when it is insta
     numpy = None
 
 from . import _native
+
+
+def say(message: str) -> None:
+    """One line on standard error, as the native checkpointer writes its own."""
+    print(f"baton.torch: {message}", file=sys.stderr, flush=True)
 
 
 class RestoreError(_native.Error):

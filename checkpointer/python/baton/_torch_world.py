@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.utils.data
@@ -23,8 +23,9 @@ class ResumableSampler(torch.utils.data.Sampler):
     Epoch e visits the indices of ``[0, size)`` in the order of a bijection keyed by (seed, e), computed
     by the native sampler. Rank r of R takes the positions r, r + R, ... (``num_replicas`` and ``rank``
     default to torch.distributed's world when it is initialized). The position counts the indices this
-    sampler has handed out; with a DataLoader, use ``num_workers=0`` or accept that prefetched batches
-    count as taken.
+    sampler has handed out; a Checkpointer that tracks the DataLoader (``_torch_loader``) saves the
+    position of the batches the training has taken instead, so that batches its workers prefetched do
+    not count as taken.
 
     ``load_state_dict`` accepts the state of another world size (a DDP checkpoint restored on another
     number of ranks hands every rank rank 0's state): the saved ranks took the epoch's first
@@ -46,6 +47,7 @@ class ResumableSampler(torch.utils.data.Sampler):
         except ValueError as error:
             raise ValueError(f"ResumableSampler: {error}") from None
         self._boundary: Optional[Callable[[], None]] = None  # set by a Checkpointer
+        self._pass_began: Optional[Callable[["SamplerPass"], None]] = None  # set by a loader tracker
 
     def __len__(self) -> int:
         return self._native.samples_per_epoch
@@ -56,6 +58,8 @@ class ResumableSampler(torch.utils.data.Sampler):
         # moves to the next epoch at an epoch's end, so an epoch never starts here at its end.
         native = self._native
         remaining = native.samples_in_epoch - native.position
+        if self._pass_began is not None:
+            self._pass_began(SamplerPass(dict(native.state), remaining))
         for _ in range(remaining):
             if self._boundary is not None:
                 self._boundary()
@@ -83,6 +87,25 @@ class ResumableSampler(torch.utils.data.Sampler):
             raise RestoreError(f"the checkpoint's sampler state does not fit this one: {error}") from None
 
 
+class SamplerPass:
+    """One pass of a sampler's iterator over the rest of an epoch: where it began, and how many indices
+    it hands out."""
+
+    def __init__(self, state: Dict[str, Any], length: int):
+        self.state = state
+        self.length = length
+        self.epoch = state["epoch"]
+
+    def state_after(self, taken: int) -> Dict[str, Any]:
+        """The sampler state once `taken` of the pass's indices are taken (the next epoch's start after
+        the last)."""
+        if taken < self.length:
+            return dict(self.state, position=self.state["position"] + taken)
+        native = _native.ResumableSampler.from_state(self.state)
+        native.seek(self.epoch + 1, 0)
+        return dict(native.state)
+
+
 # --- torch.distributed ----------------------------------------------------------------------------------
 
 
@@ -102,6 +125,26 @@ def _coordination_timeout() -> datetime.timedelta:
     if not 1 <= seconds <= 86400:
         raise _native.ConfigError(f"BATON_COORD_TIMEOUT={text!r} is not a whole number of seconds from 1 to 86400")
     return datetime.timedelta(seconds=seconds)
+
+
+def launcher_grace() -> Optional[Tuple[float, str]]:
+    """(seconds, why) that torchrun (torch.distributed.elastic's agent) gives this rank after it forwards
+    a SIGTERM, before its SIGKILL; None when no elastic agent started this process. 30 s unless the
+    release reads TORCH_ELASTIC_SHUTDOWN_TIMEOUT (LaunchConfig.shutdown_timeout) and it is set."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return None
+    try:
+        from torch.distributed.launcher.api import LaunchConfig
+        settable = "shutdown_timeout" in getattr(LaunchConfig, "__dataclass_fields__", {})
+    except ImportError:
+        settable = False
+    if not settable:
+        return 30.0, f"PyTorch {torch.__version__} has no setting for it"
+    text = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30")
+    try:
+        return float(text), f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={text}"
+    except ValueError:
+        return 30.0, f"TORCH_ELASTIC_SHUTDOWN_TIMEOUT={text!r} is no number"
 
 
 def _is_job_chain(chain_dir: Optional[str]) -> bool:
