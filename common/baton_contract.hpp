@@ -48,6 +48,15 @@ inline constexpr const char* kLegacyManifestSeqKey = "restart_count";
 inline constexpr const char* kHandoverEndedFile = ".baton-handover-ended";
 inline constexpr std::size_t kHandoverEndedMaxBytes = 4096;
 
+// The handover's request in a chain directory, written by batond as the chain's owner when the job of
+// `seq` is to take a final checkpoint and exit (its successor has started, or its owner preempts it),
+// before any signal: a launcher between Slurm and the training (torchrun kills its ranks 30 s after a
+// SIGTERM) never sees it. One small JSON object: `version` 1, `seq`, `job_id`, `time_unix`. A session
+// of that seq and job reads it at most once per kHandoverRequestPollSeconds.
+inline constexpr const char* kHandoverRequestFile = ".baton-handover-request";
+inline constexpr std::size_t kHandoverRequestMaxBytes = 4096;
+inline constexpr double kHandoverRequestPollSeconds = 1.0;
+
 // BATON_OVERHEAD: checkpoint overhead target in percent, greater than kOverheadAbove and less than
 // kOverheadBelow (fractions allowed).
 inline constexpr double kOverheadAbove = 0;

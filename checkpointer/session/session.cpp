@@ -1,5 +1,7 @@
 #include "baton/ckpt/session.hpp"
 
+#include "baton/ckpt/chain.hpp"
+#include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/error.hpp"
 #include "common/baton_contract.hpp"
 
@@ -190,12 +192,36 @@ Decision Session::step(std::uint64_t iteration, double updateSeconds)
     lastIteration_ = iteration;
     checkpointer_->afterUpdate(iteration);
     collect(false);
+    pollHandoverRequest(now);
     Decision decision = decide(iteration, iterationSeconds, updateSeconds);
     if (agreeDecision_)
         decision = agreeDecision_(decision);
     if (!decision.checkpoint)
         return decision;
     return start(iteration, decision);
+}
+
+// batond asks for a handover's final checkpoint in the chain directory before it signals (see
+// contract::kHandoverRequestFile): a launcher that stands between Slurm's signal and this process would
+// give it too little time. One small read per second at most, and none once asked or without a seq.
+void Session::pollHandoverRequest(SteadyClock::time_point now)
+{
+    const Options& options = checkpointer_->options();
+    if (fixedInterval_ > 0 || handoverRequested_ || !options.chainSeq || options.chainDir.empty())
+        return;
+    // Ranks that agree on every decision need one reader: rank 0's request becomes everyone's.
+    if (agreeDecision_ && options.coordinator && options.coordinator->rank() != 0)
+        return;
+    constexpr auto kPoll = std::chrono::duration<double>(contract::kHandoverRequestPollSeconds);
+    if (lastRequestPoll_ && now - *lastRequestPoll_ < kPoll)
+        return;
+    lastRequestPoll_ = now;
+    if (!handoverRequested(options.chainDir, *options.chainSeq, options.jobId))
+        return;
+    handoverRequested_ = true;
+    log("handover requested by batond (" + std::string(contract::kHandoverRequestFile)
+        + "): checkpoint at this boundary, then exit");
+    policy_.requestCheckpoint(true);
 }
 
 Decision Session::decide(std::uint64_t iteration, double iterationSeconds, double updateSeconds)

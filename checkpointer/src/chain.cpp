@@ -175,6 +175,27 @@ std::optional<std::string> predecessorEnded(const fs::path& chainDir, std::uint6
 
 } // namespace
 
+bool handoverRequested(const fs::path& chainDir, std::uint64_t chainSeq, std::optional<std::uint64_t> jobId)
+{
+    std::string text;
+    try {
+        text = io::readSmallFile(chainDir / contract::kHandoverRequestFile, contract::kHandoverRequestMaxBytes);
+    } catch (const Error&) {
+        return false; // none, or unreadable for a moment: the next poll looks again
+    }
+    const auto request = nlohmann::json::parse(text, nullptr, false);
+    if (!request.is_object() || request.value("version", 0) != 1)
+        return false;
+    const auto seq = request.find("seq");
+    if (seq == request.end() || !seq->is_number_unsigned() || seq->get<std::uint64_t>() != chainSeq)
+        return false;
+    // A requeued job keeps its seq and its id; another job of the same seq (a resubmission) has another id.
+    const auto job = request.find("job_id");
+    if (!jobId || job == request.end())
+        return true;
+    return job->is_number_unsigned() && job->get<std::uint64_t>() == *jobId;
+}
+
 HandoverWaitResult waitForHandover(
     const fs::path& chainDir, std::uint64_t minChainSeq, double limitSeconds, double pollSeconds)
 {

@@ -168,7 +168,7 @@ void Provisioner::markPredecessorEnded(const ChainRow& chain, const ClusterJob& 
     const Json marker { { "version", 1 }, { "seq", chain.seq }, { "job_id", predecessor.id },
         { "state", predecessor.state }, { "time_unix", predecessor.endTime > 0 ? predecessor.endTime : now_ } };
     try {
-        writeHandoverEnded(*chain.chainDir, chain.ownerUid, marker.dump());
+        writeHandoverFile(*chain.chainDir, chain.ownerUid, HandoverFile::Ended, marker.dump());
     } catch (const std::runtime_error& error) {
         metrics_.chainErrors("owner_files").Increment();
         logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what()
@@ -287,6 +287,34 @@ void Provisioner::signalHandover(const ChainRow& chain, const ClusterJob& curren
     handoverSignals_.push_back(HandoverSignal { chain, current.id, scope, HandoverSignal::Why::Handover });
 }
 
+// A job is asked to take its final checkpoint and exit in its chain directory first (the request of
+// contract::kHandoverRequestFile, which baton's sessions read within a second), and by TERM only
+// `handover_signal_delay` later: a launcher between Slurm and the training (torchrun) kills its ranks
+// 30 s after it forwards a TERM, which would cut a long final checkpoint. Without a chain directory or
+// a delay, or when the request cannot be written, TERM goes at once. The delay counts from `askedAt`
+// (a handover's start, as recorded), else from the request's first writing. Returns whether TERM is due.
+bool Provisioner::askBeforeSignal(const ChainRow& chain, const ClusterJob& job, std::optional<std::int64_t> askedAt)
+{
+    if (config_.handoverSignalDelay.count() == 0 || !chain.chainDir)
+        return true;
+    HandoverRequest& asked = handoverRequests_[chain.id];
+    if (asked.jobId != job.id) { // this batond has not asked yet (a restarted one asks again: the same text)
+        asked = HandoverRequest { job.id, askedAt.value_or(now_), false };
+        const Json request { { "version", 1 }, { "seq", chain.seq }, { "job_id", job.id }, { "time_unix", now_ } };
+        try {
+            writeHandoverFile(*chain.chainDir, chain.ownerUid, HandoverFile::Request, request.dump());
+            asked.written = true;
+            logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(job.id)
+                + " asked in its chain directory to checkpoint and exit; TERM in "
+                + std::to_string(config_.handoverSignalDelay.count()) + " s unless it ends");
+        } catch (const std::runtime_error& error) {
+            metrics_.chainErrors("owner_files").Increment();
+            logWarning("chain " + chain.ownerName + "/" + chain.name + ": " + error.what() + "; TERM goes at once");
+        }
+    }
+    return !asked.written || now_ - asked.at >= config_.handoverSignalDelay.count();
+}
+
 void Provisioner::sendHandoverSignals()
 {
     const std::vector<HandoverSignal> signals = std::exchange(handoverSignals_, {});
@@ -341,10 +369,11 @@ void Provisioner::step(LiveChain live, const ClusterQueue& queue, std::vector<Aw
     if (chain.preemptRequested) {
         // `batonctl preempt`: the current job is asked to checkpoint and exit, as at a handover; a job
         // that no longer runs has nothing to be asked.
-        if (current && current->running() && isAllowed(chain.state, ChainEvent::Preempt))
-            handoverSignals_.push_back(HandoverSignal { chain, current->id,
-                tables_.events.checkpointSignalScope(current->id), HandoverSignal::Why::Preempt });
-        else
+        if (current && current->running() && isAllowed(chain.state, ChainEvent::Preempt)) {
+            if (askBeforeSignal(chain, *current, std::nullopt))
+                handoverSignals_.push_back(HandoverSignal { chain, current->id,
+                    tables_.events.checkpointSignalScope(current->id), HandoverSignal::Why::Preempt });
+        } else
             tables_.chains.setPreemptRequested(chain.id, false);
     }
     if (chain.state == ChainState::Paused) {
@@ -520,6 +549,7 @@ void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current
 {
     const SignalScope scope = tables_.events.checkpointSignalScope(current.id);
     const char* signalScope = scope == SignalScope::Steps ? "steps" : "full";
+    const bool askFirst = config_.handoverSignalDelay.count() > 0 && chain.chainDir;
     {
         db::Transaction transaction(tables_.connection(), db::Durability::Durable);
         if (!tables_.chains.transition(chain, ChainEvent::SuccessorStarted))
@@ -529,13 +559,16 @@ void Provisioner::startHandover(const ChainRow& chain, const ClusterJob& current
         tables_.decisions.record(chain.id, policyName(chain), "handover",
             Json { { "predecessor_job_id", current.id }, { "successor_job_id", successor.id },
                 { "signal_scope", signalScope } },
-            std::string("predecessor signalled TERM (") + signalScope + ")");
+            askFirst ? std::string("predecessor asked in its chain directory, TERM (") + signalScope + ") after "
+                    + std::to_string(config_.handoverSignalDelay.count()) + " s"
+                     : std::string("predecessor signalled TERM (") + signalScope + ")");
         transaction.commit();
     }
     metrics_.handovers("started").Increment();
     logInfo("chain " + chain.ownerName + "/" + chain.name + ": job " + std::to_string(successor.id)
         + " started while job " + std::to_string(current.id) + " runs: handover");
-    signalHandover(chain, current, scope);
+    if (askBeforeSignal(chain, current, now_))
+        signalHandover(chain, current, scope);
 }
 
 void Provisioner::stepHandover(
@@ -571,7 +604,8 @@ void Provisioner::stepHandover(
     }
     const HandoverStore::Signal signal = live.handoverSignal.value_or(HandoverStore::Signal {});
     if (!signal.sentAt) {
-        signalHandover(chain, *current, tables_.events.checkpointSignalScope(current->id));
+        if (askBeforeSignal(chain, *current, signal.signalledAt))
+            signalHandover(chain, *current, tables_.events.checkpointSignalScope(current->id));
         return;
     }
     if (signal.signalledAt && now_ - *signal.signalledAt > config_.handoverTimeout.count()) {

@@ -113,6 +113,7 @@ const std::map<std::string, Setter>& keyTable()
         { "successors_in_flight", whole(&ServiceConfig::successorsInFlight, 1, 2) },
         { "retry_budget", whole(&ServiceConfig::retryBudget, 0, 100) },
         { "handover_timeout_seconds", seconds(&ServiceConfig::handoverTimeout, 10, 86400) },
+        { "handover_signal_delay_seconds", seconds(&ServiceConfig::handoverSignalDelay, 0, 3600) },
         { "slurm_timeout_seconds", seconds(&ServiceConfig::slurmTimeout, 1, 600) },
         { "submit_grace_seconds", seconds(&ServiceConfig::submitGrace, 5, 3600) },
         { "max_live_chains_per_user", whole(&ServiceConfig::maxLiveChainsPerUser, 0, 1000000) },

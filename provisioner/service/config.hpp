@@ -34,6 +34,8 @@ struct ServiceConfig {
     std::chrono::seconds handoverTimeout {
         600
     }; // a signalled predecessor still running after this is cancelled
+    // A job asked to checkpoint and exit in its chain directory gets TERM this much later (0: at once).
+    std::chrono::seconds handoverSignalDelay { 30 };
     std::chrono::seconds slurmTimeout { 30 }; // every squeue/sbatch/scancel call
     std::chrono::seconds submitGrace { 120 }; // an intent not visible in squeue after this is retried
     int maxLiveChainsPerUser = 100; // POST /v1/chains refuses more (429); 0 = no limit

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <poll.h>
@@ -73,15 +74,16 @@ void appendPid(char (&name)[64])
 
 // In the child, as the owner: the marker goes to a temporary name of this child's, reaches the disk, and
 // replaces the old one in one rename, so that a successor reads the old marker or the new one, whole.
-[[noreturn]] void writeMarkerAsOwner(const std::string& chainDir, const os::Credentials& owner, const char* text,
-    std::size_t size)
+[[noreturn]] void writeMarkerAsOwner(const std::string& chainDir, const os::Credentials& owner, const char* name,
+    const char* text, std::size_t size)
 {
     if (os::becomeOwner(owner))
         _exit(3);
     const int dir = open(chainDir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)
         _exit(4);
-    char temporary[64] = ".baton-handover-ended.tmp-";
+    char temporary[64];
+    std::snprintf(temporary, sizeof temporary, "%s.tmp-", name);
     appendPid(temporary);
     unlinkat(dir, temporary, 0); // a killed child of the same pid's
     const int file = openat(dir, temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -92,7 +94,7 @@ void appendPid(char (&name)[64])
         _exit(6);
     }
     close(file);
-    if (renameat(dir, temporary, dir, contract::kHandoverEndedFile) != 0) {
+    if (renameat(dir, temporary, dir, name) != 0) {
         unlinkat(dir, temporary, 0);
         _exit(7);
     }
@@ -189,15 +191,18 @@ std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t 
     return lines;
 }
 
-void writeHandoverEnded(const std::string& chainDir, std::int64_t ownerUid, const std::string& marker,
-    std::chrono::milliseconds timeout)
+void writeHandoverFile(const std::string& chainDir, std::int64_t ownerUid, HandoverFile file,
+    const std::string& text, std::chrono::milliseconds timeout)
 {
+    const bool request = file == HandoverFile::Request;
+    const char* what = request ? "handover request" : "handover marker";
+    const char* name = request ? contract::kHandoverRequestFile : contract::kHandoverEndedFile;
     if (chainDir.empty() || chainDir.front() != '/')
-        throw std::runtime_error("handover marker: the chain directory '" + chainDir + "' is not absolute");
-    if (marker.size() > contract::kHandoverEndedMaxBytes)
-        throw std::runtime_error("handover marker: " + std::to_string(marker.size()) + " bytes, over the bound");
-    runAsOwner("handover marker in " + chainDir, ownerUid, 0, timeout, [&](const os::Credentials& owner, int) {
-        writeMarkerAsOwner(chainDir, owner, marker.data(), marker.size());
+        throw std::runtime_error(std::string(what) + ": the chain directory '" + chainDir + "' is not absolute");
+    if (text.size() > (request ? contract::kHandoverRequestMaxBytes : contract::kHandoverEndedMaxBytes))
+        throw std::runtime_error(std::string(what) + ": " + std::to_string(text.size()) + " bytes, over the bound");
+    runAsOwner(std::string(what) + " in " + chainDir, ownerUid, 0, timeout, [&](const os::Credentials& owner, int) {
+        writeMarkerAsOwner(chainDir, owner, name, text.data(), text.size());
     });
 }
 

@@ -21,10 +21,14 @@ namespace baton::service {
 std::vector<std::string> collectSpool(const std::string& chainDir, std::int64_t ownerUid,
     std::size_t maxBytes = 1 << 20, std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
-// Replaces the chain's handover end marker with `marker` (written to a temporary name, fsynced, renamed
-// over the old one), as the owner. Throws std::runtime_error as collectSpool does, and when the chain
-// directory is missing or the text is larger than the contract allows.
-void writeHandoverEnded(const std::string& chainDir, std::int64_t ownerUid, const std::string& marker,
-    std::chrono::milliseconds timeout = std::chrono::seconds(5));
+// batond's two files in a chain directory (common/baton_contract.hpp): the handover's request to the
+// predecessor, and its end marker for the successor.
+enum class HandoverFile { Request, Ended };
+
+// Replaces that file with `text` (written to a temporary name, fsynced, renamed over the old one), as
+// the owner. Throws std::runtime_error as collectSpool does, and when the chain directory is missing or
+// the text is larger than the contract allows.
+void writeHandoverFile(const std::string& chainDir, std::int64_t ownerUid, HandoverFile file,
+    const std::string& text, std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 } // namespace baton::service

@@ -132,6 +132,7 @@ private:
     // Queues the handover's TERM for sendHandoverSignals, which sends the tick's signals of every owner
     // at once after the steps (owner_actions.hpp) and records those scancel delivered.
     void signalHandover(const ChainRow& chain, const ClusterJob& current, SignalScope scope);
+    bool askBeforeSignal(const ChainRow& chain, const ClusterJob& job, std::optional<std::int64_t> askedAt);
     void sendHandoverSignals();
     // The tick's Slurm actions of many owners, each owner's in order, different owners' at once; none
     // started later than one Slurm call's timeout into the batch.
@@ -191,6 +192,14 @@ private:
     // The seq whose end marker each chain's directory holds, as written by this batond (a restarted one
     // writes it once more: the same text).
     std::unordered_map<std::int64_t, std::int64_t> endMarked_;
+    // The handover request each chain's directory holds, as written by this batond (askBeforeSignal): for
+    // which job, when, and whether it was written. A restarted batond writes it once more.
+    struct HandoverRequest {
+        std::int64_t jobId = 0;
+        std::int64_t at = 0;
+        bool written = false;
+    };
+    std::unordered_map<std::int64_t, HandoverRequest> handoverRequests_;
     // The seq after whose end each chain's spool was read (see collectSpoolHints).
     std::unordered_map<std::int64_t, std::int64_t> spoolRead_;
     // The jobs this tick submitted, which its queue (read before) does not hold (withdrawCancelledChains).

@@ -2,6 +2,7 @@
 
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/tuning.hpp"
+#include "common/baton_contract.hpp"
 #include "baton_session.h"
 #include "tests/support/process.hpp"
 
@@ -398,6 +399,58 @@ TEST(Session, HandoverCheckpointIsFinalButNotDone)
     const nlohmann::json manifest = readManifest(dir.path() / checkpointDirName(last));
     EXPECT_EQ(manifest["final"], true);
     EXPECT_EQ(manifest["training_done"], false);
+}
+
+// batond asks for the handover's final checkpoint in the chain directory before any TERM (a launcher
+// such as torchrun would kill the ranks 30 s after it forwards one): a session of the named seq and job
+// takes its final checkpoint and exits; a request for another seq or job, a torn or oversized one, or
+// another version asks nothing. It looks at most once a second.
+TEST(Session, TakesTheHandoverRequestInTheChainDirectoryAsSigterm)
+{
+    TempDir dir("baton-session-request");
+    const auto write = [&](const std::string& text) {
+        const auto temporary = dir.path() / "request.tmp";
+        std::ofstream(temporary) << text;
+        std::filesystem::rename(temporary, dir.path() / baton::contract::kHandoverRequestFile);
+    };
+    EXPECT_FALSE(handoverRequested(dir.path(), 3, 77u)) << "no request";
+    write(R"({"version": 1, "seq": 3, "job_id": 77, "time_unix": 1})");
+    EXPECT_TRUE(handoverRequested(dir.path(), 3, 77u));
+    EXPECT_TRUE(handoverRequested(dir.path(), 3, std::nullopt)) << "a job that knows no id of its own";
+    EXPECT_FALSE(handoverRequested(dir.path(), 2, 77u)) << "the successor's seq is another";
+    EXPECT_FALSE(handoverRequested(dir.path(), 3, 78u)) << "a resubmitted job of the same seq";
+    write(R"({"version": 1, "seq": 3})");
+    EXPECT_TRUE(handoverRequested(dir.path(), 3, 77u)) << "no job id: the seq decides";
+    for (const char* other : { R"({"version": 2, "seq": 3})", R"({"version": 1, "seq": "3"})",
+             R"({"version": 1, "seq": 3, "job_id": "77"})", R"({"version": 1, "seq": 3)", "[]" }) {
+        write(other);
+        EXPECT_FALSE(handoverRequested(dir.path(), 3, 77u)) << other;
+    }
+    write(R"({"version": 1, "seq": 3, "pad": ")" + std::string(5000, 'x') + R"("})");
+    EXPECT_FALSE(handoverRequested(dir.path(), 3, 77u)) << "over the bound";
+
+    write(R"({"version": 1, "seq": 4, "job_id": 77})"); // for another seq: nothing
+    std::vector<std::string> log;
+    SessionOptions options = sessionOptions(dir.path(), &log);
+    options.checkpointer.chainSeq = 3;
+    options.checkpointer.jobId = 77;
+    std::vector<std::uint64_t> state(1024);
+    Session session(options);
+    session.checkpointer().registerRegion("state", state.data(), state.size() * sizeof state[0]);
+    trainPlain(session, state, 0, 20);
+    EXPECT_FALSE(session.shouldExit());
+    write(R"({"version": 1, "seq": 3, "job_id": 77, "time_unix": 1})");
+    // Within a second and a checkpoint still in flight (a loaded machine): at most 2,000 iterations.
+    std::uint64_t last = 21;
+    for (; last < 2000 && !session.shouldExit(); ++last)
+        trainPlain(session, state, last, last);
+    ASSERT_TRUE(session.shouldExit());
+    session.finish();
+    const std::uint64_t final = last - 1;
+    EXPECT_EQ(readManifest(dir.path() / checkpointDirName(final))["final"], true);
+    EXPECT_NE(std::find_if(log.begin(), log.end(),
+                  [](const std::string& line) { return line.find("handover requested by batond") != std::string::npos; }),
+        log.end());
 }
 
 TEST(Session, HandoverWaitFromTheEnvironment)

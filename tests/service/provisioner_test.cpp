@@ -3,6 +3,7 @@
 // end of training, handover bookkeeping.
 #include "provisioner_fixture.hpp"
 
+#include "common/baton_contract.hpp"
 #include "tests/support/process.hpp"
 
 #include <fstream>
@@ -81,7 +82,7 @@ TEST_F(ProvisionerTest, HandoverSignalsOnlyTheStepsOfATrainingUnderSrun)
     ASSERT_EQ(cluster_.signals.size(), 1u);
     EXPECT_EQ(cluster_.signals[0], (ScriptedCluster::Signal { 1, "TERM", SignalScope::Steps }));
     EXPECT_EQ(ChainViews(connection_, config_.policy).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"], // the newest first
-        "predecessor signalled TERM (steps)");
+        "predecessor asked in its chain directory, TERM (steps) after 30 s");
 }
 
 // A tick's submissions are recorded in one statement: the intents become submitted jobs and the
@@ -748,6 +749,80 @@ TEST_F(ProvisionerTest, APreemptIsSentByTheTickUntilScancelDeliversIt)
     EXPECT_FALSE(tables_.chains.find(chain.id)->preemptRequested);
     tick();
     EXPECT_EQ(cluster_.signals.size(), 1u) << "sent once";
+}
+
+// A job to take its final checkpoint and exit is asked in its chain directory first, as its owner, and
+// sent TERM only handover_signal_delay later if it still runs: a launcher such as torchrun kills its ranks
+// 30 s after it forwards a TERM (the checkpointer's side: session_test, torchrun_test). The delay counts
+// from the handover's recorded start, also for a batond that took over meanwhile (a new instance a tick).
+TEST_F(ProvisionerTest, AHandoverIsAskedInTheChainDirectoryBeforeItsTerm)
+{
+    if (::getuid() != 0)
+        GTEST_SKIP() << "needs root to write as the chain's owner";
+    baton::test::TempDir dir;
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+    const ChainRow chain = chainWithRunningJob(1);
+    tables_.chains.setChainDir(chain.id, dir.path().string());
+    const auto request = [&] {
+        std::ifstream in(dir.path() / baton::contract::kHandoverRequestFile);
+        return in ? Json::parse(in, nullptr, false) : Json();
+    };
+    tick(std::make_shared<AlwaysSubmit>());
+    EXPECT_TRUE(request().is_null()) << "nothing while no successor runs";
+    cluster_.now += 10;
+    cluster_.start(cluster_.jobs.back().id);
+    tick();
+    ASSERT_EQ(stateOf(chain), ChainState::Handover);
+    EXPECT_EQ(request(), (Json { { "version", 1 }, { "seq", 0 }, { "job_id", 1 }, { "time_unix", cluster_.now } }));
+    struct stat info { };
+    ASSERT_EQ(::stat((dir.path() / baton::contract::kHandoverRequestFile).c_str(), &info), 0);
+    EXPECT_EQ(info.st_uid, 65534u) << "written as the owner";
+    EXPECT_TRUE(cluster_.signals.empty()) << "TERM waits for the delay";
+    EXPECT_EQ(ChainViews(connection_, config_.policy).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"],
+        "predecessor asked in its chain directory, TERM (full) after 30 s");
+
+    cluster_.now += config_.handoverSignalDelay.count() - 1;
+    tick();
+    EXPECT_TRUE(cluster_.signals.empty());
+    cluster_.now += 1;
+    tick();
+    EXPECT_EQ(cluster_.signals, (std::vector<ScriptedCluster::Signal> { { 1, "TERM", SignalScope::Full } }));
+    tick();
+    EXPECT_EQ(cluster_.signals.size(), 1u) << "sent once";
+}
+
+// `batonctl preempt` asks the same way; a job that ends on the request gets no TERM at all.
+TEST_F(ProvisionerTest, APreemptIsAskedInTheChainDirectoryBeforeItsTerm)
+{
+    if (::getuid() != 0)
+        GTEST_SKIP() << "needs root to write as the chain's owner";
+    baton::test::TempDir dir;
+    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
+    const ChainRow chain = chainWithRunningJob(1);
+    tables_.chains.setChainDir(chain.id, dir.path().string());
+    tables_.chains.setPreemptRequested(chain.id, true);
+    const std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>();
+    Provisioner provisioner(config_, tables_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
+    provisioner.tick();
+    std::ifstream in(dir.path() / baton::contract::kHandoverRequestFile);
+    EXPECT_EQ(Json::parse(in, nullptr, false)["job_id"], 1);
+    EXPECT_TRUE(cluster_.signals.empty());
+    EXPECT_TRUE(tables_.chains.find(chain.id)->preemptRequested) << "TERM still to come";
+    cluster_.now += config_.handoverSignalDelay.count();
+    provisioner.tick();
+    EXPECT_EQ(cluster_.signals, (std::vector<ScriptedCluster::Signal> { { 1, "TERM", SignalScope::Full } }));
+    EXPECT_FALSE(tables_.chains.find(chain.id)->preemptRequested);
+
+    // Preempted again, it takes its final checkpoint on the request and ends within the delay.
+    const ChainRow second = chainWithRunningJob(2, "-second");
+    tables_.chains.setChainDir(second.id, dir.path().string());
+    tables_.chains.setPreemptRequested(second.id, true);
+    provisioner.tick();
+    cluster_.now += 5;
+    cluster_.end(2, "COMPLETED");
+    cluster_.now += config_.handoverSignalDelay.count();
+    provisioner.tick();
+    EXPECT_EQ(cluster_.signals.size(), 1u) << "no TERM for a job that ended";
 }
 
 } // namespace

@@ -346,8 +346,8 @@ TEST(HandoverMarker, IsWrittenWholeAsTheOwnerAndOnlyWhereTheOwnerMayWrite)
     baton::test::TempDir dir;
     ASSERT_EQ(chown(dir.path().c_str(), 65534, 65534), 0);
     const auto marker = dir.path() / baton::contract::kHandoverEndedFile;
-    writeHandoverEnded(dir.path().string(), 65534, R"({"version": 1, "seq": 3})");
-    writeHandoverEnded(dir.path().string(), 65534, R"({"version": 1, "seq": 4})"); // replaced whole
+    writeHandoverFile(dir.path().string(), 65534, HandoverFile::Ended, R"({"version": 1, "seq": 3})");
+    writeHandoverFile(dir.path().string(), 65534, HandoverFile::Ended, R"({"version": 1, "seq": 4})"); // replaced whole
     std::ifstream in(marker);
     EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), R"({"version": 1, "seq": 4})");
     struct stat info { };
@@ -359,11 +359,17 @@ TEST(HandoverMarker, IsWrittenWholeAsTheOwnerAndOnlyWhereTheOwnerMayWrite)
     // A directory of root's the owner cannot write, a link put in its place, a marker over the bound.
     baton::test::TempDir closed;
     ASSERT_EQ(chmod(closed.path().c_str(), 0755), 0);
-    EXPECT_THROW(writeHandoverEnded(closed.path().string(), 65534, "{}"), std::runtime_error);
+    EXPECT_THROW(writeHandoverFile(closed.path().string(), 65534, HandoverFile::Ended, "{}"), std::runtime_error);
     EXPECT_FALSE(std::filesystem::exists(closed.path() / baton::contract::kHandoverEndedFile));
     std::filesystem::create_directory_symlink(dir.path(), closed.path() / "link");
-    EXPECT_THROW(writeHandoverEnded((closed.path() / "link").string(), 65534, "{}"), std::runtime_error);
-    EXPECT_THROW(writeHandoverEnded(dir.path().string(), 65534, std::string(5000, ' ')), std::runtime_error);
+    EXPECT_THROW(writeHandoverFile((closed.path() / "link").string(), 65534, HandoverFile::Ended, "{}"), std::runtime_error);
+    EXPECT_THROW(writeHandoverFile(dir.path().string(), 65534, HandoverFile::Ended, std::string(5000, ' ')), std::runtime_error);
+
+    // The request beside it, under its own name.
+    writeHandoverFile(dir.path().string(), 65534, HandoverFile::Request, R"({"version": 1, "seq": 4})");
+    std::ifstream request(dir.path() / baton::contract::kHandoverRequestFile);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(request), {}), R"({"version": 1, "seq": 4})");
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 2) << "no temporary left";
 }
 
 // Makes every renameat in this process and its children wait in the kernel for an answer that never

@@ -48,8 +48,9 @@ import torch.utils.data
 from . import _native
 # The state blob and the world live in modules of their own; their names stay reachable from here.
 from ._torch_state import (RestoreError, _dtype, _dtype_name, _dumps, _loads, _plain, _rng_state,
-                           _scheduler_state, _set_rng_state, _tensor_key)
-from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator
+                           _scheduler_state, _set_rng_state, _tensor_key, say)
+from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator, launcher_grace
+from ._torch_loader import LoaderTracker, _sampler_of, loaders_of
 
 __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 
@@ -105,7 +106,7 @@ class Checkpointer:
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
-                 sampler: Optional[ResumableSampler] = None, *, scaler: Any = None,
+                 sampler: Any = None, *, scaler: Any = None,
                  chain_dir: Optional[str] = None,
                  interval: Optional[int] = None, keep: Optional[int] = None, strict: bool = True,
                  signals: bool = True, options: Optional["_native.Options"] = None,
@@ -121,10 +122,18 @@ class Checkpointer:
             options.chain_dir = os.fspath(chain_dir)
         if keep is not None:
             options.keep = keep
+        loader = None
+        if isinstance(sampler, torch.utils.data.DataLoader):
+            loader, sampler = sampler, _sampler_of(sampler)
+            if sampler is None:
+                raise ValueError("the DataLoader given as sampler draws from no ResumableSampler")
         self.model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.sampler = sampler
+        self._loader: Optional[LoaderTracker] = None
+        if sampler is not None:
+            self._track_loader(loader)
         self.scaler = scaler
         self.interval = interval
         self.strict = strict
@@ -145,6 +154,8 @@ class Checkpointer:
             self._group, self._decisions, options.coordinator = _torch_coordinator()
             self._replicated = True
         self._native = _native.Checkpointer(options)
+        # torchrun's grace after a SIGTERM, told once if a final checkpoint needs more (_check_launcher).
+        self._launcher = launcher_grace() if not self._group or torch.distributed.get_rank() == 0 else None
         self._update_seconds = -1.0
         self._stage_began: Optional[float] = None
         # The native session decides when to checkpoint; this adapter stages the state it asks for.
@@ -193,6 +204,8 @@ class Checkpointer:
 
         Call it once, after building model, optimizer, scheduler and sampler and before training.
         """
+        if self.sampler is not None and self._loader is None:
+            self._track_loader(None)  # a DataLoader built after the Checkpointer
         layout = self._newest_layout()
         for _ in range(3):
             self._prepare_optimizer_state(layout)
@@ -300,6 +313,8 @@ class Checkpointer:
             begin = time.perf_counter()
             result = original(*args, **kwargs)
             self._update_seconds = time.perf_counter() - begin
+            if self._loader is not None:
+                self._loader.iteration_done()
             self.iteration += 1
             self._pending = True
             return result
@@ -312,6 +327,9 @@ class Checkpointer:
         self._forward_hook.remove()
         if self.sampler is not None:
             self.sampler._boundary = None
+        if self._loader is not None:
+            self._loader.close()
+            self.sampler._pass_began = None
 
     def _boundary(self) -> None:
         if not self._pending:
@@ -331,8 +349,28 @@ class Checkpointer:
     def _stage(self, iteration: int) -> None:
         """The session's hook right before a checkpoint starts: the state outside the regions."""
         self._stage_began = time.perf_counter()
+        self._check_launcher()
         self._prepare_checkpoint(iteration)
         self.last_start_seconds = time.perf_counter() - self._stage_began
+
+    def _check_launcher(self) -> None:
+        """Tells once when torchrun would kill this rank before a final checkpoint taken on SIGTERM could
+        commit: the one of an iteration, a staging, a snapshot and a persist as measured so far."""
+        if self._launcher is None or self.policy is None:
+            return
+        tuning = self.policy.tuning
+        needs = (tuning.get("iteration_seconds", 0) + self.last_start_seconds + tuning.get("snapshot_seconds", 0)
+                 + tuning.get("persist_seconds", 0))
+        grace, why = self._launcher
+        if needs <= grace:
+            return
+        self._launcher = None
+        say(f"torchrun kills the ranks {grace:g} s after it forwards a SIGTERM ({why}), and a final checkpoint "
+            f"here takes about {needs:.0f} s: one taken on a SIGTERM would be cut. baton's handovers and "
+            "preemptions ask in the chain directory first and send TERM later (batond's "
+            "handover_signal_delay_seconds), and the final checkpoint before the time limit is planned from "
+            "BATON_DEADLINE; a `scancel` or a `--signal` to the steps still goes through torchrun. Where "
+            "PyTorch reads it, set TORCH_ELASTIC_SHUTDOWN_TIMEOUT above this figure")
 
     def _start_session(self, signals: bool, policy_options: Optional["_native.PolicyOptions"]) -> "_native.Session":
         settings = _native.SessionOptions()
@@ -359,6 +397,24 @@ class Checkpointer:
             session.agree_decision(functools.partial(_agree, self._decisions))
         return session
 
+    # -- the DataLoader --
+
+    def _track_loader(self, loader: Optional[torch.utils.data.DataLoader]) -> None:
+        """Follows the DataLoader over the sampler, given or found (_torch_loader explains why)."""
+        if loader is None:
+            found = loaders_of(self.sampler)
+            if len(found) > 1:
+                say(f"{len(found)} DataLoaders draw from one ResumableSampler; none is followed, so batches "
+                    "their workers prefetch count as taken. Give each its own sampler, or pass the one to "
+                    "follow as the Checkpointer's sampler")
+            loader = found[0] if len(found) == 1 else None
+        if loader is not None:
+            self._loader = LoaderTracker(loader, self.sampler)
+            self.sampler._pass_began = self._loader.pass_began
+
+    def _sampler_state(self) -> Dict[str, Any]:
+        return self._loader.sampler_state() if self._loader is not None else self.sampler.state_dict()
+
     # -- what goes into a checkpoint --
 
     def _prepare_checkpoint(self, iteration: int) -> None:
@@ -369,8 +425,9 @@ class Checkpointer:
         if self.policy is not None:
             self._native.set_manifest_field("tuning", self.policy.tuning)
         if self.sampler is not None:
-            self._native.set_epoch(self.sampler.epoch)
-            self._native.set_manifest_field("sampler", self.sampler.state_dict())
+            sampler_state = self._sampler_state()
+            self._native.set_epoch(sampler_state["epoch"])
+            self._native.set_manifest_field("sampler", sampler_state)
 
     def _capture_state(self, iteration: int) -> Dict[str, Any]:
         optimizer = self.optimizer.state_dict()
@@ -390,7 +447,8 @@ class Checkpointer:
             },
             "scheduler": None if self.scheduler is None else _scheduler_state(self.scheduler, "scheduler"),
             "scaler": None if self.scaler is None else _plain(self.scaler.state_dict(), "scaler"),
-            "sampler": None if self.sampler is None else self.sampler.state_dict(),
+            "sampler": None if self.sampler is None else self._sampler_state(),
+            "loader": None if self._loader is None else self._loader.state(),
             "user": _plain(self.state, "state"),
         }
 
@@ -551,6 +609,8 @@ class Checkpointer:
             if state["sampler"] is None:
                 raise RestoreError("the checkpoint has no sampler state")
             self.sampler.load_state_dict(state["sampler"])
+            if self._loader is not None:
+                self._loader.load(state.get("loader") or {})
         _set_rng_state(state["rng"])
         self.state = state["user"]
         self.iteration = iteration

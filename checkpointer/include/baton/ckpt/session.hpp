@@ -115,10 +115,12 @@ public:
     double measuredOverheadPercent() const { return policy_.measuredOverheadPercent(); }
 
 private:
+    using SteadyClock = std::chrono::steady_clock;
     Session(std::unique_ptr<Checkpointer> owned, SessionOptions options);
     Decision decide(std::uint64_t iteration, double iterationSeconds, double updateSeconds);
     Decision start(std::uint64_t iteration, const Decision& decision);
     void publishState();
+    void pollHandoverRequest(SteadyClock::time_point now);
     void log(const std::string& message) const;
 
     std::function<void(std::string_view)> log_;
@@ -133,9 +135,10 @@ private:
     std::uint64_t fixedInterval_ = 0;
     bool waitForInFlight_ = false;
     bool agreedExit_ = false;
-    using SteadyClock = std::chrono::steady_clock;
     std::optional<SteadyClock::time_point> lastBoundary_;
     std::optional<SteadyClock::time_point> updateStart_;
+    std::optional<SteadyClock::time_point> lastRequestPoll_; // batond's handover request, looked for
+    bool handoverRequested_ = false;
     bool started_ = false; // a checkpoint the policy knows of is in flight
     CheckpointReason reason_ = CheckpointReason::None;
     bool final_ = false;
