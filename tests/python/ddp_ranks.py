@@ -45,6 +45,27 @@ def load_example(path):
     return example
 
 
+def slow_final_stage(ckpt, seconds):
+    """Makes the final checkpoint of a handover (batond's request in the chain directory) or of the
+    deadline (inside BATON_DEADLINE_MARGIN) take `seconds` longer, as a large model's would: a sleep
+    in the checkpointer's hook before the checkpoint starts, once. Returns what it notes of it."""
+    stage, noted = ckpt._stage, {}
+    deadline = float(os.environ.get("BATON_DEADLINE", "inf"))
+    margin = float(os.environ.get("BATON_DEADLINE_MARGIN", "60"))
+
+    def slowed(iteration):
+        requested = os.path.exists(os.path.join(ckpt.chain_dir, ".baton-handover-request"))
+        if not noted and (requested or time.time() > deadline - margin - 3):
+            noted.update(began_unix=time.time(), iteration=iteration, handover=requested)
+            time.sleep(seconds)
+        stage(iteration)
+        if noted and "staged_unix" not in noted:
+            noted["staged_unix"] = time.time()
+
+    ckpt._stage = slowed
+    return noted
+
+
 def worker(args, example):
     import baton.torch
     from torch.nn.parallel import DistributedDataParallel
@@ -66,8 +87,12 @@ def worker(args, example):
 
     # PyTorch 2.4+ asks its TCP store for libuv, which Debian's build (2.6) lacks; 1.13 ignores this.
     os.environ.setdefault("USE_LIBUV", "0")
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.port}", rank=args.rank,
-                                         world_size=args.ranks)
+    if args.rank is None:  # started by torchrun, which names the rank and its peers in the environment
+        args.rank, args.ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        torch.distributed.init_process_group("gloo", init_method="env://")
+    else:
+        torch.distributed.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.port}",
+                                             rank=args.rank, world_size=args.ranks)
     example.make_deterministic(args.seed)
     train_set, _ = example.load_data(args.seed)
     model = DistributedDataParallel(example.DigitsNet())
@@ -85,9 +110,11 @@ def worker(args, example):
                         generator=torch.Generator().manual_seed(args.seed))
     ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, sampler, chain_dir=args.chain_dir,
                                     interval=args.interval or None, keep=3)
+    final_stage = slow_final_stage(ckpt, args.final_sleep) if args.final_sleep else {}
     restored = ckpt.restore()
     with open(os.path.join(args.results, f"restored-{args.rank}"), "w") as out:
-        json.dump({"restored": restored, "iteration": ckpt.iteration, "sampler": sampler.state_dict()}, out)
+        json.dump({"restored": restored, "iteration": ckpt.iteration, "sampler": sampler.state_dict(),
+                   "chain_seq": os.environ.get("BATON_CHAIN_SEQ"), "pid": os.getpid()}, out)
     step = ckpt.iteration
     stop = min(args.steps, args.stop_at or args.steps)
     while step < stop and not ckpt.should_exit:
@@ -112,7 +139,7 @@ def worker(args, example):
         json.dump(sampler.drawn, out)
     with open(os.path.join(args.results, f"exit-{args.rank}"), "w") as out:
         json.dump({"step": step, "finished": finished, "should_exit": ckpt.should_exit, "closed_ok": ok,
-                   "sampler": sampler.state_dict()}, out)
+                   "sampler": sampler.state_dict(), "final_stage": final_stage, "time_unix": time.time()}, out)
     torch.distributed.destroy_process_group()
     return 0
 

@@ -398,6 +398,7 @@ def argument_parser():
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--master-addr", default="127.0.0.1", help=argparse.SUPPRESS)  # rank 0's host
+    parser.add_argument("--final-sleep", type=float, default=0, help=argparse.SUPPRESS)  # torchrun_test.py
     parser.add_argument("--chain-dir", help=argparse.SUPPRESS)
     parser.add_argument("--results", help=argparse.SUPPRESS)
     return parser

@@ -5,6 +5,8 @@ handover); those of the module `baton` itself are in binding_test.py.
 Exit status: 0 passed, 1 failed, 77 skipped (numpy or torch missing).
 """
 
+import contextlib
+import io
 import json
 import os
 import pickle
@@ -12,6 +14,7 @@ import signal
 import sys
 import time
 import unittest
+import unittest.mock
 
 try:
     import numpy
@@ -242,6 +245,37 @@ class PolicyTest(TempChain):
         self.assertEqual(ckpt.native.last_checkpoint().iteration, 3)
         self.assertTrue(ckpt.native.last_checkpoint().committed)
         ckpt.close()
+
+    def train_under_torchrun(self, grace=None):
+        """Trains through several checkpoints of the policy as a rank that torchrun started; returns
+        what baton.torch said on standard error. `grace`: torchrun's (seconds, why) instead of the real one."""
+        parts = build()
+        with saved_environment("TORCHELASTIC_RUN_ID"), contextlib.redirect_stderr(io.StringIO()) as said:
+            os.environ["TORCHELASTIC_RUN_ID"] = "test"
+            if grace is None:
+                ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+            else:
+                with unittest.mock.patch("baton.torch.launcher_grace", return_value=grace):
+                    ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
+            train_steps(*parts, 20, torch.Generator().manual_seed(1))
+            self.assertGreaterEqual(ckpt.native.counters().committed, 1)  # the profile's, measured
+            ckpt.request_checkpoint()
+            train_steps(*parts, 2, torch.Generator().manual_seed(2))
+            ckpt.close()  # and a final one
+        return said.getvalue()
+
+    def test_torchrun_grace_shorter_than_a_final_checkpoint_is_told_once(self):
+        with saved_environment("TORCHELASTIC_RUN_ID"):
+            os.environ.pop("TORCHELASTIC_RUN_ID", None)
+            self.assertIsNone(baton._torch_world.launcher_grace())
+            os.environ["TORCHELASTIC_RUN_ID"] = "test"
+            grace, why = baton._torch_world.launcher_grace()
+            self.assertGreater(grace, 0)
+        # This model's final checkpoint takes milliseconds: within torchrun's real grace, nothing is said.
+        self.assertNotIn("torchrun kills", self.train_under_torchrun())
+        said = self.train_under_torchrun((1e-6, "a grace of a microsecond"))
+        self.assertEqual(said.count("torchrun kills"), 1, said)
+        self.assertIn("a grace of a microsecond", said)
 
     def test_tuning_travels_to_the_next_job(self):
         parts = build()
