@@ -246,22 +246,24 @@ class PolicyTest(TempChain):
         self.assertTrue(ckpt.native.last_checkpoint().committed)
         ckpt.close()
 
-    def train_under_torchrun(self, grace=None):
-        """Trains through several checkpoints of the policy as a rank that torchrun started; returns
-        what baton.torch said on standard error. `grace`: torchrun's (seconds, why) instead of the real one."""
+    def train_under_torchrun(self, chain, grace=None):
+        """Trains through three checkpoints of the policy as a rank that torchrun started; returns what
+        baton.torch said on standard error. `grace`: torchrun's (seconds, why) instead of the real one."""
         parts = build()
+        generator = torch.Generator().manual_seed(1)
         with saved_environment("TORCHELASTIC_RUN_ID"), contextlib.redirect_stderr(io.StringIO()) as said:
             os.environ["TORCHELASTIC_RUN_ID"] = "test"
-            if grace is None:
-                ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
-            else:
-                with unittest.mock.patch("baton.torch.launcher_grace", return_value=grace):
-                    ckpt = baton.torch.Checkpointer(*parts, chain_dir=self.chain, signals=False)
-            train_steps(*parts, 20, torch.Generator().manual_seed(1))
-            self.assertGreaterEqual(ckpt.native.counters().committed, 1)  # the profile's, measured
-            ckpt.request_checkpoint()
-            train_steps(*parts, 2, torch.Generator().manual_seed(2))
-            ckpt.close()  # and a final one
+            with (contextlib.nullcontext() if grace is None
+                  else unittest.mock.patch("baton.torch.launcher_grace", return_value=grace)):
+                ckpt = baton.torch.Checkpointer(*parts, chain_dir=os.path.join(self.chain, chain), signals=False)
+            try:
+                train_steps(*parts, 20, generator)
+                ckpt.native.wait()  # the profile's checkpoint, measured at the next boundary
+                train_steps(*parts, 2, generator)
+                ckpt.request_checkpoint()  # its start compares the measured final checkpoint with the grace
+                train_steps(*parts, 2, generator)
+            finally:
+                ckpt.close()  # and a final one
         return said.getvalue()
 
     def test_torchrun_grace_shorter_than_a_final_checkpoint_is_told_once(self):
@@ -272,8 +274,8 @@ class PolicyTest(TempChain):
             grace, why = baton._torch_world.launcher_grace()
             self.assertGreater(grace, 0)
         # This model's final checkpoint takes milliseconds: within torchrun's real grace, nothing is said.
-        self.assertNotIn("torchrun kills", self.train_under_torchrun())
-        said = self.train_under_torchrun((1e-6, "a grace of a microsecond"))
+        self.assertNotIn("torchrun kills", self.train_under_torchrun("real"))
+        said = self.train_under_torchrun("short", (1e-6, "a grace of a microsecond"))
         self.assertEqual(said.count("torchrun kills"), 1, said)
         self.assertIn("a grace of a microsecond", said)
 

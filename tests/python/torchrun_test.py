@@ -11,7 +11,7 @@ would take that long. torchrun forwards a SIGTERM to its ranks and SIGKILLs them
    30 s later (batond's handover_signal_delay_seconds). Both ranks must stop at one two-rank final
    checkpoint that commits after the TERM, unkilled.
 2. The second job resumes it and is stopped by its deadline (a two-minute limit, BATON_DEADLINE_MARGIN
-   60 s): its final checkpoint, slowed too, commits before the limit; the job completes.
+   95 s): its final checkpoint, slowed too, commits before the limit; the job completes.
 3. The third finishes the training; both ranks' final state must equal a straight two-rank run's.
 
 Exit status: 0 passed, 1 failed, 77 skipped (not root, Slurm absent, torch or scikit-learn missing).
@@ -152,7 +152,8 @@ def handover_by_request_and_term(jobs):
 
 
 def handover_by_deadline(jobs, previous):
-    job, results, output = jobs.submit("deadline", 1_000_000, ["--time=2", "--baton-margin=60"])
+    # The final checkpoint is due 95 s before the limit (after ~25 s of training) and takes 35 s.
+    job, results, output = jobs.submit("deadline", 1_000_000, ["--time=2", "--baton-margin=95"])
     state = jobs.wait_end(job, output, 240)
     ranks = jobs.ranks(job, results, output)
     if {r["restored"]["iteration"] for r in ranks} != {previous}:
