@@ -14,6 +14,7 @@ Exit status: 0 passed, 1 failed, 77 skipped (not root, Slurm absent, torch or sc
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -174,19 +175,11 @@ def ddp_chain_test(args, base, env):
     print("the plugin reported the step's 2 tasks and the checkpoint's world size and layouts", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sbatch-script", required=True)
-    parser.add_argument("--example", required=True)
-    parser.add_argument("--spank-plugin", required=True)
-    parser.add_argument("--slurm-script", required=True, help="deploy/local/slurm.sh")
-    args = parser.parse_args()
-    if os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("sbatch") is None:
-        print("skipped: needs root and Slurm (slurmctld, slurmd, sbatch)", file=sys.stderr)
-        return 77
-    args.example = os.path.abspath(args.example)
-
-    base = tempfile.mkdtemp(prefix="baton-sbatch-")
+@contextlib.contextmanager
+def private_slurm(args, prefix):
+    """A private slurmctld + slurmd with the plugin (args.spank_plugin, started by args.slurm_script), the
+    chains under BASE/chains/<user>: yields (BASE, the environment that reaches it); stops and removes it all."""
+    base = tempfile.mkdtemp(prefix=prefix)
     os.chmod(base, 0o755)
     os.mkdir(os.path.join(base, "chains"), 0o1777)
     cluster = os.path.join(base, "slurm")
@@ -197,15 +190,37 @@ def main():
     try:
         if code != 0 or not conf.startswith("SLURM_CONF="):
             raise Failure(f"cannot start Slurm:\n{text}")
-        env = dict(os.environ, SLURM_CONF=conf.split("=", 1)[1])
-        chain_test(args, base, env)
-        ddp_chain_test(args, base, env)
-    except (Failure, subprocess.TimeoutExpired) as failure:
-        print(f"FAILED: {failure}", flush=True)
-        return 1
+        yield base, dict(os.environ, SLURM_CONF=conf.split("=", 1)[1])
     finally:
         run(["bash", args.slurm_script, "stop", cluster], timeout=120)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def cannot_run_slurm():
+    """Why this machine cannot host a private Slurm, or None."""
+    if os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("sbatch") is None:
+        return "needs root and Slurm (slurmctld, slurmd, sbatch)"
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sbatch-script", required=True)
+    parser.add_argument("--example", required=True)
+    parser.add_argument("--spank-plugin", required=True)
+    parser.add_argument("--slurm-script", required=True, help="deploy/local/slurm.sh")
+    args = parser.parse_args()
+    if cannot_run_slurm():
+        print(f"skipped: {cannot_run_slurm()}", file=sys.stderr)
+        return 77
+    args.example = os.path.abspath(args.example)
+    try:
+        with private_slurm(args, "baton-sbatch-") as (base, env):
+            chain_test(args, base, env)
+            ddp_chain_test(args, base, env)
+    except (Failure, subprocess.TimeoutExpired) as failure:
+        print(f"FAILED: {failure}", flush=True)
+        return 1
     return 0
 
 

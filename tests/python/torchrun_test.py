@@ -20,10 +20,8 @@ Exit status: 0 passed, 1 failed, 77 skipped (not root, Slurm absent, torch or sc
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 try:
@@ -35,7 +33,7 @@ except ImportError as missing:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ddp_test  # noqa: E402  (after the skip)
-from sbatch_test import Failure, job_state, read, run  # noqa: E402
+from sbatch_test import Failure, cannot_run_slurm, job_state, private_slurm, read, run  # noqa: E402
 
 FINAL_SLEEP = 35  # seconds: more than torchrun's 30 s between its SIGTERM and its SIGKILL
 SIGNAL_DELAY = 30  # batond's handover_signal_delay_seconds, its default
@@ -188,33 +186,20 @@ def main():
     parser.add_argument("--spank-plugin", required=True)
     parser.add_argument("--slurm-script", required=True, help="deploy/local/slurm.sh")
     args = parser.parse_args()
-    if os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("sbatch") is None:
-        print("skipped: needs root and Slurm (slurmctld, slurmd, sbatch)", file=sys.stderr)
+    if cannot_run_slurm():
+        print(f"skipped: {cannot_run_slurm()}", file=sys.stderr)
         return 77
     args.example = os.path.abspath(args.example)
-
-    base = tempfile.mkdtemp(prefix="baton-torchrun-")
-    os.chmod(base, 0o755)
-    os.mkdir(os.path.join(base, "chains"), 0o1777)
-    cluster = os.path.join(base, "slurm")
-    plugstack = (f"required {args.spank_plugin} chain_root={base}/chains/%u allowed_prefixes={base} "
-                 "url=http://127.0.0.1:1 report_timeout=1")
-    code, text = run(["bash", args.slurm_script, "start", cluster, plugstack], timeout=120)
-    conf = text.strip().splitlines()[-1] if text.strip() else ""
     started = time.monotonic()
     try:
-        if code != 0 or not conf.startswith("SLURM_CONF="):
-            raise Failure(f"cannot start Slurm:\n{text}")
-        jobs = Jobs(args, base, dict(os.environ, SLURM_CONF=conf.split("=", 1)[1]))
-        step = handover_by_request_and_term(jobs)
-        step = handover_by_deadline(jobs, step)
-        finish(jobs, step, base)
+        with private_slurm(args, "baton-torchrun-") as (base, env):
+            jobs = Jobs(args, base, env)
+            step = handover_by_request_and_term(jobs)
+            step = handover_by_deadline(jobs, step)
+            finish(jobs, step, base)
     except (Failure, subprocess.TimeoutExpired) as failure:
         print(f"FAILED: {failure}", flush=True)
         return 1
-    finally:
-        run(["bash", args.slurm_script, "stop", cluster], timeout=120)
-        shutil.rmtree(base, ignore_errors=True)
     print(f"ok in {time.monotonic() - started:.0f} s", flush=True)
     return 0
 

@@ -17,12 +17,15 @@
 
 #include <condition_variable>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <set>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace baton::service::fixture {
 
@@ -206,6 +209,14 @@ protected:
     ChainRow chainWithRunningJob(std::int64_t jobId, const std::string& suffix = "")
     {
         return chainOf(65534, "nobody", testing::UnitTest::GetInstance()->current_test_info()->name() + suffix, jobId);
+    }
+    // The same, its chain directory `dir` made the owner's (uid 65534), where batond writes as the owner.
+    ChainRow chainInOwnersDirectory(const std::filesystem::path& dir, std::int64_t jobId, const std::string& suffix = "")
+    {
+        EXPECT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+        const ChainRow chain = chainWithRunningJob(jobId, suffix);
+        tables_.chains.setChainDir(chain.id, dir.string());
+        return chain;
     }
     // A chain of another owner (uid 1, daemon) named `name`, whose first job `jobId` runs.
     ChainRow chainOfAnotherOwner(std::int64_t jobId, const std::string& name) { return chainOf(1, "daemon", name, jobId); }

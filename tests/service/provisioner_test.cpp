@@ -15,6 +15,20 @@ namespace {
 using namespace baton::service;
 using namespace baton::service::fixture;
 
+// The JSON in `path` (a file batond writes in a chain directory), or null when there is none.
+Json jsonFileAt(const std::filesystem::path& path)
+{
+    std::ifstream in(path);
+    return in ? Json::parse(in, nullptr, false) : Json();
+}
+
+// The owner of the file at `path`, or -1 when there is none.
+long long ownerOf(const std::filesystem::path& path)
+{
+    struct stat info { };
+    return ::stat(path.c_str(), &info) == 0 ? static_cast<long long>(info.st_uid) : -1;
+}
+
 TEST_F(ProvisionerTest, HandoverThenAdvance)
 {
     const ChainRow chain = chainWithRunningJob(1);
@@ -521,13 +535,8 @@ TEST_F(ProvisionerTest, ADeadPredecessorsEndIsMarkedForItsWaitingSuccessor)
     if (::getuid() != 0)
         GTEST_SKIP() << "needs root to write as the chain's owner";
     baton::test::TempDir dir;
-    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
-    const ChainRow chain = chainWithRunningJob(1);
-    tables_.chains.setChainDir(chain.id, dir.path().string());
-    const auto marker = [&] {
-        std::ifstream in(dir.path() / baton::contract::kHandoverEndedFile);
-        return in ? Json::parse(in, nullptr, false) : Json();
-    };
+    const ChainRow chain = chainInOwnersDirectory(dir.path(), 1);
+    const auto marker = [&] { return jsonFileAt(dir.path() / baton::contract::kHandoverEndedFile); };
     tick(std::make_shared<AlwaysSubmit>());
     ASSERT_EQ(stateOf(chain), ChainState::SuccessorPending);
     EXPECT_TRUE(marker().is_null()) << "nothing while the predecessor runs";
@@ -537,9 +546,7 @@ TEST_F(ProvisionerTest, ADeadPredecessorsEndIsMarkedForItsWaitingSuccessor)
     tick();
     EXPECT_EQ(marker(), (Json { { "version", 1 }, { "seq", 0 }, { "job_id", 1 }, { "state", "NODE_FAIL" },
                             { "time_unix", cluster_.now } }));
-    struct stat info { };
-    ASSERT_EQ(::stat((dir.path() / baton::contract::kHandoverEndedFile).c_str(), &info), 0);
-    EXPECT_EQ(info.st_uid, 65534u) << "written as the owner";
+    EXPECT_EQ(ownerOf(dir.path() / baton::contract::kHandoverEndedFile), 65534) << "written as the owner";
 
     // The successor runs and becomes the current job; its own successor starts while it trains, and
     // then its node dies during the handover.
@@ -760,13 +767,8 @@ TEST_F(ProvisionerTest, AHandoverIsAskedInTheChainDirectoryBeforeItsTerm)
     if (::getuid() != 0)
         GTEST_SKIP() << "needs root to write as the chain's owner";
     baton::test::TempDir dir;
-    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
-    const ChainRow chain = chainWithRunningJob(1);
-    tables_.chains.setChainDir(chain.id, dir.path().string());
-    const auto request = [&] {
-        std::ifstream in(dir.path() / baton::contract::kHandoverRequestFile);
-        return in ? Json::parse(in, nullptr, false) : Json();
-    };
+    const ChainRow chain = chainInOwnersDirectory(dir.path(), 1);
+    const auto request = [&] { return jsonFileAt(dir.path() / baton::contract::kHandoverRequestFile); };
     tick(std::make_shared<AlwaysSubmit>());
     EXPECT_TRUE(request().is_null()) << "nothing while no successor runs";
     cluster_.now += 10;
@@ -774,9 +776,7 @@ TEST_F(ProvisionerTest, AHandoverIsAskedInTheChainDirectoryBeforeItsTerm)
     tick();
     ASSERT_EQ(stateOf(chain), ChainState::Handover);
     EXPECT_EQ(request(), (Json { { "version", 1 }, { "seq", 0 }, { "job_id", 1 }, { "time_unix", cluster_.now } }));
-    struct stat info { };
-    ASSERT_EQ(::stat((dir.path() / baton::contract::kHandoverRequestFile).c_str(), &info), 0);
-    EXPECT_EQ(info.st_uid, 65534u) << "written as the owner";
+    EXPECT_EQ(ownerOf(dir.path() / baton::contract::kHandoverRequestFile), 65534) << "written as the owner";
     EXPECT_TRUE(cluster_.signals.empty()) << "TERM waits for the delay";
     EXPECT_EQ(ChainViews(connection_, config_.policy).detail(*tables_.chains.find(chain.id))["decisions"][0]["outcome"],
         "predecessor asked in its chain directory, TERM (full) after 30 s");
@@ -797,15 +797,12 @@ TEST_F(ProvisionerTest, APreemptIsAskedInTheChainDirectoryBeforeItsTerm)
     if (::getuid() != 0)
         GTEST_SKIP() << "needs root to write as the chain's owner";
     baton::test::TempDir dir;
-    ASSERT_EQ(::chown(dir.path().c_str(), 65534, 65534), 0);
-    const ChainRow chain = chainWithRunningJob(1);
-    tables_.chains.setChainDir(chain.id, dir.path().string());
+    const ChainRow chain = chainInOwnersDirectory(dir.path(), 1);
     tables_.chains.setPreemptRequested(chain.id, true);
     const std::shared_ptr<const baton::sim::Policy> policy = std::make_shared<baton::sim::ReactivePolicy>();
     Provisioner provisioner(config_, tables_, cluster_, metrics_, policy, timeOnlyDecisionPoints);
     provisioner.tick();
-    std::ifstream in(dir.path() / baton::contract::kHandoverRequestFile);
-    EXPECT_EQ(Json::parse(in, nullptr, false)["job_id"], 1);
+    EXPECT_EQ(jsonFileAt(dir.path() / baton::contract::kHandoverRequestFile)["job_id"], 1);
     EXPECT_TRUE(cluster_.signals.empty());
     EXPECT_TRUE(tables_.chains.find(chain.id)->preemptRequested) << "TERM still to come";
     cluster_.now += config_.handoverSignalDelay.count();
@@ -814,8 +811,7 @@ TEST_F(ProvisionerTest, APreemptIsAskedInTheChainDirectoryBeforeItsTerm)
     EXPECT_FALSE(tables_.chains.find(chain.id)->preemptRequested);
 
     // Preempted again, it takes its final checkpoint on the request and ends within the delay.
-    const ChainRow second = chainWithRunningJob(2, "-second");
-    tables_.chains.setChainDir(second.id, dir.path().string());
+    const ChainRow second = chainInOwnersDirectory(dir.path(), 2, "-second");
     tables_.chains.setPreemptRequested(second.id, true);
     provisioner.tick();
     cluster_.now += 5;
