@@ -180,7 +180,7 @@ def text(s):
     for t in s["transitions"]:
         kind = ("overlap" if t["interruption_s"] is not None and t["interruption_s"] <= 0 else "gap")
         amount = abs(t["interruption_s"]) if t["interruption_s"] is not None else None
-        how = (f"handover {fmt(t['handover_s'], ' s')} (TERM to predecessor's end)" if t["handover"]
+        how = (f"handover {fmt(t['handover_s'], ' s')} (batond's request to the predecessor's end)" if t["handover"]
                else "no handover (predecessor ended on its own)")
         where = " (to another node)" if t.get("other_node") else ""
         lines.append(f"  {t['from_job']} -> {t['to_job']}{where}: {kind} {fmt(amount, ' s', 0)}, successor submitted "
@@ -234,7 +234,7 @@ def timeline(output, s):
 
 def timeline_figure(s):
     """Jobs as bars on a time axis (queued part light, running part solid), checkpoints as ticks on
-    their job's bar (final ones red), handovers as arrows from the TERM to the predecessor's end,
+    their job's bar (final ones red), handovers as arrows from batond's request to the predecessor's end,
     overlaps green and gaps red. Returns the figure, its axes and each job's label with its job."""
     import matplotlib
     matplotlib.use("Agg")
@@ -297,7 +297,7 @@ def timeline_figure(s):
                        Line2D([], [], color="#d62728", lw=2.2, label="final checkpoint"),
                        Patch(color="#2ca02c", alpha=0.15, label="overlap"),
                        Patch(color="#d62728", alpha=0.2, label="gap"),
-                       Line2D([], [], color="black", marker=">", label="handover (TERM to end)")],
+                       Line2D([], [], color="black", marker=">", label="handover (request to end)")],
               loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(jobs) < 4 else -0.1), ncol=7, fontsize=7,
               frameon=False)
     ax.grid(axis="x", alpha=0.3)

@@ -39,7 +39,7 @@ constexpr FamilyText interruptionText { "baton_interruption_seconds",
     "Gap between a chain job's end and its successor's start" };
 constexpr FamilyText overlapText { "baton_overlap_seconds", "Time a successor ran while its predecessor still ran" };
 constexpr FamilyText handoverDurationText { "baton_handover_duration_seconds",
-    "From signalling the predecessor to its end" };
+    "From asking the predecessor to stop (the request in its chain directory) to its end" };
 constexpr FamilyText predictionErrorText { "baton_prediction_error_seconds",
     "Absolute error of the predicted queue wait of submitted successors" };
 constexpr FamilyText slurmCallText { "baton_slurm_call_duration_seconds", "Duration of Slurm commands, by command" };

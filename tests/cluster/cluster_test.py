@@ -246,7 +246,7 @@ def case_handover(args):
         handovers = [h for h in doc.get("handovers", []) if h.get("handover_s") is not None]
         waits = [float(w) for job in ran[1:]
                  for w in re.findall(r"^handover wait ([0-9.]+) s", setup.output(chain, job["job_id"]), re.MULTILINE)]
-        log(f"PASS: {len(ran)} jobs, {moves} handover(s) to another node, iterations lost {lost}, TERM to the "
+        log(f"PASS: {len(ran)} jobs, {moves} handover(s) to another node, iterations lost {lost}, batond's request to the "
             f"predecessor's end {[round(h['handover_s'], 1) for h in handovers]} s (squeue's whole seconds), "
             f"successors' wait for the final checkpoint {waits} s")
     finally:
