@@ -242,6 +242,7 @@ Decision Session::start(std::uint64_t iteration, const Decision& decision)
     }
     publishState();
     // A checkpoint that will be refused (one is in flight) must not replace the state it is writing.
+    startingFinal_ = decision.final;
     if (beforeCheckpoint_ && !checkpointer_->inFlight())
         beforeCheckpoint_(iteration);
     if (fixedInterval_ == 0)
@@ -274,6 +275,7 @@ bool Session::finish()
     if (last.committed && last.iteration == iteration && last.final && last.trainingDone)
         return true; // finish() called again, or step()'s final checkpoint already carried the flag
     publishState();
+    startingFinal_ = true;
     if (beforeCheckpoint_)
         beforeCheckpoint_(iteration);
     if (!checkpointer_->requestCheckpoint(iteration, { true, true })) {

@@ -45,17 +45,23 @@ def load_example(path):
     return example
 
 
+def torchrun_store():
+    """A client of the store torchrun hosts for its ranks. env:// would make one too, but PyTorch 2.4 to
+    2.6 make that client ask for libuv whatever USE_LIBUV says (torchrun_without_libuv.py tells why)."""
+    no_libuv = os.environ.get("USE_LIBUV") == "0" and "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or "")
+    return torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                      **({"use_libuv": False} if no_libuv else {}))
+
+
 def slow_final_stage(ckpt, seconds):
-    """Makes the final checkpoint of a handover (batond's request in the chain directory) or of the
-    deadline (inside BATON_DEADLINE_MARGIN) take `seconds` longer, as a large model's would: a sleep
-    in the checkpointer's hook before the checkpoint starts, once. Returns what it notes of it."""
+    """Makes the job's final checkpoint (of a handover: batond's request in the chain directory, or of
+    the deadline; not the one of the finished training) take `seconds` longer, as a large model's would: a sleep in the checkpointer's hook
+    before the checkpoint starts, once. Returns what it notes of it."""
     stage, noted = ckpt._stage, {}
-    deadline = float(os.environ.get("BATON_DEADLINE", "inf"))
-    margin = float(os.environ.get("BATON_DEADLINE_MARGIN", "60"))
 
     def slowed(iteration):
         requested = os.path.exists(os.path.join(ckpt.chain_dir, ".baton-handover-request"))
-        if not noted and (requested or time.time() > deadline - margin - 3):
+        if not noted and ckpt._session.starting_final and not ckpt.training_done:
             noted.update(began_unix=time.time(), iteration=iteration, handover=requested)
             time.sleep(seconds)
         stage(iteration)
@@ -89,7 +95,7 @@ def worker(args, example):
     os.environ.setdefault("USE_LIBUV", "0")
     if args.rank is None:  # started by torchrun, which names the rank and its peers in the environment
         args.rank, args.ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        torch.distributed.init_process_group("gloo", init_method="env://")
+        torch.distributed.init_process_group("gloo", store=torchrun_store(), rank=args.rank, world_size=args.ranks)
     else:
         torch.distributed.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.port}",
                                              rank=args.rank, world_size=args.ranks)

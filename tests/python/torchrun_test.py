@@ -3,7 +3,7 @@
 each final checkpoint taking longer than torchrun's 30 s grace, and resumed bit-identical.
 
 Starts a private slurmctld + slurmd with spank_baton.so. Each job runs one `srun` task that is
-`python -m torch.distributed.run --standalone --nproc_per_node=2` (torchrun) over ddp_test.py's worker:
+torchrun (`torch.distributed.run --nproc_per_node=2`, static rendezvous) over ddp_test.py's worker:
 two DDP ranks (gloo) whose every final checkpoint sleeps 35 s before it starts, as a large model's
 would take that long. torchrun forwards a SIGTERM to its ranks and SIGKILLs them 30 s later.
 1. The first job is handed over as batond does it: the request in the chain directory
@@ -40,10 +40,12 @@ SIGNAL_DELAY = 30  # batond's handover_signal_delay_seconds, its default
 
 SCRIPT = """#!/bin/bash
 set -euo pipefail
-# One srun task: torchrun, which starts the two ranks and stands between Slurm's signals and them.
-# (--redirects/--tee 1: PyTorch 1.13's torchrun cannot parse their default 0 on Python 3.11.)
-srun --ntasks=1 bash -c 'exec "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node=2 \\
-    --redirects=1 --tee=1 --log_dir="$RESULTS/torchrun" \\
+# One srun task: torchrun, which starts the two ranks and stands between Slurm's signals and them. Its
+# rendezvous is the static one on a port of the test's. (--redirects/--tee 1: PyTorch 1.13's torchrun
+# cannot parse their default 0 on Python 3.11; torchrun_without_libuv.py: 2.6's ignores USE_LIBUV=0.)
+export USE_LIBUV=0
+srun --ntasks=1 bash -c 'exec "$PYTHON" "$TORCHRUN" --nnodes=1 --nproc_per_node=2 --master_addr=127.0.0.1 \\
+    --master_port="$DDP_PORT" --redirects=1 --tee=1 --log_dir="$RESULTS/torchrun" \\
     "$DDP_TEST" --worker --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" --steps "$STEPS" --interval 0 \\
     --seed 1 --example "$EXAMPLE" --slow 0.05 --final-sleep "$FINAL_SLEEP"'
 """
@@ -63,11 +65,12 @@ class Jobs:
         os.makedirs(results)
         output = os.path.join(self.base, f"{name}.out")
         job_env = dict(self.env, PYTHON=sys.executable, DDP_TEST=ddp_test.__file__, RESULTS=results,
+                       TORCHRUN=os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_without_libuv.py"),
+                       DDP_PORT=str(ddp_test.free_port()),
                        STEPS=str(steps), EXAMPLE=self.args.example, FINAL_SLEEP=str(FINAL_SLEEP),
                        OMP_NUM_THREADS="1")
-        # Checkpoints of the policy's own timing are rare at this overhead target: the one slowed is the final.
-        code, text = run(["sbatch", "--parsable", "--ntasks=1", "--baton=torchrun", "--baton-overhead=0.01",
-                          f"--output={output}", *extra, self.script], job_env, timeout=60)
+        code, text = run(["sbatch", "--parsable", "--ntasks=1", "--baton=torchrun", f"--output={output}", *extra,
+                          self.script], job_env, timeout=60)
         if code != 0:
             raise Failure(f"sbatch of {name} exited with {code}:\n{text}")
         return text.strip().splitlines()[-1].split(";")[0], results, output

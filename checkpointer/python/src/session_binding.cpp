@@ -112,6 +112,9 @@ void bindHooks(py::class_<PySession>& session)
                 self.impl().beforeCheckpoint(std::move(hook));
             },
             "hook"_a, "hook(iteration) runs right before each checkpoint starts, to stage blobs and fields.")
+        .def_property_readonly(
+            "starting_final", [](Self& self) { return self.impl().startingFinal(); },
+            "In the before_checkpoint hook: whether the checkpoint about to start is a final one.")
         .def("agree_decision", &agreeDecision, "hook"_a,
             "hook(checkpoint, final) -> (checkpoint, final) turns each step's decision into the one all "
             "ranks take; it runs at every step().")

@@ -74,6 +74,8 @@ public:
     // Called with the iteration right before each checkpoint starts, to stage what lives outside the
     // registered regions (blobs, manifest fields).
     void beforeCheckpoint(std::function<void(std::uint64_t)> hook) { beforeCheckpoint_ = std::move(hook); }
+    // In that hook: whether the checkpoint about to start is a final one (the job exits after it).
+    bool startingFinal() const { return startingFinal_; }
     // Turns every step's decision into the one all ranks take (a collective, called at each step() on
     // every rank): one rank's signal or deadline must not leave the others training.
     void agreeDecision(std::function<Decision(const Decision&)> hook) { agreeDecision_ = std::move(hook); }
@@ -131,6 +133,7 @@ private:
     std::optional<TuningState> previousTuning_;
     std::function<void(const SessionCheckpoint&)> onCheckpoint_;
     std::function<void(std::uint64_t)> beforeCheckpoint_;
+    bool startingFinal_ = false;
     std::function<Decision(const Decision&)> agreeDecision_;
     std::uint64_t fixedInterval_ = 0;
     bool waitForInFlight_ = false;
