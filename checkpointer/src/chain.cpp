@@ -145,23 +145,40 @@ std::optional<fs::path> findHandover(const fs::path& chainDir, std::uint64_t min
     return std::nullopt;
 }
 
-// What batond's end marker says of the predecessor, when it names a seq of at least `minChainSeq`. The
-// file is the chain owner's (anyone who can write it can only shorten their own wait); read bounded, and
-// a missing, torn or foreign-looking one says nothing.
-std::optional<std::string> predecessorEnded(const fs::path& chainDir, std::uint64_t minChainSeq)
+// One of batond's files in a chain directory (the handover's end marker or its request), with its seq:
+// read bounded; a missing, torn, oversized or foreign-looking one (another version, no whole seq) is
+// none. The files are the chain owner's: anyone who can write them can only stop or hurry their own job.
+struct HandoverFileRead {
+    nlohmann::json document;
+    std::uint64_t seq = 0;
+};
+
+std::optional<HandoverFileRead> readHandoverFile(const fs::path& path, std::size_t maxBytes)
 {
     std::string text;
     try {
-        text = io::readSmallFile(chainDir / contract::kHandoverEndedFile, contract::kHandoverEndedMaxBytes);
+        text = io::readSmallFile(path, maxBytes);
     } catch (const Error&) {
-        return std::nullopt;
+        return std::nullopt; // none, or unreadable for a moment: the next poll looks again
     }
-    const auto marker = nlohmann::json::parse(text, nullptr, false);
-    if (!marker.is_object() || marker.value("version", 0) != 1)
+    auto document = nlohmann::json::parse(text, nullptr, false);
+    if (!document.is_object() || document.value("version", 0) != 1)
         return std::nullopt;
+    const auto seq = document.find("seq");
+    if (seq == document.end() || !seq->is_number_unsigned())
+        return std::nullopt;
+    const std::uint64_t value = seq->get<std::uint64_t>();
+    return HandoverFileRead { std::move(document), value };
+}
+
+// What batond's end marker says of the predecessor, when it names a seq of at least `minChainSeq`.
+std::optional<std::string> predecessorEnded(const fs::path& chainDir, std::uint64_t minChainSeq)
+{
+    const auto read = readHandoverFile(chainDir / contract::kHandoverEndedFile, contract::kHandoverEndedMaxBytes);
+    if (!read || read->seq < minChainSeq)
+        return std::nullopt;
+    const nlohmann::json& marker = read->document;
     const auto seq = marker.find("seq");
-    if (seq == marker.end() || !seq->is_number_unsigned() || seq->get<std::uint64_t>() < minChainSeq)
-        return std::nullopt;
     std::string said = "the job of seq " + std::to_string(seq->get<std::uint64_t>());
     if (const auto job = marker.find("job_id"); job != marker.end() && job->is_number_integer())
         said = "job " + std::to_string(job->get<std::int64_t>()) + " (seq " + std::to_string(seq->get<std::uint64_t>()) + ")";
@@ -177,21 +194,13 @@ std::optional<std::string> predecessorEnded(const fs::path& chainDir, std::uint6
 
 bool handoverRequested(const fs::path& chainDir, std::uint64_t chainSeq, std::optional<std::uint64_t> jobId)
 {
-    std::string text;
-    try {
-        text = io::readSmallFile(chainDir / contract::kHandoverRequestFile, contract::kHandoverRequestMaxBytes);
-    } catch (const Error&) {
-        return false; // none, or unreadable for a moment: the next poll looks again
-    }
-    const auto request = nlohmann::json::parse(text, nullptr, false);
-    if (!request.is_object() || request.value("version", 0) != 1)
-        return false;
-    const auto seq = request.find("seq");
-    if (seq == request.end() || !seq->is_number_unsigned() || seq->get<std::uint64_t>() != chainSeq)
+    const auto read
+        = readHandoverFile(chainDir / contract::kHandoverRequestFile, contract::kHandoverRequestMaxBytes);
+    if (!read || read->seq != chainSeq)
         return false;
     // A requeued job keeps its seq and its id; another job of the same seq (a resubmission) has another id.
-    const auto job = request.find("job_id");
-    if (!jobId || job == request.end())
+    const auto job = read->document.find("job_id");
+    if (!jobId || job == read->document.end())
         return true;
     return job->is_number_unsigned() && job->get<std::uint64_t>() == *jobId;
 }

@@ -72,9 +72,9 @@ void appendPid(char (&name)[64])
     _exit(0);
 }
 
-// In the child, as the owner: the marker goes to a temporary name of this child's, reaches the disk, and
-// replaces the old one in one rename, so that a successor reads the old marker or the new one, whole.
-[[noreturn]] void writeMarkerAsOwner(const std::string& chainDir, const os::Credentials& owner, const char* name,
+// In the child, as the owner: the file `name` goes to a temporary name of this child's, reaches the disk,
+// and replaces the old one in one rename, so that a job reads the old file or the new one, whole.
+[[noreturn]] void writeFileAsOwner(const std::string& chainDir, const os::Credentials& owner, const char* name,
     const char* text, std::size_t size)
 {
     if (os::becomeOwner(owner))
@@ -202,7 +202,7 @@ void writeHandoverFile(const std::string& chainDir, std::int64_t ownerUid, Hando
     if (text.size() > (request ? contract::kHandoverRequestMaxBytes : contract::kHandoverEndedMaxBytes))
         throw std::runtime_error(std::string(what) + ": " + std::to_string(text.size()) + " bytes, over the bound");
     runAsOwner(std::string(what) + " in " + chainDir, ownerUid, 0, timeout, [&](const os::Credentials& owner, int) {
-        writeMarkerAsOwner(chainDir, owner, name, text.data(), text.size());
+        writeFileAsOwner(chainDir, owner, name, text.data(), text.size());
     });
 }
 

@@ -48,9 +48,9 @@ def load_example(path):
 def torchrun_store():
     """A client of the store torchrun hosts for its ranks. env:// would make one too, but PyTorch 2.4 to
     2.6 make that client ask for libuv whatever USE_LIBUV says (torchrun_without_libuv.py tells why)."""
-    no_libuv = os.environ.get("USE_LIBUV") == "0" and "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or "")
+    from torchrun_without_libuv import store_options
     return torch.distributed.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                                      **({"use_libuv": False} if no_libuv else {}))
+                                      **store_options())
 
 
 def slow_final_stage(ckpt, seconds):

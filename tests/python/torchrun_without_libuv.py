@@ -15,10 +15,19 @@ import torch.distributed
 from torch.distributed import run
 from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend, static_tcp_rendezvous
 
-if os.environ.get("USE_LIBUV") == "0" and "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or ""):
-    without_libuv = functools.partial(torch.distributed.TCPStore, use_libuv=False)
-    static_tcp_rendezvous.TCPStore = without_libuv
-    c10d_rendezvous_backend.TCPStore = without_libuv
+
+
+def store_options():
+    """The TCPStore arguments that USE_LIBUV asks for: {"use_libuv": False} with USE_LIBUV=0 where
+    TCPStore takes the setting (2.4 and later), else none. The ranks' store clients use them too."""
+    if os.environ.get("USE_LIBUV") == "0" and "use_libuv" in (torch.distributed.TCPStore.__init__.__doc__ or ""):
+        return {"use_libuv": False}
+    return {}
+
 
 if __name__ == "__main__":
+    if store_options():
+        store = functools.partial(torch.distributed.TCPStore, **store_options())
+        static_tcp_rendezvous.TCPStore = store
+        c10d_rendezvous_backend.TCPStore = store
     sys.exit(run.main())

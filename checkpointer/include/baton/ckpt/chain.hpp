@@ -65,13 +65,13 @@ struct HandoverWaitResult {
 HandoverWaitResult waitForHandover(const std::filesystem::path& chainDir, std::uint64_t minChainSeq,
     double limitSeconds, double pollSeconds = 0.2);
 
-// "<host>-<pid>": names this process's temporary directories in a chain (".ckpt-N.tmp-<tag>").
 // Whether batond's handover request in `chainDir` (contract::kHandoverRequestFile) asks the job of
 // `chainSeq` (and `jobId`, where both name one) to take its final checkpoint and exit. A missing, torn,
 // oversized or foreign-looking request asks nothing.
 bool handoverRequested(
     const std::filesystem::path& chainDir, std::uint64_t chainSeq, std::optional<std::uint64_t> jobId);
 
+// "<host>-<pid>": names this process's temporary directories in a chain (".ckpt-N.tmp-<tag>").
 std::string temporaryOwnerTag();
 
 // Removes temporary and half-deleted directories left in the chain by processes of this host that no
