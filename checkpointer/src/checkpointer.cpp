@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "checkpointer_impl.hpp"
+#include "tensor_box.hpp"
 #include "common/baton_contract.hpp"
 #include "common/owned_dir.hpp"
 #include "io.hpp"
@@ -245,6 +246,36 @@ Checkpointer::~Checkpointer()
         impl_->backend->freeStaging(impl_->staging, impl_->stagingCapacity);
 }
 
+namespace {
+
+// A new address keeps the layout; a tensor piece describes its elements, so a new size drops it (the
+// caller sets the piece of the new size).
+RegionLayout keptLayout(const RegionSpec& old, std::size_t size)
+{
+    return old.layout.kind == RegionLayout::Kind::Box && old.size != size ? RegionLayout {} : old.layout;
+}
+
+void checkTensorPiece(const std::string& name, const TensorPiece& piece, std::size_t size, bool distributed)
+{
+    const std::string where = "region '" + name + "'";
+    if (piece.elementSize == 0 || size % piece.elementSize != 0)
+        throw Error(where + ": " + std::to_string(size) + " bytes are not whole elements of "
+            + std::to_string(piece.elementSize) + " bytes");
+    if (piece.writers == 0 || piece.writer >= piece.writers)
+        throw Error(where + ": writer " + std::to_string(piece.writer) + " of " + std::to_string(piece.writers));
+    try {
+        const auto geometry = tensorPiece(
+            piece.shape, piece.elementSize, { piece.boxOffset, piece.boxLength }, piece.first, size / piece.elementSize);
+        // One process holds every tensor whole, and writes it as one.
+        if (!distributed && (geometry.count != volume(piece.shape) * piece.elementSize || piece.writers != 1))
+            throw Error("a process without a coordinator holds whole tensors, written by itself");
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    }
+}
+
+} // namespace
+
 void Checkpointer::registerRegion(const std::string& name, void* data, std::size_t size)
 {
     validateName("region", name);
@@ -253,7 +284,7 @@ void Checkpointer::registerRegion(const std::string& name, void* data, std::size
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock); // the in-flight snapshot may still read the old address
     auto& spec = impl_->regions[name];
-    spec = RegionSpec { data, size, -1, nullptr, spec.layout }; // a new address keeps the layout
+    spec = RegionSpec { data, size, -1, nullptr, keptLayout(spec, size) };
     impl_->stagingPrepared = false;
 }
 
@@ -267,7 +298,7 @@ void Checkpointer::registerDeviceRegion(
     std::unique_lock lock(impl_->mutex);
     impl_->waitSnapshotLocked(lock);
     auto& spec = impl_->regions[name];
-    spec = RegionSpec { devicePtr, size, device, stream, spec.layout };
+    spec = RegionSpec { devicePtr, size, device, stream, keptLayout(spec, size) };
     impl_->stagingPrepared = false;
 }
 
@@ -292,6 +323,10 @@ void Checkpointer::setRegionLayout(const std::string& name, RegionLayout layout)
             + std::to_string(layout.globalSize) + " bytes");
     if (layout.kind != RegionLayout::Kind::Sharded)
         layout.offset = layout.globalSize = 0;
+    if (layout.kind == RegionLayout::Kind::Box)
+        checkTensorPiece(name, layout.piece, found->second.size, impl_->distributed);
+    else
+        layout.piece = {};
     impl_->waitSnapshotLocked(lock);
     found->second.layout = layout;
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <system_error>
 
@@ -115,7 +116,11 @@ std::string shardedManifest(nlohmann::json document, const std::vector<std::stri
         for (auto& entry : other["blobs"])
             blobEntries.push_back(std::move(entry));
     }
-    document["format_version"] = kShardedFormatVersion;
+    // Version 3 only where a tensor piece needs it: a data-parallel checkpoint stays readable by version 2's
+    // readers.
+    const bool tensors = std::any_of(regionEntries.begin(), regionEntries.end(),
+        [](const nlohmann::json& entry) { return entry.value("layout", "") == kLayoutBox; });
+    document["format_version"] = tensors ? kTensorFormatVersion : kShardedFormatVersion;
     document["world_size"] = shards.size();
     document["total_bytes"] = total;
     document["files"] = std::move(files);

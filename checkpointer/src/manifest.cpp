@@ -10,6 +10,7 @@
 #include "baton/ckpt/error.hpp"
 #include "common/baton_contract.hpp"
 #include "hash.hpp"
+#include "tensor_box.hpp"
 
 namespace baton::ckpt {
 
@@ -51,8 +52,32 @@ template<typename T> T field(const nlohmann::json& object, const char* key, cons
     }
 }
 
-std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const char* key, bool sharded)
+// Version 3's tensor piece: its shape, box and elements, checked against its size and its tensor's bytes.
+void parseBox(const nlohmann::json& item, ManifestEntry& entry, const char* key)
 {
+    entry.shape = field<std::vector<std::uint64_t>>(item, "shape", key);
+    entry.elementSize = field<std::uint64_t>(item, "element_size", key);
+    entry.boxOffset = field<std::vector<std::uint64_t>>(item, "box_offset", key);
+    entry.boxLength = field<std::vector<std::uint64_t>>(item, "box_length", key);
+    entry.first = field<std::uint64_t>(item, "first", key);
+    const std::string where = "manifest: tensor piece '" + entry.name + "'";
+    if (entry.elementSize == 0 || entry.size % entry.elementSize != 0)
+        throw Error(where + ": " + std::to_string(entry.size) + " bytes are not whole elements of "
+            + std::to_string(entry.elementSize) + " bytes");
+    try {
+        (void)tensorPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.first,
+            entry.size / entry.elementSize);
+    } catch (const Error& e) {
+        throw Error(where + ": " + e.what());
+    }
+    if (entry.at != 0 || entry.globalSize != volume(entry.shape) * entry.elementSize)
+        throw Error(where + ": global_size " + std::to_string(entry.globalSize) + " is not the "
+            + std::to_string(volume(entry.shape) * entry.elementSize) + " bytes of its shape");
+}
+
+std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const char* key, int version)
+{
+    const bool sharded = version >= kShardedFormatVersion;
     auto array = document.find(key);
     if (array == document.end() || !array->is_array())
         throw Error(std::string("manifest: '") + key + "' is missing or not an array");
@@ -77,14 +102,17 @@ std::vector<ManifestEntry> parseEntries(const nlohmann::json& document, const ch
             entry.layout = field<std::string>(item, "layout", key);
             entry.at = field<std::uint64_t>(item, "at", key);
             entry.globalSize = field<std::uint64_t>(item, "global_size", key);
+            const bool box = entry.layout == kLayoutBox && version >= kTensorFormatVersion;
             if (entry.layout != kLayoutRank && entry.layout != kLayoutReplicated
-                && entry.layout != kLayoutSharded)
+                && entry.layout != kLayoutSharded && !box)
                 throw Error("manifest: entry '" + entry.name + "' has unknown layout '" + entry.layout + "'");
             if (entry.at > entry.globalSize || entry.size > entry.globalSize - entry.at)
                 throw Error("manifest: entry '" + entry.name + "' lies outside its region of "
                     + std::to_string(entry.globalSize) + " bytes");
             if (entry.layout == kLayoutRank && (entry.at != 0 || entry.globalSize != entry.size))
                 throw Error("manifest: per-rank entry '" + entry.name + "' must cover its whole region");
+            if (box)
+                parseBox(item, entry, key);
         }
         entries.push_back(std::move(entry));
     }
@@ -142,6 +170,13 @@ nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sha
             item["layout"] = e.layout;
             item["at"] = e.at;
             item["global_size"] = e.globalSize;
+            if (e.layout == kLayoutBox) {
+                item["shape"] = e.shape;
+                item["element_size"] = e.elementSize;
+                item["box_offset"] = e.boxOffset;
+                item["box_length"] = e.boxLength;
+                item["first"] = e.first;
+            }
         }
         array.push_back(std::move(item));
     }
@@ -154,6 +189,35 @@ std::string shardFileName(int rank)
 }
 
 namespace {
+
+// The pieces of a tensor: one shape and element size, and together exactly its elements. Two pieces
+// that overlap are found by comparing every pair, for up to kPairChecked pieces; past that, the count
+// alone is checked (a writer's own tiling, not a reader's safety, depends on it: a reader copies only
+// bytes that lie inside both the piece and its own memory).
+void checkTensorTiling(const std::string& name, const std::vector<const ManifestEntry*>& pieces)
+{
+    constexpr std::size_t kPairChecked = 256;
+    const ManifestEntry& front = *pieces.front();
+    std::uint64_t bytes = 0;
+    std::vector<std::vector<ContiguousBox>> parts;
+    for (const auto* piece : pieces) {
+        if (piece->layout != kLayoutBox || piece->shape != front.shape || piece->elementSize != front.elementSize)
+            throw Error("manifest: the pieces of tensor '" + name + "' disagree on its layout, shape or element size");
+        bytes += piece->size; // each is at most the tensor's bytes (parseBox), and there are few enough
+        if (pieces.size() <= kPairChecked && piece->size > 0)
+            parts.push_back(contiguousBoxes(tensorPiece(piece->shape, piece->elementSize,
+                { piece->boxOffset, piece->boxLength }, piece->first, piece->size / piece->elementSize)));
+    }
+    if (bytes != front.globalSize)
+        throw Error("manifest: the pieces of tensor '" + name + "' hold " + std::to_string(bytes) + " of its "
+            + std::to_string(front.globalSize) + " bytes");
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        for (std::size_t j = i + 1; j < parts.size(); ++j) {
+            if (overlaps(parts[i], parts[j]))
+                throw Error("manifest: two pieces of tensor '" + name + "' overlap");
+        }
+    }
+}
 
 // Version 2: the files belong to ranks of the world, every entry lies in a listed file of its own rank,
 // a per-rank region or blob appears once per rank, and the pieces of a shared region tile it exactly.
@@ -218,6 +282,10 @@ void checkShardedLayout(Manifest& manifest)
     for (auto& [name, pieces] : shared) {
         if (perRankRegions.contains(name))
             throw Error("manifest: region '" + name + "' is both per-rank and shared");
+        if (pieces.front()->layout == kLayoutBox) {
+            checkTensorTiling(name, pieces);
+            continue;
+        }
         std::sort(pieces.begin(), pieces.end(), [](const ManifestEntry* a, const ManifestEntry* b) {
             return std::tie(a->at, a->size) < std::tie(b->at, b->size);
         });
@@ -256,8 +324,8 @@ Manifest parseShardDescription(const nlohmann::json& shard, int worldSize)
         throw Error("shard description: rank " + std::to_string(file.rank) + " outside the world");
     manifest.totalBytes = file.size;
     manifest.files.push_back(std::move(file));
-    manifest.regions = parseEntries(shard, "regions", true);
-    manifest.blobs = parseEntries(shard, "blobs", true);
+    manifest.regions = parseEntries(shard, "regions", kTensorFormatVersion);
+    manifest.blobs = parseEntries(shard, "blobs", kTensorFormatVersion);
     manifest.document = shard;
     return manifest;
 }
@@ -313,8 +381,8 @@ Manifest parseManifest(std::string_view text)
     manifest.createdUnix = field<double>(document, "created_unix", "manifest");
     manifest.totalBytes = field<std::uint64_t>(document, "total_bytes", "manifest");
     const bool sharded = manifest.formatVersion >= kShardedFormatVersion;
-    manifest.regions = parseEntries(document, "regions", sharded);
-    manifest.blobs = parseEntries(document, "blobs", sharded);
+    manifest.regions = parseEntries(document, "regions", manifest.formatVersion);
+    manifest.blobs = parseEntries(document, "blobs", manifest.formatVersion);
     // Informational fields: never a reason to reject an otherwise intact checkpoint.
     readHandoverFields(document, manifest);
     document.erase(kChecksumKey);

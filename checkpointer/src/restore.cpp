@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "io.hpp"
+#include "tensor_box.hpp"
 #include "verify.hpp"
 
 namespace baton::ckpt {
@@ -41,10 +42,27 @@ struct Checkpointer::Impl::Candidate {
     std::vector<Copy> copies;
     std::vector<Copy> blobs;
     std::vector<std::string> unclaimed;
-    std::map<std::string, std::uint64_t> fileAt; // staging offset of each data file this rank reads
+    // A single process's checkpoint (version 1) is read whole: the staging offset of its data file.
+    std::map<std::string, std::uint64_t> fileAt;
+    // A multi-rank one, entry by entry: the staging offset of each entry this rank reads.
+    std::map<const ManifestEntry*, std::uint64_t> entryAt;
     std::uint64_t stagingBytes = 0;
 
-    // The staging offset of `file`, read by this rank.
+    // The staging offset of `entry`'s first byte, read by this rank.
+    std::uint64_t need(const ManifestEntry& entry)
+    {
+        if (manifest.formatVersion < kShardedFormatVersion)
+            return need(entry.file) + entry.offset;
+        auto [it, added] = entryAt.try_emplace(&entry, 0);
+        if (added) {
+            // In its own pages, at its offset within a page, as a direct read of whole pages puts it.
+            const std::uint64_t lead = entry.offset % io::kDirectAlignment;
+            it->second = stagingBytes + lead;
+            stagingBytes = io::roundUp(stagingBytes + lead + entry.size, io::kDirectAlignment);
+        }
+        return it->second;
+    }
+
     std::uint64_t need(const std::string& file)
     {
         auto [it, added] = fileAt.try_emplace(file, 0);
@@ -216,31 +234,86 @@ Checkpointer::Impl::Verdict Checkpointer::Impl::planPerRankRegion(Candidate& can
         return { "region '" + name + "' has " + std::to_string(own->size) + " bytes in " + dir + " but "
                 + std::to_string(spec.size) + " bytes are registered",
             true };
-    candidate.copies.push_back({ name, candidate.need(own->file) + own->offset, own->size, 0 });
+    candidate.copies.push_back({ name, candidate.need(*own), own->size, 0 });
     return {};
 }
 
-// One array of globalSize bytes, in pieces: this rank takes the window it registered.
+namespace {
+
+// The piece a registered region holds, in the geometry of tensor pieces (tensor_box.hpp).
+PieceGeometry registeredPiece(const RegionSpec& spec)
+{
+    const RegionLayout& layout = spec.layout;
+    switch (layout.kind) {
+    case RegionLayout::Kind::Box:
+        return tensorPiece(layout.piece.shape, layout.piece.elementSize,
+            { layout.piece.boxOffset, layout.piece.boxLength }, layout.piece.first, spec.size / layout.piece.elementSize);
+    case RegionLayout::Kind::Sharded:
+        return flatPiece(layout.globalSize, layout.offset, spec.size);
+    case RegionLayout::Kind::Replicated:
+    case RegionLayout::Kind::PerRank:
+        break;
+    }
+    return flatPiece(spec.size, 0, spec.size);
+}
+
+PieceGeometry savedPiece(const ManifestEntry& entry)
+{
+    if (entry.layout == kLayoutBox)
+        return tensorPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.first,
+            entry.size / entry.elementSize);
+    return flatPiece(entry.globalSize, entry.at, entry.size);
+}
+
+std::string tensorText(const PieceGeometry& piece)
+{
+    return piece.tensorShape.empty() && piece.shape.size() == 1
+        ? std::to_string(piece.shape[0]) + " bytes"
+        : "shape " + shapeText(piece.tensorShape) + " of " + std::to_string(piece.elementSize) + "-byte elements";
+}
+
+} // namespace
+
+// One tensor or array in pieces: this rank takes the bytes of its own piece from every saved piece that
+// holds some of them. Flat arrays (replicated, sharded) and tensor pieces (box) meet in the tensor's
+// byte geometry, where their row-major orders agree.
 Checkpointer::Impl::Verdict Checkpointer::Impl::planSharedRegion(Candidate& candidate, const std::string& name,
     const RegionSpec& spec, const std::vector<const ManifestEntry*>& entries) const
 {
-    std::uint64_t begin = 0, globalSize = spec.size;
-    if (spec.layout.kind == RegionLayout::Kind::Sharded) {
-        begin = spec.layout.offset;
-        globalSize = spec.layout.globalSize;
-    }
-    const std::uint64_t end = begin + spec.size;
-    if (entries.front()->globalSize != globalSize)
-        return { "region '" + name + "' has " + std::to_string(entries.front()->globalSize) + " bytes in "
-                + candidate.dir.string() + " but " + std::to_string(globalSize) + " bytes are registered"
+    PieceGeometry target = registeredPiece(spec);
+    std::vector<PieceGeometry> saved;
+    for (const auto* entry : entries)
+        saved.push_back(savedPiece(*entry));
+    const bool targetIsTensor = spec.layout.kind == RegionLayout::Kind::Box;
+    const bool savedIsTensor = entries.front()->layout == kLayoutBox;
+    const std::uint64_t targetBytes = volume(target.shape), savedBytes = volume(saved.front().shape);
+    const std::string dir = candidate.dir.string();
+    if (targetIsTensor && savedIsTensor
+        && (target.tensorShape != saved.front().tensorShape || target.elementSize != saved.front().elementSize))
+        return { "tensor '" + name + "' has " + tensorText(saved.front()) + " in " + dir + ", this one "
+                + tensorText(target),
+            true };
+    if (targetBytes != savedBytes)
+        return { "region '" + name + "' has " + std::to_string(savedBytes) + " bytes in " + dir + " but "
+                + std::to_string(targetBytes) + " bytes are registered"
                 + (spec.layout.kind == RegionLayout::Kind::Sharded ? " (the whole sharded array)" : ""),
             true };
-    for (const auto* entry : entries) {
-        const std::uint64_t from = std::max(begin, entry->at);
-        const std::uint64_t to = std::min(end, entry->at + entry->size);
-        if (from < to)
-            candidate.copies.push_back(
-                { name, candidate.need(entry->file) + entry->offset + (from - entry->at), to - from, from - begin });
+    if (targetIsTensor && !savedIsTensor) {
+        for (auto& piece : saved)
+            piece = inShapeOf(piece, target);
+    } else if (savedIsTensor && !targetIsTensor) {
+        target = inShapeOf(target, saved.front());
+    }
+    const auto targetBoxes = contiguousBoxes(target);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i]->size == 0)
+            continue;
+        const auto copies = overlapCopies(contiguousBoxes(saved[i]), targetBoxes);
+        if (copies.empty())
+            continue;
+        const std::uint64_t at = candidate.need(*entries[i]);
+        for (const auto& copy : copies)
+            candidate.copies.push_back({ name, at + copy.from, copy.size, copy.to });
     }
     return {};
 }
@@ -278,16 +351,22 @@ Checkpointer::Impl::Verdict Checkpointer::Impl::prepareCandidate(const Source& s
     const int blobRank = manifest.worldSize == worldSize() ? rank() : 0;
     for (const auto& entry : manifest.blobs) {
         if (entry.rank == blobRank)
-            candidate.blobs.push_back({ entry.name, candidate.need(entry.file) + entry.offset, entry.size, 0 });
+            candidate.blobs.push_back({ entry.name, candidate.need(entry), entry.size, 0 });
     }
-    // The whole of each file goes into the staging pool and is verified there (reading runs ahead of
-    // checking); only a checkpoint that verified reaches the registered regions.
+    // What this rank needs goes into the staging pool and is verified there: a single process's data file
+    // whole (reading runs ahead of checking), a rank's entries one by one; only a checkpoint that
+    // verified reaches the registered regions.
     ensureStaging(std::max<std::uint64_t>(candidate.stagingBytes, io::kDirectAlignment));
     for (const auto& [file, at] : candidate.fileAt) {
         if (std::string reason = readAndVerifyFile(candidate.dir, manifest, file, staging + at, options.directIo);
             !reason.empty())
             return { reason };
     }
+    std::vector<EntryRead> reads;
+    for (const auto& [entry, at] : candidate.entryAt)
+        reads.push_back({ entry, staging + at });
+    if (std::string reason = readAndVerifyEntries(candidate.dir, reads, options.directIo, pool); !reason.empty())
+        return { reason };
     return {};
 }
 

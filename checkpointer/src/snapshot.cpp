@@ -1,6 +1,7 @@
 // The snapshot phase: the staging pool, and the copy of the registered state into it that overlaps the
 // next forward/backward pass.
 #include "checkpointer_impl.hpp"
+#include "tensor_box.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -37,6 +38,8 @@ const char* layoutName(RegionLayout::Kind kind)
         return kLayoutReplicated;
     case RegionLayout::Kind::Sharded:
         return kLayoutSharded;
+    case RegionLayout::Kind::Box:
+        return kLayoutBox;
     case RegionLayout::Kind::PerRank:
         break;
     }
@@ -171,6 +174,17 @@ Checkpointer::Impl::Part Checkpointer::Impl::partOf(const RegionSpec& spec) cons
     }
     if (distributed && spec.layout.kind == RegionLayout::Kind::Sharded)
         return { 0, spec.size, spec.layout.offset, spec.layout.globalSize };
+    if (distributed && spec.layout.kind == RegionLayout::Kind::Box) {
+        // The holders of one piece write equal runs of its elements.
+        const TensorPiece& piece = spec.layout.piece;
+        const std::uint64_t elements = spec.size / piece.elementSize;
+        auto boundary = [&](std::uint64_t writer) {
+            return static_cast<std::uint64_t>(static_cast<unsigned __int128>(elements) * writer / piece.writers)
+                * piece.elementSize;
+        };
+        const std::uint64_t begin = boundary(piece.writer), end = boundary(piece.writer + 1);
+        return { begin, end - begin, 0, volume(piece.shape) * piece.elementSize };
+    }
     return { 0, spec.size, 0, spec.size };
 }
 
@@ -185,7 +199,12 @@ std::vector<std::uint64_t> Checkpointer::Impl::placeEntries(InFlightCheckpoint& 
     std::uint64_t offset = 0;
     auto place = [&](const std::string& name, std::size_t size, int device) {
         offset = io::roundUp(offset, kEntryAlignment);
-        ManifestEntry entry { name, file, offset, size, 0, device };
+        ManifestEntry entry;
+        entry.name = name;
+        entry.file = file;
+        entry.offset = offset;
+        entry.size = size;
+        entry.device = device;
         entry.rank = ownRank;
         entry.globalSize = size;
         offset += size;
@@ -199,6 +218,14 @@ std::vector<std::uint64_t> Checkpointer::Impl::placeEntries(InFlightCheckpoint& 
             entry.layout = layoutName(spec.layout.kind);
         entry.at = part.at;
         entry.globalSize = part.globalSize;
+        if (distributed && spec.layout.kind == RegionLayout::Kind::Box) {
+            const TensorPiece& piece = spec.layout.piece;
+            entry.shape = piece.shape;
+            entry.elementSize = piece.elementSize;
+            entry.boxOffset = piece.boxOffset;
+            entry.boxLength = piece.boxLength;
+            entry.first = piece.first + part.from / piece.elementSize;
+        }
         checkpoint.regions.push_back(std::move(entry));
         sourceOffsets.push_back(part.from);
     }

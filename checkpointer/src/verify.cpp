@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -292,6 +293,67 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
             return reason;
     }
     return {};
+}
+
+std::string readAndVerifyEntries(const std::filesystem::path& checkpointDir, const std::vector<EntryRead>& reads,
+    bool directIo, ThreadPool& pool)
+{
+    std::map<std::string, std::unique_ptr<io::FileReader>> readers;
+    std::mutex mutex;
+    std::string failure;
+    auto fail = [&](std::string reason) {
+        std::lock_guard lock(mutex);
+        if (failure.empty())
+            failure = std::move(reason);
+    };
+    try {
+        for (const auto& read : reads) {
+            auto& reader = readers[read.entry->file];
+            if (!reader)
+                reader = std::make_unique<io::FileReader>(checkpointDir / read.entry->file, directIo);
+        }
+    } catch (const io::IoError& e) {
+        return e.what();
+    }
+    {
+        // Whole pages around each entry, in chunks; a chunk that ends early ends inside the file only if
+        // the file is shorter than its manifest says.
+        TaskGroup chunks(pool);
+        for (const auto& read : reads) {
+            const ManifestEntry& entry = *read.entry;
+            const std::uint64_t lead = entry.offset % io::kDirectAlignment;
+            const std::uint64_t begin = entry.offset - lead;
+            const std::uint64_t end = io::roundUp(entry.offset + entry.size, io::kDirectAlignment);
+            const io::FileReader& reader = *readers.at(entry.file);
+            for (std::uint64_t at = begin; at < end; at += kReadChunk) {
+                const std::size_t length = std::min<std::uint64_t>(kReadChunk, end - at);
+                const std::uint64_t needed = std::min<std::uint64_t>(at + length, entry.offset + entry.size) - at;
+                std::byte* to = read.destination - lead + (at - begin);
+                chunks.post([&, at, length, needed, to] {
+                    try {
+                        if (reader.readAt(to, at, length) < needed)
+                            fail((checkpointDir / entry.file).string() + " ended early near byte "
+                                + std::to_string(at + needed));
+                    } catch (const std::exception& e) {
+                        fail(e.what());
+                    }
+                });
+            }
+        }
+    }
+    if (!failure.empty())
+        return failure;
+    TaskGroup hashes(pool);
+    for (const auto& read : reads) {
+        hashes.post([&, read] {
+            const std::uint64_t actual = checksum(read.destination, read.entry->size);
+            if (actual != read.entry->checksum)
+                fail("checksum mismatch in '" + read.entry->name + "' of " + read.entry->file + " (stored "
+                    + checksumHex(read.entry->checksum) + ", read " + checksumHex(actual) + ")");
+        });
+    }
+    hashes.wait();
+    return failure;
 }
 
 } // namespace baton::ckpt

@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "baton/ckpt/manifest.hpp"
+#include "thread_pool.hpp"
 
 namespace baton::ckpt {
 
@@ -30,6 +32,20 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
 // readAndVerify() with a destination takes a manifest of one data file; without, it checks every file.
 std::string readAndVerifyFile(const std::filesystem::path& checkpointDir, const Manifest& manifest,
     const std::string& fileName, std::byte* destination, bool directIo, const ChunkSink& onChunk = {});
+
+// One entry of a version 2 or 3 checkpoint, read alone: its first byte goes to `destination`, which lies
+// (entry offset mod 4096) bytes past a page boundary, with room up to the next page boundary after the
+// entry (direct I/O reads whole pages).
+struct EntryRead {
+    const ManifestEntry* entry = nullptr;
+    std::byte* destination = nullptr;
+};
+// Reads every entry of `reads` from its data file in `checkpointDir`, chunks in parallel on `pool`, and
+// checks each against its checksum: a rank of a multi-rank job reads only the entries it restores.
+// Returns an empty string when all match, else the reason. The data files' sizes were checked before
+// (checkLayout).
+std::string readAndVerifyEntries(const std::filesystem::path& checkpointDir, const std::vector<EntryRead>& reads,
+    bool directIo, ThreadPool& pool);
 
 // The layout rule shared by writer and reader: where each entry may start.
 inline constexpr std::size_t kEntryAlignment = 64;

@@ -51,6 +51,7 @@ from ._torch_state import (RestoreError, _dtype, _dtype_name, _dumps, _loads, _p
                            _scheduler_state, _set_rng_state, _tensor_key, say)
 from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator, launcher_grace
 from ._torch_loader import LoaderTracker, _sampler_of, loaders_of
+from ._torch_shard import Piece, ShardedState, is_dtensor, uses_sharding
 
 __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 
@@ -153,6 +154,8 @@ class Checkpointer:
         if distributed and _distributed_world() > 1:
             self._group, self._decisions, options.coordinator = _torch_coordinator()
             self._replicated = True
+        # FSDP, DTensor parameters, ZeroRedundancyOptimizer: each rank registers the pieces it holds.
+        self._sharded = ShardedState(model, optimizer) if uses_sharding(model, optimizer) else None
         self._native = _native.Checkpointer(options)
         # torchrun's grace after a SIGTERM, told once if a final checkpoint needs more (_check_launcher).
         self._launcher = launcher_grace() if not self._group or torch.distributed.get_rank() == 0 else None
@@ -429,22 +432,35 @@ class Checkpointer:
             self._native.set_epoch(sampler_state["epoch"])
             self._native.set_manifest_field("sampler", sampler_state)
 
-    def _capture_state(self, iteration: int) -> Dict[str, Any]:
-        optimizer = self.optimizer.state_dict()
+    def _optimizer_plain_state(self) -> Dict[str, Any]:
+        """The optimizer's hyperparameters and its per-parameter values that are not tensors: keyed by
+        parameter index as state_dict() numbers them, or with sharded state by parameter name (a
+        ZeroRedundancyOptimizer has no state_dict() without gathering it to one rank)."""
+        if self._sharded is None:
+            optimizer = self.optimizer.state_dict()
+            groups, states = optimizer["param_groups"], optimizer["state"].items()
+        else:
+            groups, index = [], 0
+            for group in self.optimizer.param_groups:
+                groups.append({**{k: v for k, v in group.items() if k != "params"},
+                               "params": list(range(index, index + len(group["params"])))})
+                index += len(group["params"])
+            names = self._sharded.parameter_names()
+            states = [(names.get(id(p), str(i)), state) for i, (p, state) in enumerate(self._sharded._states())]
         plain_state = {}
-        for index, values in optimizer["state"].items():
+        for index, values in states:
             plain = {k: _plain(v, f"optimizer.state[{index}].{k}") for k, v in values.items()
                      if not isinstance(v, torch.Tensor)}
             if plain:
                 plain_state[index] = plain
+        return {"param_groups": _plain(groups, "optimizer.param_groups"), "state": plain_state}
+
+    def _capture_state(self, iteration: int) -> Dict[str, Any]:
         return {
             "version": _STATE_VERSION,
             "iteration": iteration,
             "rng": _rng_state(),
-            "optimizer": {
-                "param_groups": _plain(optimizer["param_groups"], "optimizer.param_groups"),
-                "state": plain_state,
-            },
+            "optimizer": self._optimizer_plain_state(),
             "scheduler": None if self.scheduler is None else _scheduler_state(self.scheduler, "scheduler"),
             "scaler": None if self.scaler is None else _plain(self.scaler.state_dict(), "scaler"),
             "sampler": None if self.sampler is None else self._sampler_state(),
@@ -453,11 +469,18 @@ class Checkpointer:
         }
 
     def _model_state(self) -> tuple:
-        """(parameters, buffers) of the model's state_dict, by region or blob name. keep_vars: the
-        parameters themselves, not detached views made anew at every call."""
+        """(parameters as pieces, buffers) of the model, by region or blob name. Without sharding, from its
+        state_dict (keep_vars: the parameters themselves, not detached views made anew at every call);
+        with it, from the pieces each rank holds (an FSDP model's state_dict() would gather them)."""
+        if self._sharded is not None:
+            return self._sharded.model_pieces()
         parameters, buffers = {}, {}
+        layout = "replicated" if self._replicated else "rank"
         for name, tensor in self.model.state_dict(keep_vars=True).items():
-            (parameters if isinstance(tensor, torch.nn.Parameter) else buffers)[f"model/{name}"] = tensor
+            if isinstance(tensor, torch.nn.Parameter):
+                parameters[f"model/{name}"] = Piece(tensor, layout)
+            else:
+                buffers[f"model/{name}"] = tensor
         return parameters, buffers
 
     def _save_buffers(self, buffers: Dict[str, torch.Tensor]) -> None:
@@ -488,18 +511,35 @@ class Checkpointer:
                                        f"{tensor.numel() * tensor.element_size()} in the model")
                 tensor.copy_(data.view(tensor.dtype).reshape(tensor.shape))
 
-    def _optimizer_tensors(self) -> Dict[str, torch.Tensor]:
+    def _optimizer_tensors(self) -> Dict[str, Piece]:
         """The tensors of optimizer.state_dict()["state"], named by parameter index as state_dict()
-        numbers them, read from optimizer.state without packing a whole state_dict."""
+        numbers them, read from optimizer.state without packing a whole state_dict; with sharded state,
+        the pieces this rank holds, named by parameter."""
+        if self._sharded is not None:
+            return self._sharded.optimizer_pieces()
         tensors = {}
+        layout = "replicated" if self._replicated else "rank"
         params = chain.from_iterable(group["params"] for group in self.optimizer.param_groups)
         for index, param in enumerate(params):
             for key, value in self.optimizer.state.get(param, {}).items():
                 if isinstance(value, torch.Tensor):
-                    tensors[f"optimizer/{index}/{key}"] = value
+                    tensors[f"optimizer/{index}/{key}"] = Piece(value, layout)
         return tensors
 
-    def _sync_regions(self, parameters: Optional[Dict[str, torch.Tensor]] = None) -> None:
+    def _register(self, name: str, piece: Piece) -> None:
+        if not piece.memory.is_contiguous():
+            raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
+        self._native.register_region(name, piece.memory)
+        if not self._replicated:  # one process: every tensor is whole and its own
+            return
+        if piece.layout == "box":
+            self._native.set_tensor_piece(name, list(piece.shape), piece.memory.element_size(),
+                                          list(piece.box_offset), list(piece.box_length), piece.first,
+                                          piece.writers, piece.writer)
+        else:
+            self._native.set_region_layout(name, piece.layout)
+
+    def _sync_regions(self, parameters: Optional[Dict[str, Piece]] = None) -> None:
         """Registers new or moved tensors and unregisters vanished ones (optimizer state appears after
         the first step; a user may replace a parameter)."""
         tensors = dict(self._model_state()[0] if parameters is None else parameters)
@@ -509,15 +549,11 @@ class Checkpointer:
             self._native.unregister_region(name)
             del self._regions[name]
             changed = True
-        for name, tensor in tensors.items():
-            key = _tensor_key(tensor)
+        for name, piece in tensors.items():
+            key = piece.key()
             if self._regions.get(name) == key:
                 continue
-            if not tensor.is_contiguous():
-                raise ValueError(f"{name} is not contiguous: baton checkpoints tensors in place")
-            self._native.register_region(name, tensor)
-            if self._replicated:
-                self._native.set_region_layout(name, "replicated")
+            self._register(name, piece)
             self._regions[name] = key
             changed = True
         if not changed:
@@ -529,8 +565,7 @@ class Checkpointer:
                 device = torch.device(self._device_regions[0])
                 self.policy.set_device_memory(torch.cuda.max_memory_allocated(device),
                                                torch.cuda.get_device_properties(device).total_memory)
-        layout = {name: {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)}
-                  for name, t in tensors.items() if name.startswith("optimizer/")}
+        layout = {name: piece.describe() for name, piece in tensors.items() if name.startswith("optimizer/")}
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout
@@ -554,6 +589,9 @@ class Checkpointer:
 
     def _prepare_optimizer_state(self, layout: Dict[str, Any]) -> None:
         """Creates optimizer state tensors of the checkpoint's shapes, for restore to write into."""
+        if self._sharded is not None:
+            self._sharded.prepare_optimizer_state(layout, _dtype)
+            return
         state: Dict[int, Dict[str, torch.Tensor]] = {}
         for name, spec in layout.items():
             _, index, key = name.split("/", 2)
@@ -588,9 +626,15 @@ class Checkpointer:
             if len(group["params"]) != len(saved["params"]):
                 raise RestoreError("a parameter group of the checkpoint's optimizer has another size")
             group.update({k: v for k, v in saved.items() if k != "params"})
-        params: List[torch.nn.Parameter] = list(chain.from_iterable(g["params"] for g in groups))
-        for index, values in state["optimizer"]["state"].items():
-            self.optimizer.state[params[int(index)]].update(values)
+        if self._sharded is not None:
+            owners = self._sharded.owned_by_name()
+            for name, values in state["optimizer"]["state"].items():
+                if name in owners:
+                    self._sharded.state_of(owners[name]).update(values)
+        else:
+            params: List[torch.nn.Parameter] = list(chain.from_iterable(g["params"] for g in groups))
+            for index, values in state["optimizer"]["state"].items():
+                self.optimizer.state[params[int(index)]].update(values)
         if self.scheduler is not None:
             if state["scheduler"] is None:
                 raise RestoreError("the checkpoint has no scheduler state")

@@ -239,6 +239,21 @@ void bindContents(CheckpointerClass& checkpointer)
             "name"_a, "layout"_a, "offset"_a = 0, "global_size"_a = 0,
             "'rank' (each rank's own bytes), 'replicated' (the same on every rank: written once, split "
             "across the ranks) or 'sharded' (bytes [offset, offset + size) of an array of global_size).")
+        .def(
+            "set_tensor_piece",
+            [](Self& self, const std::string& name, std::vector<std::uint64_t> shape, std::uint64_t elementSize,
+                std::vector<std::uint64_t> boxOffset, std::vector<std::uint64_t> boxLength, std::uint64_t first,
+                std::uint32_t writers, std::uint32_t writer) {
+                ckpt::TensorPiece piece { std::move(shape), elementSize, std::move(boxOffset), std::move(boxLength),
+                    first, writers, writer };
+                py::gil_scoped_release release;
+                self.impl().setRegionLayout(name, ckpt::RegionLayout::box(std::move(piece)));
+            },
+            "name"_a, "shape"_a, "element_size"_a, "box_offset"_a, "box_length"_a, "first"_a = 0, "writers"_a = 1,
+            "writer"_a = 0,
+            "The region is a piece of a tensor of `shape` shared by the ranks: elements of the box "
+            "[box_offset, box_offset + box_length) from `first` in row-major order; of the `writers` ranks "
+            "that hold the same piece, this one writes part `writer`.")
         .def_property_readonly("rank", [](Self& self) { return self.impl().rank(); })
         .def_property_readonly("world_size", [](Self& self) { return self.impl().worldSize(); })
         .def(

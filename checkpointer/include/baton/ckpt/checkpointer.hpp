@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -77,6 +78,21 @@ struct DrainStatus {
     std::string lastError; // of the last failed attempt
 };
 
+// A piece of an N-dimensional tensor that several ranks share (RegionLayout::Kind::Box): the tensor's
+// global shape and element size, the box (offset and length per dimension) of it that this rank's shard
+// covers, and which of the box's elements the registered memory holds, in row-major order: from element
+// `first`, as many as the region's size holds (the whole box: first 0). A DTensor's local shard is its
+// box; an FSDP flat shard is a run of elements of the whole tensor. Ranks that hold the same piece (the
+// replicate dimension of a 2-D mesh, a Replicate() placement) write it once: each writes part `writer`
+// of `writers` equal parts.
+struct TensorPiece {
+    std::vector<std::uint64_t> shape;
+    std::uint64_t elementSize = 1;
+    std::vector<std::uint64_t> boxOffset, boxLength;
+    std::uint64_t first = 0;
+    std::uint32_t writers = 1, writer = 0;
+};
+
 // How a region's bytes relate across the ranks of a job (Options::coordinator); one process ignores it.
 struct RegionLayout {
     enum class Kind {
@@ -85,17 +101,21 @@ struct RegionLayout {
                     // writing split across the ranks; restores on any world size
         Sharded, // this rank holds [offset, offset + size) of one array of globalSize bytes, split along
                  // its first dimension (ZeRO-1 / FSDP flat shards); restores on any split of that array
+        Box, // this rank holds `piece` of a tensor (sharded along any dimensions, replicated or not);
+             // restores on any other split of the tensor, and into the replicated or sharded layouts
     };
     Kind kind = Kind::PerRank;
     std::uint64_t offset = 0; // Sharded only
     std::uint64_t globalSize = 0; // Sharded only
+    TensorPiece piece; // Box only
 
     static RegionLayout perRank() { return {}; }
-    static RegionLayout replicated() { return { Kind::Replicated, 0, 0 }; }
+    static RegionLayout replicated() { return { Kind::Replicated, 0, 0, {} }; }
     static RegionLayout sharded(std::uint64_t offset, std::uint64_t globalSize)
     {
-        return { Kind::Sharded, offset, globalSize };
+        return { Kind::Sharded, offset, globalSize, {} };
     }
+    static RegionLayout box(TensorPiece piece) { return { Kind::Box, 0, 0, std::move(piece) }; }
 };
 
 // A newer checkpoint that restore skipped, and why.

@@ -15,7 +15,8 @@ namespace baton::ckpt {
 
 inline constexpr int kFormatVersion = 1; // what a single process writes
 inline constexpr int kShardedFormatVersion = 2; // what a job of several ranks writes
-inline constexpr int kMaxFormatVersion = 2; // the newest this library reads
+inline constexpr int kTensorFormatVersion = 3; // ... when a region is a piece of a tensor ("box")
+inline constexpr int kMaxFormatVersion = 3; // the newest this library reads
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kDataFileName = "data.bin";
 
@@ -34,6 +35,12 @@ struct ManifestEntry {
     std::string layout = "rank";
     std::uint64_t at = 0;
     std::uint64_t globalSize = 0;
+    // Version 3, layout "box": a piece of a tensor of `shape` (elements of elementSize bytes): `size` bytes
+    // of the elements of the box [boxOffset, boxOffset + boxLength), from element `first` in row-major
+    // order. `at` is 0 and globalSize the tensor's bytes.
+    std::vector<std::uint64_t> shape, boxOffset, boxLength;
+    std::uint64_t elementSize = 0;
+    std::uint64_t first = 0;
 
     bool operator==(const ManifestEntry&) const = default;
 };
@@ -48,6 +55,7 @@ struct ManifestFile {
 inline constexpr const char* kLayoutRank = "rank";
 inline constexpr const char* kLayoutReplicated = "replicated";
 inline constexpr const char* kLayoutSharded = "sharded";
+inline constexpr const char* kLayoutBox = "box";
 
 struct Manifest {
     int formatVersion = kFormatVersion;

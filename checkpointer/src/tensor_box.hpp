@@ -1,0 +1,61 @@
+// The geometry of tensor pieces (RegionLayout::Kind::Box, the manifest's layout "box"): which bytes of a
+// saved piece land where in a registered one. A piece is `count` bytes, from byte `first` in row-major
+// order, of a box (offset and length per dimension) of a tensor's global shape. Every shape here counts
+// bytes along its last dimension (elements scaled by the element size), so that the pieces of a tensor
+// and the flat byte ranges of the earlier layouts (replicated, sharded) meet in one geometry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace baton::ckpt {
+
+struct TensorBox {
+    std::vector<std::uint64_t> offset, length;
+};
+
+struct PieceGeometry {
+    std::vector<std::uint64_t> shape; // global, in bytes along the last dimension
+    TensorBox box; // in the same units
+    std::uint64_t first = 0, count = 0; // bytes of the box, in its row-major order
+    // What the shape was in elements, for comparing tensors and naming them in errors; empty for a flat
+    // byte array (a region registered or saved without a tensor shape).
+    std::vector<std::uint64_t> tensorShape;
+    std::uint64_t elementSize = 1;
+};
+
+// The limit on dimensions a manifest or a caller may give (PyTorch's own is 64).
+inline constexpr std::size_t kMaxTensorDims = 64;
+
+// A tensor piece: `count` elements from element `first` of `box` of a tensor of `shape`, elements of
+// `elementSize` bytes. A tensor of no dimensions is one of one element. Throws Error when the box lies
+// outside the shape, the elements outside the box, or the sizes overflow.
+PieceGeometry tensorPiece(const std::vector<std::uint64_t>& shape, std::uint64_t elementSize,
+    const TensorBox& box, std::uint64_t first, std::uint64_t count);
+// Bytes [at, at + size) of a flat array of `globalBytes` bytes.
+PieceGeometry flatPiece(std::uint64_t globalBytes, std::uint64_t at, std::uint64_t size);
+// A flat piece seen in the byte shape of a tensor of as many bytes (the row-major order is the same).
+PieceGeometry inShapeOf(const PieceGeometry& flat, const PieceGeometry& tensor);
+
+std::uint64_t volume(const std::vector<std::uint64_t>& lengths);
+
+// A box whose bytes lie contiguously, in its own row-major order, inside a piece from byte `start` of it.
+struct ContiguousBox {
+    TensorBox box;
+    std::uint64_t start = 0;
+};
+// The piece as at most 2 · dimensions - 1 such boxes, in order.
+std::vector<ContiguousBox> contiguousBoxes(const PieceGeometry& piece);
+
+struct ByteCopy {
+    std::uint64_t from = 0, to = 0, size = 0; // from the source piece's first byte, to the target's
+};
+// The copies that bring every byte both pieces hold from `source` to `target`, adjacent ones merged.
+std::vector<ByteCopy> overlapCopies(const std::vector<ContiguousBox>& source, const std::vector<ContiguousBox>& target);
+// Whether the two pieces share a byte.
+bool overlaps(const std::vector<ContiguousBox>& a, const std::vector<ContiguousBox>& b);
+
+std::string shapeText(const std::vector<std::uint64_t>& shape); // "[4, 6]"
+
+} // namespace baton::ckpt
