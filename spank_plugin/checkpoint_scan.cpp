@@ -22,7 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int supportedFormatVersion = 2; // 2: a checkpoint of several ranks
+constexpr int supportedFormatVersion = 3; // 2: a checkpoint of several ranks; 3: with tensor pieces
 constexpr std::int64_t maxWorldSize = 1 << 20;
 constexpr const char* tuningKeys[] = { "interval", "iteration_seconds", "snapshot_seconds", "persist_seconds",
     "overhead_percent", "stall_seconds" };
@@ -190,7 +190,7 @@ CheckpointSummary summarizeManifest(const std::string& name, const std::string& 
         for (const auto& region : manifest.at("regions")) {
             const auto layout = region.is_object() ? region.find("layout") : region.end();
             if (layout != region.end() && layout->is_string()
-                && (*layout == "rank" || *layout == "replicated" || *layout == "sharded")) {
+                && (*layout == "rank" || *layout == "replicated" || *layout == "sharded" || *layout == "box")) {
                 auto& count = summary.regionLayouts[layout->get<std::string>()];
                 count = count.is_null() ? 1 : count.get<std::int64_t>() + 1;
             }
