@@ -264,8 +264,10 @@ void checkTensorPiece(const std::string& name, const TensorPiece& piece, std::si
     if (piece.writers == 0 || piece.writer >= piece.writers)
         throw Error(where + ": writer " + std::to_string(piece.writer) + " of " + std::to_string(piece.writers));
     try {
-        const auto geometry = tensorPiece(
-            piece.shape, piece.elementSize, { piece.boxOffset, piece.boxLength }, piece.first, size / piece.elementSize);
+        const auto geometry = registeredPiece(piece, size);
+        if (!piece.strides.empty() && size != stridedSpan(piece.boxLength, piece.strides) * piece.elementSize)
+            throw Error("a strided shard spans " + std::to_string(stridedSpan(piece.boxLength, piece.strides) * piece.elementSize)
+                + " bytes, not " + std::to_string(size));
         // One process holds every tensor whole, and writes it as one.
         if (!distributed && (geometry.count != volume(piece.shape) * piece.elementSize || piece.writers != 1))
             throw Error("a process without a coordinator holds whole tensors, written by itself");

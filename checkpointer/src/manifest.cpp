@@ -52,6 +52,18 @@ template<typename T> T field(const nlohmann::json& object, const char* key, cons
     }
 }
 
+} // namespace
+
+PieceGeometry entryPiece(const ManifestEntry& entry)
+{
+    if (!entry.strides.empty())
+        return stridedPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.strides);
+    return tensorPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.first,
+        entry.size / entry.elementSize);
+}
+
+namespace {
+
 // Version 3's tensor piece: its shape, box and elements, checked against its size and its tensor's bytes.
 void parseBox(const nlohmann::json& item, ManifestEntry& entry, const char* key)
 {
@@ -60,16 +72,21 @@ void parseBox(const nlohmann::json& item, ManifestEntry& entry, const char* key)
     entry.boxOffset = field<std::vector<std::uint64_t>>(item, "box_offset", key);
     entry.boxLength = field<std::vector<std::uint64_t>>(item, "box_length", key);
     entry.first = field<std::uint64_t>(item, "first", key);
+    if (item.contains("strides"))
+        entry.strides = field<std::vector<std::uint64_t>>(item, "strides", key);
     const std::string where = "manifest: tensor piece '" + entry.name + "'";
     if (entry.elementSize == 0 || entry.size % entry.elementSize != 0)
         throw Error(where + ": " + std::to_string(entry.size) + " bytes are not whole elements of "
             + std::to_string(entry.elementSize) + " bytes");
     try {
-        (void)tensorPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.first,
-            entry.size / entry.elementSize);
+        (void)entryPiece(entry);
     } catch (const Error& e) {
         throw Error(where + ": " + e.what());
     }
+    if (!entry.strides.empty()
+        && (entry.first != 0 || entry.size != stridedSpan(entry.boxLength, entry.strides) * entry.elementSize))
+        throw Error(where + ": a strided piece holds its whole box, spanning "
+            + std::to_string(stridedSpan(entry.boxLength, entry.strides) * entry.elementSize) + " bytes");
     if (entry.at != 0 || entry.globalSize != volume(entry.shape) * entry.elementSize)
         throw Error(where + ": global_size " + std::to_string(entry.globalSize) + " is not the "
             + std::to_string(volume(entry.shape) * entry.elementSize) + " bytes of its shape");
@@ -176,6 +193,8 @@ nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sha
                 item["box_offset"] = e.boxOffset;
                 item["box_length"] = e.boxLength;
                 item["first"] = e.first;
+                if (!e.strides.empty())
+                    item["strides"] = e.strides;
             }
         }
         array.push_back(std::move(item));
@@ -198,19 +217,20 @@ void checkTensorTiling(const std::string& name, const std::vector<const Manifest
 {
     constexpr std::size_t kPairChecked = 256;
     const ManifestEntry& front = *pieces.front();
-    std::uint64_t bytes = 0;
+    std::uint64_t elements = 0;
     std::vector<std::vector<ContiguousBox>> parts;
     for (const auto* piece : pieces) {
         if (piece->layout != kLayoutBox || piece->shape != front.shape || piece->elementSize != front.elementSize)
             throw Error("manifest: the pieces of tensor '" + name + "' disagree on its layout, shape or element size");
-        bytes += piece->size; // each is at most the tensor's bytes (parseBox), and there are few enough
-        if (pieces.size() <= kPairChecked && piece->size > 0)
-            parts.push_back(contiguousBoxes(tensorPiece(piece->shape, piece->elementSize,
-                { piece->boxOffset, piece->boxLength }, piece->first, piece->size / piece->elementSize)));
+        const PieceGeometry geometry = entryPiece(*piece);
+        // Each holds at most the tensor's elements (parseBox), and there are few enough to add up.
+        elements += geometry.count / front.elementSize;
+        if (pieces.size() <= kPairChecked && geometry.count > 0)
+            parts.push_back(contiguousBoxes(geometry));
     }
-    if (bytes != front.globalSize)
-        throw Error("manifest: the pieces of tensor '" + name + "' hold " + std::to_string(bytes) + " of its "
-            + std::to_string(front.globalSize) + " bytes");
+    if (elements * front.elementSize != front.globalSize)
+        throw Error("manifest: the pieces of tensor '" + name + "' hold " + std::to_string(elements * front.elementSize)
+            + " of its " + std::to_string(front.globalSize) + " bytes");
     for (std::size_t i = 0; i < parts.size(); ++i) {
         for (std::size_t j = i + 1; j < parts.size(); ++j) {
             if (overlaps(parts[i], parts[j]))

@@ -246,8 +246,7 @@ PieceGeometry registeredPiece(const RegionSpec& spec)
     const RegionLayout& layout = spec.layout;
     switch (layout.kind) {
     case RegionLayout::Kind::Box:
-        return tensorPiece(layout.piece.shape, layout.piece.elementSize,
-            { layout.piece.boxOffset, layout.piece.boxLength }, layout.piece.first, spec.size / layout.piece.elementSize);
+        return registeredPiece(layout.piece, spec.size);
     case RegionLayout::Kind::Sharded:
         return flatPiece(layout.globalSize, layout.offset, spec.size);
     case RegionLayout::Kind::Replicated:
@@ -260,8 +259,7 @@ PieceGeometry registeredPiece(const RegionSpec& spec)
 PieceGeometry savedPiece(const ManifestEntry& entry)
 {
     if (entry.layout == kLayoutBox)
-        return tensorPiece(entry.shape, entry.elementSize, { entry.boxOffset, entry.boxLength }, entry.first,
-            entry.size / entry.elementSize);
+        return entryPiece(entry);
     return flatPiece(entry.globalSize, entry.at, entry.size);
 }
 

@@ -166,6 +166,18 @@ std::size_t Checkpointer::Impl::stagingBytesNeeded() const
     return io::roundUp(std::max<std::size_t>(io::roundUp(offset, io::kDirectAlignment), 1), kPoolGranule);
 }
 
+namespace {
+
+// The rows of a strided piece's first dimension that writer `piece.writer` writes: (first, count).
+std::pair<std::uint64_t, std::uint64_t> writerRows(const TensorPiece& piece)
+{
+    const std::uint64_t rows = piece.boxLength.empty() ? 0 : piece.boxLength[0];
+    const std::uint64_t begin = rows * piece.writer / piece.writers, end = rows * (piece.writer + 1) / piece.writers;
+    return { begin, end - begin };
+}
+
+} // namespace
+
 Checkpointer::Impl::Part Checkpointer::Impl::partOf(const RegionSpec& spec) const
 {
     if (distributed && spec.layout.kind == RegionLayout::Kind::Replicated) {
@@ -177,13 +189,26 @@ Checkpointer::Impl::Part Checkpointer::Impl::partOf(const RegionSpec& spec) cons
     if (distributed && spec.layout.kind == RegionLayout::Kind::Box) {
         // The holders of one piece write equal runs of its elements.
         const TensorPiece& piece = spec.layout.piece;
+        const std::uint64_t globalSize = volume(piece.shape) * piece.elementSize;
+        if (!piece.written)
+            return { 0, 0, 0, globalSize };
+        if (!piece.strides.empty()) {
+            // Rows of the first dimension, each writer's spanning its first to its last element.
+            auto [row, rows] = writerRows(piece);
+            if (rows == 0)
+                return { 0, 0, 0, globalSize };
+            std::vector<std::uint64_t> lengths = piece.boxLength;
+            lengths[0] = rows;
+            return { row * piece.strides[0] * piece.elementSize,
+                stridedSpan(lengths, piece.strides) * piece.elementSize, 0, globalSize };
+        }
         const std::uint64_t elements = spec.size / piece.elementSize;
         auto boundary = [&](std::uint64_t writer) {
             return static_cast<std::uint64_t>(static_cast<unsigned __int128>(elements) * writer / piece.writers)
                 * piece.elementSize;
         };
         const std::uint64_t begin = boundary(piece.writer), end = boundary(piece.writer + 1);
-        return { begin, end - begin, 0, volume(piece.shape) * piece.elementSize };
+        return { begin, end - begin, 0, globalSize };
     }
     return { 0, spec.size, 0, spec.size };
 }
@@ -224,7 +249,14 @@ std::vector<std::uint64_t> Checkpointer::Impl::placeEntries(InFlightCheckpoint& 
             entry.elementSize = piece.elementSize;
             entry.boxOffset = piece.boxOffset;
             entry.boxLength = piece.boxLength;
-            entry.first = piece.first + part.from / piece.elementSize;
+            if (piece.strides.empty()) {
+                entry.first = piece.first + part.from / piece.elementSize;
+            } else {
+                auto [row, rows] = writerRows(piece);
+                entry.boxOffset[0] += row;
+                entry.boxLength[0] = part.length == 0 ? 0 : rows;
+                entry.strides = piece.strides;
+            }
         }
         checkpoint.regions.push_back(std::move(entry));
         sourceOffsets.push_back(part.from);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "baton/ckpt/checkpointer.hpp"
 #include "baton/ckpt/error.hpp"
 
 namespace baton::ckpt {
@@ -95,6 +96,36 @@ PieceGeometry tensorPiece(const std::vector<std::uint64_t>& shape, std::uint64_t
     return piece;
 }
 
+std::uint64_t stridedSpan(const std::vector<std::uint64_t>& lengths, const std::vector<std::uint64_t>& strides)
+{
+    std::uint64_t last = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+        if (lengths[i] == 0)
+            return 0;
+        last += multiplied(lengths[i] - 1, strides[i]);
+    }
+    return last + 1;
+}
+
+PieceGeometry stridedPiece(const std::vector<std::uint64_t>& shape, std::uint64_t elementSize, const TensorBox& box,
+    const std::vector<std::uint64_t>& strides)
+{
+    if (strides.size() != shape.size() || shape.empty() || strides.back() != 1)
+        throw Error("tensor piece: strides " + shapeText(strides) + " for a box of " + std::to_string(shape.size())
+            + " dimensions (the last must be 1)");
+    PieceGeometry piece = tensorPiece(shape, elementSize, box, 0, volume(box.length));
+    for (std::size_t i = 0; i + 1 < strides.size(); ++i) {
+        // Rows must not overlap: each stride spans at least the dimensions inside it.
+        if (box.length[i] > 1 && strides[i] < stridedSpan({ box.length.begin() + static_cast<std::ptrdiff_t>(i) + 1, box.length.end() },
+                                     { strides.begin() + static_cast<std::ptrdiff_t>(i) + 1, strides.end() }))
+            throw Error("tensor piece: strides " + shapeText(strides) + " overlap for the box " + shapeText(box.length));
+        piece.strides.push_back(multiplied(strides[i], elementSize));
+    }
+    piece.strides.push_back(1);
+    (void)multiplied(stridedSpan(box.length, strides), elementSize);
+    return piece;
+}
+
 PieceGeometry flatPiece(std::uint64_t globalBytes, std::uint64_t at, std::uint64_t size)
 {
     if (at > globalBytes || size > globalBytes - at)
@@ -120,6 +151,8 @@ PieceGeometry inShapeOf(const PieceGeometry& flat, const PieceGeometry& tensor)
 // there and stays inside the current index of the leading ones.
 std::vector<ContiguousBox> contiguousBoxes(const PieceGeometry& piece)
 {
+    if (!piece.strides.empty())
+        return piece.count == 0 ? std::vector<ContiguousBox> {} : std::vector<ContiguousBox> { { piece.box, 0, piece.strides } };
     const auto& lengths = piece.box.length;
     const std::size_t n = lengths.size();
     const auto stride = strides(lengths);
@@ -158,11 +191,11 @@ std::vector<ByteCopy> overlapCopies(const std::vector<ContiguousBox>& source, co
     std::vector<ByteCopy> copies;
     TensorBox common;
     for (const auto& s : source) {
-        const auto sourceStride = strides(s.box.length);
+        const auto sourceStride = s.strides.empty() ? strides(s.box.length) : s.strides;
         for (const auto& t : target) {
             if (!intersect(s.box, t.box, common))
                 continue;
-            const auto targetStride = strides(t.box.length);
+            const auto targetStride = t.strides.empty() ? strides(t.box.length) : t.strides;
             const std::size_t n = common.offset.size();
             const std::uint64_t row = common.length[n - 1];
             // Walk the rows of the common box (every index of the leading dimensions, odometer order).
@@ -192,6 +225,14 @@ std::vector<ByteCopy> overlapCopies(const std::vector<ContiguousBox>& source, co
         }
     }
     return copies;
+}
+
+PieceGeometry registeredPiece(const TensorPiece& piece, std::uint64_t size)
+{
+    const TensorBox box { piece.boxOffset, piece.boxLength };
+    if (!piece.strides.empty())
+        return stridedPiece(piece.shape, piece.elementSize, box, piece.strides);
+    return tensorPiece(piece.shape, piece.elementSize, box, piece.first, size / piece.elementSize);
 }
 
 bool overlaps(const std::vector<ContiguousBox>& a, const std::vector<ContiguousBox>& b)

@@ -19,6 +19,9 @@ struct PieceGeometry {
     std::vector<std::uint64_t> shape; // global, in bytes along the last dimension
     TensorBox box; // in the same units
     std::uint64_t first = 0, count = 0; // bytes of the box, in its row-major order
+    // A whole box laid out with these byte strides instead of row-major (a shard that is a view into a
+    // padded buffer: DTensor's uneven Shard(d) for d > 0); empty: row-major. The last one is 1.
+    std::vector<std::uint64_t> strides;
     // What the shape was in elements, for comparing tensors and naming them in errors; empty for a flat
     // byte array (a region registered or saved without a tensor shape).
     std::vector<std::uint64_t> tensorShape;
@@ -33,6 +36,11 @@ inline constexpr std::size_t kMaxTensorDims = 64;
 // outside the shape, the elements outside the box, or the sizes overflow.
 PieceGeometry tensorPiece(const std::vector<std::uint64_t>& shape, std::uint64_t elementSize,
     const TensorBox& box, std::uint64_t first, std::uint64_t count);
+// A whole box whose elements lie at `strides` (in elements, the last 1) from its first one.
+PieceGeometry stridedPiece(const std::vector<std::uint64_t>& shape, std::uint64_t elementSize, const TensorBox& box,
+    const std::vector<std::uint64_t>& strides);
+// The elements a strided box spans in memory, from its first to its last (0 for an empty box).
+std::uint64_t stridedSpan(const std::vector<std::uint64_t>& lengths, const std::vector<std::uint64_t>& strides);
 // Bytes [at, at + size) of a flat array of `globalBytes` bytes.
 PieceGeometry flatPiece(std::uint64_t globalBytes, std::uint64_t at, std::uint64_t size);
 // A flat piece seen in the byte shape of a tensor of as many bytes (the row-major order is the same).
@@ -40,12 +48,14 @@ PieceGeometry inShapeOf(const PieceGeometry& flat, const PieceGeometry& tensor);
 
 std::uint64_t volume(const std::vector<std::uint64_t>& lengths);
 
-// A box whose bytes lie contiguously, in its own row-major order, inside a piece from byte `start` of it.
+// A box whose bytes lie inside a piece from byte `start` of it, in its own row-major order or, where
+// `strides` is set, at those byte strides.
 struct ContiguousBox {
     TensorBox box;
     std::uint64_t start = 0;
+    std::vector<std::uint64_t> strides; // empty: row-major
 };
-// The piece as at most 2 · dimensions - 1 such boxes, in order.
+// The piece as at most 2 · dimensions - 1 such boxes, in order (a strided piece: one).
 std::vector<ContiguousBox> contiguousBoxes(const PieceGeometry& piece);
 
 struct ByteCopy {
@@ -57,5 +67,12 @@ std::vector<ByteCopy> overlapCopies(const std::vector<ContiguousBox>& source, co
 bool overlaps(const std::vector<ContiguousBox>& a, const std::vector<ContiguousBox>& b);
 
 std::string shapeText(const std::vector<std::uint64_t>& shape); // "[4, 6]"
+
+struct ManifestEntry;
+struct TensorPiece;
+// The piece a manifest entry of layout "box" holds, and the one a region of `size` bytes registered as
+// `piece` holds.
+PieceGeometry entryPiece(const ManifestEntry& entry);
+PieceGeometry registeredPiece(const TensorPiece& piece, std::uint64_t size);
 
 } // namespace baton::ckpt

@@ -159,6 +159,7 @@ enum class Split {
     Rows, // DTensor Shard(0) on a 1-D mesh
     Columns, // Shard(1)
     MeshReplicatedColumns, // a 2-D mesh (2 x size/2): Replicate() over the first dimension, Shard(1) over the second
+    PaddedColumns, // Shard(1) as DTensor keeps an uneven one: a view into a buffer padded to even columns
     FlatRuns, // FSDP's flat shards: a run of the row-major elements
     Whole, // replicated (DDP), registered with the earlier layout
 };
@@ -168,6 +169,7 @@ struct WeightShard {
     TensorBox box;
     std::uint64_t first = 0;
     std::uint32_t writers = 1, writer = 0;
+    std::vector<std::uint64_t> strides; // PaddedColumns
 };
 
 WeightShard shardOf(Split split_, int rank, int size)
@@ -193,6 +195,14 @@ WeightShard shardOf(Split split_, int rank, int size)
         shard.writer = static_cast<std::uint32_t>(rank / shards);
         break;
     }
+    case Split::PaddedColumns: {
+        const std::uint64_t width = (kCols + static_cast<std::uint64_t>(size) - 1) / static_cast<std::uint64_t>(size);
+        const std::uint64_t at = std::min(kCols, width * static_cast<std::uint64_t>(rank));
+        shard.box = { { 0, at }, { kRows, std::min(width, kCols - at) } };
+        shard.strides = { width, 1 };
+        shard.data.resize(stridedSpan(shard.box.length, shard.strides));
+        return shard;
+    }
     case Split::FlatRuns: {
         auto [at, length] = split(kRows * kCols, rank, size);
         shard.first = at;
@@ -206,9 +216,17 @@ WeightShard shardOf(Split split_, int rank, int size)
     return shard;
 }
 
-// The weight's elements as the shard holds them, for `iteration`.
+// The weight's elements as the shard holds them, for `iteration` (a padded shard's padding stays 0).
 std::vector<float> expected(const WeightShard& shard, std::uint64_t iteration)
 {
+    if (!shard.strides.empty()) {
+        std::vector<float> memory(shard.data.size(), 0.0f);
+        for (std::uint64_t r = 0; r < shard.box.length[0]; ++r) {
+            for (std::uint64_t c = 0; c < shard.box.length[1]; ++c)
+                memory[r * shard.strides[0] + c] = valueAt(r, shard.box.offset[1] + c, iteration);
+        }
+        return memory;
+    }
     std::vector<float> values;
     for (auto flat : elementsOf({ kRows, kCols }, shard.box, shard.first, shard.data.size()))
         values.push_back(valueAt(flat / kCols, flat % kCols, iteration));
@@ -249,6 +267,27 @@ void runRanks(int size, const std::function<void(int)>& body)
     }
 }
 
+TensorPiece piece(std::vector<std::uint64_t> shape, std::uint64_t elementSize, TensorBox box, std::uint64_t first,
+    std::uint32_t writers = 1, std::uint32_t writer = 0)
+{
+    TensorPiece result;
+    result.shape = std::move(shape);
+    result.elementSize = elementSize;
+    result.boxOffset = std::move(box.offset);
+    result.boxLength = std::move(box.length);
+    result.first = first;
+    result.writers = writers;
+    result.writer = writer;
+    return result;
+}
+
+TensorPiece pieceOf(const WeightShard& shard)
+{
+    TensorPiece result = piece({ kRows, kCols }, kElement, shard.box, shard.first, shard.writers, shard.writer);
+    result.strides = shard.strides;
+    return result;
+}
+
 void registerWeight(Checkpointer& ckpt, WeightShard& shard, Split split_, int size)
 {
     ckpt.registerRegion("weight", shard.data.data(), shard.data.size() * kElement);
@@ -257,9 +296,7 @@ void registerWeight(Checkpointer& ckpt, WeightShard& shard, Split split_, int si
     if (split_ == Split::Whole)
         ckpt.setRegionLayout("weight", RegionLayout::replicated());
     else
-        ckpt.setRegionLayout("weight",
-            RegionLayout::box({ { kRows, kCols }, kElement, shard.box.offset, shard.box.length, shard.first,
-                shard.writers, shard.writer }));
+        ckpt.setRegionLayout("weight", RegionLayout::box(pieceOf(shard)));
 }
 
 void save(const std::filesystem::path& dir, Split split_, int size, std::uint64_t iteration)
@@ -324,6 +361,20 @@ TEST(TensorPieces, ColumnShardsRestoreAsRowsFlatRunsAWholeTensorAndOnAMesh)
     EXPECT_EQ(restore(dir.path(), Split::MeshReplicatedColumns, 4), 10u);
     EXPECT_EQ(restore(dir.path(), Split::Whole, 2), 10u);
     EXPECT_EQ(restore(dir.path(), Split::Whole, 1), 10u); // one process: the whole tensor
+    EXPECT_EQ(restore(dir.path(), Split::PaddedColumns, 4), 10u);
+}
+
+TEST(TensorPieces, PaddedShardsAreWrittenWithoutTheirPaddingAndRestoreAnywhere)
+{
+    TempDir dir;
+    save(dir.path(), Split::PaddedColumns, 4, 50); // 53 columns as 14, 14, 14, 11
+    std::uint64_t bytes = 0;
+    for (const auto& entry : manifestOf(dir.path() / checkpointDirName(50)).regions)
+        bytes += entry.size;
+    EXPECT_LT(bytes, kRows * kCols * kElement + 4 * kRows * 3 * kElement); // its own rows, not the padding after the last
+    EXPECT_EQ(restore(dir.path(), Split::Rows, 3), 50u);
+    EXPECT_EQ(restore(dir.path(), Split::PaddedColumns, 3), 50u);
+    EXPECT_EQ(restore(dir.path(), Split::FlatRuns, 2), 50u);
 }
 
 TEST(TensorPieces, ReplicasOfAPieceWriteItOnceBetweenThem)
@@ -367,8 +418,7 @@ TEST(TensorPieces, AnotherShapeFailsOnEveryRankNamingTheTensor)
         ckpt.registerRegion("weight", data.data(), data.size() * kElement);
         // The same bytes as another shape: a transposed weight.
         ckpt.setRegionLayout("weight",
-            RegionLayout::box({ { kCols, kRows }, kElement, { 0, 0 }, { kCols, kRows }, rank == 0 ? 0 : data.size() - 1,
-                1, 0 }));
+            RegionLayout::box(piece({ kCols, kRows }, kElement, { { 0, 0 }, { kCols, kRows } }, rank == 0 ? 0 : data.size() - 1)));
         try {
             ckpt.restore();
         } catch (const Error& e) {
@@ -408,12 +458,16 @@ TEST(TensorPieces, APieceThatLeavesItsTensorIsRefusedWhenItIsSet)
         Checkpointer ckpt(rankOptions(dir.path(), rank, 2, session));
         std::vector<float> data(10);
         ckpt.registerRegion("weight", data.data(), data.size() * kElement);
-        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box({ { 4, 2 }, kElement, { 0, 0 }, { 4, 2 }, 0, 1, 0 })),
+        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box(piece({ 4, 2 }, kElement, { { 0, 0 }, { 4, 2 } }, 0))),
             Error); // 10 elements in a box of 8
-        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box({ { 5, 2 }, 3, { 0, 0 }, { 5, 2 }, 0, 1, 0 })),
+        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box(piece({ 5, 2 }, 3, { { 0, 0 }, { 5, 2 } }, 0))),
             Error); // 40 bytes are not elements of 3
-        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box({ { 5, 2 }, kElement, { 0, 0 }, { 5, 2 }, 0, 2, 2 })),
+        EXPECT_THROW(
+            ckpt.setRegionLayout("weight", RegionLayout::box(piece({ 5, 2 }, kElement, { { 0, 0 }, { 5, 2 } }, 0, 2, 2))),
             Error); // writer 2 of 2
+        TensorPiece strided = piece({ 5, 4 }, kElement, { { 0, 0 }, { 5, 2 } }, 0);
+        strided.strides = { 3, 1 };
+        EXPECT_THROW(ckpt.setRegionLayout("weight", RegionLayout::box(strided)), Error); // spans 14, not 10
     });
 }
 

@@ -18,6 +18,7 @@ the framework's own full-state API) right after restore() and at the end.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -37,26 +38,42 @@ def build_model(seed: int) -> torch.nn.Module:
 
 
 class DTensorMLP(torch.nn.Module):
-    """The MLP's parameters as DTensors with the mode's placements; the forward pass gathers them (the
-    backward pass then hands each rank the gradient of its own shard)."""
+    """The MLP's parameters as DTensors with the mode's placements, under the Sequential's names (0, 2,
+    4). Every rank sees the same samples: gradients() computes them on the gathered parameters and hands
+    each parameter the shards of its gradient (PyTorch 2.6 cannot differentiate through the gathering
+    on a 2-D mesh)."""
 
     def __init__(self, model: torch.nn.Module, mesh, placements):
         super().__init__()
         from torch.distributed.tensor import distribute_tensor
-        self.layers = torch.nn.ModuleList()
-        for index, layer in enumerate(m for m in model if isinstance(m, torch.nn.Linear)):
+        self.names = []
+        for index, (name, layer) in enumerate((n, m) for n, m in model.named_children()
+                                              if isinstance(m, torch.nn.Linear)):
             weight_placement, bias_placement = placements(index)
             wrapped = torch.nn.Module()
             wrapped.weight = torch.nn.Parameter(distribute_tensor(layer.weight.detach(), mesh, weight_placement))
             wrapped.bias = torch.nn.Parameter(distribute_tensor(layer.bias.detach(), mesh, bias_placement))
-            self.layers.append(wrapped)
+            self.add_module(name, wrapped)
+            self.names.append(name)
 
-    def forward(self, x):
-        for index, layer in enumerate(self.layers):
-            x = F.linear(x, layer.weight.full_tensor(), layer.bias.full_tensor())
-            if index + 1 < len(self.layers):
+    def forward(self, x, whole=None):
+        for index, name in enumerate(self.names):
+            layer = getattr(self, name)
+            weight, bias = whole[name] if whole else (layer.weight.full_tensor(), layer.bias.full_tensor())
+            x = F.linear(x, weight, bias)
+            if index + 1 < len(self.names):
                 x = torch.tanh(x)
         return x
+
+    def gradients(self, x, y):
+        from torch.distributed.tensor import distribute_tensor
+        whole = {name: tuple(p.full_tensor().detach().requires_grad_()
+                             for p in (getattr(self, name).weight, getattr(self, name).bias)) for name in self.names}
+        F.mse_loss(self(x, whole), y).backward()
+        for name in self.names:
+            layer = getattr(self, name)
+            for param, gathered in zip((layer.weight, layer.bias), whole[name]):
+                param.grad = distribute_tensor(gathered.grad, param.device_mesh, param.placements)
 
 
 def sharded(mode: str, ranks: int, seed: int):
@@ -75,9 +92,10 @@ def sharded(mode: str, ranks: int, seed: int):
             mesh = init_device_mesh("cpu", (ranks,))
             layouts = [([Shard(0)], [Shard(0)]), ([Shard(1)], [Shard(0)]), ([Replicate()], [Shard(0)])]
         else:
+            # HSDP: replicated over the first mesh dimension, sharded (dim 0, as FSDP2 does) over the second.
             mesh = init_device_mesh("cpu", (2, ranks // 2), mesh_dim_names=("replicate", "shard"))
             layouts = [([Replicate(), Shard(0)], [Replicate(), Shard(0)]),
-                       ([Replicate(), Shard(1)], [Replicate(), Replicate()]),
+                       ([Replicate(), Shard(0)], [Replicate(), Replicate()]),
                        ([Replicate(), Shard(0)], [Replicate(), Shard(0)])]
         model = DTensorMLP(model, mesh, lambda index: layouts[index])
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False), False
@@ -103,26 +121,14 @@ def full_state(mode: str, model, optimizer) -> dict:
         return state
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
     model_state, optim_state = get_state_dict(model, optimizer,
-                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+                                              options=StateDictOptions(full_state_dict=True))
     if torch.distributed.get_rank() != 0:
         return {}
-    state = {f"model.{name.replace('layers.', '')}": t.detach().clone() for name, t in model_state.items()}
+    state = {f"model.{name}": t.detach().clone() for name, t in model_state.items()}
     for name, values in optim_state["state"].items():
         for key, value in values.items():
-            state[f"optim.{name.replace('layers.', '')}.{key}"] = torch.as_tensor(value).clone()
+            state[f"optim.{name}.{key}"] = torch.as_tensor(value).clone()
     return state
-
-
-def canonical(state: dict, mode: str) -> dict:
-    """Names shared by the modes: the Sequential's layer numbers (0, 2, 4) for the DTensor model's
-    (0, 1, 2), so that a checkpoint's tensors can be compared across modes."""
-    if mode not in ("dtensor", "hsdp"):
-        return state
-    renamed = {}
-    for name, value in state.items():
-        kind, layer, rest = name.split(".", 2)
-        renamed[f"{kind}.{int(layer) * 2}.{rest}"] = value
-    return renamed
 
 
 def main():
@@ -138,6 +144,8 @@ def main():
     parser.add_argument("--stop-at", type=int, default=0, help="a final checkpoint at this iteration, then exit")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    # A rank that hangs shows where (the test kills it after its own timeout).
+    faulthandler.dump_traceback_later(int(os.environ.get("SHARDED_HANG_SECONDS", "240")), exit=True)
 
     os.environ.setdefault("USE_LIBUV", "0")  # Debian's PyTorch 2.6 has no libuv
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
@@ -158,22 +166,24 @@ def main():
     report = {"restored": restored, "iteration": ckpt.iteration, "pid": os.getpid()}
     with open(os.path.join(args.results, f"restored-{args.rank}.json"), "w") as out:
         json.dump(report, out)
-    state = canonical(full_state(args.mode, model, optimizer), args.mode)
+    state = full_state(args.mode, model, optimizer)
     if args.rank == 0:
         torch.save(state, os.path.join(args.results, f"state-restored-{ckpt.iteration}.pt"))
     stop = args.stop_at or args.steps
     while ckpt.iteration < stop:
         for x, y in loader:
-            loss = F.mse_loss(model(x), y)
             optimizer.zero_grad()
-            loss.backward()
+            if isinstance(model, DTensorMLP):
+                model.gradients(x, y)
+            else:
+                F.mse_loss(model(x), y).backward()
             optimizer.step()
             if ckpt.iteration >= stop:
                 break
     if ckpt.iteration >= args.steps:
         ckpt.done()
     ok = ckpt.close()
-    state = canonical(full_state(args.mode, model, optimizer), args.mode)
+    state = full_state(args.mode, model, optimizer)
     if args.rank == 0:
         torch.save(state, os.path.join(args.results, f"state-end-{ckpt.iteration}.pt"))
     torch.distributed.destroy_process_group()

@@ -110,7 +110,7 @@ class Launch:
         for r, log in enumerate(self.logs):
             log.flush()
             log.seek(0)
-            text.append(f"--- rank {r}:\n" + "".join(log.readlines()[-15:]))
+            text.append(f"--- rank {r}:\n" + "".join(log.readlines()[-int(os.environ.get("SHARDED_TAIL", "15")):]))
         return "\n".join(text)
 
     def expect_success(self, what):
@@ -149,8 +149,11 @@ def scenario_kill(base, mode, ranks):
     for kill in range(2):
         launch = Launch(mode, int(ranks), chain, os.path.join(base, f"results-{kill}"))
         deadline = time.monotonic() + 240
-        # Kill once the training has checkpointed a few times beyond where this launch began.
-        while launch.running() and newest_checkpoint(chain) < previous + 9 and time.monotonic() < deadline:
+        # Kill once every rank has restored and the training has checkpointed a few times beyond that.
+        while launch.running() and None in launch.restored() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        began = max([i for i in launch.restored() if i is not None], default=previous)
+        while launch.running() and newest_checkpoint(chain) < began + 9 and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(random.uniform(0, 0.3))
         launch.kill()

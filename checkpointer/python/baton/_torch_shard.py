@@ -47,12 +47,15 @@ class Piece(NamedTuple):
     first: int = 0
     writers: int = 1
     writer: int = 0
+    strides: Tuple[int, ...] = ()  # a shard that is a view into a padded buffer: its element strides
+    written: bool = True  # False: another rank that holds the same piece writes it
 
     def key(self) -> tuple:
         """What registering again depends on: the memory's place and size, and the piece."""
         memory = self.memory
         return (memory.data_ptr(), memory.element_size() * memory.numel(), str(memory.device), memory.dtype,
-                tuple(memory.shape), self.layout, self.shape, self.box_offset, self.box_length, self.first, self.writers, self.writer)
+                tuple(memory.shape), self.layout, self.shape, self.box_offset, self.box_length, self.first, self.writers,
+                self.writer, self.strides, self.written)
 
     def describe(self) -> Dict[str, Any]:
         """The piece as the manifest's torch_layout records it (global shape and type)."""
@@ -63,11 +66,15 @@ class Piece(NamedTuple):
 # --- the frameworks, found without importing what the installed PyTorch lacks ----------------------------
 
 
+# PyTorch 1.13's distributed modules fail to import on Python 3.11 with a ValueError of dataclasses:
+# any failure to import means that the framework is not there to be used.
+
+
 def _dtensor_type() -> Optional[type]:
     for module in ("torch.distributed.tensor", "torch.distributed._tensor"):
         try:
             return __import__(module, fromlist=["DTensor"]).DTensor
-        except (ImportError, AttributeError):
+        except Exception:  # noqa: BLE001  (see above)
             continue
     return None
 
@@ -76,7 +83,7 @@ def _fsdp_type() -> Optional[type]:
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel
         return FullyShardedDataParallel
-    except ImportError:
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -84,7 +91,7 @@ def _zero_type() -> Optional[type]:
     try:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         return ZeroRedundancyOptimizer
-    except ImportError:
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -137,7 +144,18 @@ def dtensor_piece(name: str, tensor: Any) -> Piece:
     offset, length = _local_box(tensor)
     if tuple(local.shape) != length:
         raise ValueError(f"{name}: the local shard has shape {tuple(local.shape)}, its placements give {length}")
-    return Piece(local, "box", tuple(tensor.shape), offset, length, 0, writers, writer)
+    if local.is_contiguous() or local.numel() == 0:
+        return Piece(local.contiguous() if local.numel() == 0 else local, "box", tuple(tensor.shape), offset, length,
+                     0, writers, writer)
+    # An uneven Shard(d) for d > 0 leaves the shard a view into a buffer padded to equal shards: the region
+    # is the memory from its first element to its last, and the piece says where the elements lie in it.
+    strides = tuple(local.stride())
+    if strides[-1] != 1 or any(s < 0 for s in strides):
+        raise ValueError(f"{name}: a local shard of strides {strides} cannot be checkpointed in place "
+                         "(its last dimension must be contiguous)")
+    span = 1 + sum((n - 1) * s for n, s in zip(local.shape, strides))
+    return Piece(local.as_strided((span,), (1,)), "box", tuple(tensor.shape), offset, length, 0, writers, writer,
+                 strides)
 
 
 # --- FSDP (version 1) ------------------------------------------------------------------------------------
@@ -212,8 +230,12 @@ class ShardedState:
 
     def parameter_names(self) -> Dict[int, str]:
         """id(parameter) -> fully qualified name, for the parameters an optimizer may hold."""
-        names = {id(p): clean_name(name) for name, p in self.model.named_parameters()}
-        return names
+        return {id(p): clean_name(name) for name, p in self._named().named_parameters()}
+
+    def _named(self) -> torch.nn.Module:
+        """The module whose names are the parameters' names: DDP's wrapped module (its `module.` prefix
+        is a wrapper's, as FSDP's are)."""
+        return self.model.module if isinstance(self.model, torch.nn.parallel.DistributedDataParallel) else self.model
 
     # -- the model --
 
@@ -226,7 +248,7 @@ class ShardedState:
             for part in parts:
                 pieces[f"model/{part.fqn}"] = _run_piece(shard, part, replicas)
         flat_ids = {id(p) for p, _, _ in flat.values()}
-        for name, param in self.model.named_parameters():
+        for name, param in self._named().named_parameters():
             if id(param) in flat_ids:
                 continue
             name = clean_name(name)
@@ -234,7 +256,7 @@ class ShardedState:
                 continue
             pieces[f"model/{name}"] = (dtensor_piece(name, param) if is_dtensor(param)
                                        else Piece(param.data, "replicated"))
-        buffers = {f"model/{clean_name(name)}": b for name, b in self.model.named_buffers() if b is not None}
+        buffers = {f"model/{clean_name(name)}": b for name, b in self._named().named_buffers() if b is not None}
         return pieces, buffers
 
     # -- the optimizer --
@@ -263,8 +285,15 @@ class ShardedState:
                     raise ValueError("the optimizer holds a parameter that is not the model's")
                 name = f"optimizer/{fqn}/{key}"
                 if value.dim() == 0 and not is_dtensor(value):
-                    # A step counter: the same on every rank that holds the parameter.
-                    pieces[name] = Piece(value, "box", (), (), (), 0, 1, 0) if self.zero else Piece(value, "replicated")
+                    # A step counter: the same on every rank that steps the parameter. ZeRO: its owner alone;
+                    # FSDP: the ranks holding a part of it (the one with its first element writes it).
+                    if self.zero:
+                        pieces[name] = Piece(value, "box")
+                    elif fqn in original:
+                        part = original[fqn][0]
+                        pieces[name] = Piece(value, "box", written=part.numel > 0 and part.first == 0)
+                    else:
+                        pieces[name] = Piece(value, "replicated")
                 elif is_dtensor(value):
                     pieces[name] = dtensor_piece(name, value)
                 elif fqn in original and value.numel() == original[fqn][0].numel:

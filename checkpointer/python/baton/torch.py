@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import time
 import types
 import weakref
@@ -65,6 +66,20 @@ def _agree(group: Any, checkpoint: bool, final: bool) -> tuple:
     flags = torch.tensor([int(checkpoint), int(final)], dtype=torch.int32)
     torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX, group=group)
     return bool(flags[0]), bool(flags[1])
+
+
+def _every_ranks_layout(manifest: Dict[str, Any], layout: Dict[str, Any]) -> Dict[str, Any]:
+    """The optimizer layout of every rank: the manifest's layout field is rank 0's, which with a
+    ZeroRedundancyOptimizer names only rank 0's parameters; the manifest's regions name every rank's,
+    with their global shapes, and a state key has one type whichever parameter it belongs to."""
+    dtypes = {name.rsplit("/", 1)[-1]: spec.get("dtype") for name, spec in layout.items() if isinstance(spec, dict)}
+    every = dict(layout)
+    for entry in manifest.get("regions", []):
+        name = entry.get("name", "") if isinstance(entry, dict) else ""
+        key = name.rsplit("/", 1)[-1]
+        if name.startswith("optimizer/") and name not in every and entry.get("layout") == "box" and key in dtypes:
+            every[name] = {"shape": entry.get("shape", []), "dtype": dtypes[key]}
+    return every
 
 
 def _leave_unfinished(session: "_native.Session") -> None:
@@ -311,6 +326,10 @@ class Checkpointer:
 
         @functools.wraps(original)
         def step(optimizer, *args, **kwargs):
+            if sys._getframe(1).f_code.co_name == "_init_optim_state":
+                # torch.distributed.checkpoint's get_state_dict() creates an optimizer's state by a step
+                # of zero gradients at a learning rate of 0: that is no iteration of the training.
+                return original(*args, **kwargs)
             self._boundary()
             self._native.before_update()
             begin = time.perf_counter()
@@ -535,7 +554,7 @@ class Checkpointer:
         if piece.layout == "box":
             self._native.set_tensor_piece(name, list(piece.shape), piece.memory.element_size(),
                                           list(piece.box_offset), list(piece.box_length), piece.first,
-                                          piece.writers, piece.writer)
+                                          piece.writers, piece.writer, list(piece.strides), piece.written)
         else:
             self._native.set_region_layout(name, piece.layout)
 
@@ -582,9 +601,13 @@ class Checkpointer:
         for name in names:
             try:
                 with open(os.path.join(self.chain_dir, name, "manifest.json"), encoding="utf-8") as f:
-                    return json.load(f).get(_LAYOUT_FIELD, {})
+                    manifest = json.load(f)
             except (OSError, ValueError):
                 continue
+            layout = manifest.get(_LAYOUT_FIELD, {})
+            if self._sharded is not None and isinstance(layout, dict):
+                layout = _every_ranks_layout(manifest, layout)
+            return layout
         return {}
 
     def _prepare_optimizer_state(self, layout: Dict[str, Any]) -> None:
@@ -604,9 +627,15 @@ class Checkpointer:
     def _check_regions(self, result: Any) -> None:
         if not self.strict:
             return
-        if result.unclaimed_regions:
-            raise RestoreError(f"{result.dir} holds regions this model does not have: "
-                               f"{', '.join(sorted(result.unclaimed_regions))}")
+        unclaimed = set(result.unclaimed_regions)
+        if self._sharded is not None and self._group is not None:
+            # A rank restores the pieces it holds (with ZeRO only its own parameters' state): a region is
+            # the model's when any rank took it.
+            everyone: List[Any] = [None] * torch.distributed.get_world_size(self._group)
+            torch.distributed.all_gather_object(everyone, sorted(unclaimed), group=self._group)
+            unclaimed = set.intersection(*(set(names) for names in everyone))
+        if unclaimed:
+            raise RestoreError(f"{result.dir} holds regions this model does not have: {', '.join(sorted(unclaimed))}")
         saved = {entry["name"] for entry in result.manifest.get("regions", [])}
         missing = sorted(n for n in self._regions if n not in saved and n.startswith("model/"))
         if missing:

@@ -243,17 +243,26 @@ void bindContents(CheckpointerClass& checkpointer)
             "set_tensor_piece",
             [](Self& self, const std::string& name, std::vector<std::uint64_t> shape, std::uint64_t elementSize,
                 std::vector<std::uint64_t> boxOffset, std::vector<std::uint64_t> boxLength, std::uint64_t first,
-                std::uint32_t writers, std::uint32_t writer) {
-                ckpt::TensorPiece piece { std::move(shape), elementSize, std::move(boxOffset), std::move(boxLength),
-                    first, writers, writer };
+                std::uint32_t writers, std::uint32_t writer, std::vector<std::uint64_t> strides, bool written) {
+                ckpt::TensorPiece piece;
+                piece.shape = std::move(shape);
+                piece.elementSize = elementSize;
+                piece.boxOffset = std::move(boxOffset);
+                piece.boxLength = std::move(boxLength);
+                piece.first = first;
+                piece.writers = writers;
+                piece.writer = writer;
+                piece.strides = std::move(strides);
+                piece.written = written;
                 py::gil_scoped_release release;
                 self.impl().setRegionLayout(name, ckpt::RegionLayout::box(std::move(piece)));
             },
             "name"_a, "shape"_a, "element_size"_a, "box_offset"_a, "box_length"_a, "first"_a = 0, "writers"_a = 1,
-            "writer"_a = 0,
+            "writer"_a = 0, "strides"_a = std::vector<std::uint64_t> {}, "written"_a = true,
             "The region is a piece of a tensor of `shape` shared by the ranks: elements of the box "
-            "[box_offset, box_offset + box_length) from `first` in row-major order; of the `writers` ranks "
-            "that hold the same piece, this one writes part `writer`.")
+            "[box_offset, box_offset + box_length) from `first` in row-major order, or the whole box at "
+            "`strides` (elements); of the `writers` ranks that hold the same piece, this one writes part "
+            "`writer` (none when `written` is false).")
         .def_property_readonly("rank", [](Self& self) { return self.impl().rank(); })
         .def_property_readonly("world_size", [](Self& self) { return self.impl().worldSize(); })
         .def(

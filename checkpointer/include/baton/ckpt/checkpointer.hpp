@@ -84,13 +84,18 @@ struct DrainStatus {
 // `first`, as many as the region's size holds (the whole box: first 0). A DTensor's local shard is its
 // box; an FSDP flat shard is a run of elements of the whole tensor. Ranks that hold the same piece (the
 // replicate dimension of a 2-D mesh, a Replicate() placement) write it once: each writes part `writer`
-// of `writers` equal parts.
+// of `writers` equal parts, or, with `written` false, leaves it to another holder. A shard that is a view
+// into a padded buffer (DTensor's uneven Shard(d) for d > 0) gives its `strides` (in elements, the last
+// 1): the region then spans the box's first to last element, the whole box is held (first 0), and
+// writers split it along its first dimension.
 struct TensorPiece {
     std::vector<std::uint64_t> shape;
     std::uint64_t elementSize = 1;
     std::vector<std::uint64_t> boxOffset, boxLength;
     std::uint64_t first = 0;
     std::uint32_t writers = 1, writer = 0;
+    std::vector<std::uint64_t> strides; // empty: row-major
+    bool written = true;
 };
 
 // How a region's bytes relate across the ranks of a job (Options::coordinator); one process ignores it.

@@ -41,6 +41,9 @@ struct ManifestEntry {
     std::vector<std::uint64_t> shape, boxOffset, boxLength;
     std::uint64_t elementSize = 0;
     std::uint64_t first = 0;
+    // The whole box laid out at these element strides (a view into a padded buffer), its `size` bytes
+    // spanning its first to its last element; empty: row-major.
+    std::vector<std::uint64_t> strides;
 
     bool operator==(const ManifestEntry&) const = default;
 };
