@@ -17,11 +17,11 @@ checkpoints the state of every `--interval`-th iteration:
   dcp_save    dcp.save(get_state_dict(model, optimizer)) right after optimizer.step(), synchronous
   none        no checkpoints: the reference for the stall and the overhead (always run)
 
-async_save's staging (`--async-staging`): PyTorch 2.6's FileSystemWriter(cache_staged_state_dict=True)
-keeps one staging copy for all saves, but allocates it in pinned memory, which needs CUDA; without
-CUDA, `cached` (the default) keeps one unpinned staging copy through a FileSystemWriter whose stage()
-caches PyTorch's own _create_cpu_state_dict copy, `fresh` is stock async_save (a new CPU copy per
-save). The header says which one ran.
+async_save's staging: PyTorch 2.6's only option, FileSystemWriter(cache_staged_state_dict=True), keeps
+one staging copy in pinned memory, which needs CUDA (pin_memory() raises without it); the default
+staging is used, which on the CPU copies nothing: it does not need to, since get_state_dict of an FSDP1
+model already returns fresh tensors (it all-gathers every parameter and keeps a copy of this rank's
+chunk), so the background save writes the state of the iteration it was asked for.
 
 Every run of an arm is a fresh set of rank processes; the arms alternate, in reversed order every
 other run. Figures, median (min-max):
@@ -207,36 +207,9 @@ def remove_older_dcp_checkpoints(directory, newest):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
-def async_writer(staging, path):
-    """The FileSystemWriter that all of a run's async_saves use (each save resets it to its checkpoint
-    directory), and what its staging is. One writer, so that a staging copy it caches is reused."""
-    import torch
-    from torch.distributed.checkpoint import FileSystemWriter
-
-    if staging == "fresh":
-        return FileSystemWriter(path), "stock: a new CPU copy per save"
-    try:
-        torch.empty(1).pin_memory()
-        pinned = True
-    except RuntimeError:  # no CUDA: PyTorch cannot pin
-        pinned = False
-    if pinned:
-        return (FileSystemWriter(path, cache_staged_state_dict=True),
-                "cached: one pinned staging copy, reused (cache_staged_state_dict=True)")
-
-    from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-
-    class CachedCpuStagingWriter(FileSystemWriter):
-        """cache_staged_state_dict without the pinning that needs CUDA."""
-
-        staged = None
-
-        def stage(self, state_dict):
-            if self.staged is None:
-                self.staged = _create_cpu_state_dict(state_dict)
-            return _copy_state_dict(state_dict, self.staged)
-
-    return CachedCpuStagingWriter(path), "cached: one unpinned staging copy, reused (no CUDA to pin)"
+def own_durable(ckpt):
+    last = ckpt.native.last_checkpoint()
+    return last.snapshot_seconds + last.persist_seconds if last.finished and last.committed else None
 
 
 def train(job, rank):
@@ -260,7 +233,7 @@ def train(job, rank):
     for _ in range(config["warmup"]):
         step()
 
-    result = {"staging": None}
+    result = {}
     watcher = None
     if arm != "none" and rank == 0:
         on_durable = None
@@ -269,16 +242,15 @@ def train(job, rank):
         watcher = DurabilityWatcher(on_durable)
     ckpt = None
     save_group = None
-    writer = None
     future = None
-    baton_own_stalls = []
+    baton_own_stalls = []  # baton's own figures, for comparison: starting plus waiting for the snapshot
+    baton_own_durable = []  # and its request until commit (snapshot_seconds + persist_seconds)
     if arm == "baton":
         import baton.torch
 
         ckpt = baton.torch.Checkpointer(model, optimizer, interval=interval, chain_dir=directory, keep=2)
     elif arm == "async_save":
         save_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=job["timeout"]))
-        writer, result["staging"] = async_writer(config["async_staging"], dcp_dir(directory, interval))
 
     durations = []
     dist.barrier()
@@ -299,13 +271,15 @@ def train(job, rank):
             else:
                 if future is not None:
                     future.result()
-                future = dcp.async_save(state, storage_writer=writer, checkpoint_id=path,
-                                        process_group=save_group)
+                future = dcp.async_save(state, checkpoint_id=path, process_group=save_group)
         durations.append(time.perf_counter() - began)
         if ckpt is not None and iteration % interval == 1 and iteration > 1:
             baton_own_stalls.append(ckpt.last_start_seconds + ckpt.native.last_checkpoint().stall_seconds)
+        if ckpt is not None and checkpoint and iteration > interval:
+            baton_own_durable.append(own_durable(ckpt))  # the previous checkpoint's, before the next starts
     if ckpt is not None:
         ckpt.close()  # starts the last iteration's checkpoint, waits until it has committed
+        baton_own_durable.append(own_durable(ckpt))
     if future is not None:
         future.result()
     loop_seconds = time.perf_counter() - loop_began
@@ -323,6 +297,7 @@ def train(job, rank):
             raise RuntimeError(f"the checkpoint of iteration {missing[0]} never became durable")
         result["durable_seconds"] = [watcher.seconds[i] for i in sorted(watcher.seconds)]
     result.update(iteration_seconds=durations, loop_seconds=loop_seconds, baton_own_stalls=baton_own_stalls,
+                  baton_own_durable=[d for d in baton_own_durable if d is not None],
                   fingerprint=fingerprint(model, optimizer), iteration=iterations)
     if save_group is not None:
         dist.destroy_process_group(save_group)
@@ -507,8 +482,6 @@ def parse_args(argv):
     parser.add_argument("--restore-ranks", default=None,
                         help="world sizes to restore on (default: --ranks and half of it)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per rank (default: cores / ranks)")
-    parser.add_argument("--async-staging", choices=("cached", "fresh"), default="cached",
-                        help="async_save's staging copy: one reused (default) or a new one per save")
     parser.add_argument("--dir", default=None, help="where the scratch directory is made (default: the temp dir)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one run of one arm may take")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -538,8 +511,7 @@ def main(argv):
     if args.worker is not None:
         return worker_main(args.worker, args.rank)
     config = {"layers": layer_count(args.param_mib), "batch": args.batch, "iterations": args.iterations,
-              "interval": args.interval, "warmup": args.warmup, "threads": args.threads,
-              "async_staging": args.async_staging}
+              "interval": args.interval, "warmup": args.warmup, "threads": args.threads}
     failures = {}  # arm or restore method -> reason
     if "baton" in args.arms:
         reason = baton_importable()
@@ -609,14 +581,13 @@ def main(argv):
 def report(args, config, scratch, runs, failures, restores, restore_failures, dcp_source):
     layers = config["layers"]
     param_mib = layers * 4 * WIDTH * (WIDTH + 1) / 2**20
-    staging = next((r[0]["staging"] for r in runs.get("async_save", []) if r[0].get("staging")), None)
     print(f"FSDP1 (use_orig_params, one unit per layer), {args.ranks} ranks, gloo on the CPU "
           f"({os.cpu_count()} cores, {args.threads} torch thread(s) per rank); MLP of {layers} x "
           f"Linear({WIDTH}, {WIDTH}): {param_mib:.1f} MiB of fp32 parameters, {3 * param_mib:.1f} MiB with "
           f"AdamW; batch {args.batch} per rank; a checkpoint every {args.interval} of {args.iterations} "
           f"iterations; {args.runs} run(s) per arm, alternating; scratch under {os.path.dirname(scratch)}")
-    if staging:
-        print(f"async_save staging: {staging}")
+    print(f"stall: over the {args.iterations // args.interval - 1} checkpoint(s) per run before the last; "
+          "overhead: over the none loop of the same run; restore: into a fresh model in fresh processes")
 
     # The reference: the none arm's iterations (slowest rank) over all its runs, and its loop per run.
     none_iterations = [t for results in runs.get("none", []) for t in slowest(results, "iteration_seconds")]
@@ -649,15 +620,16 @@ def report(args, config, scratch, runs, failures, restores, restore_failures, dc
             continue
         stalls, overheads, durables = figures.get(arm, ([], [], []))
         if arm == "none":
-            loops = spread(none_loops, 1, 2)
-            print(f"{arm:<11}  {'(iteration ' + format(none_median * 1000, '.1f') + ')':<26}  "
-                  f"{'(loop ' + loops + ' s)':<24}  -")
+            print(f"{arm:<11}  {'-':<26}  {'(the reference)':<24}  -")
             continue
         print(f"{arm:<11}  {spread(stalls, 1000):<26}  {spread(overheads, 100):<24}  {spread(durables, 1000, 0):<24}")
-    baton_own = [s for results in runs.get("baton", []) for s in slowest(results, "baton_own_stalls")]
-    if baton_own and "baton" not in failures:
-        print(f"(baton's own measure of its stall: starting the checkpoint plus the wait for its snapshot, "
-              f"{spread(baton_own, 1000)} ms)")
+    if none_median is not None:
+        print(f"none: iteration {none_median * 1000:.1f} ms (median, slowest rank), loop {spread(none_loops, 1, 2)} s")
+    if "baton" in runs and "baton" not in failures:
+        own_stalls = [s for results in runs["baton"] for s in slowest(results, "baton_own_stalls")]
+        own_durable = [d for results in runs["baton"] for d in results[0]["baton_own_durable"]]
+        print(f"baton's own figures: starting a checkpoint plus waiting for its snapshot {spread(own_stalls, 1000)} ms "
+              f"(slowest rank), snapshot plus persist {spread(own_durable, 1000, 0)} ms (rank 0)")
 
     print()
     worlds = args.restore_ranks
@@ -665,13 +637,19 @@ def report(args, config, scratch, runs, failures, restores, restore_failures, dc
     print(header + (f"  (DCP checkpoint written by {dcp_source})" if dcp_source else ""))
     print("-" * len(header))
     for method in RESTORE_METHODS:
+        if method == "baton" and "baton" not in args.arms:
+            continue
+        if method == "dcp.load" and not any(arm in args.arms for arm in DCP_ARMS):
+            continue
+        if method == "baton" and "baton" in failures:
+            print(f"{method:<11}  failed: no baton checkpoint (the arm failed)")
+            continue
+        if method == "dcp.load" and dcp_source is None:
+            print(f"{method:<11}  - (no DCP checkpoint: the DCP arms failed)")
+            continue
         cells = []
         for world in worlds:
-            if method == "baton" and "baton" in failures:
-                cells.append("failed: no baton checkpoint (the arm failed)")
-            elif method == "dcp.load" and dcp_source is None:
-                cells.append("- (no DCP checkpoint)")
-            elif (method, world) in restore_failures:
+            if (method, world) in restore_failures:
                 cells.append(f"failed: {restore_failures[(method, world)]}")
             else:
                 cells.append(spread(restores.get((method, world), []), 1000))
