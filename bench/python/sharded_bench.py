@@ -414,8 +414,9 @@ class Launcher:
                     results.append(json.load(f))
             except OSError:
                 code = processes[rank].returncode
-                results.append({"error": f"rank {rank} ended ({'killed after the timeout' if timed_out else f'exit status {code}'}) "
-                                         "without a result", "failed_at": float("inf")})
+                why = ("killed after the timeout" if timed_out else "killed after another rank failed" if code < 0
+                       else f"exit status {code}")
+                results.append({"error": f"rank {rank} ended without a result ({why})", "failed_at": float("inf")})
         errors = [(r["failed_at"], rank, r["error"]) for rank, r in enumerate(results) if "error" in r]
         if errors:
             _, rank, message = min(errors)  # the first rank to fail: the others usually lost a peer
