@@ -2,14 +2,14 @@
 """Checkpointing a sharded training: baton.torch against torch.distributed.checkpoint (DCP).
 
 `--ranks` processes (gloo on the CPU, one process per rank) train an MLP of `--param-mib` MiB of fp32
-parameters (a stack of Linear(width, width) layers with ReLUs, three times that with AdamW's moments)
+parameters (a stack of Linear(1024, 1024) layers with ReLUs, three times that with AdamW's moments)
 under FSDP1 (FullyShardedDataParallel, use_orig_params, one FSDP unit per Linear layer). Each arm runs
 `--iterations` timed iterations (after `--warmup` untimed ones that create AdamW's state) and
 checkpoints the state of every `--interval`-th iteration:
 
   baton       baton.torch.Checkpointer(model, optimizer, interval=K, chain_dir=...): every rank
-              constructs it with the FSDP model and its optimizer as they are; the checkpoint of
-              iteration k starts at iteration k+1's forward pass; close() at the end
+              constructs it with the FSDP model and its optimizer as they are (keep=2); the
+              checkpoint of iteration k starts at iteration k+1's forward pass; close() at the end
   async_save  dcp.async_save(get_state_dict(model, optimizer)) right after optimizer.step(), at most
               one in flight (the previous future's result() is waited for first, as PyTorch's
               documentation does); its background save runs its collectives on a gloo group of its
@@ -28,9 +28,10 @@ other run. Figures, median (min-max):
 
   stall     per checkpoint: the time of the iteration in which the training thread starts the
             checkpoint (baton: iteration k+1, which also waits in optimizer.step() for the snapshot;
-            DCP: iteration k, which ends with the save call), the slowest rank's, minus the median
-            iteration time of the `none` arm. The same definition for every arm; the checkpoint of
-            the last iteration starts after the loop (baton: in close()) and is left out of it.
+            DCP: iteration k, which ends with get_state_dict and the save call), the slowest rank's,
+            minus the median iteration time of the `none` arm. The same definition for every arm;
+            the checkpoint of the last iteration starts after the loop (baton: in close()) and is
+            left out of it.
   overhead  the whole loop (including the wait at its end until the last checkpoint is durable),
             the slowest rank's, over the `none` loop of the same run, minus 1
   durable   from the request (right after the checkpointed iteration's optimizer.step()) until the
@@ -669,7 +670,7 @@ def report(args, config, scratch, runs, failures, restores, restore_failures, dc
             met = None
         else:
             value = f"{numerator / denominator:.3f}"
-        verdict = "" if target is None else f"   target {target}: " + ("-" if met is None else "met" if met else "missed")
+        verdict = "" if target is None else f"   target {target}: " + {None: "-", True: "met", False: "missed"}[met]
         print(f"  {label:<44} {value:>8}{verdict}")
 
     baton_stall, async_stall, sync_stall = median_of("baton", 0), median_of("async_save", 0), median_of("dcp_save", 0)
