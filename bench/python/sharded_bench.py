@@ -401,13 +401,15 @@ class Launcher:
                 processes.append(subprocess.Popen(
                     [sys.executable, os.path.abspath(__file__), "--worker", job_path, "--rank", str(rank)],
                     stdout=out, stderr=subprocess.STDOUT, env=env))
+        killed = set()
         try:
             timed_out = self._wait(processes)
         finally:
-            for process in processes:
+            for rank, process in enumerate(processes):
                 if process.poll() is None:
                     process.kill()
                     process.wait()
+                    killed.add(rank)
         results = []
         for rank in range(world):
             try:
@@ -415,15 +417,31 @@ class Launcher:
                     results.append(json.load(f))
             except OSError:
                 code = processes[rank].returncode
-                why = ("killed after the timeout" if timed_out else "killed after another rank failed" if code < 0
-                       else f"exit status {code}")
-                results.append({"error": f"rank {rank} ended without a result ({why})", "failed_at": float("inf")})
+                if rank in killed:
+                    why = "killed after the timeout" if timed_out else "killed after another rank failed"
+                    results.append({"error": f"ended without a result ({why})", "failed_at": float("inf")})
+                else:  # it crashed (an abort in native code): the cause, before any rank that lost it as a peer
+                    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+                    results.append({"error": f"crashed ({how}): {self._last_error_line(logs[rank])}",
+                                    "failed_at": float("-inf")})
         errors = [(r["failed_at"], rank, r["error"]) for rank, r in enumerate(results) if "error" in r]
         if errors:
             _, rank, message = min(errors)  # the first rank to fail: the others usually lost a peer
             self._show_log(logs[rank])
             raise Failed(f"rank {rank}: {message}" if world > 1 else message)
         return results
+
+    @staticmethod
+    def _last_error_line(path):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = [line.strip() for line in f if line.strip()]
+        except OSError:
+            return "no output"
+        # A C++ exception that ends the process says what it was in its what() line.
+        errors = ([line for line in lines if line.startswith("what():")]
+                  or [line for line in lines if "error" in line.lower() or "terminate" in line.lower()])
+        return (errors or lines or ["no output"])[-1][:300]
 
     def _wait(self, processes):
         deadline = time.monotonic() + self.args.timeout
@@ -444,6 +462,9 @@ class Launcher:
                 lines = f.read().splitlines()
         except OSError:
             return
+        # PyTorch's deprecation warnings (two lines each: the warning, the source line) say nothing here.
+        warnings = {i + d for i, line in enumerate(lines) if "Warning: " in line for d in (0, 1)}
+        lines = [line for i, line in enumerate(lines) if i not in warnings]
         print(f"--- the end of the failed rank's output ({os.path.basename(path)}):", file=sys.stderr)
         for line in lines[-15:]:
             print(f"    {line}", file=sys.stderr)
