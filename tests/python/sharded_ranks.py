@@ -143,6 +143,7 @@ def main():
     parser.add_argument("--interval", type=int, default=3)
     parser.add_argument("--stop-at", type=int, default=0, help="a final checkpoint at this iteration, then exit")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--from-dcp", help="a DCP checkpoint that a chain without a checkpoint starts from")
     args = parser.parse_args()
     # A rank that hangs shows where (the test kills it after its own timeout).
     faulthandler.dump_traceback_later(int(os.environ.get("SHARDED_HANG_SECONDS", "240")), exit=True)
@@ -162,7 +163,7 @@ def main():
                                          sampler=sampler)
     ckpt = baton.torch.Checkpointer(model, optimizer, sampler=loader, chain_dir=args.chain_dir,
                                     interval=args.interval, keep=3)
-    restored = ckpt.restore()
+    restored = ckpt.restore(from_dcp=args.from_dcp)
     report = {"restored": restored, "iteration": ckpt.iteration, "pid": os.getpid()}
     with open(os.path.join(args.results, f"restored-{args.rank}.json"), "w") as out:
         json.dump(report, out)

@@ -44,7 +44,7 @@ if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "sharded_ranks.py")
 DEFAULT_SCENARIOS = ("kill:fsdp:2,kill:hsdp:4,kill:zero:2,reshard:fsdp:4:fsdp:2,reshard:fsdp_flat:2:fsdp_flat:3,"
-                     "reshard:dtensor:2:hsdp:4,reshard:fsdp:2:dtensor:3,reshard:zero:2:zero:3,torn:dtensor:2")
+                     "reshard:dtensor:2:hsdp:4,reshard:fsdp:2:dtensor:3,reshard:zero:2:zero:3,torn:dtensor:2,dcp:fsdp:2:hsdp:4")
 STEPS = 60
 
 
@@ -61,7 +61,7 @@ def free_port() -> int:
 class Launch:
     """The ranks of one job of a chain."""
 
-    def __init__(self, mode, ranks, chain, results, steps=STEPS, stop_at=0):
+    def __init__(self, mode, ranks, chain, results, steps=STEPS, stop_at=0, from_dcp=None):
         os.makedirs(results, exist_ok=True)
         for stale in glob.glob(os.path.join(results, "restored-*.json")):
             os.remove(stale)
@@ -70,7 +70,8 @@ class Launch:
         port = free_port()
         self.ranks = [subprocess.Popen(
             [sys.executable, RANK_SCRIPT, "--mode", mode, "--rank", str(r), "--ranks", str(ranks), "--port", str(port),
-             "--chain-dir", chain, "--results", results, "--steps", str(steps), "--stop-at", str(stop_at)],
+             "--chain-dir", chain, "--results", results, "--steps", str(steps), "--stop-at", str(stop_at)]
+            + (["--from-dcp", from_dcp] if from_dcp else []),
             stdout=self.logs[r], stderr=subprocess.STDOUT) for r in range(ranks)]
 
     def wait(self, timeout=300):
@@ -206,6 +207,40 @@ def scenario_torn(base, mode, ranks):
     return "a torn piece of rank 1: every rank restored iteration 3"
 
 
+def scenario_dcp(base, mode, ranks, new_mode, new_ranks):
+    """Export to DCP: DCP's own reader gives the tensors saved; a new chain on another mesh starts from
+    the export at its iteration, with the state saved."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    chain = os.path.join(base, "chain")
+    stop = 20
+    first = Launch(mode, int(ranks), chain, os.path.join(base, "first"), stop_at=stop)
+    first.expect_success(f"{ranks} ranks ({mode})")
+    saved = load_state(os.path.join(base, "first"), f"end-{stop}")
+    exported = os.path.join(base, "dcp")
+    export = subprocess.run([sys.executable, "-m", "baton.dcp", "export", os.path.join(chain, f"ckpt-{stop:012d}"),
+                             exported], capture_output=True, text=True, timeout=120)
+    if export.returncode != 0:
+        raise Failure(f"the export failed: {export.stderr[-2000:]}")
+    torch_save = os.path.join(base, "dcp.pt")
+    dcp_to_torch_save(exported, torch_save)
+    loaded = torch.load(torch_save, weights_only=False)
+    read = {f"model.{name}": t for name, t in loaded["model"].items()}
+    read.update({f"optim.{name}.{key}": torch.as_tensor(value) for name, values in loaded["optimizer"]["state"].items()
+                 for key, value in values.items()})
+    same_state(saved, read, "DCP's reading of the export against the state saved")
+    if loaded["baton"]["iteration"] != stop:
+        raise Failure(f"the export says iteration {loaded['baton']['iteration']}, not {stop}")
+    second = Launch(new_mode, int(new_ranks), os.path.join(base, "new-chain"), os.path.join(base, "second"),
+                    from_dcp=exported)
+    second.expect_success(f"{new_ranks} ranks ({new_mode}) from the DCP checkpoint")
+    if set(second.restored()) != {stop}:
+        raise Failure(f"started from DCP at {second.restored()}, not {stop}")
+    same_state(saved, load_state(os.path.join(base, "second"), f"restored-{stop}"),
+               f"{new_ranks} ranks ({new_mode}) started from the export against the state saved")
+    return (f"{ranks} ({mode}) -> DCP ({export.stdout.strip().split(': ', 1)[-1]}) read back equal -> "
+            f"{new_ranks} ({new_mode}) started from it at {stop}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS)
@@ -217,7 +252,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="baton-sharded-") as base:
         for number, scenario in enumerate(args.scenarios.split(",")):
             kind, *params = scenario.split(":")
-            run = {"kill": scenario_kill, "reshard": scenario_reshard, "torn": scenario_torn}[kind]
+            run = {"kill": scenario_kill, "reshard": scenario_reshard, "torn": scenario_torn, "dcp": scenario_dcp}[kind]
             began = time.monotonic()
             try:
                 outcome = run(os.path.join(base, str(number)), *params)

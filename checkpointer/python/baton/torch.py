@@ -53,6 +53,7 @@ from ._torch_state import (RestoreError, _dtype, _dtype_name, _dumps, _loads, _p
 from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator, launcher_grace
 from ._torch_loader import LoaderTracker, _sampler_of, loaders_of
 from ._torch_shard import Piece, ShardedState, is_dtensor, uses_sharding
+from . import dcp
 
 __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 
@@ -186,6 +187,9 @@ class Checkpointer:
         self._buffer_names: set = set()
         self._device_regions: List[str] = []
         self._layout: Dict[str, Any] = {}
+        self._tensor_specs: Dict[str, Any] = {}  # every region's global shape and type (_describe_tensors)
+        self._described: Dict[str, Any] = {}
+        self._parameter_order: Optional[List[str]] = None
         self._original_step = optimizer.step
         self._wrap_optimizer_step()
         self._forward_hook = model.register_forward_pre_hook(lambda module, inputs: self._boundary())
@@ -217,13 +221,27 @@ class Checkpointer:
         self._session.collect()
         return self._session.should_exit
 
-    def restore(self) -> bool:
+    def restore(self, from_dcp: Optional[str] = None) -> bool:
         """Restores the newest verified checkpoint of the chain; False when there is none (fresh start).
 
         Call it once, after building model, optimizer, scheduler and sampler and before training.
+        `from_dcp`: a PyTorch Distributed Checkpoint directory (torchtitan's, `python3 -m baton.dcp
+        export`'s) that a chain without a checkpoint of its own starts from: its "model" and "optimizer"
+        (as get_state_dict names them) are loaded, resharded by DCP, and its "baton" iteration, where
+        it has one, continues; returns True then. A chain that has a checkpoint continues from that.
         """
         if self.sampler is not None and self._loader is None:
             self._track_loader(None)  # a DataLoader built after the Checkpointer
+        restored = self._restore_chain()
+        if restored or from_dcp is None:
+            return restored
+        iteration = dcp.load_into(from_dcp, self.model, self.optimizer)
+        self.iteration = iteration or 0
+        self.restored_from = os.fspath(from_dcp)
+        say(f"started from the DCP checkpoint {from_dcp} at iteration {self.iteration}")
+        return True
+
+    def _restore_chain(self) -> bool:
         layout = self._newest_layout()
         for _ in range(3):
             self._prepare_optimizer_state(layout)
@@ -443,6 +461,7 @@ class Checkpointer:
         parameters, buffers = self._model_state()
         self._sync_regions(parameters)
         self._save_buffers(buffers)
+        self._describe_tensors(buffers)
         self._native.set_blob(_STATE_BLOB, _dumps(self._capture_state(iteration)))
         if self.policy is not None:
             self._native.set_manifest_field("tuning", self.policy.tuning)
@@ -473,6 +492,21 @@ class Checkpointer:
             if plain:
                 plain_state[index] = plain
         return {"param_groups": _plain(groups, "optimizer.param_groups"), "state": plain_state}
+
+    def _describe_tensors(self, buffers: Dict[str, torch.Tensor]) -> None:
+        """Every tensor's global shape and type, and the optimizer's parameters by name in its order, in
+        the manifest: what an export to another format (baton.dcp) needs beyond the bytes."""
+        tensors = dict(self._tensor_specs)
+        tensors.update({name: {"shape": list(b.shape), "dtype": _dtype_name(b.dtype)} for name, b in buffers.items()})
+        if tensors != self._described:
+            self._native.set_manifest_field(dcp.TENSORS_FIELD, tensors)
+            self._described = tensors
+        if self._parameter_order is None:
+            names = (self._sharded.parameter_names() if self._sharded is not None
+                     else {id(p): dcp._model_name(n) for n, p in self.model.named_parameters()})
+            self._parameter_order = [names.get(id(p), "") for group in self.optimizer.param_groups
+                                     for p in group["params"]]
+            self._native.set_manifest_field(dcp.PARAMETERS_FIELD, self._parameter_order)
 
     def _capture_state(self, iteration: int) -> Dict[str, Any]:
         return {
@@ -584,7 +618,8 @@ class Checkpointer:
                 device = torch.device(self._device_regions[0])
                 self.policy.set_device_memory(torch.cuda.max_memory_allocated(device),
                                                torch.cuda.get_device_properties(device).total_memory)
-        layout = {name: piece.describe() for name, piece in tensors.items() if name.startswith("optimizer/")}
+        self._tensor_specs = {name: piece.describe() for name, piece in tensors.items()}
+        layout = {name: spec for name, spec in self._tensor_specs.items() if name.startswith("optimizer/")}
         if layout != self._layout:
             self._native.set_manifest_field(_LAYOUT_FIELD, layout)
             self._layout = layout

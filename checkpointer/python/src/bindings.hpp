@@ -7,6 +7,7 @@ namespace baton::python {
 
 void bindErrors(pybind11::module_& module);
 void bindCheckpointer(pybind11::module_& module);
+void bindReader(pybind11::module_& module);
 void bindSampler(pybind11::module_& module);
 void bindPolicy(pybind11::module_& module);
 void bindSession(pybind11::module_& module);

@@ -11,6 +11,7 @@ PYBIND11_MODULE(_native, module)
     module.attr("have_cuda") = static_cast<bool>(BATON_HAVE_CUDA);
     baton::python::bindErrors(module);
     baton::python::bindCheckpointer(module);
+    baton::python::bindReader(module);
     baton::python::bindSampler(module);
     baton::python::bindPolicy(module);
     baton::python::bindSession(module);
