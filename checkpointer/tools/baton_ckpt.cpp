@@ -1,5 +1,8 @@
-// baton-ckpt: look after the checkpoints of a chain directory (list, verify, inspect, prune).
+// baton-ckpt: look after the checkpoints of a chain directory (list, verify, inspect, prune, export).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +36,10 @@ const char* kUsage = R"(usage: baton-ckpt COMMAND [ARGS]
   inspect PATH                 print the manifest of a checkpoint (of a chain: the newest committed);
                                job_id, seq, final and training_done as a reader reads them
   prune CHAIN_DIR [--keep N]   keep the newest N committed checkpoints (default: BATON_KEEP or 2)
+  export --format dcp CKPT DIR write checkpoint CKPT (a ckpt-<iteration> directory of baton.torch) as a
+                               PyTorch Distributed Checkpoint in DIR: runs `python3 -m baton.dcp export`
+                               (BATON_PYTHON names another interpreter), which needs the baton Python
+                               package and PyTorch
   --version                    print the version
   --help                       print this help
 
@@ -204,6 +211,23 @@ int parseKeep(const std::string& text)
     return static_cast<int>(value);
 }
 
+// The export is baton.dcp's: it writes with DCP's own writer, which only PyTorch has. The interpreter
+// replaces this process (no shell: the paths are passed as they are).
+int exportWithPython(const std::string& checkpoint, const std::string& destination)
+{
+    const char* python = std::getenv("BATON_PYTHON");
+    if (python == nullptr || *python == '\0')
+        python = "python3";
+    std::vector<std::string> words { python, "-m", "baton.dcp", "export", checkpoint, destination };
+    std::vector<char*> argv;
+    for (auto& word : words)
+        argv.push_back(word.data());
+    argv.push_back(nullptr);
+    ::execvp(python, argv.data());
+    std::cerr << "baton-ckpt: cannot run " << python << ": " << std::strerror(errno) << "\n";
+    return 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -248,6 +272,15 @@ int main(int argc, char** argv)
             if (dir.empty() || !fs::is_directory(dir))
                 return usage("prune needs a chain directory");
             return prune(dir, keep);
+        }
+        if (command == "export") {
+            if (args.size() != 5 || args[1] != "--format")
+                return usage("export takes --format FORMAT CHECKPOINT DIR");
+            if (args[2] != "dcp")
+                return usage("export knows the format dcp, not '" + args[2] + "'");
+            if (!fs::is_directory(args[3]))
+                return usage(args[3] + " is not a directory");
+            return exportWithPython(args[3], args[4]);
         }
         return usage("unknown command '" + command + "'");
     } catch (const ConfigError& e) {

@@ -46,6 +46,7 @@ RANK_SCRIPT = os.path.join(HERE, "sharded_ranks.py")
 DEFAULT_SCENARIOS = ("kill:fsdp:2,kill:hsdp:4,kill:zero:2,reshard:fsdp:4:fsdp:2,reshard:fsdp_flat:2:fsdp_flat:3,"
                      "reshard:dtensor:2:hsdp:4,reshard:fsdp:2:dtensor:3,reshard:zero:2:zero:3,torn:dtensor:2,dcp:fsdp:2:hsdp:4")
 STEPS = 60
+BATON_CKPT = None  # the baton-ckpt tool that exports (--baton-ckpt); else python3 -m baton.dcp
 
 
 class Failure(Exception):
@@ -217,8 +218,11 @@ def scenario_dcp(base, mode, ranks, new_mode, new_ranks):
     first.expect_success(f"{ranks} ranks ({mode})")
     saved = load_state(os.path.join(base, "first"), f"end-{stop}")
     exported = os.path.join(base, "dcp")
-    export = subprocess.run([sys.executable, "-m", "baton.dcp", "export", os.path.join(chain, f"ckpt-{stop:012d}"),
-                             exported], capture_output=True, text=True, timeout=120)
+    checkpoint = os.path.join(chain, f"ckpt-{stop:012d}")
+    command = ([BATON_CKPT, "export", "--format", "dcp", checkpoint, exported] if BATON_CKPT
+               else [sys.executable, "-m", "baton.dcp", "export", checkpoint, exported])
+    export = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, BATON_PYTHON=sys.executable))
     if export.returncode != 0:
         raise Failure(f"the export failed: {export.stderr[-2000:]}")
     torch_save = os.path.join(base, "dcp.pt")
@@ -245,7 +249,10 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenarios", default=DEFAULT_SCENARIOS)
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--baton-ckpt", help="the baton-ckpt tool, for its export --format dcp")
     args = parser.parse_args()
+    global BATON_CKPT
+    BATON_CKPT = args.baton_ckpt
     random.seed(args.seed)
     print(f"seed {args.seed} (--seed to repeat the kill moments)")
     failed = []

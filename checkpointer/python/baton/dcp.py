@@ -99,7 +99,7 @@ def export(checkpoint: str, destination: str) -> Dict[str, Any]:
     import torch.distributed.checkpoint as dcp
     state = read_state(checkpoint)
     os.makedirs(destination, exist_ok=True)
-    dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(destination)), no_dist=True)
+    dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(destination)))  # one process: no process group
     tensors = [t for t in state["model"].values()] + [v for s in state["optimizer"]["state"].values()
                                                       for v in s.values() if isinstance(v, torch.Tensor)]
     return {"iteration": state["baton"]["iteration"], "tensors": len(tensors),
