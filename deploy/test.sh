@@ -46,7 +46,7 @@ if [ "$other" != none ]; then
     background_step() { # background_step NAME COMMAND...: runs in the root, output in $other_logs/NAME.log
         local name=$1 status=0
         shift
-        nice -n 19 deploy/local/debian-root.sh "$other" "$other_root" "$@" >"$other_logs/$name.log" 2>&1 ||
+        ${other_nice-nice -n 19} deploy/local/debian-root.sh "$other" "$other_root" "$@" >"$other_logs/$name.log" 2>&1 ||
             status=$?
         if [ $status -ne 0 ]; then
             tail -n 60 "$other_logs/$name.log"
@@ -90,6 +90,16 @@ fi
 
 meson test -C "$builddir" --print-errorlogs "$@"
 
+# The other release's unit suite (but host-release) runs beside the live chain benchmark below, whose
+# jobs mostly sleep, at normal priority: it starts no cluster of its own. Its slurm suite, demo and
+# multi-node test run after it (one run in the root at a time), alone.
+if [ "$other" != none ]; then
+    wait "$other_job" || exit $?
+    echo "test.sh: Debian $other ($codename) in its clean root: the unit suite (but host-release), in the background"
+    other_nice= background_step unit $other_build deploy/test.sh --suite unit --no-suite host-release &
+    other_job=$!
+fi
+
 # The live chain benchmark's quick form (bench/chains, about 8 minutes) runs too, so that it keeps
 # working: it fails when an arm could not run at all, and its figures are not judged (a shared machine
 # is too noisy for that). Without the traces it says why and is skipped (exit 77). It runs alone, after
@@ -112,13 +122,16 @@ if [ $# -eq 0 ]; then
 fi
 
 if [ "$other" != none ]; then
-    wait "$other_job"
-    echo "test.sh: Debian $other ($codename) in its clean root: unit and slurm suites (but host-release), then demo_test and cluster_handover_test"
+    unit=0
+    wait "$other_job" || unit=$?
+    tail -n 40 "$other_logs/unit.log"
+    [ $unit -eq 0 ] || exit $unit
+    echo "test.sh: Debian $other ($codename) in its clean root: the slurm suite, then demo_test and cluster_handover_test"
     other_job=
     # The quick demo and one multi-node test (cluster.sh's namespaced nodes inside the root) run side by
     # side, on the build the suites' run left: the multi-node test's jobs mostly sleep. (meson test takes
     # suites or names, not both: these two are a run of their own.)
-    deploy/local/debian-root.sh "$other" "$other_root" $other_build bash -c 'deploy/test.sh --suite unit --suite slurm --no-suite host-release || exit
+    deploy/local/debian-root.sh "$other" "$other_root" $other_build bash -c 'deploy/test.sh --suite slurm || exit
         b=$BATON_BUILD_DIR
         meson test -C "$b" --no-rebuild --print-errorlogs --logbase demo demo_test & demo=$!
         meson test -C "$b" --no-rebuild --print-errorlogs --logbase cluster cluster_handover_test; cluster=$?
