@@ -22,6 +22,7 @@ import faulthandler
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed
@@ -140,7 +141,8 @@ def main():
     parser.add_argument("--chain-dir", required=True)
     parser.add_argument("--results", required=True)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--interval", type=int, default=3)
+    parser.add_argument("--interval", type=int, default=3, help="0: the checkpoint policy decides")
+    parser.add_argument("--slow", type=float, default=0, help="seconds each iteration sleeps (a job's deadline)")
     parser.add_argument("--stop-at", type=int, default=0, help="a final checkpoint at this iteration, then exit")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--from-dcp", help="a DCP checkpoint that a chain without a checkpoint starts from")
@@ -162,7 +164,7 @@ def main():
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(inputs, targets), batch_size=BATCH,
                                          sampler=sampler)
     ckpt = baton.torch.Checkpointer(model, optimizer, sampler=loader, chain_dir=args.chain_dir,
-                                    interval=args.interval, keep=3)
+                                    interval=args.interval or None, keep=3)
     restored = ckpt.restore(from_dcp=args.from_dcp)
     report = {"restored": restored, "iteration": ckpt.iteration, "pid": os.getpid()}
     with open(os.path.join(args.results, f"restored-{args.rank}.json"), "w") as out:
@@ -171,7 +173,7 @@ def main():
     if args.rank == 0:
         torch.save(state, os.path.join(args.results, f"state-restored-{ckpt.iteration}.pt"))
     stop = args.stop_at or args.steps
-    while ckpt.iteration < stop:
+    while ckpt.iteration < stop and not ckpt.should_exit:
         for x, y in loader:
             optimizer.zero_grad()
             if isinstance(model, DTensorMLP):
@@ -179,17 +181,26 @@ def main():
             else:
                 F.mse_loss(model(x), y).backward()
             optimizer.step()
-            if ckpt.iteration >= stop:
+            time.sleep(args.slow)
+            if ckpt.iteration >= stop or ckpt.should_exit:
                 break
+    should_exit = ckpt.should_exit
     if ckpt.iteration >= args.steps:
         ckpt.done()
     ok = ckpt.close()
+    with open(os.path.join(args.results, f"exit-{args.rank}.json"), "w") as out:
+        json.dump({"iteration": ckpt.iteration, "should_exit": should_exit, "finished": ckpt.iteration >= args.steps},
+                  out)
     state = full_state(args.mode, model, optimizer)
     if args.rank == 0:
         torch.save(state, os.path.join(args.results, f"state-end-{ckpt.iteration}.pt"))
-    torch.distributed.destroy_process_group()
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # No destroy_process_group(): with the sub-groups of a 2-D mesh it waits, now and then, for peers
+    # that have left (PyTorch 2.6, gloo). Everything of the rank's is written and closed at this point.
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
