@@ -14,11 +14,13 @@
 #include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "ckpt_test_util.hpp"
+#include "rank_threads.hpp"
 #include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
 using baton::test::fillPattern;
 using baton::test::matchesPattern;
+using baton::test::runRanks;
 using baton::test::TempDir;
 
 namespace {
@@ -39,27 +41,6 @@ Options rankOptions(const std::filesystem::path& dir, int rank, int size, int se
     return options;
 }
 
-// Runs body(rank) on `size` threads; rethrows the first rank's exception.
-void runRanks(int size, const std::function<void(int)>& body)
-{
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size; ++r) {
-        threads.emplace_back([&, r] {
-            try {
-                body(r);
-            } catch (...) {
-                errors[static_cast<std::size_t>(r)] = std::current_exception();
-            }
-        });
-    }
-    for (auto& t : threads)
-        t.join();
-    for (auto& e : errors) {
-        if (e)
-            std::rethrow_exception(e);
-    }
-}
 
 std::pair<std::size_t, std::size_t> shardOf(std::size_t total, int rank, int size)
 {

@@ -19,9 +19,11 @@
 #include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
 #include "checkpointer/src/tensor_box.hpp"
+#include "rank_threads.hpp"
 #include "tests/support/process.hpp"
 
 using namespace baton::ckpt;
+using baton::test::runRanks;
 using baton::test::TempDir;
 
 namespace {
@@ -246,26 +248,6 @@ Options rankOptions(const std::filesystem::path& dir, int rank, int size, int se
     return options;
 }
 
-void runRanks(int size, const std::function<void(int)>& body)
-{
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(size));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size; ++r) {
-        threads.emplace_back([&, r] {
-            try {
-                body(r);
-            } catch (...) {
-                errors[static_cast<std::size_t>(r)] = std::current_exception();
-            }
-        });
-    }
-    for (auto& t : threads)
-        t.join();
-    for (auto& e : errors) {
-        if (e)
-            std::rethrow_exception(e);
-    }
-}
 
 TensorPiece piece(std::vector<std::uint64_t> shape, std::uint64_t elementSize, TensorBox box, std::uint64_t first,
     std::uint32_t writers = 1, std::uint32_t writer = 0)
