@@ -10,7 +10,8 @@ How it is sharded (--mode):
               parallel ranks do);
 - hsdp:       a 2-D mesh (2 x ranks/2): every parameter [Replicate(), Shard(0)] or [Replicate(), Shard(1)];
 - zero:       DistributedDataParallel with a ZeroRedundancyOptimizer (AdamW): each rank holds the
-              optimizer state of the parameters it owns.
+              optimizer state of the parameters it owns;
+- ddp:        DistributedDataParallel with AdamW: nothing sharded (restored into and from the others).
 
 The rank reports what it restored (restored-<rank>.json) and, on rank 0, the whole state as global
 tensors (state-<label>.pt: the parameters and the optimizer state by parameter name, gathered through
@@ -100,18 +101,21 @@ def sharded(mode: str, ranks: int, seed: int):
                        ([Replicate(), Shard(0)], [Replicate(), Shard(0)])]
         model = DTensorMLP(model, mesh, lambda index: layouts[index])
         return model, torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False), False
-    if mode == "zero":
+    if mode in ("zero", "ddp"):
         from torch.distributed.optim import ZeroRedundancyOptimizer
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(model)
+        if mode == "ddp":
+            return model, torch.optim.AdamW(model.parameters(), lr=1e-2), True
         return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-2), True
     raise SystemExit(f"unknown mode {mode}")
 
 
 def full_state(mode: str, model, optimizer) -> dict:
     """The parameters and optimizer state as whole tensors by parameter name (on rank 0; {} elsewhere)."""
-    if mode == "zero":
-        optimizer.consolidate_state_dict(to=0)
+    if mode in ("zero", "ddp"):
+        if mode == "zero":
+            optimizer.consolidate_state_dict(to=0)
         if torch.distributed.get_rank() != 0:
             return {}
         names = [name for name, _ in model.module.named_parameters()]

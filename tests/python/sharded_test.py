@@ -44,7 +44,8 @@ if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "sharded_ranks.py")
 DEFAULT_SCENARIOS = ("kill:fsdp:2,kill:hsdp:4,kill:zero:2,reshard:fsdp:4:fsdp:2,reshard:fsdp_flat:2:fsdp_flat:3,"
-                     "reshard:dtensor:2:hsdp:4,reshard:fsdp:2:dtensor:3,reshard:zero:2:zero:3,torn:dtensor:2,dcp:fsdp:2:hsdp:4")
+                     "reshard:dtensor:2:hsdp:4,reshard:fsdp:2:dtensor:3,reshard:zero:2:zero:3,reshard:ddp:2:fsdp:3,"
+                     "reshard:fsdp:4:ddp:2,torn:dtensor:2,dcp:fsdp:2:hsdp:4")
 STEPS = 60
 BATON_CKPT = None  # the baton-ckpt tool that exports (--baton-ckpt); else python3 -m baton.dcp
 

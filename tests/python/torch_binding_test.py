@@ -86,6 +86,35 @@ class TorchAdapterTest(TempChain):
         self.assertEqual(scheduler.state_dict(), scheduler2.state_dict())
         ckpt2.close(final_checkpoint=False)
 
+    def test_tensors_are_named_by_parameter_and_a_chain_named_by_index_keeps_its_names(self):
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=3)
+        train_steps(model, optimizer, scheduler, 3, torch.Generator().manual_seed(1))
+        self.assertTrue(ckpt.close())
+        names = {entry["name"] for entry in baton.CheckpointReader(os.path.join(self.chain, "ckpt-000000000003")).regions()}
+        self.assertIn("optimizer/a.weight/exp_avg", names)
+        self.assertIn("model/a.weight", names)
+
+        # A chain begun by an earlier release: optimizer state named by index, no torch_naming.
+        legacy = os.path.join(self.chain, "legacy")
+        model, optimizer, scheduler = build()
+        ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=legacy, interval=3)
+        ckpt._tensors = None
+        ckpt.native.set_manifest_field("torch_naming", None)
+        train_steps(model, optimizer, scheduler, 3, torch.Generator().manual_seed(1))
+        self.assertTrue(ckpt.close())
+        names = {entry["name"] for entry in baton.CheckpointReader(os.path.join(legacy, "ckpt-000000000003")).regions()}
+        self.assertIn("optimizer/0/exp_avg", names)
+        model2, optimizer2, scheduler2 = build()
+        ckpt2 = baton.torch.Checkpointer(model2, optimizer2, scheduler2, chain_dir=legacy, interval=3)
+        self.assertTrue(ckpt2.restore())
+        for (name, a), (_, b) in zip(optimizer.state_dict()["state"].items(), optimizer2.state_dict()["state"].items()):
+            self.assertTrue(all(torch.equal(a[k], b[k]) for k in a), name)
+        train_steps(model2, optimizer2, scheduler2, 3, torch.Generator().manual_seed(2))
+        self.assertTrue(ckpt2.close())
+        names = {entry["name"] for entry in baton.CheckpointReader(os.path.join(legacy, "ckpt-000000000006")).regions()}
+        self.assertIn("optimizer/0/exp_avg", names)  # the chain keeps its names
+
     def test_checkpoints_follow_the_interval(self):
         model, optimizer, scheduler = build()
         ckpt = baton.torch.Checkpointer(model, optimizer, scheduler, chain_dir=self.chain, interval=2, keep=10)

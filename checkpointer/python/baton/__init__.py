@@ -5,6 +5,7 @@ The native checkpointer (libbaton-ckpt) is exposed here; ``baton.torch`` adapts 
 
 from ._native import (  # noqa: F401
     CallbackCoordinator,
+    CheckpointReader,
     CheckpointStats,
     Checkpointer,
     ConfigError,

@@ -16,8 +16,9 @@ What a piece is, by framework:
 - ``ZeroRedundancyOptimizer``: each parameter's optimizer state lies whole on the rank that owns it.
 
 Names are the parameters' fully qualified names without the wrappers' prefixes
-(``_fsdp_wrapped_module.``, ``_checkpoint_wrapped_module.``, ``_orig_mod.``), as
-``torch.distributed.checkpoint`` names them: ``model/<fqn>`` and ``optimizer/<fqn>/<state key>``.
+(``_fsdp_wrapped_module.``, ``_checkpoint_wrapped_module.``, ``_orig_mod.``, DDP's ``module.``), as
+``torch.distributed.checkpoint`` names them: ``model/<fqn>`` and ``optimizer/<fqn>/<state key>``, for
+unsharded models too, so that a checkpoint restores across DDP, FSDP, DTensor and ZeRO.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ def _replicas(module: Any) -> Tuple[int, int]:
 
 
 class ShardedState:
-    """The pieces of a sharded model's parameters and of its optimizer's state, and its buffers.
+    """The model's parameters and its optimizer's state by parameter name, as the pieces this rank holds
+    (whole and replicated where nothing shards them: DDP, one process), and its buffers.
 
     Built once per checkpoint (cheap: it walks the modules and the optimizer's state, copying nothing)."""
 
@@ -321,7 +323,10 @@ class ShardedState:
         into it: a tensor like its parameter (a DTensor like a DTensor, a flat shard like the flat one),
         or a step counter."""
         by_name = self.owned_by_name()
+        runs = {part.fqn for _, parts, _ in self._flat_params().values() for part in parts}
         for name, spec in layout.items():
+            if not name.startswith("optimizer/") or "/" not in name[len("optimizer/"):]:
+                continue
             fqn, key = name[len("optimizer/"):].rsplit("/", 1)
             param = by_name.get(fqn)
             if param is None:
@@ -331,9 +336,12 @@ class ShardedState:
                 continue
             dtype = dtype_of(spec["dtype"])
             if not spec["shape"]:
-                state[key] = torch.zeros((), dtype=dtype)
-            else:
+                state[key] = torch.zeros((), dtype=dtype)  # a step counter stays on the CPU, as optimizers keep it
+            elif is_dtensor(param) or fqn in runs:
+                # This rank's shard of it: like the parameter's (a DTensor, FSDP's run or flat shard).
                 state[key] = torch.zeros_like(param, dtype=dtype, memory_format=torch.contiguous_format)
+            else:
+                state[key] = torch.zeros(spec["shape"], dtype=dtype, device=param.device)
 
     def owned_by_name(self) -> Dict[str, Any]:
         """fqn -> the parameter the optimizer holds it as (a flat one holds several), for the parameters

@@ -59,6 +59,7 @@ __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
 
 _STATE_BLOB = "baton.torch/state"
 _LAYOUT_FIELD = "torch_layout"
+_NAMING_FIELD = "torch_naming"
 _STATE_VERSION = 1
 
 
@@ -170,9 +171,14 @@ class Checkpointer:
         if distributed and _distributed_world() > 1:
             self._group, self._decisions, options.coordinator = _torch_coordinator()
             self._replicated = True
-        # FSDP, DTensor parameters, ZeroRedundancyOptimizer: each rank registers the pieces it holds.
-        self._sharded = ShardedState(model, optimizer) if uses_sharding(model, optimizer) else None
         self._native = _native.Checkpointer(options)
+        # The tensors by parameter name (model/<fqn>, optimizer/<fqn>/<key>), each rank's pieces of sharded
+        # ones (FSDP, DTensor, ZeroRedundancyOptimizer) in place. A chain begun before this naming (its
+        # checkpoints lack torch_naming) keeps naming optimizer state by index, as state_dict() does.
+        self._tensors = None
+        if uses_sharding(model, optimizer) or not self._chain_names_by_index():
+            self._tensors = ShardedState(model, optimizer)
+            self._native.set_manifest_field(_NAMING_FIELD, "parameter")
         # torchrun's grace after a SIGTERM, told once if a final checkpoint needs more (_check_launcher).
         self._launcher = launcher_grace() if not self._group or torch.distributed.get_rank() == 0 else None
         self._update_seconds = -1.0
@@ -474,7 +480,7 @@ class Checkpointer:
         """The optimizer's hyperparameters and its per-parameter values that are not tensors: keyed by
         parameter index as state_dict() numbers them, or with sharded state by parameter name (a
         ZeroRedundancyOptimizer has no state_dict() without gathering it to one rank)."""
-        if self._sharded is None:
+        if self._tensors is None:
             optimizer = self.optimizer.state_dict()
             groups, states = optimizer["param_groups"], optimizer["state"].items()
         else:
@@ -483,8 +489,8 @@ class Checkpointer:
                 groups.append({**{k: v for k, v in group.items() if k != "params"},
                                "params": list(range(index, index + len(group["params"])))})
                 index += len(group["params"])
-            names = self._sharded.parameter_names()
-            states = [(names.get(id(p), str(i)), state) for i, (p, state) in enumerate(self._sharded._states())]
+            names = self._tensors.parameter_names()
+            states = [(names.get(id(p), str(i)), state) for i, (p, state) in enumerate(self._tensors._states())]
         plain_state = {}
         for index, values in states:
             plain = {k: _plain(v, f"optimizer.state[{index}].{k}") for k, v in values.items()
@@ -502,7 +508,7 @@ class Checkpointer:
             self._native.set_manifest_field(dcp.TENSORS_FIELD, tensors)
             self._described = tensors
         if self._parameter_order is None:
-            names = (self._sharded.parameter_names() if self._sharded is not None
+            names = (self._tensors.parameter_names() if self._tensors is not None
                      else {id(p): dcp._model_name(n) for n, p in self.model.named_parameters()})
             self._parameter_order = [names.get(id(p), "") for group in self.optimizer.param_groups
                                      for p in group["params"]]
@@ -525,8 +531,8 @@ class Checkpointer:
         """(parameters as pieces, buffers) of the model, by region or blob name. Without sharding, from its
         state_dict (keep_vars: the parameters themselves, not detached views made anew at every call);
         with it, from the pieces each rank holds (an FSDP model's state_dict() would gather them)."""
-        if self._sharded is not None:
-            return self._sharded.model_pieces()
+        if self._tensors is not None:
+            return self._tensors.model_pieces()
         parameters, buffers = {}, {}
         layout = "replicated" if self._replicated else "rank"
         for name, tensor in self.model.state_dict(keep_vars=True).items():
@@ -568,8 +574,8 @@ class Checkpointer:
         """The tensors of optimizer.state_dict()["state"], named by parameter index as state_dict()
         numbers them, read from optimizer.state without packing a whole state_dict; with sharded state,
         the pieces this rank holds, named by parameter."""
-        if self._sharded is not None:
-            return self._sharded.optimizer_pieces()
+        if self._tensors is not None:
+            return self._tensors.optimizer_pieces()
         tensors = {}
         layout = "replicated" if self._replicated else "rank"
         params = chain.from_iterable(group["params"] for group in self.optimizer.param_groups)
@@ -626,29 +632,39 @@ class Checkpointer:
 
     # -- restore --
 
-    def _newest_layout(self) -> Dict[str, Any]:
-        """The optimizer layout of the newest committed checkpoint, read from its manifest (a hint: the
-        checkpoint that restore picks is checked again)."""
+    def _newest_manifest(self) -> Optional[Dict[str, Any]]:
+        """The manifest of the chain's newest committed checkpoint, read as a hint (the checkpoint that
+        restore picks is checked again); None when there is none."""
         try:
             names = sorted((n for n in os.listdir(self.chain_dir) if n.startswith("ckpt-")), reverse=True)
         except OSError:
-            return {}
+            return None
         for name in names:
             try:
                 with open(os.path.join(self.chain_dir, name, "manifest.json"), encoding="utf-8") as f:
                     manifest = json.load(f)
             except (OSError, ValueError):
                 continue
-            layout = manifest.get(_LAYOUT_FIELD, {})
-            if self._sharded is not None and isinstance(layout, dict):
-                layout = _every_ranks_layout(manifest, layout)
-            return layout
-        return {}
+            if isinstance(manifest, dict):
+                return manifest
+        return None
+
+    def _chain_names_by_index(self) -> bool:
+        manifest = self._newest_manifest()
+        return manifest is not None and manifest.get(_NAMING_FIELD) is None
+
+    def _newest_layout(self) -> Dict[str, Any]:
+        """The optimizer layout of the newest committed checkpoint."""
+        manifest = self._newest_manifest() or {}
+        layout = manifest.get(_LAYOUT_FIELD, {})
+        if self._tensors is not None and isinstance(layout, dict):
+            layout = _every_ranks_layout(manifest, layout)
+        return layout if isinstance(layout, dict) else {}
 
     def _prepare_optimizer_state(self, layout: Dict[str, Any]) -> None:
         """Creates optimizer state tensors of the checkpoint's shapes, for restore to write into."""
-        if self._sharded is not None:
-            self._sharded.prepare_optimizer_state(layout, _dtype)
+        if self._tensors is not None:
+            self._tensors.prepare_optimizer_state(layout, _dtype)
             return
         state: Dict[int, Dict[str, torch.Tensor]] = {}
         for name, spec in layout.items():
@@ -663,7 +679,7 @@ class Checkpointer:
         if not self.strict:
             return
         unclaimed = set(result.unclaimed_regions)
-        if self._sharded is not None and self._group is not None:
+        if self._tensors is not None and self._group is not None:
             # A rank restores the pieces it holds (with ZeRO only its own parameters' state): a region is
             # the model's when any rank took it.
             everyone: List[Any] = [None] * torch.distributed.get_world_size(self._group)
@@ -690,11 +706,11 @@ class Checkpointer:
             if len(group["params"]) != len(saved["params"]):
                 raise RestoreError("a parameter group of the checkpoint's optimizer has another size")
             group.update({k: v for k, v in saved.items() if k != "params"})
-        if self._sharded is not None:
-            owners = self._sharded.owned_by_name()
+        if self._tensors is not None:
+            owners = self._tensors.owned_by_name()
             for name, values in state["optimizer"]["state"].items():
                 if name in owners:
-                    self._sharded.state_of(owners[name]).update(values)
+                    self._tensors.state_of(owners[name]).update(values)
         else:
             params: List[torch.nn.Parameter] = list(chain.from_iterable(g["params"] for g in groups))
             for index, values in state["optimizer"]["state"].items():
