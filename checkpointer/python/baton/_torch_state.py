@@ -1,5 +1,5 @@
 """baton.torch's state blob: plain data only (pickled, loaded without any class lookup), the RNGs of
-torch, numpy and ``random``, and what identifies a tensor registered as a region."""
+torch, numpy and ``random``, and the names of tensor types."""
 
 from __future__ import annotations
 
@@ -140,9 +140,3 @@ def _dtype(name: str) -> torch.dtype:
         raise RestoreError(f"the checkpoint names an unknown tensor type {name!r}")
     return dtype
 
-
-def _tensor_key(tensor: torch.Tensor) -> tuple:
-    """(address, bytes, device, shape, dtype): a change of any means registering again."""
-    device = tensor.device
-    return (tensor.data_ptr(), tensor.element_size() * tensor.numel(),
-            "cpu" if device.type == "cpu" else str(device), tensor.shape, tensor.dtype)

@@ -49,10 +49,10 @@ import torch.utils.data
 from . import _native
 # The state blob and the world live in modules of their own; their names stay reachable from here.
 from ._torch_state import (RestoreError, _dtype, _dtype_name, _dumps, _loads, _plain, _rng_state,
-                           _scheduler_state, _set_rng_state, _tensor_key, say)
+                           _scheduler_state, _set_rng_state, say)
 from ._torch_world import ResumableSampler, _distributed_world, _is_job_chain, _torch_coordinator, launcher_grace
 from ._torch_loader import LoaderTracker, _sampler_of, loaders_of
-from ._torch_shard import Piece, ShardedState, is_dtensor, uses_sharding
+from ._torch_shard import Piece, ShardedState, uses_sharding
 from . import dcp
 
 __all__ = ["Checkpointer", "ResumableSampler", "RestoreError"]
