@@ -87,6 +87,17 @@ void parseBox(const nlohmann::json& item, ManifestEntry& entry, const char* key)
         && (entry.first != 0 || entry.size != stridedSpan(entry.boxLength, entry.strides) * entry.elementSize))
         throw Error(where + ": a strided piece holds its whole box, spanning "
             + std::to_string(stridedSpan(entry.boxLength, entry.strides) * entry.elementSize) + " bytes");
+    if (item.contains("chunk_bytes")) {
+        entry.chunkBytes = field<std::uint64_t>(item, "chunk_bytes", key);
+        const auto chunks = field<std::vector<std::string>>(item, "chunk_checksums", key);
+        if (entry.chunkBytes == 0 || chunks.size() != (entry.size + entry.chunkBytes - 1) / entry.chunkBytes)
+            throw Error(where + ": " + std::to_string(chunks.size()) + " chunk checksums for " + std::to_string(entry.size)
+                + " bytes in chunks of " + std::to_string(entry.chunkBytes));
+        for (const auto& text : chunks)
+            entry.chunkChecksums.push_back(parseHex(text));
+        if (checksumOfChunks(entry.chunkChecksums) != entry.checksum)
+            throw Error(where + ": its checksum is not that of its chunks' checksums");
+    }
     if (entry.at != 0 || entry.globalSize != volume(entry.shape) * entry.elementSize)
         throw Error(where + ": global_size " + std::to_string(entry.globalSize) + " is not the "
             + std::to_string(volume(entry.shape) * entry.elementSize) + " bytes of its shape");
@@ -176,6 +187,30 @@ std::uint64_t checksum(const void* data, std::size_t size)
     return xxh3(data, size);
 }
 
+std::uint64_t chunkBytesFor(std::uint64_t size)
+{
+    constexpr std::uint64_t kChunk = 4 << 20, kMostChunks = 1024;
+    return std::max(kChunk, (size + kChunk * kMostChunks - 1) / (kChunk * kMostChunks) * kChunk);
+}
+
+std::vector<std::uint64_t> chunkChecksums(const void* data, std::uint64_t size, std::uint64_t chunkBytes)
+{
+    std::vector<std::uint64_t> chunks;
+    for (std::uint64_t at = 0; at < size; at += chunkBytes)
+        chunks.push_back(checksum(static_cast<const std::byte*>(data) + at, std::min(chunkBytes, size - at)));
+    return chunks;
+}
+
+std::uint64_t checksumOfChunks(const std::vector<std::uint64_t>& chunks)
+{
+    std::vector<unsigned char> bytes;
+    for (auto value : chunks) {
+        for (int b = 0; b < 8; ++b)
+            bytes.push_back(static_cast<unsigned char>(value >> (8 * b)));
+    }
+    return checksum(bytes.data(), bytes.size());
+}
+
 nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sharded)
 {
     auto array = nlohmann::json::array();
@@ -195,6 +230,13 @@ nlohmann::json entriesToJson(const std::vector<ManifestEntry>& entries, bool sha
                 item["first"] = e.first;
                 if (!e.strides.empty())
                     item["strides"] = e.strides;
+                if (e.chunkBytes > 0) {
+                    item["chunk_bytes"] = e.chunkBytes;
+                    auto chunks = nlohmann::json::array();
+                    for (auto value : e.chunkChecksums)
+                        chunks.push_back(checksumHex(value));
+                    item["chunk_checksums"] = std::move(chunks);
+                }
             }
         }
         array.push_back(std::move(item));

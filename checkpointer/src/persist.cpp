@@ -128,20 +128,28 @@ void Checkpointer::Impl::recordOutcome(const std::string& error, double persistS
 // computed on the (otherwise idle) copy threads while the data goes to the device.
 void Checkpointer::Impl::writeData(InFlightCheckpoint& checkpoint, const fs::path& file)
 {
-    std::vector<ManifestEntry*> small; // declared first: outlives the tasks that read it
+    // Declared before the task group: they outlive the tasks that use them.
+    std::vector<ManifestEntry*> small;
+    auto hash = [this](ManifestEntry& entry) {
+        if (entry.chunkBytes == 0) {
+            entry.checksum = checksum(staging + entry.offset, entry.size);
+            return;
+        }
+        entry.chunkChecksums = chunkChecksums(staging + entry.offset, entry.size, entry.chunkBytes);
+        entry.checksum = checksumOfChunks(entry.chunkChecksums);
+    };
     TaskGroup hashing(pool);
     for (auto* list : { &checkpoint.regions, &checkpoint.blobs }) {
         for (auto& entry : *list) {
             if (entry.size >= (1 << 20))
-                hashing.post(
-                    [this, &entry] { entry.checksum = checksum(staging + entry.offset, entry.size); });
+                hashing.post([&hash, &entry] { hash(entry); });
             else
                 small.push_back(&entry);
         }
     }
-    hashing.post([this, &small] {
+    hashing.post([&hash, &small] {
         for (auto* entry : small)
-            entry->checksum = checksum(staging + entry->offset, entry->size);
+            hash(*entry);
     });
     io::writeFileDurably(file, staging, checkpoint.totalBytes, options.directIo, options.fileMode);
     hashing.wait();

@@ -21,7 +21,8 @@ std::vector<std::byte> readEntry(const std::filesystem::path& dir, const Manifes
     const std::uint64_t lead = entry.offset % io::kDirectAlignment;
     io::AlignedBuffer buffer(io::roundUp(lead + entry.size, io::kDirectAlignment) + io::kDirectAlignment);
     ThreadPool pool(1);
-    if (std::string reason = readAndVerifyEntries(dir, { { &entry, buffer.data() + lead } }, false, pool); !reason.empty())
+    if (std::string reason = readAndVerifyEntries(dir, { { &entry, buffer.data() + lead, 0, entry.size } }, false, pool);
+        !reason.empty())
         throw Error(reason);
     return { buffer.data() + lead, buffer.data() + lead + entry.size };
 }

@@ -44,23 +44,31 @@ struct Checkpointer::Impl::Candidate {
     std::vector<std::string> unclaimed;
     // A single process's checkpoint (version 1) is read whole: the staging offset of its data file.
     std::map<std::string, std::uint64_t> fileAt;
-    // A multi-rank one, entry by entry: the staging offset of each entry this rank reads.
-    std::map<const ManifestEntry*, std::uint64_t> entryAt;
+    // A multi-rank one, entry by entry (a chunked one in part): where each read of this rank goes.
+    struct EntryPart {
+        std::uint64_t at = 0; // staging offset of byte `begin`
+        std::uint64_t begin = 0, end = 0;
+    };
+    std::map<const ManifestEntry*, EntryPart> entryAt;
     std::uint64_t stagingBytes = 0;
 
-    // The staging offset of `entry`'s first byte, read by this rank.
-    std::uint64_t need(const ManifestEntry& entry)
+    // The staging offset of `entry`'s first byte, the whole entry read by this rank.
+    std::uint64_t need(const ManifestEntry& entry) { return need(entry, 0, entry.size); }
+
+    // The staging offset of `entry`'s first byte, bytes [begin, end) of it read by this rank (each entry
+    // is needed once: it belongs to one region or blob).
+    std::uint64_t need(const ManifestEntry& entry, std::uint64_t begin, std::uint64_t end)
     {
         if (manifest.formatVersion < kShardedFormatVersion)
             return need(entry.file) + entry.offset;
-        auto [it, added] = entryAt.try_emplace(&entry, 0);
+        auto [it, added] = entryAt.try_emplace(&entry);
         if (added) {
             // In its own pages, at its offset within a page, as a direct read of whole pages puts it.
-            const std::uint64_t lead = entry.offset % io::kDirectAlignment;
-            it->second = stagingBytes + lead;
-            stagingBytes = io::roundUp(stagingBytes + lead + entry.size, io::kDirectAlignment);
+            const std::uint64_t lead = (entry.offset + begin) % io::kDirectAlignment;
+            it->second = { stagingBytes + lead, begin, end };
+            stagingBytes = io::roundUp(stagingBytes + lead + (end - begin), io::kDirectAlignment);
         }
-        return it->second;
+        return it->second.at - it->second.begin;
     }
 
     std::uint64_t need(const std::string& file)
@@ -309,7 +317,20 @@ Checkpointer::Impl::Verdict Checkpointer::Impl::planSharedRegion(Candidate& cand
         const auto copies = overlapCopies(contiguousBoxes(saved[i]), targetBoxes);
         if (copies.empty())
             continue;
-        const std::uint64_t at = candidate.need(*entries[i]);
+        // The chunks of the entry that hold the bytes this rank takes (a piece without chunks: all of it).
+        const ManifestEntry& entry = *entries[i];
+        std::uint64_t begin = 0, end = entry.size;
+        if (entry.chunkBytes > 0) {
+            begin = entry.size;
+            end = 0;
+            for (const auto& copy : copies) {
+                begin = std::min(begin, copy.from);
+                end = std::max(end, copy.from + copy.size);
+            }
+            begin = begin / entry.chunkBytes * entry.chunkBytes;
+            end = std::min(entry.size, (end + entry.chunkBytes - 1) / entry.chunkBytes * entry.chunkBytes);
+        }
+        const std::uint64_t at = candidate.need(entry, begin, end);
         for (const auto& copy : copies)
             candidate.copies.push_back({ name, at + copy.from, copy.size, copy.to });
     }
@@ -361,8 +382,8 @@ Checkpointer::Impl::Verdict Checkpointer::Impl::prepareCandidate(const Source& s
             return { reason };
     }
     std::vector<EntryRead> reads;
-    for (const auto& [entry, at] : candidate.entryAt)
-        reads.push_back({ entry, staging + at });
+    for (const auto& [entry, part] : candidate.entryAt)
+        reads.push_back({ entry, staging + part.at, part.begin, part.end });
     if (std::string reason = readAndVerifyEntries(candidate.dir, reads, options.directIo, pool); !reason.empty())
         return { reason };
     return {};

@@ -249,6 +249,7 @@ std::vector<std::uint64_t> Checkpointer::Impl::placeEntries(InFlightCheckpoint& 
             entry.elementSize = piece.elementSize;
             entry.boxOffset = piece.boxOffset;
             entry.boxLength = piece.boxLength;
+            entry.chunkBytes = chunkBytesFor(entry.size); // a reader of part of it verifies what it read
             if (piece.strides.empty()) {
                 entry.first = piece.first + part.from / piece.elementSize;
             } else {

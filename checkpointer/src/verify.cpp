@@ -63,7 +63,7 @@ public:
                 continue;
             }
             std::uint64_t segmentEnd = std::min(end, sorted_[next_]->offset + sorted_[next_]->size);
-            xxh3Update(states_[next_].get(), data + (at - start), segmentEnd - at);
+            hashSegment(next_, data + (at - start), at, segmentEnd);
             at = segmentEnd;
         }
         return true;
@@ -71,7 +71,11 @@ public:
 
     std::string mismatch() const
     {
+        if (!chunkMismatch_.empty())
+            return chunkMismatch_;
         for (std::size_t i = 0; i < sorted_.size(); ++i) {
+            if (sorted_[i]->chunkBytes > 0)
+                continue; // checked chunk by chunk
             std::uint64_t actual = XXH3_64bits_digest(states_[i].get());
             if (actual != sorted_[i]->checksum)
                 return "checksum mismatch in '" + sorted_[i]->name + "' (stored "
@@ -81,9 +85,35 @@ public:
     }
 
 private:
+    // Bytes [at, end) of the file, all inside entry i; a chunked entry's chunks are checked as they end.
+    void hashSegment(std::size_t i, const std::byte* data, std::uint64_t at, std::uint64_t end)
+    {
+        const ManifestEntry& entry = *sorted_[i];
+        if (entry.chunkBytes == 0) {
+            xxh3Update(states_[i].get(), data, end - at);
+            return;
+        }
+        while (at < end) {
+            const std::uint64_t position = at - entry.offset, chunk = position / entry.chunkBytes;
+            const std::uint64_t chunkEnd = entry.offset + std::min((chunk + 1) * entry.chunkBytes, entry.size);
+            const std::uint64_t length = std::min(end, chunkEnd) - at;
+            xxh3Update(states_[i].get(), data, length);
+            data += length;
+            at += length;
+            if (at != chunkEnd)
+                continue;
+            const std::uint64_t actual = XXH3_64bits_digest(states_[i].get());
+            if (actual != entry.chunkChecksums[chunk] && chunkMismatch_.empty())
+                chunkMismatch_ = "checksum mismatch in chunk " + std::to_string(chunk) + " of '" + entry.name + "' (stored "
+                    + checksumHex(entry.chunkChecksums[chunk]) + ", read " + checksumHex(actual) + ")";
+            XXH3_64bits_reset(states_[i].get());
+        }
+    }
+
     std::vector<const ManifestEntry*> sorted_;
     std::vector<HashState> states_;
     std::size_t next_ = 0;
+    std::string chunkMismatch_;
 };
 
 std::size_t chunkLength(std::uint64_t position, std::uint64_t size)
@@ -321,13 +351,14 @@ std::string readAndVerifyEntries(const std::filesystem::path& checkpointDir, con
         TaskGroup chunks(pool);
         for (const auto& read : reads) {
             const ManifestEntry& entry = *read.entry;
-            const std::uint64_t lead = entry.offset % io::kDirectAlignment;
-            const std::uint64_t begin = entry.offset - lead;
-            const std::uint64_t end = io::roundUp(entry.offset + entry.size, io::kDirectAlignment);
+            const std::uint64_t first = entry.offset + read.begin, last = entry.offset + read.end;
+            const std::uint64_t lead = first % io::kDirectAlignment;
+            const std::uint64_t begin = first - lead;
+            const std::uint64_t end = io::roundUp(last, io::kDirectAlignment);
             const io::FileReader& reader = *readers.at(entry.file);
             for (std::uint64_t at = begin; at < end; at += kReadChunk) {
                 const std::size_t length = std::min<std::uint64_t>(kReadChunk, end - at);
-                const std::uint64_t needed = std::min<std::uint64_t>(at + length, entry.offset + entry.size) - at;
+                const std::uint64_t needed = std::min<std::uint64_t>(at + length, last) - at;
                 std::byte* to = read.destination - lead + (at - begin);
                 chunks.post([&, at, length, needed, to] {
                     try {
@@ -345,12 +376,32 @@ std::string readAndVerifyEntries(const std::filesystem::path& checkpointDir, con
         return failure;
     TaskGroup hashes(pool);
     for (const auto& read : reads) {
-        hashes.post([&, read] {
-            const std::uint64_t actual = checksum(read.destination, read.entry->size);
-            if (actual != read.entry->checksum)
-                fail("checksum mismatch in '" + read.entry->name + "' of " + read.entry->file + " (stored "
-                    + checksumHex(read.entry->checksum) + ", read " + checksumHex(actual) + ")");
-        });
+        const ManifestEntry& entry = *read.entry;
+        auto check = [&fail, &entry](std::uint64_t stored, const std::byte* data, std::uint64_t size, const std::string& what) {
+            const std::uint64_t actual = checksum(data, size);
+            if (actual != stored)
+                fail("checksum mismatch in " + what + "'" + entry.name + "' of " + entry.file + " (stored "
+                    + checksumHex(stored) + ", read " + checksumHex(actual) + ")");
+        };
+        if (entry.chunkBytes == 0) {
+            if (read.begin != 0 || read.end != entry.size) {
+                fail("internal: part of the unchunked entry '" + entry.name + "' was read");
+                continue;
+            }
+            hashes.post([=] { check(entry.checksum, read.destination, entry.size, ""); });
+            continue;
+        }
+        for (std::uint64_t at = read.begin; at < read.end; at += entry.chunkBytes) {
+            const std::uint64_t chunk = at / entry.chunkBytes;
+            if (at % entry.chunkBytes != 0 || (read.end != entry.size && read.end % entry.chunkBytes != 0)) {
+                fail("internal: a read of '" + entry.name + "' that is not whole chunks");
+                break;
+            }
+            hashes.post([=] {
+                check(entry.chunkChecksums[chunk], read.destination + (at - read.begin),
+                    std::min(entry.chunkBytes, entry.size - at), "chunk " + std::to_string(chunk) + " of ");
+            });
+        }
     }
     hashes.wait();
     return failure;

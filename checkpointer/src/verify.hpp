@@ -33,12 +33,14 @@ std::string readAndVerify(const std::filesystem::path& checkpointDir, const Mani
 std::string readAndVerifyFile(const std::filesystem::path& checkpointDir, const Manifest& manifest,
     const std::string& fileName, std::byte* destination, bool directIo, const ChunkSink& onChunk = {});
 
-// One entry of a version 2 or 3 checkpoint, read alone: its first byte goes to `destination`, which lies
-// (entry offset mod 4096) bytes past a page boundary, with room up to the next page boundary after the
-// entry (direct I/O reads whole pages).
+// Bytes [begin, end) of one entry of a version 2 or 3 checkpoint, read alone: byte `begin` goes to
+// `destination`, which lies ((entry offset + begin) mod 4096) bytes past a page boundary, with room up to
+// the next page boundary after byte `end` (direct I/O reads whole pages). Only a chunked entry can be read
+// in part, from a chunk's start to a chunk's end (or the entry's).
 struct EntryRead {
     const ManifestEntry* entry = nullptr;
     std::byte* destination = nullptr;
+    std::uint64_t begin = 0, end = 0;
 };
 // Reads every entry of `reads` from its data file in `checkpointDir`, chunks in parallel on `pool`, and
 // checks each against its checksum: a rank of a multi-rank job reads only the entries it restores.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -430,6 +431,56 @@ TEST(TensorPieces, ATornPieceOnOneRankMakesAllRanksFallBackTogether)
     data.close();
     EXPECT_EQ(restore(dir.path(), Split::Rows, 2), 10u); // both ranks: iteration 10
     EXPECT_EQ(restore(dir.path(), Split::Whole, 1), 10u);
+}
+
+// A rank that needs part of a piece reads and verifies only the chunks that hold it: a damaged chunk is
+// found by the rank that reads it, not by one that needs only the chunks before it.
+TEST(TensorPieces, ARankReadsOnlyTheChunksOfAPieceItNeeds)
+{
+    constexpr std::uint64_t rows = 3000, cols = 1024; // 12 MB: each rank's half is two chunks of 4 MiB
+    TempDir dir;
+    auto rowsOf = [&](int rank, int size) { return split(rows, rank, size); };
+    auto run = [&](int size, std::uint64_t iteration, bool save) {
+        const int session = ++launches;
+        std::vector<Fallback> fallbacks;
+        std::mutex mutex;
+        runRanks(size, [&](int rank) {
+            Checkpointer ckpt(rankOptions(dir.path(), rank, size, session));
+            auto [row, count] = rowsOf(rank, size);
+            std::vector<float> data(count * cols);
+            ckpt.registerRegion("w", data.data(), data.size() * kElement);
+            ckpt.setRegionLayout("w", RegionLayout::box(piece({ rows, cols }, kElement, { { row, 0 }, { count, cols } }, 0)));
+            if (save) {
+                std::fill(data.begin(), data.end(), static_cast<float>(iteration));
+                if (!ckpt.checkpointNow(iteration))
+                    throw Error(ckpt.lastError());
+                return;
+            }
+            const auto result = ckpt.restore();
+            std::lock_guard lock(mutex);
+            if (rank == 0)
+                fallbacks = result.fallbacks;
+        });
+        return fallbacks;
+    };
+    run(2, 10, true);
+    run(2, 20, true);
+    const Manifest manifest = manifestOf(dir.path() / checkpointDirName(20));
+    const ManifestEntry* second = nullptr;
+    for (const auto& entry : manifest.regions)
+        second = entry.rank == 1 ? &entry : second;
+    ASSERT_NE(second, nullptr);
+    ASSERT_EQ(second->chunkChecksums.size(), 2u);
+    // One byte of the second chunk of rank 1's piece (rows 2524 to 2999) flipped.
+    std::fstream data(dir.path() / checkpointDirName(20) / shardFileName(1), std::ios::in | std::ios::out | std::ios::binary);
+    data.seekp(static_cast<std::streamoff>(second->offset + second->chunkBytes + 100));
+    data.put('\x7f');
+    data.close();
+    // On 3 ranks, rank 1 (rows 1000 to 1999) needs only the first chunk of that piece, rank 2 both.
+    const auto fallbacks = run(3, 0, false);
+    ASSERT_EQ(fallbacks.size(), 1u);
+    EXPECT_NE(fallbacks[0].reason.find("rank 2: checksum mismatch in chunk 1 of 'w'"), std::string::npos)
+        << fallbacks[0].reason;
 }
 
 TEST(TensorPieces, APieceThatLeavesItsTensorIsRefusedWhenItIsSet)

@@ -44,6 +44,11 @@ struct ManifestEntry {
     // The whole box laid out at these element strides (a view into a padded buffer), its `size` bytes
     // spanning its first to its last element; empty: row-major.
     std::vector<std::uint64_t> strides;
+    // Version 3, layout "box": checksums of the entry's chunks of chunkBytes (the last one shorter), so
+    // that a rank reading part of a piece verifies the chunks it read; `checksum` is then the XXH3-64 of
+    // the chunks' checksums (little-endian). chunkBytes 0: `checksum` covers the bytes alone.
+    std::uint64_t chunkBytes = 0;
+    std::vector<std::uint64_t> chunkChecksums;
 
     bool operator==(const ManifestEntry&) const = default;
 };
@@ -80,6 +85,12 @@ struct Manifest {
 
 std::string checksumHex(std::uint64_t checksum);
 std::uint64_t checksum(const void* data, std::size_t size);
+// The chunk size a piece of `size` bytes is checksummed in: 4 MiB, more for pieces of over 4 GiB, so that
+// a piece has at most 1,024 chunks.
+std::uint64_t chunkBytesFor(std::uint64_t size);
+// The checksum of each chunk of `data`, and the entry's checksum over them.
+std::vector<std::uint64_t> chunkChecksums(const void* data, std::uint64_t size, std::uint64_t chunkBytes);
+std::uint64_t checksumOfChunks(const std::vector<std::uint64_t>& chunks);
 
 // Renders `document` (which must hold every required field) with a checksum over its own text, so
 // that a change to any byte of the file is detected.
