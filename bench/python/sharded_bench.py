@@ -533,6 +533,10 @@ def main(argv):
     args = parse_args(argv)
     if args.worker is not None:
         return worker_main(args.worker, args.rank)
+    import torch
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4):
+        print(f"skipped: FSDP on the CPU and DCP's async_save need PyTorch 2.4 or newer, this is {torch.__version__}")
+        return 77
     config = {"layers": layer_count(args.param_mib), "batch": args.batch, "iterations": args.iterations,
               "interval": args.interval, "warmup": args.warmup, "threads": args.threads}
     failures = {}  # arm or restore method -> reason
