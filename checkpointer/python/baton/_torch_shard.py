@@ -272,7 +272,7 @@ class ShardedState:
         for _, parts, replicas in flat.values():
             for part in parts:
                 original[part.fqn] = (part, replicas)
-        for param, state in self._states():
+        for param, state in self.states():
             entry = flat.get(id(param))
             for key, value in state.items():
                 if not isinstance(value, torch.Tensor):
@@ -308,7 +308,7 @@ class ShardedState:
                     pieces[name] = Piece(value, "replicated")
         return pieces
 
-    def _states(self) -> Iterator[Tuple[Any, Dict[str, Any]]]:
+    def states(self) -> Iterator[Tuple[Any, Dict[str, Any]]]:
         """(parameter, state) of every parameter whose state this rank holds."""
         optimizer = self.optimizer.optim if self.zero else self.optimizer
         for group in optimizer.param_groups:

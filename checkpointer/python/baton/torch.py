@@ -477,8 +477,8 @@ class Checkpointer:
             self._native.set_manifest_field("sampler", sampler_state)
 
     def _optimizer_plain_state(self) -> Dict[str, Any]:
-        """The optimizer's hyperparameters and its per-parameter values that are not tensors: keyed by
-        parameter index as state_dict() numbers them, or with sharded state by parameter name (a
+        """The optimizer's hyperparameters and its per-parameter values that are not tensors, keyed by
+        parameter name (or, in a chain begun by index, by index as state_dict() numbers them; a
         ZeroRedundancyOptimizer has no state_dict() without gathering it to one rank)."""
         if self._tensors is None:
             optimizer = self.optimizer.state_dict()
@@ -490,7 +490,7 @@ class Checkpointer:
                                "params": list(range(index, index + len(group["params"])))})
                 index += len(group["params"])
             names = self._tensors.parameter_names()
-            states = [(names.get(id(p), str(i)), state) for i, (p, state) in enumerate(self._tensors._states())]
+            states = [(names.get(id(p), str(i)), state) for i, (p, state) in enumerate(self._tensors.states())]
         plain_state = {}
         for index, values in states:
             plain = {k: _plain(v, f"optimizer.state[{index}].{k}") for k, v in values.items()
