@@ -19,6 +19,7 @@
 #include "baton/ckpt/chain.hpp"
 #include "baton/ckpt/coordinator.hpp"
 #include "baton/ckpt/manifest.hpp"
+#include "baton/ckpt/reader.hpp"
 #include "checkpointer/src/tensor_box.hpp"
 #include "rank_threads.hpp"
 #include "tests/support/process.hpp"
@@ -345,6 +346,14 @@ TEST(TensorPieces, ColumnShardsRestoreAsRowsFlatRunsAWholeTensorAndOnAMesh)
     EXPECT_EQ(restore(dir.path(), Split::Whole, 2), 10u);
     EXPECT_EQ(restore(dir.path(), Split::Whole, 1), 10u); // one process: the whole tensor
     EXPECT_EQ(restore(dir.path(), Split::PaddedColumns, 4), 10u);
+    // Read outside a training: the tensor whole, from the four ranks' pieces.
+    const CheckpointReader reader(dir.path() / checkpointDirName(10));
+    ASSERT_EQ(reader.regions().size(), 1u);
+    EXPECT_EQ(reader.regions()[0].shape, (std::vector<std::uint64_t> { kRows, kCols }));
+    std::vector<float> whole(kRows * kCols);
+    reader.readRegion("weight", std::as_writable_bytes(std::span(whole)));
+    WeightShard all = shardOf(Split::Whole, 0, 1);
+    EXPECT_EQ(whole, expected(all, 10));
 }
 
 TEST(TensorPieces, PaddedShardsAreWrittenWithoutTheirPaddingAndRestoreAnywhere)
