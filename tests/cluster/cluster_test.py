@@ -23,6 +23,9 @@ with PostgreSQL, batond and the plugin as in the demo. One case per run:
   ddp           a chain of `srun -N 2` PyTorch DDP jobs (gloo across the nodes, MASTER_ADDR from
                 `scontrol show hostnames`): every rank restores the same step, the end is bit-identical
                 to a straight two-rank run
+  fsdp          the same with FSDP, 2 ranks on each of 2 nodes (PyTorch 2.4+; skipped before): the
+                four-rank pieces hand over from job to job, the end is bit-identical to a straight
+                four-rank run
   cleanup       cluster.sh stop leaves no namespace, link, process or file behind, also after a start
                 that was killed
   accounting    cluster.sh --accounting: slurmdbd on MariaDB records the jobs, a job held by a
@@ -637,6 +640,64 @@ def case_ddp(args):
         setup.close()
 
 
+FSDP_BODY = """set -euo pipefail
+master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+port=$((20000 + SLURM_JOB_ID % 10000))
+srun bash -c 'exec "$PYTHON" "$RANKS" --mode fsdp --rank "$SLURM_PROCID" --ranks "$SLURM_NTASKS" \\
+    --master-addr "$0" --port "$1" --chain-dir "$BATON_CHAIN_DIR" --results "$RESULTS" \\
+    --steps "$STEPS" --interval 0 --slow 0.05' "$master" "$port"
+"""
+
+
+def case_fsdp(args):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    import torch
+    if tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4):
+        print(f"cluster_test: SKIP: FSDP on the CPU needs PyTorch 2.4 or newer, this is {torch.__version__}")
+        sys.exit(77)
+    import sharded_test
+
+    setup = Setup(args, nodes=2)
+    try:
+        chain = "fsdp"
+        results = setup.work("fsdp-results")
+        os.makedirs(results)
+        os.chmod(results, 0o1777)
+        ranks = f"{setup.app}/sharded_ranks.py"
+        shutil.copy(os.path.join(os.path.dirname(sharded_test.__file__), "sharded_ranks.py"), ranks)
+        steps = 1000  # at 50 ms a step, longer than a 1-minute job: the chain hands over at least once
+        export = ",".join(["ALL", f"PYTHON={sys.executable}", f"RANKS={ranks}", f"RESULTS={results}",
+                           f"STEPS={steps}", "OMP_NUM_THREADS=1", "PYTHONDONTWRITEBYTECODE=1", "USE_LIBUV=0",
+                           f"PYTHONPATH={setup.pythonpath}", f"HOME={setup.state}/work"])
+        setup.submit(chain, FSDP_BODY, ["--time=1", "--nodes=2", "--ntasks-per-node=2", "--overcommit",
+                                        f"--export={export}"])
+        doc = setup.wait_finished(chain, 420)
+        ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
+        nodes = {setup.nodes_seen.get(j["job_id"]) for j in ran}
+        if len(ran) < 2 or any(n is None or "," not in n and "[" not in n for n in nodes):
+            raise Failure(f"the chain did not run as 2-node jobs: {len(ran)} jobs on {nodes}")
+        restored = {json.load(open(f"{results}/restored-{rank}.json"))["iteration"] for rank in range(4)}
+        if len(restored) != 1 or restored == {0}:
+            raise Failure(f"the ranks of the last job restored {restored}, not one step of the chain")
+        versions = {m.get("format_version") for m in setup.manifests[chain].values()}
+        if versions != {3}:
+            raise Failure(f"the chain's checkpoints are not four-rank tensor pieces: format versions {versions}")
+        # The same training straight through, four ranks on this machine.
+        reference = setup.work("fsdp-reference")
+        straight = sharded_test.Launch("fsdp", 4, f"{reference}/chain", f"{reference}/results", steps=steps)
+        straight.expect_success("the straight four-rank run")
+        expected = sharded_test.load_state(f"{reference}/results", f"end-{steps}")
+        sharded_test.same_state(expected, sharded_test.load_state(results, f"end-{steps}"),
+                                "the chain's end against the straight four-rank run")
+        setup.one_job_per_key()
+        log(f"PASS: {len(ran)} two-node FSDP jobs on {sorted(nodes)}; the 4 ranks of the last job restored step "
+            f"{restored.pop()}; {steps} steps bit-identical to a straight four-rank run")
+    except sharded_test.Failure as failure:
+        raise Failure(str(failure)) from None
+    finally:
+        setup.close()
+
+
 def leftovers(cluster_id, state_dir):
     found = []
     namespaces = run(["ip", "netns", "list"], check=False).stdout
@@ -759,7 +820,7 @@ def case_accounting(args):
 CASES = {"handover": case_handover, "node-failure": case_node_failure,
          "pending-node-failure": case_pending_node_failure,
          "handover-node-failure": case_handover_node_failure, "requeue": case_requeue,
-         "ddp": case_ddp, "cleanup": case_cleanup, "accounting": case_accounting}
+         "ddp": case_ddp, "fsdp": case_fsdp, "cleanup": case_cleanup, "accounting": case_accounting}
 
 
 def main():

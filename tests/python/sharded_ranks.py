@@ -142,6 +142,7 @@ def main():
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--master-addr", default="127.0.0.1", help="rank 0's address (another node's)")
     parser.add_argument("--chain-dir", required=True)
     parser.add_argument("--results", required=True)
     parser.add_argument("--steps", type=int, default=40)
@@ -155,7 +156,7 @@ def main():
     faulthandler.dump_traceback_later(int(os.environ.get("SHARDED_HANG_SECONDS", "240")), exit=True)
 
     os.environ.setdefault("USE_LIBUV", "0")  # Debian's PyTorch 2.6 has no libuv
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=args.rank,
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.port}", rank=args.rank,
                                          world_size=args.ranks)
     import baton.torch
     torch.use_deterministic_algorithms(True)
