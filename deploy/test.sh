@@ -102,9 +102,10 @@ fi
 
 # The live chain benchmark's quick form (bench/chains, about 8 minutes) runs too, so that it keeps
 # working: it fails when an arm could not run at all, and its figures are not judged (a shared machine
-# is too noisy for that). Without the traces it says why and is skipped (exit 77). It runs alone, after
-# the suites: its clusters must not share the machine with a suite's (a quick demo run beside a load of
-# that size, the chaos test's, took over 560 s instead of 250 s).
+# is too noisy for that). Without the traces it says why and is skipped (exit 77). It runs after the
+# suites: its clusters must not share the machine with a suite's clusters (a quick demo run beside a load
+# of that size, the chaos test's, took over 560 s instead of 250 s); the other release's unit suite,
+# which starts none, runs beside it.
 if [ $# -eq 0 ] && [ "$(id -u)" -eq 0 ]; then
     meson test -C "$builddir" --benchmark --print-errorlogs chain_bench_quick
 fi
