@@ -62,6 +62,11 @@ PieceGeometry entryPiece(const ManifestEntry& entry)
         entry.size / entry.elementSize);
 }
 
+PieceGeometry savedPiece(const ManifestEntry& entry)
+{
+    return entry.layout == kLayoutBox ? entryPiece(entry) : flatPiece(entry.globalSize, entry.at, entry.size);
+}
+
 namespace {
 
 // Version 3's tensor piece: its shape, box and elements, checked against its size and its tensor's bytes.

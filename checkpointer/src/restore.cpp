@@ -264,13 +264,6 @@ PieceGeometry registeredPiece(const RegionSpec& spec)
     return flatPiece(spec.size, 0, spec.size);
 }
 
-PieceGeometry savedPiece(const ManifestEntry& entry)
-{
-    if (entry.layout == kLayoutBox)
-        return entryPiece(entry);
-    return flatPiece(entry.globalSize, entry.at, entry.size);
-}
-
 std::string tensorText(const PieceGeometry& piece)
 {
     return piece.tensorShape.empty() && piece.shape.size() == 1

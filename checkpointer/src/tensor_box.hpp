@@ -70,9 +70,10 @@ std::string shapeText(const std::vector<std::uint64_t>& shape); // "[4, 6]"
 
 struct ManifestEntry;
 struct TensorPiece;
-// The piece a manifest entry of layout "box" holds, and the one a region of `size` bytes registered as
-// `piece` holds.
+// The piece a manifest entry of layout "box" holds; the piece any region entry holds (the flat layouts:
+// bytes of an array); and the one a region of `size` bytes registered as `piece` holds.
 PieceGeometry entryPiece(const ManifestEntry& entry);
+PieceGeometry savedPiece(const ManifestEntry& entry);
 PieceGeometry registeredPiece(const TensorPiece& piece, std::uint64_t size);
 
 } // namespace baton::ckpt

@@ -579,6 +579,23 @@ def case_requeue(args):
         setup.close()
 
 
+def shared_results(setup, name):
+    """A directory every job's ranks (the chain's user) write their reports into."""
+    results = setup.work(name)
+    os.makedirs(results)
+    os.chmod(results, 0o1777)
+    return results
+
+
+def two_node_jobs(setup, doc):
+    """The chain's jobs that ran, and their nodes; fails unless at least two ran, each on two nodes."""
+    ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
+    nodes = {setup.nodes_seen.get(j["job_id"]) for j in ran}
+    if len(ran) < 2 or any(n is None or "," not in n and "[" not in n for n in nodes):
+        raise Failure(f"the chain did not run as 2-node jobs: {len(ran)} jobs on {nodes}")
+    return ran, nodes
+
+
 DDP_BODY = """set -euo pipefail
 # One rank per node; rank 0's node is the rendezvous, on a port of this job's (a predecessor and its
 # successor share nodes during the handover).
@@ -598,9 +615,7 @@ def case_ddp(args):
     setup = Setup(args, nodes=2)
     try:
         chain = "ddp"
-        results = setup.work("ddp-results")
-        os.makedirs(results)
-        os.chmod(results, 0o1777)
+        results = shared_results(setup, "ddp-results")
         test_copy = f"{setup.app}/ddp_test.py"
         shutil.copy(ddp_test.__file__, test_copy)
         shutil.copy(os.path.join(os.path.dirname(ddp_test.__file__), "ddp_ranks.py"), setup.app)  # its ranks
@@ -613,10 +628,7 @@ def case_ddp(args):
         setup.submit(chain, DDP_BODY, ["--time=1", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1",
                                        f"--export={export}"])
         doc = setup.wait_finished(chain, 290)
-        ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
-        nodes = {setup.nodes_seen.get(j["job_id"]) for j in ran}
-        if len(ran) < 2 or any(n is None or "," not in n and "[" not in n for n in nodes):
-            raise Failure(f"the chain did not run as 2-node jobs: {len(ran)} jobs on {nodes}")
+        ran, nodes = two_node_jobs(setup, doc)
         restored = [json.load(open(f"{results}/restored-{rank}")) for rank in range(2)]
         if restored[0]["iteration"] != restored[1]["iteration"]:
             raise Failure(f"the ranks of the last job restored different steps: {restored}")
@@ -660,9 +672,7 @@ def case_fsdp(args):
     setup = Setup(args, nodes=2)
     try:
         chain = "fsdp"
-        results = setup.work("fsdp-results")
-        os.makedirs(results)
-        os.chmod(results, 0o1777)
+        results = shared_results(setup, "fsdp-results")
         ranks = f"{setup.app}/sharded_ranks.py"
         shutil.copy(os.path.join(os.path.dirname(sharded_test.__file__), "sharded_ranks.py"), ranks)
         steps = 1000  # at 50 ms a step, longer than a 1-minute job: the chain hands over at least once
@@ -672,10 +682,7 @@ def case_fsdp(args):
         setup.submit(chain, FSDP_BODY, ["--time=1", "--nodes=2", "--ntasks-per-node=2", "--overcommit",
                                         f"--export={export}"])
         doc = setup.wait_finished(chain, 420)
-        ran = [j for j in doc["jobs"] if j.get("start_unix") is not None and j["state"] != "CANCELLED"]
-        nodes = {setup.nodes_seen.get(j["job_id"]) for j in ran}
-        if len(ran) < 2 or any(n is None or "," not in n and "[" not in n for n in nodes):
-            raise Failure(f"the chain did not run as 2-node jobs: {len(ran)} jobs on {nodes}")
+        ran, nodes = two_node_jobs(setup, doc)
         restored = {json.load(open(f"{results}/restored-{rank}.json"))["iteration"] for rank in range(4)}
         if len(restored) != 1 or restored == {0}:
             raise Failure(f"the ranks of the last job restored {restored}, not one step of the chain")

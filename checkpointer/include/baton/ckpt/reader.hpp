@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,11 +15,15 @@
 
 namespace baton::ckpt {
 
+class ThreadPool;
+
 class CheckpointReader {
 public:
     // Parses and checks the manifest of the checkpoint in `checkpointDir` and the sizes of its data
     // files; throws FormatError for a newer format, Error for anything else that is wrong.
     explicit CheckpointReader(std::filesystem::path checkpointDir);
+    ~CheckpointReader();
+    CheckpointReader(CheckpointReader&&) noexcept;
 
     struct Region {
         std::string name;
@@ -38,6 +43,7 @@ public:
 private:
     std::filesystem::path dir_;
     Manifest manifest_;
+    std::unique_ptr<ThreadPool> pool_; // reads an entry's chunks in parallel
 };
 
 } // namespace baton::ckpt
